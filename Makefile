@@ -1,0 +1,44 @@
+# etdeploy: `make demo` and `make test` are the quick start; both set up first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.etdeploy-installed
+
+.PHONY: setup demo test lint bench clean system-packages
+
+setup: $(STAMP) system-packages
+
+# Re-install when the package definition changes; otherwise this is a no-op.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# sshd for the SSH transport tests. Best effort: without root or apt the SSH
+# tests skip with a message saying so, everything else still runs.
+system-packages:
+	@if [ -x /usr/sbin/sshd ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing openssh-server (for the SSH transport tests)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null) \
+		|| echo "warning: could not install openssh-server; SSH tests will skip"; \
+	else echo "note: /usr/sbin/sshd missing and cannot apt-get; SSH tests will skip"; fi
+
+demo: setup
+	$(BIN)/etdeploy run digits --device local
+
+lint: setup
+	$(BIN)/ruff check etdeploy tests benchmarks
+	$(BIN)/ruff format --check etdeploy tests benchmarks
+
+test: setup
+	$(BIN)/ruff check etdeploy tests benchmarks
+	$(BIN)/python -m pytest -q -ra
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

@@ -1,0 +1,3 @@
+from etdeploy.cli import main
+
+main()

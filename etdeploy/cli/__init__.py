@@ -1,0 +1,13 @@
+"""The typer app. Commands live one file each in this package; they parse flags,
+call the core, and render what it returns. Nothing here imports torch at module
+level, so `etdeploy --help`, `sizecheck`, `devices` and `doctor` start fast.
+"""
+
+from __future__ import annotations
+
+from etdeploy.cli._app import app, main
+
+# Each import registers its commands on `app`.
+from etdeploy.cli import build as _build  # noqa: E402,F401  isort: skip
+
+__all__ = ["app", "main"]

@@ -1,0 +1,90 @@
+"""The app object, error translation and the shared console."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from etdeploy.errors import EXIT_BAD_INPUT, EtdeployError
+
+app = typer.Typer(
+    name="etdeploy",
+    help="Build an ExecuTorch .pte, run it on a device, and check it against eager PyTorch.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Results go to stdout; progress, warnings and errors to stderr so `--json -` pipes.
+console = Console()
+err_console = Console(stderr=True)
+
+_state = {"verbose": False}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def is_verbose() -> bool:
+    return _state["verbose"]
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show full tracebacks and logs."),
+) -> None:
+    _state["verbose"] = verbose
+
+
+def render_error(exc: EtdeployError) -> None:
+    """One line and a hint; the full trace and log only with --verbose."""
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    if exc.hint:
+        err_console.print(f"[dim]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
+    if is_verbose():
+        if exc.log:
+            err_console.print(exc.log, markup=False, highlight=False)
+        err_console.print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
+    elif exc.log:
+        tail = exc.log.strip().splitlines()[-5:]
+        for line in tail:
+            err_console.print(f"  | {line}", markup=False, highlight=False)
+
+
+def command(name: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+    """Register a command whose EtdeployErrors become one line + exit code."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            try:
+                return fn(*args, **kw)
+            except EtdeployError as exc:
+                render_error(exc)
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                err_console.print("[bold red]interrupted[/]")
+                raise typer.Exit(130) from None
+
+        app.command(name, **kwargs)(wrapper)
+        return fn
+
+    return decorate
+
+
+def main() -> None:
+    try:
+        app()
+    except SystemExit:
+        raise
+    except Exception as exc:  # a bug of ours: say so plainly, keep the trace available
+        if is_verbose() or "--verbose" in sys.argv or "-v" in sys.argv:
+            raise
+        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}")
+        err_console.print("[dim]hint:[/] rerun with --verbose and report the traceback")
+        sys.exit(EXIT_BAD_INPUT + 1)

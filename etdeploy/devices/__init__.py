@@ -1,0 +1,1 @@
+"""Devices: where a runner executes. One transport per file, one base class."""

@@ -1,0 +1,214 @@
+"""The Device protocol every transport implements.
+
+A Device is a small controller (Mobly's shape): it knows how to put files in its
+work dir, run a command there under a deadline, and get files back. It never
+prints; progress goes through a callback and failures raise InfraError kinds
+(etdeploy.errors) that name the device and the command.
+
+Contract (design.md):
+- info(): what the device is (os, abi, model, serial).
+- workdir: the job's directory on the device.
+- sha256(remote): the remote file's digest, or None when it does not exist.
+- push(local, remote): skip when the digest already matches; otherwise write a
+  temporary name, then rename, so a dropped transfer never leaves a half file
+  under the real name. Returns how many bytes were sent (0 on a skip).
+- pull(remote, local): to a temporary local name, then rename.
+- run(argv, deadline): exit code, stdout, stderr, elapsed; the process is killed
+  when the deadline passes.
+- lock(): one job per device across processes.
+- close(): release connections.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import hashlib
+import os
+import shlex
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import filelock
+import platformdirs
+
+from etdeploy.errors import DeviceError
+
+# Called with (path being transferred, bytes done, bytes total).
+ProgressCallback = Callable[[str, int, int], None]
+
+HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a device is. `abi` uses Android's names: arm64-v8a, x86_64, ..."""
+
+    name: str
+    transport: str
+    serial: str
+    os: str
+    abi: str
+    model: str = ""
+    os_version: str = ""
+    soc: str = ""
+    state: str = "device"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """The result of one command on a device."""
+
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+    timed_out: bool = False
+    # Extra device logs captured for the run (Android: logcat lines, tag ExecuTorch).
+    device_log: str = ""
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class PushResult:
+    remote: str
+    bytes_sent: int
+    skipped: bool
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a local file, streamed in constant memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def lock_dir() -> Path:
+    path = Path(platformdirs.user_cache_dir("etdeploy")) / "locks"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Device(abc.ABC):
+    """Base class of every transport (local, adb, ssh, simulator)."""
+
+    #: The transport's name as used in etdeploy.toml (`transport = "adb"`).
+    transport: str = ""
+
+    def __init__(self, name: str, *, lock_timeout_s: float = 600.0) -> None:
+        self.name = name
+        self.lock_timeout_s = lock_timeout_s
+
+    # -- identity ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def info(self) -> DeviceInfo: ...
+
+    @property
+    @abc.abstractmethod
+    def workdir(self) -> str:
+        """The base directory etdeploy owns on the device (jobs live below it)."""
+
+    @abc.abstractmethod
+    def lock_key(self) -> str:
+        """A string naming this physical device uniquely on this host (server+serial)."""
+
+    # -- files ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def sha256(self, remote: str) -> str | None:
+        """The remote file's sha256 hex digest, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def push(
+        self,
+        local: Path,
+        remote: str,
+        *,
+        progress: ProgressCallback | None = None,
+        mode: int = 0o644,
+    ) -> PushResult: ...
+
+    @abc.abstractmethod
+    def pull(self, remote: str, local: Path, *, progress: ProgressCallback | None = None) -> Path: ...
+
+    @abc.abstractmethod
+    def exists(self, remote: str) -> bool: ...
+
+    @abc.abstractmethod
+    def makedirs(self, remote: str) -> None: ...
+
+    @abc.abstractmethod
+    def remove(self, remote: str, *, recursive: bool = False) -> None: ...
+
+    # -- processes ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        deadline_s: float,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> RunOutput:
+        """Run argv on the device; kill it when deadline_s (seconds from now) passes.
+
+        A timeout is not an exception here: the RunOutput says timed_out and carries
+        whatever output arrived, so the caller can attach it to its error.
+        """
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self, timeout_s: float | None = None) -> Iterator[None]:
+        """Hold this device for one job, across processes on this host."""
+        timeout = self.lock_timeout_s if timeout_s is None else timeout_s
+        key = hashlib.sha256(self.lock_key().encode()).hexdigest()[:24]
+        path = lock_dir() / f"device-{key}.lock"
+        file_lock = filelock.FileLock(str(path))
+        started = time.monotonic()
+        try:
+            file_lock.acquire(timeout=timeout)
+        except filelock.Timeout as exc:
+            raise DeviceError(
+                f"device is busy: another etdeploy job held it for {timeout:.0f} s",
+                "wait for the other job, or raise --lock-timeout",
+                device=self.name,
+            ) from exc
+        self.lock_waited_s = time.monotonic() - started
+        try:
+            yield
+        finally:
+            file_lock.release()
+
+    def close(self) -> None:  # noqa: B027 - transports with no connection need nothing
+        """Release connections. Safe to call twice."""
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def job_dir(device: Device, job_id: str) -> str:
+    """The remote directory for one job, below the device's work dir."""
+    return f"{device.workdir.rstrip('/')}/{job_id}"
+
+
+def temporary_name(remote: str) -> str:
+    """The name a file is written under before its rename into place."""
+    head, _, tail = remote.rpartition("/")
+    tmp = f".{tail}.etdeploy-partial-{os.getpid()}"
+    return f"{head}/{tmp}" if head else tmp
