@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import filelock
-import platformdirs
 
 from etdeploy.errors import DeviceError
+from etdeploy.paths import cache_dir
 
 # Called with (path being transferred, bytes done, bytes total).
 ProgressCallback = Callable[[str, int, int], None]
@@ -93,9 +93,7 @@ def sha256_file(path: Path) -> str:
 
 
 def lock_dir() -> Path:
-    path = Path(platformdirs.user_cache_dir("etdeploy")) / "locks"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cache_dir("locks")
 
 
 class Device(abc.ABC):
