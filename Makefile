@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -c 'import torch, executorch' # fail here, not in the first test
 	touch $(STAMP)
 
 # sshd for the SSH transport tests. Best effort: without root or apt the SSH
@@ -27,7 +28,9 @@ system-packages:
 	else echo "note: /usr/sbin/sshd missing and cannot apt-get; SSH tests will skip"; fi
 
 demo: setup
-	$(BIN)/etdeploy run digits --device local
+	mkdir -p out
+	$(BIN)/etdeploy build digits -o out/digits.pte
+	$(BIN)/etdeploy inspect out/digits.pte
 
 lint: setup
 	$(BIN)/ruff check etdeploy tests benchmarks

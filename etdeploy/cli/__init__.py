@@ -8,6 +8,6 @@ from __future__ import annotations
 from etdeploy.cli._app import app, main
 
 # Each import registers its commands on `app`.
-from etdeploy.cli import build as _build  # noqa: E402,F401  isort: skip
+from etdeploy.cli import build as _build  # noqa: F401  isort: skip
 
 __all__ = ["app", "main"]

@@ -1,0 +1,248 @@
+"""The build stage: model -> export -> (quantize) -> lower -> .pte + manifest.
+
+Content-addressed: the key covers the model's source, the options and the
+versions, so an identical build is served from the cache without running the
+factory or torch.export.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings as warnings_module
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+import etdeploy
+from etdeploy.build.manifest import SCHEMA, manifest_path, read_manifest, write_json_atomic
+from etdeploy.errors import InputError, UsageError
+from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
+from etdeploy.paths import cache_dir
+
+# Below this share of the graph the backend is mostly bookkeeping around CPU ops.
+LOW_DELEGATION_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    backend: str = "xnnpack"
+    quantize: str | None = None  # None | "int8" | "int8-dynamic"
+    calibration: tuple[str, ...] = ()
+    random_calibration: bool = False
+    dynamic: tuple[str, ...] = ()  # "name:dim=min..max"
+    use_cache: bool = True
+
+    def key_fields(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "quantize": self.quantize,
+            "random_calibration": self.random_calibration,
+            "dynamic": sorted(self.dynamic),
+        }
+
+
+@dataclass
+class BuildResult:
+    pte: Path
+    manifest: dict[str, Any]
+    cached: bool
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def manifest_path(self) -> Path:
+        return manifest_path(self.pte)
+
+
+def versions() -> dict[str, str]:
+    return {
+        "etdeploy": etdeploy.__version__,
+        "torch": metadata.version("torch"),
+        "executorch": metadata.version("executorch"),
+    }
+
+
+def parse_dynamic(items: tuple[str, ...]) -> dict[str, dict[int, tuple[int, int]]]:
+    """`image:0=1..16` -> {"image": {0: (1, 16)}}."""
+    result: dict[str, dict[int, tuple[int, int]]] = {}
+    for item in items:
+        try:
+            name, rest = item.split(":", 1)
+            dim_text, range_text = rest.split("=", 1)
+            low_text, high_text = range_text.split("..", 1)
+            dim, low, high = int(dim_text), int(low_text), int(high_text)
+        except ValueError:
+            raise UsageError(
+                f"cannot read --dynamic {item!r}", "write INPUT:DIM=MIN..MAX, e.g. image:0=1..16"
+            ) from None
+        if low < 1 or high < low:
+            raise UsageError(f"--dynamic {item!r}: need 1 <= MIN <= MAX", "e.g. image:0=1..16")
+        result.setdefault(name, {})[dim] = (low, high)
+    return result
+
+
+def _calibration_digest(paths: tuple[str, ...]) -> str:
+    from etdeploy.inputs import expand_sample_paths
+
+    digest = hashlib.sha256()
+    for path in expand_sample_paths(paths) if paths else []:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(ref: ModelRef, options: BuildOptions) -> str:
+    payload = {
+        "model": ref.fingerprint(),
+        "options": options.key_fields(),
+        "calibration": _calibration_digest(options.calibration) if options.quantize == "int8" else "",
+        "versions": versions(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def build(model: str, options: BuildOptions) -> BuildResult:
+    """Build (or fetch from the cache) one artefact; returns the cached .pte path."""
+    from etdeploy.build.backends import get_backend
+
+    started = time.perf_counter()
+    backend = get_backend(options.backend)  # bad names fail before any work
+    if options.quantize not in (None, "int8", "int8-dynamic"):
+        raise UsageError(f"unknown quantization {options.quantize!r}", "use int8 or int8-dynamic")
+    if options.quantize and backend.name != "xnnpack":
+        raise UsageError(
+            f"--quantize {options.quantize} uses the XNNPACK quantizer; backend {backend.name} does not take it",
+            "use --backend xnnpack with --quantize",
+        )
+    dynamic = parse_dynamic(options.dynamic)
+    ref = parse_model_ref(model)
+    key = cache_key(ref, options)
+    entry = cache_dir("builds") / key[:32]
+    pte = entry / f"{ref.name}.pte"
+    with filelock.FileLock(str(entry) + ".lock"):
+        if options.use_cache and pte.is_file() and read_manifest(pte) is not None:
+            return BuildResult(pte, read_manifest(pte) or {}, True, time.perf_counter() - started)
+        with warnings_module.catch_warnings():
+            # torch and executorch emit deprecation chatter on every export; users
+            # see our warnings (low delegation, noise calibration), not theirs.
+            warnings_module.simplefilter("ignore")
+            manifest, buffer, warnings = _build_uncached(ref, options, backend, dynamic)
+        manifest["cache_key"] = key
+        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
+        try:
+            (tmp / pte.name).write_bytes(buffer)
+            write_json_atomic(manifest_path(tmp / pte.name), manifest)
+            if entry.exists():
+                shutil.rmtree(entry)
+            os.replace(tmp, entry)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return BuildResult(pte, manifest, False, time.perf_counter() - started, warnings)
+
+
+def _build_uncached(
+    ref: ModelRef, options: BuildOptions, backend: Any, dynamic: dict[str, dict[int, tuple[int, int]]]
+) -> tuple[dict[str, Any], bytes, list[str]]:
+    from etdeploy.build.export import export_model
+    from etdeploy.build.lower import LOW_SHARE_WARNING, lower
+
+    spec = load_model(ref)
+    if dynamic:
+        spec.dynamic = dynamic
+    exported = export_model(spec, ref.source_files)
+    calibration_record: dict[str, Any] | None = None
+    if options.quantize:
+        from etdeploy.build.quantize import quantize
+
+        batches, calibration_record = _calibration_batches(spec, options)
+        exported = quantize(exported, options.quantize, batches)
+    lowered = lower(exported, backend)
+    warnings: list[str] = []
+    if lowered.delegation.share < LOW_DELEGATION_SHARE and backend.backend_id:
+        warnings.append(LOW_SHARE_WARNING.format(
+            backend=backend.name, share=lowered.delegation.share * 100,
+            delegated=lowered.delegation.delegated_total,
+            total=lowered.delegation.delegated_total + lowered.delegation.not_delegated_total,
+        ))
+    names = list(spec.input_names or [])
+    for method in lowered.methods:
+        for i, meta in enumerate(method["inputs"]):
+            meta["name"] = names[i] if i < len(names) else f"input_{i}"
+            dims = dynamic.get(meta["name"], {})
+            meta["dynamic"] = {str(d): list(r) for d, r in dims.items()}
+        out_names = spec.output_names or []
+        for i, meta in enumerate(method["outputs"]):
+            meta["name"] = out_names[i] if i < len(out_names) else f"output_{i}"
+    manifest = {
+        "schema": SCHEMA,
+        "model": {"ref": ref.text, "kind": ref.kind, "name": spec.name, "fingerprint": ref.fingerprint()},
+        "versions": versions(),
+        "backend": backend.name,
+        "delegates": lowered.delegates,
+        "quantization": {"mode": options.quantize, "calibration": calibration_record}
+        if options.quantize
+        else None,
+        "dynamic": {n: {str(d): list(r) for d, r in dims.items()} for n, dims in dynamic.items()},
+        "methods": lowered.methods,
+        "delegation": lowered.delegation.to_json(),
+        "memory": {m["name"]: {"planned_bytes": m["planned_bytes"], "buffers": m["planned_buffers"]} for m in lowered.methods},
+        "samples": [str(p) for p in spec.samples],
+        "size_bytes": len(lowered.buffer),
+        "sha256": hashlib.sha256(lowered.buffer).hexdigest(),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "warnings": warnings,
+    }
+    return manifest, lowered.buffer, warnings
+
+
+def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    import torch
+
+    from etdeploy.inputs import load_samples, to_tensors
+
+    if options.quantize == "int8-dynamic":
+        return [spec.example_inputs], {"kind": "none (dynamic activations)"}
+    if options.random_calibration:
+        generator = torch.Generator().manual_seed(0)
+        batches = [
+            tuple(torch.randn(t.shape, generator=generator).to(t.dtype) for t in spec.example_inputs)
+            for _ in range(16)
+        ]
+        return batches, {"kind": "random", "samples": 16, "note": "calibrated on noise (--random-calibration)"}
+    paths = options.calibration or tuple(str(p) for p in (spec.calibration or spec.samples))
+    if not paths:
+        raise InputError(
+            "--quantize int8 needs real calibration inputs",
+            "give --calibration DIR (sample files like the ones you verify with), "
+            "or --random-calibration to calibrate on noise (recorded in the manifest)",
+        )
+    samples = load_samples(paths, spec.input_names or [])
+    batches = [to_tensors(s) for s in samples]
+    for sample, batch in zip(samples, batches, strict=True):
+        if len(batch) != len(spec.example_inputs) or any(
+            b.shape != e.shape or b.dtype != e.dtype for b, e in zip(batch, spec.example_inputs, strict=False)
+        ):
+            given = ", ".join(f"{b.dtype}{list(b.shape)}" for b in batch)
+            want = ", ".join(f"{e.dtype}{list(e.shape)}" for e in spec.example_inputs)
+            raise InputError(
+                f"calibration sample {sample.name} has the wrong shape: given {given}, the model takes {want}",
+                "calibrate on samples shaped like the example inputs",
+            )
+    return batches, {"kind": "real", "samples": len(samples), "sources": list(paths)}
+
+
+def export_artifact(result: BuildResult, output: Path) -> Path:
+    """Copy a cached .pte and its manifest to `output` (temporary name, then rename)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    for src, dst in ((result.pte, output), (result.manifest_path, manifest_path(output))):
+        tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    return output

@@ -1,0 +1,17 @@
+"""Core ML: Apple's Neural Engine/GPU/CPU. Lowers on Linux (coremltools converts);
+the resulting .pte runs only where the Core ML delegate is linked (Apple OSes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from etdeploy.build.backends import Backend
+
+
+def _partitioners() -> list[Any]:
+    from executorch.backends.apple.coreml.partition import CoreMLPartitioner
+
+    return [CoreMLPartitioner()]
+
+
+BACKEND = Backend("coreml", "CoreMLBackend", _partitioners)

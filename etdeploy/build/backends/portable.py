@@ -1,0 +1,7 @@
+"""Portable: no delegate, every op on ExecuTorch's CPU kernels."""
+
+from __future__ import annotations
+
+from etdeploy.build.backends import Backend
+
+BACKEND = Backend("portable", "", lambda: [])

@@ -1,0 +1,16 @@
+"""Vulkan: Android GPUs. Lowers here; runs only with the Vulkan delegate linked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from etdeploy.build.backends import Backend
+
+
+def _partitioners() -> list[Any]:
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+    return [VulkanPartitioner()]
+
+
+BACKEND = Backend("vulkan", "VulkanBackend", _partitioners)

@@ -1,0 +1,144 @@
+"""Lower an ExportedProgram for a backend and serialise it; count what the
+backend claimed; read the method signatures and the memory plan."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from etdeploy.build.backends import Backend
+from etdeploy.errors import ModelError
+
+
+@dataclass
+class Delegation:
+    delegated: dict[str, int] = field(default_factory=dict)  # op -> count
+    not_delegated: dict[str, int] = field(default_factory=dict)
+    subgraphs: int = 0
+
+    @property
+    def delegated_total(self) -> int:
+        return sum(self.delegated.values())
+
+    @property
+    def not_delegated_total(self) -> int:
+        return sum(self.not_delegated.values())
+
+    @property
+    def share(self) -> float:
+        total = self.delegated_total + self.not_delegated_total
+        return self.delegated_total / total if total else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "delegated_nodes": self.delegated_total,
+            "non_delegated_nodes": self.not_delegated_total,
+            "delegated_subgraphs": self.subgraphs,
+            "share": round(self.share, 4),
+            "by_op": {
+                op: {"delegated": self.delegated.get(op, 0), "non_delegated": self.not_delegated.get(op, 0)}
+                for op in sorted(set(self.delegated) | set(self.not_delegated))
+            },
+        }
+
+
+@dataclass
+class Lowered:
+    buffer: bytes
+    delegation: Delegation
+    methods: list[dict[str, Any]]
+    delegates: list[str]
+
+
+# Ops that move no data: they do not count for or against a backend's share.
+_BOOKKEEPING = {"getitem", "executorch_call_delegate"}
+
+
+def _op_name(target: Any) -> str:
+    name = getattr(target, "__name__", str(target))
+    # aten.convolution.default -> convolution; keep the overload out of the table
+    return name.split(".")[0] if "." in name else name
+
+
+def count_delegation(graph_module: Any) -> Delegation:
+    result = Delegation()
+    delegated: Counter[str] = Counter()
+    kept: Counter[str] = Counter()
+    for node in graph_module.graph.nodes:
+        if node.op == "get_attr" and node.name.startswith("lowered_module"):
+            result.subgraphs += 1
+            lowered = getattr(graph_module, node.target)
+            for inner in lowered.original_module.graph.nodes:
+                if inner.op == "call_function" and _op_name(inner.target) not in _BOOKKEEPING:
+                    delegated[_op_name(inner.target)] += 1
+        elif node.op == "call_function":
+            name = _op_name(node.target)
+            if name not in _BOOKKEEPING and "call_delegate" not in str(node.target):
+                kept[name] += 1
+    result.delegated = dict(delegated)
+    result.not_delegated = dict(kept)
+    return result
+
+
+def lower(exported: Any, backend: Backend) -> Lowered:
+    from executorch.exir import to_edge_transform_and_lower
+
+    try:
+        edge = to_edge_transform_and_lower(exported, partitioner=backend.partitioners())
+        delegation = count_delegation(edge.exported_program().graph_module)
+        program = edge.to_executorch()
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelError(
+            f"lowering to {backend.name} failed: {type(exc).__name__}: {first[:200]}",
+            "try --backend portable to see whether the model itself serialises; "
+            "--verbose shows the full trace",
+            log=str(exc),
+        ) from exc
+    plan = program.executorch_program.execution_plan
+    methods = [_method_info(p) for p in plan]
+    delegates = sorted({d.id for p in plan for d in p.delegates})
+    return Lowered(bytes(program.buffer), delegation, methods, delegates)
+
+
+def _method_info(plan: Any) -> dict[str, Any]:
+    from executorch.exir.schema import Tensor
+
+    def describe(index: int) -> dict[str, Any]:
+        value = plan.values[index].val
+        if isinstance(value, Tensor):
+            return {
+                "kind": "tensor",
+                "dtype": _scalar_name(value.scalar_type),
+                "shape": list(value.sizes),
+                "dim_order": list(value.dim_order),
+            }
+        return {"kind": type(value).__name__.lower()}
+
+    return {
+        "name": plan.name,
+        "inputs": [describe(i) for i in plan.inputs],
+        "outputs": [describe(i) for i in plan.outputs],
+        # Buffer 0 is reserved by the memory planner; the rest is the arena a device provides.
+        "planned_buffers": list(plan.non_const_buffer_sizes),
+        "planned_bytes": int(sum(plan.non_const_buffer_sizes)),
+    }
+
+
+_SCALAR_NAMES = {
+    "BYTE": "uint8", "CHAR": "int8", "SHORT": "int16", "INT": "int32", "LONG": "int64",
+    "HALF": "float16", "FLOAT": "float32", "DOUBLE": "float64", "BOOL": "bool",
+    "BFLOAT16": "bfloat16",
+}
+
+
+def _scalar_name(scalar_type: Any) -> str:
+    name = getattr(scalar_type, "name", str(scalar_type))
+    return _SCALAR_NAMES.get(name, name.lower())
+
+
+LOW_SHARE_WARNING = (
+    "{backend} claimed only {share:.0f}% of the graph ({delegated} of {total} ops): "
+    "this behaves like a CPU model with extra transfer overhead"
+)

@@ -1,0 +1,30 @@
+"""model.pte.json: what was built, from what, and what the backend did with it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "etdeploy.manifest/1"
+
+
+def manifest_path(pte: Path) -> Path:
+    return pte.with_name(pte.name + ".json")
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_manifest(pte: Path) -> dict[str, Any] | None:
+    path = manifest_path(pte)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("schema") != SCHEMA:
+        return None
+    return data

@@ -1,0 +1,66 @@
+"""PT2E int8 quantization with the XNNPACK quantizer, per-channel weights.
+
+`int8` is static: activations are calibrated on real sample inputs. `int8-dynamic`
+quantizes weights statically and activations at run time (no calibration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from etdeploy.errors import InputError
+
+MODES = ("int8", "int8-dynamic")
+
+
+def quantize(exported: Any, mode: str, calibration: Sequence[tuple[Any, ...]]) -> Any:
+    """Return an ExportedProgram whose graph carries quantize/dequantize pairs."""
+    import torch
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=mode == "int8-dynamic")
+    quantizer = XNNPACKQuantizer().set_global(config)
+    prepared = prepare_pt2e(exported.module(), quantizer)
+    for index, batch in enumerate(calibration):
+        try:
+            prepared(*batch)
+        except Exception as exc:
+            shapes = ", ".join(f"{tuple(t.shape)} {t.dtype}" for t in batch)
+            raise InputError(
+                f"calibration sample {index} ({shapes}) does not fit the model: "
+                f"{str(exc).strip().splitlines()[0][:160]}",
+                "give calibration inputs with the shapes and dtypes of the example inputs",
+            ) from exc
+    converted = convert_pt2e(prepared)
+    args = exported.example_inputs[0]
+    return torch.export.export(
+        converted, tuple(args), dynamic_shapes=_dynamic_shapes_of(exported)
+    )
+
+
+def _dynamic_shapes_of(exported: Any) -> Any:
+    # Re-exporting the quantized module must keep the dims the first export made dynamic.
+    from torch.export import Dim
+
+    shapes = []
+    any_dynamic = False
+    for spec in exported.graph_signature.input_specs:
+        if spec.kind.name != "USER_INPUT":
+            continue
+        node = next(n for n in exported.graph.nodes if n.name == spec.arg.name)
+        val = node.meta.get("val")
+        dims = {}
+        for i, size in enumerate(getattr(val, "shape", ())):
+            if not isinstance(size, int):
+                rng = exported.range_constraints.get(size.node.expr)
+                low = int(rng.lower) if rng is not None else 1
+                high = int(rng.upper) if rng is not None and rng.upper.is_finite else 2**20
+                dims[i] = Dim(f"{spec.arg.name}_d{i}", min=low, max=high)
+                any_dynamic = True
+        shapes.append(dims or None)
+    return tuple(shapes) if any_dynamic else None

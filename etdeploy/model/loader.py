@@ -1,0 +1,233 @@
+"""Resolve a MODEL argument to a ModelSpec and a source fingerprint.
+
+The fingerprint (the factory file and the Python files beside it, or the .pt2
+bytes, or the example's source) keys the build cache, so it is computed without
+running the factory: a cache hit never imports the user's code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from etdeploy.errors import ModelError, UsageError
+from etdeploy.model.spec import ModelSpec
+
+EXAMPLES: dict[str, str] = {
+    "digits": "etdeploy.model.examples.digits:build",
+}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A parsed MODEL argument."""
+
+    text: str
+    kind: str  # "file" | "module" | "pt2" | "example"
+    location: str  # path, module name, or example name
+    factory: str | None
+    source_files: tuple[Path, ...]
+
+    @property
+    def name(self) -> str:
+        if self.kind == "example":
+            return self.location
+        if self.kind == "module":
+            return self.location.rsplit(".", 1)[-1]
+        return Path(self.location).stem
+
+    def fingerprint(self) -> str:
+        """sha256 over the source: what changes when the model could change."""
+        digest = hashlib.sha256(f"{self.kind}:{self.factory}\n".encode())
+        for path in self.source_files:
+            digest.update(path.name.encode() + b"\0")
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+
+def parse_model_ref(text: str) -> ModelRef:
+    if text in EXAMPLES:
+        module_name, factory = EXAMPLES[text].split(":")
+        spec = importlib.util.find_spec(module_name)
+        assert spec is not None and spec.origin is not None
+        return ModelRef(text, "example", text, factory, (Path(spec.origin),))
+    if text.endswith(".pt2"):
+        path = Path(text)
+        if not path.is_file():
+            raise UsageError(f"model file not found: {text}", "check the path to the .pt2")
+        return ModelRef(text, "pt2", str(path), None, (path,))
+    location, sep, factory = text.rpartition(":")
+    if not sep or not location or not factory:
+        raise UsageError(
+            f"cannot tell what model {text!r} is",
+            f"use path/to/file.py:factory, package.module:factory, a .pt2, "
+            f"or a built-in example ({', '.join(EXAMPLES)})",
+        )
+    if not factory.isidentifier():
+        raise UsageError(f"{factory!r} is not a Python function name", "write FILE.py:function")
+    if location.endswith(".py"):
+        path = Path(location)
+        if not path.is_file():
+            raise UsageError(f"model file not found: {location}", "check the path before the ':'")
+        return ModelRef(text, "file", str(path), factory, _python_files_beside(path))
+    try:
+        spec = importlib.util.find_spec(location)
+    except (ImportError, ValueError) as exc:
+        raise UsageError(f"cannot find module {location!r}: {exc}", "is it installed?") from None
+    if spec is None or spec.origin is None:
+        raise UsageError(
+            f"cannot find module {location!r}",
+            "install it, or point at the file: path/to/file.py:factory",
+        )
+    return ModelRef(text, "module", location, factory, _python_files_beside(Path(spec.origin)))
+
+
+def _python_files_beside(path: Path) -> tuple[Path, ...]:
+    # The factory's own file first, then its siblings: a helper module beside it
+    # that changes must invalidate the cache too.
+    siblings = sorted(p for p in path.parent.glob("*.py") if p.resolve() != path.resolve())
+    return (path, *siblings)
+
+
+def load_model(ref: ModelRef) -> ModelSpec:
+    """Run the factory (or load the .pt2) and check what it returned."""
+    if ref.kind == "pt2":
+        return _load_pt2(Path(ref.location))
+    factory = _find_factory(ref)
+    try:
+        returned = factory()
+    except Exception as exc:
+        where = _user_frame(exc, ref)
+        raise ModelError(
+            f"the model factory {ref.text} raised {type(exc).__name__}: {exc}{where}",
+            "fix the factory; --verbose shows the full trace",
+        ) from exc
+    return _as_spec(returned, ref)
+
+
+def _find_factory(ref: ModelRef) -> Callable[[], Any]:
+    if ref.kind == "file":
+        path = Path(ref.location).resolve()
+        module_name = f"_etdeploy_model_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        # Let the model file import its siblings, as it would when run as a script.
+        sys.path.insert(0, str(path.parent))
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise ModelError(
+                f"importing {ref.location} failed: {type(exc).__name__}: {exc}{_user_frame(exc, ref)}",
+                "run the file with python to see the error; --verbose shows the trace",
+            ) from exc
+        finally:
+            sys.path.remove(str(path.parent))
+    else:
+        module_name = EXAMPLES[ref.location].split(":")[0] if ref.kind == "example" else ref.location
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise ModelError(
+                f"importing {module_name} failed: {type(exc).__name__}: {exc}",
+                "--verbose shows the trace",
+            ) from exc
+    assert ref.factory is not None
+    factory = getattr(module, ref.factory, None)
+    if factory is None:
+        public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        raise UsageError(
+            f"{ref.location} has no function {ref.factory!r}",
+            f"functions there: {', '.join(sorted(public)[:10]) or 'none'}",
+        )
+    if not callable(factory):
+        raise UsageError(f"{ref.text} is not callable", "point at a function returning (module, inputs)")
+    return factory
+
+
+def _as_spec(returned: Any, ref: ModelRef) -> ModelSpec:
+    import torch
+
+    if isinstance(returned, ModelSpec):
+        spec = returned
+    elif isinstance(returned, tuple) and len(returned) == 2:
+        module, example = returned
+        spec = ModelSpec(module=module, example_inputs=example)
+    else:
+        raise ModelError(
+            f"the factory {ref.text} returned {type(returned).__name__}, "
+            "not (module, example_inputs) or a ModelSpec",
+            "return (model.eval(), (torch.randn(1, 3, 224, 224),))",
+        )
+    if spec.name == "model":
+        spec.name = ref.name
+    if isinstance(spec.example_inputs, torch.Tensor):
+        spec.example_inputs = (spec.example_inputs,)
+    if not isinstance(spec.module, torch.nn.Module):
+        raise ModelError(
+            f"the factory {ref.text} returned a {type(spec.module).__name__} as its module",
+            "return a torch.nn.Module as the first element",
+        )
+    if not isinstance(spec.example_inputs, (tuple, list)) or not all(
+        isinstance(t, torch.Tensor) for t in spec.example_inputs
+    ):
+        raise ModelError(
+            f"the factory {ref.text} returned example inputs that are not a tuple of tensors",
+            "return (module, (tensor1, tensor2, ...))",
+        )
+    spec.example_inputs = tuple(spec.example_inputs)
+    if spec.input_names is None:
+        spec.input_names = _forward_arg_names(spec.module, len(spec.example_inputs))
+    spec.samples = [Path(p) for p in spec.samples]
+    spec.calibration = [Path(p) for p in spec.calibration]
+    spec.module.eval()
+    return spec
+
+
+def _forward_arg_names(module: Any, count: int) -> list[str]:
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(names) < count:
+        names = [f"input_{i}" for i in range(count)]
+    return names[:count]
+
+
+def _load_pt2(path: Path) -> ModelSpec:
+    import torch
+
+    try:
+        program = torch.export.load(str(path))
+    except Exception as exc:
+        raise UsageError(
+            f"{path} is not a saved ExportedProgram ({type(exc).__name__}: {str(exc)[:120]})",
+            "save one with torch.export.save(torch.export.export(model, inputs), 'model.pt2')",
+        ) from exc
+    example = program.example_inputs
+    args = tuple(example[0]) if example else ()
+    names = [
+        s.arg.name
+        for s in program.graph_signature.input_specs
+        if s.kind == torch.export.graph_signature.InputKind.USER_INPUT
+    ]
+    return ModelSpec(module=program, example_inputs=args, name=path.stem, input_names=names)
+
+
+def _user_frame(exc: BaseException, ref: ModelRef) -> str:
+    """' (at file.py:12)' for the innermost frame in the user's source files."""
+    sources = {str(p.resolve()) for p in ref.source_files}
+    where = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if str(Path(frame.filename).resolve()) in sources:
+            where = f" (at {Path(frame.filename).name}:{frame.lineno})"
+    return where

@@ -1,0 +1,28 @@
+"""What a model factory returns. Users import this: `from etdeploy.model import ModelSpec`.
+
+A factory may return `(module, example_inputs)` or a ModelSpec, which can also carry
+dynamic shapes, names and paths to real sample inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# {input name: {dim index: (min, max)}}
+DynamicDims = dict[str, dict[int, tuple[int, int]]]
+
+
+@dataclass
+class ModelSpec:
+    module: Any  # torch.nn.Module; typed loosely so this file imports without torch
+    example_inputs: tuple[Any, ...]
+    name: str = "model"
+    input_names: list[str] | None = None
+    output_names: list[str] | None = None
+    dynamic: DynamicDims = field(default_factory=dict)
+    # Real sample inputs for verification and calibration: files or directories.
+    samples: list[Path] = field(default_factory=list)
+    # Real calibration inputs for int8 (defaults to `samples`).
+    calibration: list[Path] = field(default_factory=list)

@@ -1,0 +1,174 @@
+"""`etdeploy build`: every backend that lowers here, int8, dynamic shapes, the
+cache, and each kind of bad input (one line, exit 2, nothing left behind)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from etdeploy.build import BuildOptions, build
+from etdeploy.errors import InputError, ModelError, UsageError
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+MODELS = DATA / "models"
+
+pytestmark = pytest.mark.slow
+
+
+def etdeploy(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "etdeploy", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.parametrize(
+    ("backend", "delegate"),
+    [("xnnpack", "XnnpackBackend"), ("portable", None), ("coreml", "CoreMLBackend"), ("vulkan", "VulkanBackend")],
+)
+def test_each_backend_lowers_digits_and_records_its_delegate(backend: str, delegate: str | None) -> None:
+    result = build("digits", BuildOptions(backend=backend))
+    manifest = result.manifest
+    assert result.pte.read_bytes()[4:8] == b"ET12"
+    assert manifest["backend"] == backend
+    assert manifest["delegates"] == ([delegate] if delegate else [])
+    if delegate:
+        assert manifest["delegation"]["share"] == 1.0
+    else:
+        assert manifest["delegation"]["delegated_nodes"] == 0
+    method = manifest["methods"][0]
+    assert method["inputs"][0] == {
+        "kind": "tensor", "dtype": "float32", "shape": [1, 1, 8, 8], "dim_order": [0, 1, 2, 3],
+        "name": "image", "dynamic": {},
+    }
+    assert method["outputs"][0]["shape"] == [1, 10]
+    assert method["planned_bytes"] > 0
+    assert manifest["size_bytes"] == result.pte.stat().st_size
+
+
+def test_int8_build_is_calibrated_on_the_real_samples_and_smaller() -> None:
+    fp32 = build("digits", BuildOptions())
+    int8 = build("digits", BuildOptions(quantize="int8"))
+    calibration = int8.manifest["quantization"]["calibration"]
+    assert calibration["kind"] == "real" and calibration["samples"] == 16
+    assert int8.manifest["size_bytes"] < fp32.manifest["size_bytes"]
+
+
+def test_int8_refuses_to_calibrate_on_noise_unless_asked(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="calibration"):
+        build(f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8"))
+    noisy = build(f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8", random_calibration=True))
+    assert noisy.manifest["quantization"]["calibration"]["kind"] == "random"
+
+
+def test_int8_dynamic_needs_no_calibration() -> None:
+    result = build("digits", BuildOptions(quantize="int8-dynamic"))
+    assert result.manifest["quantization"]["mode"] == "int8-dynamic"
+
+
+def test_dynamic_batch_dimension_is_exported_and_recorded() -> None:
+    result = build(f"{MODELS}/two_io.py:batch_mlp", BuildOptions(dynamic=("x:0=1..16",)))
+    meta = result.manifest["methods"][0]["inputs"][0]
+    assert meta["dynamic"] == {"0": [1, 16]}
+    assert result.manifest["dynamic"] == {"x": {"0": [1, 16]}}
+    # The planner sizes the arena for the largest batch.
+    static = build(f"{MODELS}/two_io.py:batch_mlp", BuildOptions())
+    assert result.manifest["methods"][0]["planned_bytes"] > static.manifest["methods"][0]["planned_bytes"]
+
+
+def test_two_inputs_two_outputs_are_named_from_forward() -> None:
+    result = build(f"{MODELS}/two_io.py:build", BuildOptions())
+    method = result.manifest["methods"][0]
+    assert [m["name"] for m in method["inputs"]] == ["left", "right"]
+    assert len(method["outputs"]) == 2
+
+
+def test_identical_second_build_is_a_cache_hit_and_no_cache_rebuilds(fresh_cache: Path) -> None:
+    first = build(f"{MODELS}/two_io.py:build", BuildOptions(backend="portable"))
+    second = build(f"{MODELS}/two_io.py:build", BuildOptions(backend="portable"))
+    assert not first.cached and second.cached
+    assert second.pte == first.pte and second.manifest["sha256"] == first.manifest["sha256"]
+    rebuilt = build(f"{MODELS}/two_io.py:build", BuildOptions(backend="portable", use_cache=False))
+    assert not rebuilt.cached
+
+
+def test_changing_a_file_beside_the_factory_invalidates_the_cache(tmp_path: Path) -> None:
+    model = tmp_path / "m.py"
+    model.write_text((MODELS / "two_io.py").read_text())
+    helper = tmp_path / "helper.py"
+    helper.write_text("SCALE = 1\n")
+    first = build(f"{model}:build", BuildOptions(backend="portable"))
+    helper.write_text("SCALE = 2\n")
+    second = build(f"{model}:build", BuildOptions(backend="portable"))
+    assert not second.cached and second.manifest["cache_key"] != first.manifest["cache_key"]
+
+
+def test_pt2_file_builds(tmp_path: Path) -> None:
+    import torch
+
+    sys.path.insert(0, str(MODELS))
+    try:
+        import two_io
+    finally:
+        sys.path.remove(str(MODELS))
+    module, example = two_io.build()
+    path = tmp_path / "saved.pt2"
+    torch.export.save(torch.export.export(module, example), str(path))
+    result = build(str(path), BuildOptions(backend="portable"))
+    assert result.manifest["model"]["kind"] == "pt2"
+    assert [m["name"] for m in result.manifest["methods"][0]["inputs"]] == ["left", "right"]
+
+
+def test_cli_build_writes_pte_and_manifest_and_several_backends(tmp_path: Path) -> None:
+    done = etdeploy("build", "digits", "-b", "xnnpack", "-b", "portable", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for be in ("xnnpack", "portable"):
+        manifest = json.loads((tmp_path / f"digits-{be}.pte.json").read_text())
+        assert manifest["schema"] == "etdeploy.manifest/1"
+        assert set(manifest["versions"]) == {"etdeploy", "torch", "executorch"}
+    assert "delegated" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.py:build"], "model file not found"),
+        ([f"{MODELS}/two_io.py:nope"], "has no function 'nope'"),
+        ([f"{MODELS}/broken.py:raises"], "raised RuntimeError: weights file missing (at broken.py:8)"),
+        ([f"{MODELS}/broken.py:wrong_type"], "returned int"),
+        ([f"{MODELS}/broken.py:not_a_module"], "returned a str as its module"),
+        ([f"{DATA}/models/broken.py"], "cannot tell what model"),
+        (["digits", "--backend", "tpu"], "unknown backend 'tpu'"),
+        (["digits", "--backend", "qnn"], "QNN"),
+        (["digits", "--backend", "mps"], "macOS"),
+        (["digits", "--dynamic", "image:0=x"], "cannot read --dynamic"),
+        (["digits", "--quantize", "int8", "--calibration", f"{MODELS}/../calib_wrong"], "wrong shape"),
+        ([f"{MODELS}/broken.py:data_dependent"], "control flow depends on a tensor's value at broken.py:21"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    (tmp_path / "garbage.pt2").write_bytes(b"not a zip")
+    done = etdeploy("build", *args, cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "hint:" in done.stderr
+    assert not list(tmp_path.glob("*.pte*"))
+
+
+def test_a_file_that_is_not_a_pt2_is_rejected(tmp_path: Path) -> None:
+    bad = tmp_path / "garbage.pt2"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(UsageError, match="not a saved ExportedProgram"):
+        build(str(bad), BuildOptions())
+
+
+def test_data_dependent_branch_names_the_line_and_the_fix() -> None:
+    with pytest.raises(ModelError) as info:
+        build(f"{MODELS}/broken.py:data_dependent", BuildOptions(backend="portable", use_cache=False))
+    assert "broken.py:21" in info.value.message and "torch.where" in (info.value.hint or "")

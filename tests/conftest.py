@@ -1,0 +1,26 @@
+"""Every test run gets its own etdeploy cache, shared across the session so the
+digits example trains once and the runner builds once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "ETDEPLOY_CACHE_DIR" not in os.environ or os.environ.get("ETDEPLOY_TEST_KEEP_CACHE") != "1":
+        root = Path(config.rootpath) / ".pytest_cache" / "etdeploy-cache"
+        root.mkdir(parents=True, exist_ok=True)
+        os.environ["ETDEPLOY_CACHE_DIR"] = str(root)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty cache for tests that must see a cold build."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("ETDEPLOY_CACHE_DIR", str(root))
+    return root
