@@ -51,9 +51,10 @@ def build_command(
         render_build(result.manifest, target, result.cached, result.seconds)
 
 
-def render_build(manifest: dict, target: Path, cached: bool, seconds: float) -> None:
+def render_build(manifest: dict, target: Path, cached: bool | None, seconds: float) -> None:
     delegation = manifest["delegation"]
-    table = Table(title=f"{target}  ({'cached' if cached else 'built'} in {seconds:.1f} s)", show_header=False)
+    how = "" if cached is None else f"  ({'cached' if cached else 'built'} in {seconds:.1f} s)"
+    table = Table(title=f"{target}{how}", show_header=False)
     table.add_row("backend", f"{manifest['backend']} (delegates: {', '.join(manifest['delegates']) or 'none'})")
     quant = manifest.get("quantization")
     table.add_row("quantization", f"{quant['mode']} ({quant['calibration']['kind']})" if quant else "none")
@@ -111,7 +112,7 @@ def inspect_command(
         console.print_json(json.dumps({"manifest": manifest, "pte": layout}, default=str))
         return
     if manifest:
-        render_build(manifest, pte, True, 0.0)
+        render_build(manifest, pte, None, 0.0)
     else:
         err_console.print(f"[dim]no manifest beside {pte} (not built by etdeploy, or moved alone)[/]")
     if layout:
@@ -121,10 +122,11 @@ def inspect_command(
         console.print(table)
 
 
-def _read_layout(pte: Path) -> dict | None:
-    """The torch-free reader's view, once etdeploy.sizecheck.pte is available."""
-    try:
-        from etdeploy.sizecheck.pte import describe_pte
-    except ImportError:
-        return None
-    return describe_pte(pte)
+def _read_layout(pte: Path) -> dict:
+    import warnings
+
+    from etdeploy.build.inspect import describe_pte
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return describe_pte(pte)

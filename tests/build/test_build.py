@@ -172,3 +172,21 @@ def test_data_dependent_branch_names_the_line_and_the_fix() -> None:
     with pytest.raises(ModelError) as info:
         build(f"{MODELS}/broken.py:data_dependent", BuildOptions(backend="portable", use_cache=False))
     assert "broken.py:21" in info.value.message and "torch.where" in (info.value.hint or "")
+
+
+def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path) -> None:
+    from etdeploy.build.inspect import describe_pte
+
+    result = build("digits", BuildOptions())
+    layout = describe_pte(result.pte)
+    assert layout["file_identifier"] == "ET12"
+    assert "XnnpackBackend" in layout["delegate_blobs"]
+    assert layout["methods"]["forward"] == "(float32[1, 1, 8, 8]) -> (float32[1, 10])"
+    truncated = tmp_path / "cut.pte"
+    truncated.write_bytes(result.pte.read_bytes()[:3000])
+    done = etdeploy("inspect", str(truncated), cwd=tmp_path)
+    assert done.returncode == 2 and "truncated" in done.stderr
+    not_pte = tmp_path / "x.pte"
+    not_pte.write_bytes(b"\0" * 64)
+    done = etdeploy("inspect", str(not_pte), cwd=tmp_path)
+    assert done.returncode == 2 and "not an ExecuTorch program" in done.stderr
