@@ -3,6 +3,7 @@ the user's line and the usual fix."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import traceback
 from pathlib import Path
@@ -117,10 +118,8 @@ def _user_line(exc: BaseException, source_files: tuple[Path, ...]) -> str:
             if path.resolve() in sources:
                 line = int(match.group(2))
                 code = ""
-                try:
+                with contextlib.suppress(OSError, IndexError):
                     code = path.read_text().splitlines()[line - 1].strip()
-                except (OSError, IndexError):
-                    pass
                 found = (path.name, line, code)
     if found is None:
         return ""
