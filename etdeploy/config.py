@@ -1,0 +1,122 @@
+"""etdeploy.toml -> typed settings. Flags override the file, the file overrides
+defaults. A bad value names its key: `etdeploy.toml: run.iterations: expected an
+integer, got "ten"`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from etdeploy.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.10
+    import tomli as tomllib
+
+CONFIG_NAME = "etdeploy.toml"
+TRANSPORTS = ("local", "adb", "ssh", "ios-simulator")
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    name: str
+    transport: str
+    # Transport-specific settings (serial, adb_host, host, user, key, ...), kept
+    # as given; each transport validates its own.
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path | None = None
+    build: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    devices: dict[str, DeviceConfig] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    sizecheck: dict[str, Any] = field(default_factory=dict)
+
+
+_SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "build": {"backend": str, "quantize": str, "calibration": list, "dynamic": list},
+    "run": {
+        "device": str, "iterations": int, "warmup": int, "deadline_s": (int, float),
+        "atol": (int, float), "rtol": (int, float), "inputs": list, "keep": bool,
+    },
+    "sizecheck": {"store": str, "deliveries": list, "budget": str, "extra": str},
+}
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """The nearest etdeploy.toml in the directory or its parents."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: Path | None = None) -> Config:
+    if path is None:
+        path = find_config()
+        if path is None:
+            return Config()
+    elif not path.is_file():
+        raise UsageError(f"config file not found: {path}", "check --config")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path.name}: not valid TOML: {exc}", "fix the syntax at that line") from None
+    return parse_config(data, path)
+
+
+def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
+    label = path.name if path else CONFIG_NAME
+    known = {"build", "run", "devices", "limits", "sizecheck"}
+    for key in data:
+        if key not in known:
+            raise UsageError(f"{label}: unknown section [{key}]", f"sections are: {', '.join(sorted(known))}")
+    sections: dict[str, dict[str, Any]] = {}
+    for section, schema in _SECTION_KEYS.items():
+        table = data.get(section, {})
+        _expect_table(table, section, label)
+        for key, value in table.items():
+            if key not in schema:
+                raise UsageError(
+                    f"{label}: unknown key {section}.{key}", f"keys of [{section}]: {', '.join(schema)}"
+                )
+            _expect_type(value, schema[key], f"{section}.{key}", label)
+        sections[section] = dict(table)
+    devices: dict[str, DeviceConfig] = {}
+    device_tables = data.get("devices", {})
+    _expect_table(device_tables, "devices", label)
+    for name, table in device_tables.items():
+        _expect_table(table, f"devices.{name}", label)
+        transport = table.get("transport", "adb")
+        if transport not in TRANSPORTS:
+            raise UsageError(
+                f"{label}: devices.{name}.transport: unknown transport {transport!r}",
+                f"use one of: {', '.join(TRANSPORTS)}",
+            )
+        settings = {k: v for k, v in table.items() if k != "transport"}
+        devices[name] = DeviceConfig(name, transport, settings)
+    limits = data.get("limits", {})
+    _expect_table(limits, "limits", label)
+    return Config(path, sections["build"], sections["run"], devices, dict(limits), sections["sizecheck"])
+
+
+def _expect_table(value: Any, key: str, label: str) -> None:
+    if not isinstance(value, dict):
+        raise UsageError(f"{label}: {key} must be a table", f"write [{key}] with keys below it")
+
+
+def _expect_type(value: Any, expected: type | tuple[type, ...], key: str, label: str) -> None:
+    # bool is an int in Python; a boolean where a number belongs is a mistake.
+    ok = False if isinstance(value, bool) and expected is not bool else isinstance(value, expected)
+    if not ok:
+        names = expected.__name__ if isinstance(expected, type) else " or ".join(t.__name__ for t in expected)
+        raise UsageError(f"{label}: {key}: expected {names}, got {value!r}", f"fix {key} in {label}")
