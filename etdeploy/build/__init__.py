@@ -29,6 +29,7 @@ from etdeploy.paths import cache_dir
 
 # Below this share of the graph the backend is mostly bookkeeping around CPU ops.
 LOW_DELEGATION_SHARE = 0.5
+BUILD_REVISION = 2
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ def cache_key(ref: ModelRef, options: BuildOptions) -> str:
         "options": options.key_fields(),
         "calibration": _calibration_digest(options.calibration) if options.quantize == "int8" else "",
         "versions": versions(),
+        # Bumped whenever what a build records changes, so old cache entries are not served.
+        "format": f"{SCHEMA}+{BUILD_REVISION}",
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

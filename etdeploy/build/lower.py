@@ -57,8 +57,9 @@ _BOOKKEEPING = {"getitem", "executorch_call_delegate"}
 
 def _op_name(target: Any) -> str:
     name = getattr(target, "__name__", str(target))
-    # aten.convolution.default -> convolution; keep the overload out of the table
-    return name.split(".")[0] if "." in name else name
+    # aten.convolution.default -> convolution: the namespace and overload only add noise
+    parts = name.split(".")
+    return parts[-2] if len(parts) >= 3 else parts[0]
 
 
 def count_delegation(graph_module: Any) -> Delegation:

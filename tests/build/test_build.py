@@ -190,3 +190,12 @@ def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path
     not_pte.write_bytes(b"\0" * 64)
     done = etdeploy("inspect", str(not_pte), cwd=tmp_path)
     assert done.returncode == 2 and "not an ExecuTorch program" in done.stderr
+
+
+def test_a_backend_claiming_little_of_the_graph_gets_a_warning() -> None:
+    result = build(f"{MODELS}/two_io.py:mostly_cpu", BuildOptions(use_cache=False))
+    delegation = result.manifest["delegation"]
+    assert delegation["share"] < 0.5, delegation
+    assert delegation["by_op"]["cumsum"]["non_delegated"] == 2
+    assert any("CPU model with extra transfer overhead" in w for w in result.warnings)
+    assert result.manifest["warnings"] == result.warnings

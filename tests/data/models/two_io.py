@@ -26,3 +26,23 @@ def batch_mlp():
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
     return ModelSpec(module=model, example_inputs=(torch.zeros(4, 5),), input_names=["x"])
+
+
+class MostlyCpu(nn.Module):
+    """Ops XNNPACK does not take (cumsum, flip, argmax-like reductions) around one linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cumsum(x, dim=1)
+        y = torch.flip(y, dims=[1])
+        y = torch.cumsum(y, dim=1)
+        y = torch.flip(y, dims=[1])
+        return self.fc(y)
+
+
+def mostly_cpu():
+    torch.manual_seed(2)
+    return MostlyCpu().eval(), (torch.zeros(1, 8),)
