@@ -31,7 +31,9 @@ COPY_CHUNK = 8 << 20
 class LocalDevice(Device):
     transport = "local"
 
-    def __init__(self, name: str = "local", *, workdir: Path | None = None, lock_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self, name: str = "local", *, workdir: Path | None = None, lock_timeout_s: float = 600.0
+    ) -> None:
         super().__init__(name, lock_timeout_s=lock_timeout_s)
         self._workdir = workdir or cache_dir("local-device")
 
@@ -59,7 +61,12 @@ class LocalDevice(Device):
         return sha256_file(path) if path.is_file() else None
 
     def push(
-        self, local: Path, remote: str, *, progress: ProgressCallback | None = None, mode: int = 0o644
+        self,
+        local: Path,
+        remote: str,
+        *,
+        progress: ProgressCallback | None = None,
+        mode: int = 0o644,
     ) -> PushResult:
         if self.sha256(remote) == sha256_file(local):
             os.chmod(remote, mode)
@@ -80,13 +87,19 @@ class LocalDevice(Device):
             os.replace(tmp, target)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise DeviceError(f"cannot write {remote}: {exc.strerror}", "check free space", device=self.name) from exc
+            raise DeviceError(
+                f"cannot write {remote}: {exc.strerror}", "check free space", device=self.name
+            ) from exc
         return PushResult(remote, done, False)
 
     def pull(self, remote: str, local: Path, *, progress: ProgressCallback | None = None) -> Path:
         source = Path(remote)
         if not source.is_file():
-            raise DeviceError(f"no such file on the device: {remote}", "did the runner write it?", device=self.name)
+            raise DeviceError(
+                f"no such file on the device: {remote}",
+                "did the runner write it?",
+                device=self.name,
+            )
         tmp = local.with_name(f".{local.name}.partial")
         shutil.copyfile(source, tmp)
         os.replace(tmp, local)
@@ -121,14 +134,21 @@ class LocalDevice(Device):
         try:
             # A new session so a timeout kills the runner and anything it spawned.
             process = subprocess.Popen(
-                list(argv), cwd=cwd, env={**os.environ, **(env or {})},
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                list(argv),
+                cwd=cwd,
+                env={**os.environ, **(env or {})},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
                 start_new_session=True,
             )
         except OSError as exc:
             raise RunnerError(
-                f"cannot start {argv[0]}: {exc.strerror}", "is the runner built for this machine?",
-                device=self.name, command=" ".join(argv),
+                f"cannot start {argv[0]}: {exc.strerror}",
+                "is the runner built for this machine?",
+                device=self.name,
+                command=" ".join(argv),
             ) from exc
         timed_out = False
         try:
@@ -138,6 +158,10 @@ class LocalDevice(Device):
             os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
         return RunOutput(
-            argv=tuple(argv), exit_code=process.returncode, stdout=stdout, stderr=stderr,
-            elapsed_s=time.monotonic() - started, timed_out=timed_out,
+            argv=tuple(argv),
+            exit_code=process.returncode,
+            stdout=stdout,
+            stderr=stderr,
+            elapsed_s=time.monotonic() - started,
+            timed_out=timed_out,
         )

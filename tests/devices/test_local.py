@@ -24,10 +24,19 @@ def test_push_skips_an_unchanged_file_and_never_leaves_a_partial(tmp_path: Path)
 
 def test_run_returns_exit_code_and_both_streams() -> None:
     out = LocalDevice().run(
-        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)"],
+        [
+            sys.executable,
+            "-c",
+            "import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)",
+        ],
         deadline_s=30,
     )
-    assert (out.exit_code, out.stdout.strip(), out.stderr.strip(), out.timed_out) == (7, "out", "err", False)
+    assert (out.exit_code, out.stdout.strip(), out.stderr.strip(), out.timed_out) == (
+        7,
+        "out",
+        "err",
+        False,
+    )
 
 
 def test_a_hung_process_is_killed_at_the_deadline() -> None:

@@ -1,0 +1,22 @@
+# Version check for ios_harness/cmake/executorch-config.cmake: the frameworks'
+# version (ET_APPLE_VERSION, default 1.5.1) must share major.minor with the request.
+if(NOT DEFINED ET_APPLE_VERSION OR ET_APPLE_VERSION STREQUAL "")
+  set(PACKAGE_VERSION "1.5.1")
+else()
+  set(PACKAGE_VERSION "${ET_APPLE_VERSION}")
+endif()
+
+set(PACKAGE_VERSION_COMPATIBLE FALSE)
+set(PACKAGE_VERSION_EXACT FALSE)
+if(PACKAGE_FIND_VERSION)
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _have "${PACKAGE_VERSION}")
+  string(REGEX MATCH "^[0-9]+\\.[0-9]+" _want "${PACKAGE_FIND_VERSION}")
+  if(_have STREQUAL _want AND NOT PACKAGE_VERSION VERSION_LESS PACKAGE_FIND_VERSION)
+    set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  endif()
+  if(PACKAGE_VERSION VERSION_EQUAL PACKAGE_FIND_VERSION)
+    set(PACKAGE_VERSION_EXACT TRUE)
+  endif()
+else()
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+endif()

@@ -1,0 +1,489 @@
+"""SshDevice against a real OpenSSH sshd on loopback (tests/support/sshd.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from etdeploy.devices.ssh import SshDevice, SshSettings, resolve_target
+from etdeploy.errors import DeviceError, TransportError, UsageError
+from tests.support.sshd import (
+    CuttingProxy,
+    SshServer,
+    free_port,
+    generate_key,
+    process_is_running,
+    start_sshd,
+)
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    with start_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def no_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A developer's ssh-agent must not decide which key these tests authenticate with.
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+def settings_for(server: SshServer, tmp_path: Path, **overrides: object) -> SshSettings:
+    values: dict[str, object] = {
+        "host": server.host,
+        "port": server.port,
+        "user": server.user,
+        "key_filename": str(server.key_filename),
+        "known_hosts": str(server.known_hosts),
+        "ssh_config": str(tmp_path / "no-ssh-config"),
+        "workdir": str(tmp_path / "remote-work"),
+        "connect_timeout_s": 5.0,
+        "banner_timeout_s": 5.0,
+        "auth_timeout_s": 5.0,
+    }
+    values.update(overrides)
+    return SshSettings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def device(sshd: SshServer, tmp_path: Path) -> Iterator[SshDevice]:
+    with SshDevice(settings_for(sshd, tmp_path)) as dev:
+        yield dev  # type: ignore[misc]
+
+
+def random_file(path: Path, size: int) -> Path:
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+# -- running commands ----------------------------------------------------------------
+
+
+def test_run_returns_the_exit_status_and_both_streams(device: SshDevice) -> None:
+    out = device.run(["sh", "-c", "echo to-out; echo to-err >&2; exit 7"], deadline_s=30)
+    assert out.exit_code == 7
+    assert out.stdout == "to-out\n"
+    assert out.stderr == "to-err\n"
+    assert not out.timed_out
+
+
+def test_run_passes_arguments_verbatim_and_honours_cwd_and_env(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "cwd here"
+    workdir.mkdir()
+    out = device.run(
+        ["sh", "-c", 'printf "%s|%s|%s" "$1" "$PWD" "$GREETING"', "sh", "a b 'c' $d"],
+        deadline_s=30,
+        cwd=str(workdir),
+        env={"GREETING": 'it\'s "quoted" $HOME'},
+    )
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout == f"a b 'c' $d|{workdir}|it's \"quoted\" $HOME"
+
+
+def test_run_in_a_missing_directory_fails_without_running(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    out = device.run(["touch", str(tmp_path / "ran")], deadline_s=30, cwd=str(tmp_path / "nope"))
+    assert out.exit_code == 125
+    assert not (tmp_path / "ran").exists()
+
+
+def test_run_drains_megabytes_on_both_streams_without_deadlock(device: SshDevice) -> None:
+    size = 4 * 1024 * 1024
+    script = (
+        f"(yes out | head -c {size}) & (yes err | head -c {size} >&2) & wait; "
+        f"yes tail | head -c {size}"
+    )
+    out = device.run(["sh", "-c", script], deadline_s=60)
+    assert out.exit_code == 0
+    assert not out.timed_out
+    assert len(out.stdout) == 2 * size
+    assert len(out.stderr) == size
+    assert set(out.stderr.split("\n")) <= {"err", "e", "er", ""}
+
+
+def test_run_past_its_deadline_kills_the_whole_process_group(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    script = f"sleep 300 & echo $! > {pids}; echo $$ >> {pids}; echo started; wait"
+    started = time.monotonic()
+    out = device.run(["sh", "-c", script], deadline_s=1.5)
+    elapsed = time.monotonic() - started
+    assert out.timed_out
+    assert out.stdout == "started\n"
+    assert elapsed < 10
+    # sshd runs on this machine, so /proc shows whether the remote processes died.
+    recorded = [int(p) for p in pids.read_text().split()]
+    assert len(recorded) == 2
+    deadline = time.monotonic() + 5
+    while any(process_is_running(p) for p in recorded) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in recorded if process_is_running(p)]
+
+
+def test_run_silent_past_idle_timeout_is_killed_with_its_output_kept(device: SshDevice) -> None:
+    out = device.run(["sh", "-c", "echo hello; sleep 300"], deadline_s=60, idle_timeout_s=1.0)
+    assert out.timed_out
+    assert out.stdout == "hello\n"
+    assert out.elapsed_s < 10
+
+
+def test_run_of_a_missing_program_reports_127(device: SshDevice) -> None:
+    out = device.run(["/no/such/program"], deadline_s=30)
+    assert out.exit_code == 127
+
+
+# -- files -----------------------------------------------------------------------
+
+
+def test_push_then_pull_round_trips_the_bytes_with_progress(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    local = random_file(tmp_path / "model.pte", 3 * 1024 * 1024 + 17)
+    seen: list[tuple[int, int]] = []
+    result = device.push(
+        local, "job/model.pte", progress=lambda _p, done, total: seen.append((done, total))
+    )
+    assert result.bytes_sent == local.stat().st_size
+    assert not result.skipped
+    assert result.remote == f"{device.workdir}/job/model.pte"
+    assert seen[-1] == (local.stat().st_size, local.stat().st_size)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    back = device.pull("job/model.pte", tmp_path / "back" / "model.pte")
+    assert back.read_bytes() == local.read_bytes()
+    assert device.sha256("job/model.pte") == hashlib.sha256(local.read_bytes()).hexdigest()
+
+
+def test_push_skips_a_file_whose_remote_sha256_matches(device: SshDevice, tmp_path: Path) -> None:
+    local = random_file(tmp_path / "inputs.bin", 200_000)
+    assert device.push(local, "job/inputs.bin").bytes_sent == 200_000
+    again = device.push(local, "job/inputs.bin")
+    assert again.skipped
+    assert again.bytes_sent == 0
+    # A different file under the same name is sent again.
+    random_file(local, 200_000)
+    assert device.push(local, "job/inputs.bin").bytes_sent == 200_000
+    assert device.sha256("job/inputs.bin") == hashlib.sha256(local.read_bytes()).hexdigest()
+
+
+def test_push_applies_the_mode_and_leaves_no_temporary_file(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    local = random_file(tmp_path / "runner", 1000)
+    result = device.push(local, "job/runner", mode=0o755)
+    remote = Path(result.remote)
+    assert remote.stat().st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in remote.parent.iterdir()) == ["runner"]
+
+
+def test_file_helpers_report_missing_files_plainly(device: SshDevice, tmp_path: Path) -> None:
+    assert device.sha256("nothing/here.bin") is None
+    assert not device.exists("nothing/here.bin")
+    device.makedirs("a/b/c")
+    assert device.exists("a/b/c")
+    local = random_file(tmp_path / "x.bin", 10)
+    device.push(local, "a/b/c/x.bin")
+    device.remove("a/b/c/x.bin")
+    assert not device.exists("a/b/c/x.bin")
+    device.remove("a", recursive=True)
+    assert not device.exists("a")
+
+
+def test_pull_of_a_missing_file_is_a_device_error_and_writes_nothing(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    target = tmp_path / "out" / "result.bin"
+    with pytest.raises(DeviceError, match="no such file"):
+        device.pull("missing/result.bin", target)
+    assert not target.parent.exists() or list(target.parent.iterdir()) == []
+
+
+def test_removing_the_home_directory_is_refused(device: SshDevice) -> None:
+    with pytest.raises(UsageError, match="refusing"):
+        device.remove("~", recursive=True)
+
+
+# -- identity --------------------------------------------------------------------
+
+
+def test_info_reports_the_remote_os_and_abi(device: SshDevice) -> None:
+    info = device.info()
+    machine = os.uname().machine
+    expected = {"aarch64": "arm64", "amd64": "x86_64"}.get(machine, machine)
+    assert info.os == "linux"
+    assert info.abi == f"linux-{expected}"
+    assert info.transport == "ssh"
+    assert info.serial == f"{device.target.user}@127.0.0.1:{device.target.port}"
+    assert info.os_version == os.uname().release
+
+
+def test_workdir_defaults_to_etdeploy_in_the_remote_home(sshd: SshServer, tmp_path: Path) -> None:
+    with SshDevice(settings_for(sshd, tmp_path, workdir=None)) as dev:
+        home = dev.run(["sh", "-c", 'printf %s "$HOME"'], deadline_s=30).stdout
+        assert dev.workdir == f"{home}/etdeploy"  # type: ignore[attr-defined]
+        assert dev.resolve("job/x") == f"{home}/etdeploy/job/x"  # type: ignore[attr-defined]
+        assert dev.resolve("~/y") == f"{home}/y"  # type: ignore[attr-defined]
+
+
+# -- host keys -------------------------------------------------------------------
+
+
+def test_unknown_host_key_is_rejected_by_default_with_the_fix(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    with (
+        SshDevice(settings_for(sshd, tmp_path, known_hosts=str(empty))) as dev,
+        pytest.raises(DeviceError) as caught,
+    ):
+        dev.run(["true"], deadline_s=30)
+    assert "not in" in caught.value.message
+    assert f"ssh-keyscan -p {sshd.port} 127.0.0.1 >> {empty}" in (caught.value.hint or "")
+    assert "accept-new" in (caught.value.hint or "")
+    assert empty.read_text() == ""
+
+
+def test_accept_new_records_the_host_key_and_strict_then_trusts_it(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    known = tmp_path / "fresh" / "known_hosts"
+    accepting = settings_for(sshd, tmp_path, known_hosts=str(known), host_key_policy="accept-new")
+    with SshDevice(accepting) as dev:
+        assert dev.run(["true"], deadline_s=30).exit_code == 0
+    assert known.read_text() == sshd.known_hosts_line()
+    with SshDevice(settings_for(sshd, tmp_path, known_hosts=str(known))) as strict:
+        assert strict.run(["true"], deadline_s=30).exit_code == 0
+    assert known.read_text() == sshd.known_hosts_line()
+
+
+def test_a_changed_host_key_is_rejected_even_with_accept_new(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    impostor = generate_key(tmp_path / "other_host_key")
+    key_type, key_b64 = (tmp_path / "other_host_key.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {key_type} {key_b64}\n")
+    assert impostor.exists()
+    for policy in ("strict", "accept-new"):
+        settings = settings_for(sshd, tmp_path, known_hosts=str(known), host_key_policy=policy)
+        with SshDevice(settings) as dev, pytest.raises(DeviceError) as caught:
+            dev.run(["true"], deadline_s=30)
+        assert "CHANGED" in caught.value.message
+        assert f"ssh-keygen -R '[127.0.0.1]:{sshd.port}'" in (caught.value.hint or "")
+    assert known.read_text() == f"[127.0.0.1]:{sshd.port} {key_type} {key_b64}\n"
+
+
+# -- authentication and connecting ------------------------------------------------
+
+
+def test_a_key_the_host_does_not_accept_gives_a_clear_authentication_error(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    stranger = generate_key(tmp_path / "id_stranger")
+    with (
+        SshDevice(settings_for(sshd, tmp_path, key_filename=str(stranger))) as dev,
+        pytest.raises(DeviceError) as caught,
+    ):
+        dev.run(["true"], deadline_s=30)
+    message = caught.value.message
+    assert f"authentication failed for {sshd.user}@127.0.0.1:{sshd.port}" in message
+    assert str(stranger) in message
+    assert "ssh-copy-id" in (caught.value.hint or "")
+    assert not caught.value.retryable
+
+
+def test_nothing_listening_is_a_retryable_device_error(sshd: SshServer, tmp_path: Path) -> None:
+    port = free_port()
+    with (
+        SshDevice(settings_for(sshd, tmp_path, port=port)) as dev,
+        pytest.raises(DeviceError) as caught,
+    ):
+        dev.run(["true"], deadline_s=30)
+    assert "connection refused" in caught.value.message
+    assert caught.value.retryable
+
+
+def test_a_server_that_never_sends_its_banner_times_out(sshd: SshServer, tmp_path: Path) -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    accepted: list[socket.socket] = []
+    waiter = threading.Thread(target=lambda: accepted.append(silent.accept()[0]), daemon=True)
+    waiter.start()
+    try:
+        settings = settings_for(
+            sshd,
+            tmp_path,
+            port=silent.getsockname()[1],
+            banner_timeout_s=1.0,
+            connect_timeout_s=1.0,
+        )
+        started = time.monotonic()
+        with SshDevice(settings) as dev, pytest.raises((DeviceError, TransportError)) as caught:
+            dev.run(["true"], deadline_s=30)
+        assert time.monotonic() - started < 10
+        assert caught.value.retryable
+    finally:
+        for sock in accepted:
+            sock.close()
+        silent.close()
+
+
+def test_an_ssh_config_alias_supplies_host_port_user_key_and_known_hosts(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host buildmac\n"
+        "    HostName 127.0.0.1\n"
+        f"    Port {sshd.port}\n"
+        f"    User {sshd.user}\n"
+        f"    IdentityFile {sshd.key_filename}\n"
+        f"    UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    settings = SshSettings(host="buildmac", ssh_config=str(config), workdir=str(tmp_path / "w"))
+    target = resolve_target(settings)
+    assert (target.hostname, target.port, target.user) == ("127.0.0.1", sshd.port, sshd.user)
+    assert target.key_filenames == (str(sshd.key_filename),)
+    assert target.known_hosts == (sshd.known_hosts,)
+    with SshDevice(settings) as dev:
+        assert dev.name == "buildmac"
+        assert dev.lock_key() == f"ssh:{sshd.user}@127.0.0.1:{sshd.port}"
+        assert dev.run(["echo", "via alias"], deadline_s=30).stdout == "via alias\n"
+
+
+def test_explicit_settings_win_over_ssh_config(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host mac\n    HostName 10.0.0.9\n    Port 2200\n    User alice\n")
+    target = resolve_target(SshSettings(host="mac", port=2222, user="bob", ssh_config=str(config)))
+    assert (target.hostname, target.port, target.user) == ("10.0.0.9", 2222, "bob")
+    assert target.host_key_name == "[10.0.0.9]:2222"
+
+
+# -- a connection cut mid-transfer ------------------------------------------------
+
+
+def test_a_connection_cut_during_push_is_retryable_and_leaves_no_file(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    local = random_file(tmp_path / "big.bin", 8 * 1024 * 1024)
+    with CuttingProxy(sshd.port) as proxy:
+        known = tmp_path / "known_hosts_proxy"
+        known.write_text(sshd.known_hosts_line(port=proxy.port))
+        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        with SshDevice(settings) as dev:
+            dev.makedirs("job")
+            proxy.arm(after_bytes=2 * 1024 * 1024)
+            with pytest.raises(TransportError) as caught:
+                dev.push(local, "job/big.bin")
+            assert caught.value.retryable
+            assert "lost during upload" in caught.value.message
+            remote_dir = Path(dev.workdir) / "job"
+            assert not (remote_dir / "big.bin").exists()
+            assert proxy.cuts == 1
+
+            result = dev.push(local, "job/big.bin")
+            assert result.bytes_sent == local.stat().st_size
+            assert dev.connects == 2
+            assert (remote_dir / "big.bin").read_bytes() == local.read_bytes()
+            # The cut upload's temporary file is cleaned up after reconnecting.
+            assert sorted(p.name for p in remote_dir.iterdir()) == ["big.bin"]
+
+
+# paramiko's prefetch reader runs in its own thread and dies with the connection;
+# pull() reports the loss itself, so that thread's exception is expected noise.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_connection_cut_during_pull_is_retryable_and_writes_nothing_locally(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    with CuttingProxy(sshd.port) as proxy:
+        known = tmp_path / "known_hosts_proxy"
+        known.write_text(sshd.known_hosts_line(port=proxy.port))
+        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        with SshDevice(settings) as dev:
+            source = random_file(tmp_path / "source.bin", 16 * 1024 * 1024)
+            dev.push(source, "job/out.bin")
+            target = tmp_path / "pulled" / "out.bin"
+            # A pull sends only small read requests; cut after a few hundred of them.
+            proxy.arm(after_bytes=20_000)
+            with pytest.raises(TransportError) as caught:
+                dev.pull("job/out.bin", target)
+            assert caught.value.retryable
+            assert list(target.parent.iterdir()) == []
+            assert dev.pull("job/out.bin", target).read_bytes() == source.read_bytes()
+
+
+# -- one job per host --------------------------------------------------------------
+
+
+def test_lock_key_serialises_two_jobs_on_the_same_host(sshd: SshServer, tmp_path: Path) -> None:
+    first = SshDevice(settings_for(sshd, tmp_path))
+    second = SshDevice(settings_for(sshd, tmp_path, workdir=str(tmp_path / "other")))
+    elsewhere = SshDevice(settings_for(sshd, tmp_path, port=sshd.port + 1))
+    assert first.lock_key() == second.lock_key() == f"ssh:{sshd.user}@127.0.0.1:{sshd.port}"
+    assert elsewhere.lock_key() != first.lock_key()
+
+    spans: dict[str, tuple[float, float]] = {}
+
+    def job(label: str, dev: SshDevice) -> None:
+        with dev.lock(timeout_s=30):
+            begin = time.monotonic()
+            dev.run(["sleep", "0.5"], deadline_s=30)
+            spans[label] = (begin, time.monotonic())
+
+    threads = [
+        threading.Thread(target=job, args=("first", first)),
+        threading.Thread(target=job, args=("second", second)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    (_, a_end), (b_begin, _) = sorted(spans.values())
+    assert b_begin >= a_end, "the second job ran while the first held the host"
+
+    with first.lock(), pytest.raises(DeviceError, match="busy"), second.lock(timeout_s=0.3):
+        pass
+    first.close()
+    second.close()
+
+
+# -- settings from etdeploy.toml ----------------------------------------------------
+
+
+def test_settings_from_a_device_table_are_typed() -> None:
+    settings = SshSettings.from_mapping(
+        {"host": "mac", "port": 2222, "connect_timeout_s": 3, "host_key_policy": "accept-new"}
+    )
+    assert settings == SshSettings(
+        host="mac", port=2222, connect_timeout_s=3.0, host_key_policy="accept-new"
+    )
+    assert isinstance(settings.connect_timeout_s, float)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"port": 22}, "devices.mac: host is required"),
+        ({"host": "mac", "prot": 22}, "devices.mac: unknown key 'prot'"),
+        ({"host": "mac", "port": "22"}, "devices.mac.port: expected int, got '22'"),
+        ({"host": "mac", "port": True}, "devices.mac.port: expected int, got True"),
+        ({"host": "mac", "host_key_policy": "yolo"}, "devices.mac.host_key_policy: expected"),
+    ],
+)
+def test_a_bad_device_table_names_the_key(table: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        SshSettings.from_mapping(table, where="devices.mac")
+    assert message in caught.value.message
