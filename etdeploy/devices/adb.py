@@ -57,8 +57,10 @@ from etdeploy.devices.base import (
     ProgressCallback,
     PushResult,
     RunOutput,
+    partial_prefix,
     sha256_file,
     temporary_name,
+    temporary_path,
 )
 from etdeploy.errors import DeviceError, EtdeployError, InfraError, TransportError, UsageError
 
@@ -881,7 +883,7 @@ class AdbDevice(Device):
         and read the file's size, mtime, mode and recorded digest."""
         head, _, tail = remote.rpartition("/")
         quoted = shlex.quote(remote)
-        stale = shlex.quote(f"{head}/.{tail}.etdeploy-partial-") + "*"
+        stale = shlex.quote(partial_prefix(remote)) + "*"
         script = (
             f"mkdir -p {shlex.quote(head or '/')} && rm -f {stale} || exit 1; "
             f"if [ -f {quoted} ]; then stat -c '%s %Y %a' {quoted} && "
@@ -988,7 +990,7 @@ class AdbDevice(Device):
             raise DeviceError(f"no such file on the device: {remote}", "did the runner write it?",
                               device=self.name, command=f"pull {remote}")
         local.parent.mkdir(parents=True, exist_ok=True)
-        partial = local.with_name(f".{local.name}.etdeploy-partial-{os.getpid()}")
+        partial = temporary_path(local)
         v2 = "sendrecv_v2" in self.features
         command = f"pull {remote} {local}"
         done = 0

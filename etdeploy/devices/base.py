@@ -207,8 +207,23 @@ def job_dir(device: Device, job_id: str) -> str:
     return f"{device.workdir.rstrip('/')}/{job_id}"
 
 
+# What every partial file's name carries, so a later transfer can find and drop
+# the leftovers of a cut one.
+PARTIAL_MARKER = ".etdeploy-partial-"
+
+
+def partial_prefix(path: str) -> str:
+    """The start of every temporary name for `path` (any process)."""
+    head, _, tail = path.rpartition("/")
+    prefix = f".{tail}{PARTIAL_MARKER}"
+    return f"{head}/{prefix}" if head else prefix
+
+
 def temporary_name(remote: str) -> str:
     """The name a file is written under before its rename into place."""
-    head, _, tail = remote.rpartition("/")
-    tmp = f".{tail}.etdeploy-partial-{os.getpid()}"
-    return f"{head}/{tmp}" if head else tmp
+    return f"{partial_prefix(remote)}{os.getpid()}"
+
+
+def temporary_path(local: Path) -> Path:
+    """temporary_name for a local file: the same directory, so the rename is atomic."""
+    return Path(temporary_name(str(local)))

@@ -20,6 +20,7 @@ from etdeploy.devices.base import (
     RunOutput,
     sha256_file,
     temporary_name,
+    temporary_path,
 )
 from etdeploy.errors import DeviceError, RunnerError
 from etdeploy.paths import cache_dir
@@ -100,7 +101,7 @@ class LocalDevice(Device):
                 "did the runner write it?",
                 device=self.name,
             )
-        tmp = local.with_name(f".{local.name}.partial")
+        tmp = temporary_path(local)
         shutil.copyfile(source, tmp)
         os.replace(tmp, local)
         if progress:

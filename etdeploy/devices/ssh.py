@@ -48,6 +48,7 @@ from etdeploy.devices.base import (
     RunOutput,
     sha256_file,
     temporary_name,
+    temporary_path,
 )
 from etdeploy.errors import DeviceError, TransportError, UsageError
 
@@ -897,7 +898,7 @@ class SshDevice(Device):
         source = self.resolve(remote)
         local = Path(local)
         local.parent.mkdir(parents=True, exist_ok=True)
-        partial = local.with_name(f".{local.name}.etdeploy-partial-{os.getpid()}")
+        partial = temporary_path(local)
         sftp = self._sftp_client()
         try:
             try:
