@@ -1,8 +1,7 @@
 """Real inputs: files -> tensors (one tuple per sample) -> raw runner files, and back.
 
 A sample is one file (.npy, .npz, .pt) or, for a directory or glob, each file in
-it. Raw `.bin` files are accepted when the program's metadata gives their dtype
-and shape. Tensors are written in the runner's format: contiguous, default dim
+it. Tensors are written in the runner's format: contiguous, default dim
 order, native little-endian bytes of exactly the method input's size.
 """
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from etdeploy.errors import InputError
 
-SAMPLE_SUFFIXES = (".npy", ".npz", ".pt", ".bin")
+SAMPLE_SUFFIXES = (".npy", ".npz", ".pt")
 
 NUMPY_DTYPES = {
     "float32": np.float32, "float64": np.float64, "float16": np.float16,
@@ -83,7 +82,7 @@ def load_sample(path: Path, input_names: Sequence[str]) -> Sample:
         else:
             raise InputError(
                 f"cannot read inputs from {path.name}",
-                f"use {', '.join(SAMPLE_SUFFIXES)} (a .bin needs the program's dtypes and shapes)",
+                f"use {', '.join(SAMPLE_SUFFIXES)}",
             )
     except InputError:
         raise

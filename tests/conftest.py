@@ -12,10 +12,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if "ETDEPLOY_CACHE_DIR" not in os.environ or os.environ.get("ETDEPLOY_TEST_KEEP_CACHE") != "1":
-        root = Path(config.rootpath) / ".pytest_cache" / "etdeploy-cache"
-        root.mkdir(parents=True, exist_ok=True)
-        os.environ["ETDEPLOY_CACHE_DIR"] = str(root)
+    # Never the user's own cache: tests must see what a new user sees.
+    root = Path(config.rootpath) / ".pytest_cache" / "etdeploy-cache"
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ["ETDEPLOY_CACHE_DIR"] = str(root)
 
 
 @pytest.fixture

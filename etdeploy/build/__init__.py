@@ -27,9 +27,7 @@ from etdeploy.errors import InputError, UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
-# Below this share of the graph the backend is mostly bookkeeping around CPU ops.
-LOW_DELEGATION_SHARE = 0.5
-BUILD_REVISION = 2
+BUILD_REVISION = 3
 
 
 @dataclass(frozen=True)
@@ -99,9 +97,9 @@ def _calibration_digest(paths: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def cache_key(ref: ModelRef, options: BuildOptions) -> str:
+def cache_key(ref: ModelRef, options: BuildOptions, fingerprint: str) -> str:
     payload = {
-        "model": ref.fingerprint(),
+        "model": fingerprint,
         "options": options.key_fields(),
         "calibration": _calibration_digest(options.calibration) if options.quantize == "int8" else "",
         "versions": versions(),
@@ -126,17 +124,19 @@ def build(model: str, options: BuildOptions) -> BuildResult:
         )
     dynamic = parse_dynamic(options.dynamic)
     ref = parse_model_ref(model)
-    key = cache_key(ref, options)
+    fingerprint = ref.fingerprint()
+    key = cache_key(ref, options, fingerprint)
     entry = cache_dir("builds") / key[:32]
     pte = entry / f"{ref.name}.pte"
     with filelock.FileLock(str(entry) + ".lock"):
-        if options.use_cache and pte.is_file() and read_manifest(pte) is not None:
-            return BuildResult(pte, read_manifest(pte) or {}, True, time.perf_counter() - started)
+        cached = read_manifest(pte) if options.use_cache and pte.is_file() else None
+        if cached is not None:
+            return BuildResult(pte, cached, True, time.perf_counter() - started)
         with warnings_module.catch_warnings():
             # torch and executorch emit deprecation chatter on every export; users
             # see our warnings (low delegation, noise calibration), not theirs.
             warnings_module.simplefilter("ignore")
-            manifest, buffer, warnings = _build_uncached(ref, options, backend, dynamic)
+            manifest, buffer, warnings = _build_uncached(ref, fingerprint, options, backend, dynamic)
         manifest["cache_key"] = key
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
         try:
@@ -151,10 +151,14 @@ def build(model: str, options: BuildOptions) -> BuildResult:
 
 
 def _build_uncached(
-    ref: ModelRef, options: BuildOptions, backend: Any, dynamic: dict[str, dict[int, tuple[int, int]]]
+    ref: ModelRef,
+    fingerprint: str,
+    options: BuildOptions,
+    backend: Any,
+    dynamic: dict[str, dict[int, tuple[int, int]]],
 ) -> tuple[dict[str, Any], bytes, list[str]]:
     from etdeploy.build.export import export_model
-    from etdeploy.build.lower import LOW_SHARE_WARNING, lower
+    from etdeploy.build.lower import lower
 
     spec = load_model(ref)
     if dynamic:
@@ -167,13 +171,8 @@ def _build_uncached(
         batches, calibration_record = _calibration_batches(spec, options)
         exported = quantize(exported, options.quantize, batches)
     lowered = lower(exported, backend)
-    warnings: list[str] = []
-    if lowered.delegation.share < LOW_DELEGATION_SHARE and backend.backend_id:
-        warnings.append(LOW_SHARE_WARNING.format(
-            backend=backend.name, share=lowered.delegation.share * 100,
-            delegated=lowered.delegation.delegated_total,
-            total=lowered.delegation.delegated_total + lowered.delegation.not_delegated_total,
-        ))
+    warning = lowered.delegation.low_share_warning(backend)
+    warnings = [warning] if warning else []
     names = list(spec.input_names or [])
     for method in lowered.methods:
         for i, meta in enumerate(method["inputs"]):
@@ -185,7 +184,7 @@ def _build_uncached(
             meta["name"] = out_names[i] if i < len(out_names) else f"output_{i}"
     manifest = {
         "schema": SCHEMA,
-        "model": {"ref": ref.text, "kind": ref.kind, "name": spec.name, "fingerprint": ref.fingerprint()},
+        "model": {"ref": ref.text, "kind": ref.kind, "name": spec.name, "fingerprint": fingerprint},
         "versions": versions(),
         "backend": backend.name,
         "delegates": lowered.delegates,
@@ -195,7 +194,6 @@ def _build_uncached(
         "dynamic": {n: {str(d): list(r) for d, r in dims.items()} for n, dims in dynamic.items()},
         "methods": lowered.methods,
         "delegation": lowered.delegation.to_json(),
-        "memory": {m["name"]: {"planned_bytes": m["planned_bytes"], "buffers": m["planned_buffers"]} for m in lowered.methods},
         "samples": [str(p) for p in spec.samples],
         "size_bytes": len(lowered.buffer),
         "sha256": hashlib.sha256(lowered.buffer).hexdigest(),

@@ -3,13 +3,12 @@ the user's line and the usual fix."""
 
 from __future__ import annotations
 
-import contextlib
 import re
-import traceback
 from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import ModelError, UsageError
+from etdeploy.model.loader import find_user_line
 from etdeploy.model.spec import ModelSpec
 
 # (pattern in the exception text or type, what it means, the usual fix)
@@ -105,23 +104,8 @@ def explain_export_failure(exc: BaseException, source_files: tuple[Path, ...]) -
 
 
 def _user_line(exc: BaseException, source_files: tuple[Path, ...]) -> str:
-    """' at file.py:12 `code`', from the traceback or the text torch puts in the message."""
-    sources = {p.resolve() for p in source_files}
-    found: tuple[str, int, str] | None = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if Path(frame.filename).resolve() in sources:
-            found = (Path(frame.filename).name, frame.lineno or 0, (frame.line or "").strip())
-    if found is None:
-        # torch.export reports user frames inside the message: File "x.py", line 12
-        for match in re.finditer(r'File "([^"]+)", line (\d+)', str(exc)):
-            path = Path(match.group(1))
-            if path.resolve() in sources:
-                line = int(match.group(2))
-                code = ""
-                with contextlib.suppress(OSError, IndexError):
-                    code = path.read_text().splitlines()[line - 1].strip()
-                found = (path.name, line, code)
-    if found is None:
+    """' at file.py:12 `code`' for the user's line the failure points at."""
+    where = find_user_line(exc, source_files)
+    if where is None:
         return ""
-    name, line, code = found
-    return f" at {name}:{line}" + (f" `{code}`" if code else "")
+    return f" at {where.file}:{where.line}" + (f" `{where.code}`" if where.code else "")

@@ -10,6 +10,9 @@ from typing import Any
 from etdeploy.build.backends import Backend
 from etdeploy.errors import ModelError
 
+# Below this share of the graph a backend is mostly transfers around CPU ops.
+LOW_DELEGATION_SHARE = 0.5
+
 
 @dataclass
 class Delegation:
@@ -29,6 +32,17 @@ class Delegation:
     def share(self) -> float:
         total = self.delegated_total + self.not_delegated_total
         return self.delegated_total / total if total else 0.0
+
+    def low_share_warning(self, backend: Backend) -> str | None:
+        """The warning for a delegate that claimed little of the graph; None otherwise."""
+        if not backend.backend_id or self.share >= LOW_DELEGATION_SHARE:
+            return None
+        total = self.delegated_total + self.not_delegated_total
+        return (
+            f"{backend.name} claimed only {self.share * 100:.0f}% of the graph "
+            f"({self.delegated_total} of {total} ops): this behaves like a CPU model "
+            "with extra transfer overhead"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,7 +89,7 @@ def count_delegation(graph_module: Any) -> Delegation:
                     delegated[_op_name(inner.target)] += 1
         elif node.op == "call_function":
             name = _op_name(node.target)
-            if name not in _BOOKKEEPING and "call_delegate" not in str(node.target):
+            if name not in _BOOKKEEPING:
                 kept[name] += 1
     result.delegated = dict(delegated)
     result.not_delegated = dict(kept)
@@ -138,8 +152,3 @@ def _scalar_name(scalar_type: Any) -> str:
     name = getattr(scalar_type, "name", str(scalar_type))
     return _SCALAR_NAMES.get(name, name.lower())
 
-
-LOW_SHARE_WARNING = (
-    "{backend} claimed only {share:.0f}% of the graph ({delegated} of {total} ops): "
-    "this behaves like a CPU model with extra transfer overhead"
-)

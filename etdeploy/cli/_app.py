@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
-from etdeploy.errors import EXIT_BAD_INPUT, EtdeployError
+from etdeploy.errors import EXIT_INFRA, EtdeployError
 
 app = typer.Typer(
     name="etdeploy",
@@ -87,4 +87,5 @@ def main() -> None:
             raise
         err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}")
         err_console.print("[dim]hint:[/] rerun with --verbose and report the traceback")
-        sys.exit(EXIT_BAD_INPUT + 1)
+        # Not the user's input, not a check: the tool itself failed.
+        sys.exit(EXIT_INFRA)

@@ -7,10 +7,12 @@ running the factory: a cache hit never imports the user's code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -223,11 +225,37 @@ def _load_pt2(path: Path) -> ModelSpec:
     return ModelSpec(module=program, example_inputs=args, name=path.stem, input_names=names)
 
 
-def _user_frame(exc: BaseException, ref: ModelRef) -> str:
-    """' (at file.py:12)' for the innermost frame in the user's source files."""
-    sources = {str(p.resolve()) for p in ref.source_files}
-    where = ""
+@dataclass(frozen=True)
+class UserLine:
+    """A line of the user's model source that an error points at."""
+
+    file: str
+    line: int
+    code: str
+
+
+def find_user_line(exc: BaseException, source_files: tuple[Path, ...]) -> UserLine | None:
+    """The innermost traceback frame in the user's files; failing that, the last
+    `File "x.py", line N` that torch.export wrote into its message."""
+    sources = {p.resolve() for p in source_files}
+    found: UserLine | None = None
     for frame in traceback.extract_tb(exc.__traceback__):
-        if str(Path(frame.filename).resolve()) in sources:
-            where = f" (at {Path(frame.filename).name}:{frame.lineno})"
-    return where
+        if Path(frame.filename).resolve() in sources:
+            found = UserLine(Path(frame.filename).name, frame.lineno or 0, (frame.line or "").strip())
+    if found is not None:
+        return found
+    for match in re.finditer(r'File "([^"]+)", line (\d+)', str(exc)):
+        path = Path(match.group(1))
+        if path.resolve() in sources:
+            number = int(match.group(2))
+            code = ""
+            with contextlib.suppress(OSError, IndexError):
+                code = path.read_text().splitlines()[number - 1].strip()
+            found = UserLine(path.name, number, code)
+    return found
+
+
+def _user_frame(exc: BaseException, ref: ModelRef) -> str:
+    """' (at file.py:12)', or nothing when the error is not in the user's files."""
+    where = find_user_line(exc, ref.source_files)
+    return f" (at {where.file}:{where.line})" if where else ""
