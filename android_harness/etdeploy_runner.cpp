@@ -1,0 +1,637 @@
+// etdeploy_runner: runs one method of an ExecuTorch program on real inputs and
+// times it.
+//
+// The command line and the timing lines are those of upstream's
+// examples/portable/executor_runner, so etdeploy can drive either binary:
+//   Model loaded in X ms.
+//   Iteration i of N: X ms
+//   Model executed successfully N time(s) in X ms.
+// It adds --warmup (untimed runs first) and --result_json (the same facts as a
+// document, plus each output's dtype and shape). Unlike upstream it never
+// aborts: every failure is one line "error: <what> failed: <Error> (0x..)" on
+// stderr and a non-zero exit status (see usage_text() in src/flags.cpp).
+//
+// Built on the runtime API (Program, Method, MemoryManager) rather than
+// extension::Module so that each stage reports its own error: a program that
+// does not parse, a method that does not load (a missing operator or backend),
+// an execution that fails.
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <executorch/devtools/etdump/etdump_flatcc.h>
+#include <executorch/extension/data_loader/mmap_data_loader.h>
+#include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
+#include <executorch/extension/tensor/tensor_ptr.h>
+#include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/hierarchical_allocator.h>
+#include <executorch/runtime/executor/memory_manager.h>
+#include <executorch/runtime/executor/method.h>
+#include <executorch/runtime/executor/method_meta.h>
+#include <executorch/runtime/executor/program.h>
+#include <executorch/runtime/platform/runtime.h>
+
+#include "src/flags.h"
+#include "src/json_writer.h"
+#include "src/names.h"
+#include "src/threadpool_api.h"
+
+#ifndef ETDEPLOY_RUNNER_VERSION
+#define ETDEPLOY_RUNNER_VERSION "unknown"
+#endif
+#ifndef ETDEPLOY_EXECUTORCH_VERSION
+#define ETDEPLOY_EXECUTORCH_VERSION "unknown"
+#endif
+
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::extension::MallocMemoryAllocator;
+using executorch::extension::MmapDataLoader;
+using executorch::extension::TensorPtr;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::HierarchicalAllocator;
+using executorch::runtime::MemoryManager;
+using executorch::runtime::Method;
+using executorch::runtime::MethodMeta;
+using executorch::runtime::Program;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+using executorch::runtime::Tag;
+using executorch::runtime::TensorInfo;
+using etdeploy_runner::describe_error;
+using etdeploy_runner::dtype_name;
+using etdeploy_runner::Flags;
+using etdeploy_runner::JsonWriter;
+
+constexpr int kExitRuntimeError = 1;
+constexpr int kExitBadInput = 2;
+constexpr int kExitOutputFailed = 3;
+
+// Inputs are copied in at this alignment: enough for any SIMD load a kernel or
+// XNNPACK may issue on a non-memory-planned input.
+constexpr size_t kInputAlignment = 64;
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+// One line on stderr that etdeploy.runner.runner_failure() parses.
+int fail(int exit_code, const std::string& message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stderr);
+  return exit_code;
+}
+
+int fail_et(const std::string& what, Error error) {
+  return fail(kExitRuntimeError, what + " failed: " + describe_error(error));
+}
+
+std::string shape_text(Span<const int32_t> sizes) {
+  std::string text = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(sizes[i]);
+  }
+  return text + "]";
+}
+
+struct AlignedFree {
+  void operator()(uint8_t* data) const { std::free(data); }
+};
+using AlignedBuffer = std::unique_ptr<uint8_t, AlignedFree>;
+
+AlignedBuffer allocate_aligned(size_t size) {
+  // aligned_alloc wants a multiple of the alignment; a zero-byte tensor still
+  // gets a valid pointer.
+  const size_t rounded = ((size + kInputAlignment - 1) / kInputAlignment) * kInputAlignment;
+  return AlignedBuffer(static_cast<uint8_t*>(
+      std::aligned_alloc(kInputAlignment, rounded == 0 ? kInputAlignment : rounded)));
+}
+
+// Fills a tensor's bytes with ones of its dtype, upstream's default input.
+bool fill_ones(uint8_t* data, size_t nbytes, ScalarType type) {
+  switch (type) {
+#define ETDEPLOY_FILL_ONES(ctype, name)                       \
+  case ScalarType::name: {                                    \
+    ctype* typed = reinterpret_cast<ctype*>(data);            \
+    for (size_t i = 0; i < nbytes / sizeof(ctype); ++i) {     \
+      typed[i] = static_cast<ctype>(1);                       \
+    }                                                         \
+    return true;                                              \
+  }
+    ETDEPLOY_FILL_ONES(uint8_t, Byte)
+    ETDEPLOY_FILL_ONES(int8_t, Char)
+    ETDEPLOY_FILL_ONES(int16_t, Short)
+    ETDEPLOY_FILL_ONES(int32_t, Int)
+    ETDEPLOY_FILL_ONES(int64_t, Long)
+    ETDEPLOY_FILL_ONES(float, Float)
+    ETDEPLOY_FILL_ONES(double, Double)
+    ETDEPLOY_FILL_ONES(bool, Bool)
+#undef ETDEPLOY_FILL_ONES
+    case ScalarType::Half:
+      // IEEE half 1.0 is 0x3c00.
+      for (size_t i = 0; i < nbytes / 2; ++i) {
+        reinterpret_cast<uint16_t*>(data)[i] = 0x3c00;
+      }
+      return true;
+    case ScalarType::BFloat16:
+      // bfloat16 1.0 is the top half of float 1.0, 0x3f80.
+      for (size_t i = 0; i < nbytes / 2; ++i) {
+        reinterpret_cast<uint16_t*>(data)[i] = 0x3f80;
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Strides for `sizes` laid out in `dim_order` (outermost first), the layout the
+// input file's bytes are in.
+std::vector<executorch::aten::StridesType> strides_for(
+    const std::vector<executorch::aten::SizesType>& sizes,
+    const std::vector<executorch::aten::DimOrderType>& dim_order) {
+  std::vector<executorch::aten::StridesType> strides(sizes.size(), 1);
+  executorch::aten::StridesType stride = 1;
+  for (size_t i = dim_order.size(); i-- > 0;) {
+    strides[dim_order[i]] = stride;
+    stride *= sizes[dim_order[i]];
+  }
+  return strides;
+}
+
+struct PreparedInput {
+  size_t index = 0;
+  std::string file;  // empty: filled with ones
+  std::string dtype;
+  std::vector<int32_t> shape;
+  size_t nbytes = 0;
+  AlignedBuffer data;
+  TensorPtr tensor;
+};
+
+// Reads the input files against the method's signature. Returns the exit
+// status on failure, 0 on success.
+int prepare_inputs(
+    const MethodMeta& meta,
+    const std::vector<std::string>& files,
+    std::vector<PreparedInput>& prepared) {
+  const size_t count = meta.num_inputs();
+  if (!files.empty() && files.size() != count) {
+    return fail(
+        kExitBadInput,
+        "--inputs has " + std::to_string(files.size()) + " file(s) but method " +
+            meta.name() + " has " + std::to_string(count) + " input(s)");
+  }
+  for (size_t i = 0; i < count; ++i) {
+    Result<Tag> tag = meta.input_tag(i);
+    if (!tag.ok()) {
+      return fail_et("reading input " + std::to_string(i) + " tag", tag.error());
+    }
+    if (*tag != Tag::Tensor) {
+      return fail(
+          kExitBadInput,
+          "input " + std::to_string(i) + " is a " + etdeploy_runner::tag_name(*tag) +
+              ", not a tensor; this runner feeds tensors only");
+    }
+    Result<TensorInfo> info = meta.input_tensor_meta(i);
+    if (!info.ok()) {
+      return fail_et("reading input " + std::to_string(i) + " metadata", info.error());
+    }
+    PreparedInput input;
+    input.index = i;
+    input.dtype = dtype_name(info->scalar_type());
+    input.nbytes = info->nbytes();
+    input.shape.assign(info->sizes().begin(), info->sizes().end());
+    input.data = allocate_aligned(input.nbytes);
+    if (!input.data) {
+      return fail(kExitRuntimeError, "cannot allocate " + std::to_string(input.nbytes) +
+                                         " bytes for input " + std::to_string(i));
+    }
+    const std::string described =
+        input.dtype + " " + shape_text(info->sizes());
+    if (files.empty()) {
+      if (!fill_ones(input.data.get(), input.nbytes, info->scalar_type())) {
+        return fail(kExitBadInput, "input " + std::to_string(i) + " (" + described +
+                                       ") has no default value; pass --inputs");
+      }
+    } else {
+      input.file = files[i];
+      std::ifstream stream(input.file, std::ios::binary | std::ios::ate);
+      if (!stream) {
+        return fail(kExitBadInput,
+                    "input " + std::to_string(i) + ": cannot open " + input.file + ": " +
+                        std::strerror(errno));
+      }
+      const std::streamsize given = stream.tellg();
+      if (given < 0 || static_cast<size_t>(given) != input.nbytes) {
+        return fail(kExitBadInput,
+                    "input " + std::to_string(i) + " (" + input.file + ") has " +
+                        std::to_string(static_cast<long long>(given)) + " bytes, expected " +
+                        std::to_string(input.nbytes) + " bytes for " + described);
+      }
+      stream.seekg(0, std::ios::beg);
+      if (input.nbytes > 0 &&
+          !stream.read(reinterpret_cast<char*>(input.data.get()),
+                       static_cast<std::streamsize>(input.nbytes))) {
+        return fail(kExitBadInput, "input " + std::to_string(i) + ": cannot read " + input.file);
+      }
+    }
+    std::vector<executorch::aten::SizesType> sizes(
+        info->sizes().begin(), info->sizes().end());
+    std::vector<executorch::aten::DimOrderType> dim_order(
+        info->dim_order().begin(), info->dim_order().end());
+    std::vector<executorch::aten::StridesType> strides = strides_for(sizes, dim_order);
+    // The buffer stays owned by PreparedInput; the tensor only points at it.
+    input.tensor = executorch::extension::make_tensor_ptr(
+        std::move(sizes),
+        input.data.get(),
+        std::move(dim_order),
+        std::move(strides),
+        info->scalar_type(),
+        executorch::aten::Device(executorch::aten::DeviceType::CPU),
+        executorch::aten::TensorShapeDynamism::STATIC,
+        nullptr);
+    prepared.push_back(std::move(input));
+  }
+  return 0;
+}
+
+// Inputs are set before every execution, as upstream does: memory planning may
+// let a method reuse an input's storage, so an input set once is not
+// guaranteed to survive a run.
+Error set_inputs(Method& method, std::vector<PreparedInput>& inputs) {
+  for (PreparedInput& input : inputs) {
+    const Error status = method.set_input(EValue(*input.tensor), input.index);
+    if (status != Error::Ok) {
+      return status;
+    }
+  }
+  return Error::Ok;
+}
+
+uint64_t peak_rss_bytes() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0) {
+    return 0;
+  }
+#if defined(__APPLE__)
+  // macOS and iOS report ru_maxrss in bytes.
+  return static_cast<uint64_t>(usage.ru_maxrss);
+#else
+  // Linux and Android report kilobytes (getrusage(2)).
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+#endif
+}
+
+struct OutputRecord {
+  size_t index = 0;
+  std::string tag;
+  bool is_tensor = false;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> dim_order;
+  size_t nbytes = 0;
+  std::string file;
+  // A scalar output's value as JSON text; empty when not a scalar.
+  std::string scalar_json;
+};
+
+std::string output_file_name(const std::string& base, size_t index) {
+  return base + "-" + std::to_string(index) + ".bin";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  executorch::runtime::runtime_init();
+
+  Flags flags;
+  std::string flag_error;
+  if (!etdeploy_runner::parse_flags(argc, argv, flags, flag_error)) {
+    return fail(kExitBadInput, flag_error);
+  }
+  if (flags.help) {
+    std::fputs(etdeploy_runner::usage_text(argv[0]).c_str(), stdout);
+    return 0;
+  }
+  if (flags.version) {
+    std::printf("etdeploy_runner %s (executorch %s)\n", ETDEPLOY_RUNNER_VERSION,
+                ETDEPLOY_EXECUTORCH_VERSION);
+    return 0;
+  }
+
+  // Thread pool: the same policy as upstream, -1 means one thread per
+  // performant core, 1 means run on the calling thread only.
+  auto* threadpool = executorch::extension::threadpool::get_threadpool();
+  const uint32_t threads = flags.cpu_threads == -1
+      ? executorch::extension::cpuinfo::get_num_performant_cores()
+      : static_cast<uint32_t>(flags.cpu_threads);
+  if (threadpool != nullptr && threads > 0) {
+    std::printf("Resetting threadpool with num threads = %" PRIu32 "\n", threads);
+    threadpool->_unsafe_reset_threadpool(threads);
+  }
+  std::optional<executorch::extension::threadpool::NoThreadPoolGuard> single_thread;
+  if (flags.cpu_threads == 1) {
+    single_thread.emplace();
+  }
+  const int64_t pool_threads =
+      threadpool != nullptr ? static_cast<int64_t>(threadpool->get_thread_count()) : 1;
+
+  const std::vector<std::string> input_files = etdeploy_runner::split_commas(flags.inputs);
+
+  const Clock::time_point load_start = Clock::now();
+  // mmap rather than reading the file: weights are paged in on use, so a large
+  // program does not count twice towards peak memory. No mlock: it can fail
+  // for unprivileged processes on Android.
+  Result<MmapDataLoader> loader =
+      MmapDataLoader::from(flags.model_path.c_str(), MmapDataLoader::MlockConfig::NoMlock);
+  if (!loader.ok()) {
+    return fail_et("opening model " + flags.model_path, loader.error());
+  }
+  // InternalConsistency verifies the flatbuffer, so a truncated or corrupt file
+  // is reported here rather than crashing a later stage.
+  Result<Program> program =
+      Program::load(&loader.get(), Program::Verification::InternalConsistency);
+  if (!program.ok()) {
+    return fail_et("program load", program.error());
+  }
+
+  Result<MethodMeta> meta = program->method_meta(flags.method_name.c_str());
+  if (!meta.ok()) {
+    std::string names;
+    for (size_t i = 0; i < program->num_methods(); ++i) {
+      Result<const char*> name = program->get_method_name(i);
+      names += std::string(i ? ", " : "") + (name.ok() ? *name : "?");
+    }
+    return fail(kExitRuntimeError, "method " + flags.method_name + " lookup failed: " +
+                                       describe_error(meta.error()) +
+                                       " (program has: " + names + ")");
+  }
+  std::printf("Using method %s\n", flags.method_name.c_str());
+
+  // Memory: malloc-backed allocators for the method's metadata and kernels'
+  // scratch, and one buffer per memory-planned arena, sized by the program.
+  MallocMemoryAllocator method_allocator;
+  MallocMemoryAllocator temp_allocator;
+  std::vector<std::unique_ptr<uint8_t[]>> planned_storage;
+  std::vector<Span<uint8_t>> planned_spans;
+  for (size_t id = 0; id < meta->num_memory_planned_buffers(); ++id) {
+    const size_t size = static_cast<size_t>(meta->memory_planned_buffer_size(id).get());
+    planned_storage.push_back(std::make_unique<uint8_t[]>(size));
+    planned_spans.emplace_back(planned_storage.back().get(), size);
+  }
+  HierarchicalAllocator planned_memory({planned_spans.data(), planned_spans.size()});
+  MemoryManager memory_manager(&method_allocator, &planned_memory, &temp_allocator);
+
+  // The event tracer only when an ETDump is asked for, so plain timings carry
+  // no profiling overhead.
+  std::unique_ptr<executorch::etdump::ETDumpGen> etdump;
+  if (!flags.etdump_path.empty()) {
+    etdump = std::make_unique<executorch::etdump::ETDumpGen>();
+  }
+
+  Result<Method> method =
+      program->load_method(flags.method_name.c_str(), &memory_manager, etdump.get());
+  if (!method.ok()) {
+    return fail_et("method load", method.error());
+  }
+  const double load_ms = elapsed_ms(load_start, Clock::now());
+  std::printf("Model loaded in %f ms.\n", load_ms);
+  std::fflush(stdout);
+
+  std::vector<PreparedInput> inputs;
+  if (const int status = prepare_inputs(*meta, input_files, inputs); status != 0) {
+    return status;
+  }
+
+  for (int64_t i = 0; i < flags.warmup; ++i) {
+    if (const Error status = set_inputs(*method, inputs); status != Error::Ok) {
+      return fail_et("setting inputs", status);
+    }
+    const Clock::time_point start = Clock::now();
+    if (const Error status = method->execute(); status != Error::Ok) {
+      return fail_et("warm-up execution " + std::to_string(i + 1), status);
+    }
+    std::printf("Warm-up %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, flags.warmup,
+                elapsed_ms(start, Clock::now()));
+  }
+
+  std::vector<double> iterations_ms;
+  double total_ms = 0.0;
+  for (int64_t i = 0; i < flags.num_executions; ++i) {
+    if (const Error status = set_inputs(*method, inputs); status != Error::Ok) {
+      return fail_et("setting inputs", status);
+    }
+    const Clock::time_point start = Clock::now();
+    const Error status = method->execute();
+    const double ms = elapsed_ms(start, Clock::now());
+    if (status != Error::Ok) {
+      return fail_et("execution " + std::to_string(i + 1), status);
+    }
+    iterations_ms.push_back(ms);
+    total_ms += ms;
+    std::printf("Iteration %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, flags.num_executions,
+                ms);
+  }
+  std::printf("Model executed successfully %" PRId64 " time(s) in %f ms.\n",
+              flags.num_executions, total_ms);
+
+  std::vector<EValue> outputs(method->outputs_size());
+  if (const Error status = method->get_outputs(outputs.data(), outputs.size());
+      status != Error::Ok) {
+    return fail_et("reading outputs", status);
+  }
+  std::printf("%zu outputs: \n", outputs.size());
+
+  std::vector<OutputRecord> records;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    OutputRecord record;
+    record.index = i;
+    record.tag = etdeploy_runner::tag_name(outputs[i].tag);
+    if (outputs[i].isTensor()) {
+      const Tensor tensor = outputs[i].toTensor();
+      record.is_tensor = true;
+      record.dtype = dtype_name(tensor.scalar_type());
+      record.nbytes = tensor.nbytes();
+      for (const auto size : tensor.sizes()) {
+        record.shape.push_back(size);
+      }
+      for (const auto dim : tensor.dim_order()) {
+        record.dim_order.push_back(dim);
+      }
+      std::string shape = "[";
+      for (size_t d = 0; d < record.shape.size(); ++d) {
+        shape += (d ? ", " : "") + std::to_string(record.shape[d]);
+      }
+      shape += "]";
+      std::printf("Output %zu: tensor %s %s\n", i, record.dtype.c_str(), shape.c_str());
+      if (!flags.output_file.empty()) {
+        record.file = output_file_name(flags.output_file, i);
+        std::string write_error;
+        if (!etdeploy_runner::write_file_atomically(
+                record.file, tensor.const_data_ptr(), tensor.nbytes(), write_error)) {
+          return fail(kExitOutputFailed, "writing output " + std::to_string(i) + ": " +
+                                             write_error);
+        }
+        std::printf("Writing output to file: %s\n", record.file.c_str());
+      }
+    } else {
+      // Non-tensor outputs keep their index (upstream writes no file for them).
+      if (outputs[i].isInt()) {
+        record.scalar_json = std::to_string(outputs[i].toInt());
+      } else if (outputs[i].isDouble()) {
+        JsonWriter number;
+        number.value(outputs[i].toDouble());
+        record.scalar_json = number.text();
+      } else if (outputs[i].isBool()) {
+        record.scalar_json = outputs[i].toBool() ? "true" : "false";
+      }
+      std::printf("Output %zu: %s\n", i, record.tag.c_str());
+    }
+    records.push_back(std::move(record));
+  }
+
+  if (etdump) {
+    executorch::etdump::ETDumpResult dump = etdump->get_etdump_data();
+    if (dump.buf == nullptr || dump.size == 0) {
+      return fail(kExitOutputFailed, "writing etdump: the event tracer recorded nothing");
+    }
+    std::string write_error;
+    const bool written = etdeploy_runner::write_file_atomically(
+        flags.etdump_path, dump.buf, dump.size, write_error);
+    // ETDumpGen allocated the buffer with malloc when it was given none.
+    std::free(dump.buf);
+    if (!written) {
+      return fail(kExitOutputFailed, "writing etdump: " + write_error);
+    }
+    std::printf("ETDump written to file '%s'.\n", flags.etdump_path.c_str());
+  }
+
+  if (!flags.result_json.empty()) {
+    JsonWriter json;
+    json.begin_object();
+    json.key("schema");
+    json.value("etdeploy.runner_result/1");
+    json.key("runner_version");
+    json.value(ETDEPLOY_RUNNER_VERSION);
+    json.key("executorch_version");
+    json.value(ETDEPLOY_EXECUTORCH_VERSION);
+    json.key("model_path");
+    json.value(flags.model_path);
+    json.key("method");
+    json.value(flags.method_name);
+    json.key("cpu_threads");
+    json.value(pool_threads);
+    json.key("load_ms");
+    json.value(load_ms);
+    json.key("warmup");
+    json.value(flags.warmup);
+    json.key("num_executions");
+    json.value(flags.num_executions);
+    json.key("iterations_ms");
+    json.begin_array();
+    for (const double ms : iterations_ms) {
+      json.value(ms);
+    }
+    json.end_array();
+    json.key("total_ms");
+    json.value(total_ms);
+    json.key("peak_rss_bytes");
+    json.value(peak_rss_bytes());
+    json.key("inputs");
+    json.begin_array();
+    for (const PreparedInput& input : inputs) {
+      json.begin_object();
+      json.key("index");
+      json.value(static_cast<int64_t>(input.index));
+      json.key("dtype");
+      json.value(input.dtype);
+      json.key("shape");
+      json.begin_array();
+      for (const int32_t size : input.shape) {
+        json.value(static_cast<int64_t>(size));
+      }
+      json.end_array();
+      json.key("nbytes");
+      json.value(static_cast<uint64_t>(input.nbytes));
+      json.key("file");
+      if (input.file.empty()) {
+        json.null();
+      } else {
+        json.value(input.file);
+      }
+      json.end_object();
+    }
+    json.end_array();
+    json.key("outputs");
+    json.begin_array();
+    for (const OutputRecord& record : records) {
+      json.begin_object();
+      json.key("index");
+      json.value(static_cast<int64_t>(record.index));
+      json.key("tag");
+      json.value(record.tag);
+      if (record.is_tensor) {
+        json.key("dtype");
+        json.value(record.dtype);
+        json.key("shape");
+        json.begin_array();
+        for (const int64_t size : record.shape) {
+          json.value(size);
+        }
+        json.end_array();
+        json.key("dim_order");
+        json.begin_array();
+        for (const int64_t dim : record.dim_order) {
+          json.value(dim);
+        }
+        json.end_array();
+        json.key("nbytes");
+        json.value(static_cast<uint64_t>(record.nbytes));
+        json.key("file");
+        if (record.file.empty()) {
+          json.null();
+        } else {
+          json.value(record.file);
+        }
+      } else if (!record.scalar_json.empty()) {
+        json.key("value");
+        json.raw(record.scalar_json);
+      }
+      json.end_object();
+    }
+    json.end_array();
+    json.key("etdump_path");
+    if (flags.etdump_path.empty()) {
+      json.null();
+    } else {
+      json.value(flags.etdump_path);
+    }
+    json.end_object();
+    std::string document = json.text() + "\n";
+    std::string write_error;
+    if (!etdeploy_runner::write_file_atomically(
+            flags.result_json, document.data(), document.size(), write_error)) {
+      return fail(kExitOutputFailed, "writing result json: " + write_error);
+    }
+  }
+
+  std::fflush(stdout);
+  return 0;
+}

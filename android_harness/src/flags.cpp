@@ -1,0 +1,163 @@
+#include "flags.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace etdeploy_runner {
+namespace {
+
+bool parse_int(const std::string& text, int64_t& out) {
+  if (text.empty()) {
+    return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == nullptr || *end != '\0') {
+    return false;
+  }
+  out = static_cast<int64_t>(value);
+  return true;
+}
+
+}  // namespace
+
+bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
+  std::map<std::string, std::string*> string_flags = {
+      {"model_path", &flags.model_path},
+      {"inputs", &flags.inputs},
+      {"output_file", &flags.output_file},
+      {"method_name", &flags.method_name},
+      {"etdump_path", &flags.etdump_path},
+      {"result_json", &flags.result_json},
+  };
+  std::map<std::string, int64_t*> int_flags = {
+      {"num_executions", &flags.num_executions},
+      {"warmup", &flags.warmup},
+      {"cpu_threads", &flags.cpu_threads},
+  };
+  std::map<std::string, bool*> bool_flags = {
+      {"help", &flags.help},
+      {"version", &flags.version},
+  };
+
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.size() < 2 || arg[0] != '-') {
+      error = "unexpected argument '" + arg + "' (flags are --name=value or --name value)";
+      return false;
+    }
+    // gflags accepts one or two dashes; so do we.
+    std::string body = arg.substr(arg[1] == '-' ? 2 : 1);
+    std::string name = body;
+    std::string value;
+    bool has_value = false;
+    const size_t eq = body.find('=');
+    if (eq != std::string::npos) {
+      name = body.substr(0, eq);
+      value = body.substr(eq + 1);
+      has_value = true;
+    }
+
+    if (auto it = bool_flags.find(name); it != bool_flags.end()) {
+      if (has_value && value != "true" && value != "false" && value != "1" && value != "0") {
+        error = "flag --" + name + " takes no value or true/false, got '" + value + "'";
+        return false;
+      }
+      *it->second = !has_value || value == "true" || value == "1";
+      continue;
+    }
+
+    const bool known = string_flags.count(name) > 0 || int_flags.count(name) > 0;
+    if (!known) {
+      error = "unknown flag --" + name + " (see --help)";
+      return false;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        error = "flag --" + name + " needs a value";
+        return false;
+      }
+      value = argv[++i];
+    }
+
+    if (auto it = string_flags.find(name); it != string_flags.end()) {
+      *it->second = value;
+      continue;
+    }
+    int64_t number = 0;
+    if (!parse_int(value, number)) {
+      error = "flag --" + name + " needs an integer, got '" + value + "'";
+      return false;
+    }
+    *int_flags[name] = number;
+  }
+
+  if (flags.num_executions < 1) {
+    error = "--num_executions must be at least 1, got " + std::to_string(flags.num_executions);
+    return false;
+  }
+  if (flags.warmup < 0) {
+    error = "--warmup must be 0 or more, got " + std::to_string(flags.warmup);
+    return false;
+  }
+  if (flags.cpu_threads == 0 || flags.cpu_threads < -1) {
+    error = "--cpu_threads must be -1 (performant cores) or a positive count, got " +
+        std::to_string(flags.cpu_threads);
+    return false;
+  }
+  if (flags.method_name.empty()) {
+    error = "--method_name must not be empty";
+    return false;
+  }
+  return true;
+}
+
+std::string usage_text(const char* program) {
+  std::string text = "usage: ";
+  text += program;
+  text +=
+      " --model_path=PATH [flags]\n"
+      "\n"
+      "Runs one method of an ExecuTorch program (.pte) and times it.\n"
+      "\n"
+      "  --model_path PATH      the .pte to run (default model.pte)\n"
+      "  --inputs A,B,...       raw input files, one per method input, each exactly\n"
+      "                         the tensor's byte size in its default dim order\n"
+      "                         (default: every input filled with ones)\n"
+      "  --output_file BASE     write tensor output i to BASE-<i>.bin\n"
+      "  --num_executions N     timed executions (default 1)\n"
+      "  --warmup N             untimed executions before the timed ones (default 0)\n"
+      "  --method_name NAME     the method to run (default forward)\n"
+      "  --etdump_path PATH     record an ETDump profile and write it here\n"
+      "  --cpu_threads N        thread pool size; -1 = performant cores (default)\n"
+      "  --result_json PATH     write load time, per-iteration times and the outputs'\n"
+      "                         dtype and shape as JSON\n"
+      "  --version              print the runner and ExecuTorch versions\n"
+      "\n"
+      "Exit status: 0 ok, 1 ExecuTorch runtime error, 2 bad command line or input\n"
+      "file, 3 an output could not be written.\n";
+  return text;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> fields;
+  if (text.empty()) {
+    return fields;
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    if (comma == std::string::npos) {
+      fields.push_back(text.substr(start));
+      break;
+    }
+    fields.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return fields;
+}
+
+}  // namespace etdeploy_runner

@@ -1,0 +1,41 @@
+// Command-line flags of the runner: upstream executor_runner's names, plus
+// --warmup and --result_json. The wheel ships no gflags, so this is a small
+// parser that accepts the same spellings gflags does for these flags:
+// --name=value, --name value, and a single leading dash.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace etdeploy_runner {
+
+struct Flags {
+  std::string model_path = "model.pte";
+  // Comma-separated raw input files, one per method input.
+  std::string inputs;
+  // Base name of the output files: BASE-<i>.bin for each tensor output i.
+  std::string output_file;
+  int64_t num_executions = 1;
+  int64_t warmup = 0;
+  std::string method_name = "forward";
+  // Empty: no event tracer is attached, so timings carry no profiling cost.
+  std::string etdump_path;
+  // -1: size the thread pool by the number of performant cores, as upstream does.
+  int64_t cpu_threads = -1;
+  std::string result_json;
+  bool help = false;
+  bool version = false;
+};
+
+// Fills `flags` from argv. On a bad command line returns false and sets `error`
+// to one line that names the flag.
+bool parse_flags(int argc, char** argv, Flags& flags, std::string& error);
+
+// The usage text printed by --help.
+std::string usage_text(const char* program);
+
+// Splits "a,b,c" into its fields; an empty string gives no fields.
+std::vector<std::string> split_commas(const std::string& text);
+
+}  // namespace etdeploy_runner

@@ -1,0 +1,40 @@
+"""`etdeploy runner build`: build (or find in the cache) the C++ runner bundle."""
+
+from __future__ import annotations
+
+import typer
+
+from etdeploy.cli._app import app, err_console, render_error
+from etdeploy.errors import EtdeployError
+
+runner_app = typer.Typer(
+    name="runner",
+    help="The C++ runner that executes .pte programs on a device.",
+    no_args_is_help=True,
+)
+app.add_typer(runner_app, name="runner")
+
+
+@runner_app.command("build")
+def runner_build_command(
+    abi: str = typer.Option(
+        "host", "--abi", help="host (this machine), x86_64, or arm64-v8a (needs the Android NDK)."
+    ),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Build even when the cache has it."),
+) -> None:
+    """Build the runner for ABI and print the bundle directory (cached after the first build)."""
+    from etdeploy.runner_build import ensure_runner
+
+    def progress(message: str) -> None:
+        err_console.print(f"[dim]{message}[/]", highlight=False, soft_wrap=True)
+
+    # The shared `command` decorator registers on the root app; a sub-app's
+    # command translates errors the same way here.
+    try:
+        bundle = ensure_runner(abi, rebuild=rebuild, progress=progress)
+    except EtdeployError as exc:
+        render_error(exc)
+        raise typer.Exit(exc.exit_code) from None
+    if not bundle.fresh:
+        progress(f"cached ({bundle.abi}, key {bundle.key[:16]})")
+    typer.echo(str(bundle.directory))

@@ -1,0 +1,549 @@
+"""The runner contract: how etdeploy invokes a runner and reads back what it did.
+
+Two runners speak it. Ours (android_harness/, flavor "etdeploy") takes
+upstream executor_runner's flags plus `--warmup` and `--result_json`; upstream's
+(flavor "upstream") takes only its own flags, so its warm-up runs are folded into
+the timed loop and dropped again when the log is read, and shapes come from the
+reference instead of a result document.
+
+Pure Python and torch-free: a device transport builds the argv here, runs it
+wherever the device is, and hands the exit status and text back to
+`runner_failure` or to `parse_log` / `parse_result_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+from etdeploy.errors import RunnerError, UsageError
+
+FLAVORS = ("etdeploy", "upstream")
+
+# The schema tag our runner writes at the top of --result_json
+# (android_harness/etdeploy_runner.cpp).
+RESULT_SCHEMA = "etdeploy.runner_result/1"
+
+# executorch::runtime::Error (runtime/core/error.h in the executorch 1.5.1
+# wheel, read 2026-12-02). Upstream's runner prints only the hex code
+# ("failed with status 0x14"), so the name is looked up here.
+ET_ERRORS: dict[int, str] = {
+    0x00: "Ok",
+    0x01: "Internal",
+    0x02: "InvalidState",
+    0x03: "EndOfMethod",
+    0x04: "AlreadyLoaded",
+    0x10: "NotSupported",
+    0x11: "NotImplemented",
+    0x12: "InvalidArgument",
+    0x13: "InvalidType",
+    0x14: "OperatorMissing",
+    0x15: "RegistrationExceedingMaxKernels",
+    0x16: "RegistrationAlreadyRegistered",
+    0x20: "NotFound",
+    0x21: "MemoryAllocationFailed",
+    0x22: "AccessFailed",
+    0x23: "InvalidProgram",
+    0x24: "InvalidExternalData",
+    0x25: "OutOfResources",
+    0x30: "DelegateInvalidCompatibility",
+    0x31: "DelegateMemoryAllocationFailed",
+    0x32: "DelegateInvalidHandle",
+}
+
+# Our runner's exit statuses (usage_text() in android_harness/src/flags.cpp).
+EXIT_RUNTIME_ERROR = 1
+EXIT_BAD_INPUT = 2
+EXIT_OUTPUT_FAILED = 3
+
+
+@dataclass(frozen=True)
+class RunnerInvocation:
+    """One run of a runner. Paths are as the runner sees them (on the device)."""
+
+    model_path: str
+    input_paths: tuple[str, ...] = ()
+    output_base: str | None = None
+    num_executions: int = 1
+    warmup: int = 0
+    method: str = "forward"
+    etdump_path: str | None = None
+    # None: the runner's default (one thread per performant core).
+    cpu_threads: int | None = None
+    result_json_path: str | None = None
+    flavor: str = "etdeploy"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_path", _path_text(self.model_path))
+        object.__setattr__(self, "input_paths", tuple(_path_text(p) for p in self.input_paths))
+        for name in ("output_base", "etdump_path", "result_json_path"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _path_text(value))
+        if self.flavor not in FLAVORS:
+            raise UsageError(
+                f"unknown runner flavor {self.flavor!r}", f"use one of: {', '.join(FLAVORS)}"
+            )
+        if self.num_executions < 1:
+            raise UsageError(f"num_executions must be at least 1, got {self.num_executions}")
+        if self.warmup < 0:
+            raise UsageError(f"warmup must be 0 or more, got {self.warmup}")
+        if self.cpu_threads is not None and self.cpu_threads < 1 and self.cpu_threads != -1:
+            raise UsageError(f"cpu_threads must be positive or -1, got {self.cpu_threads}")
+        for path in self.input_paths:
+            # The runner splits --inputs on commas (as upstream does).
+            if "," in path:
+                raise UsageError(
+                    f"input path {path!r} contains a comma, which the runner cannot take",
+                    "rename the file or stage inputs in a directory without commas",
+                )
+        if not self.method:
+            raise UsageError("method name must not be empty")
+
+    @property
+    def timed_executions_requested(self) -> int:
+        """How many executions the runner is told to time (upstream times warm-ups too)."""
+        if self.flavor == "upstream":
+            return self.warmup + self.num_executions
+        return self.num_executions
+
+
+def _path_text(path: str | PurePath) -> str:
+    return path.as_posix() if isinstance(path, PurePath) else str(path)
+
+
+def runner_argv(executable: str | PurePath, invocation: RunnerInvocation) -> list[str]:
+    """The command line for `invocation`. The upstream flavor never gets --warmup or
+    --result_json: its warm-ups run as the first timed iterations instead."""
+    argv = [_path_text(executable), f"--model_path={invocation.model_path}"]
+    if invocation.input_paths:
+        argv.append(f"--inputs={','.join(invocation.input_paths)}")
+    if invocation.output_base is not None:
+        argv.append(f"--output_file={invocation.output_base}")
+    argv.append(f"--num_executions={invocation.timed_executions_requested}")
+    argv.append(f"--method_name={invocation.method}")
+    if invocation.etdump_path is not None:
+        argv.append(f"--etdump_path={invocation.etdump_path}")
+    if invocation.cpu_threads is not None:
+        argv.append(f"--cpu_threads={invocation.cpu_threads}")
+    if invocation.flavor == "etdeploy":
+        if invocation.warmup:
+            argv.append(f"--warmup={invocation.warmup}")
+        if invocation.result_json_path is not None:
+            argv.append(f"--result_json={invocation.result_json_path}")
+    return argv
+
+
+def output_files(base: str | PurePath, indices: Iterable[int]) -> list[str]:
+    """The files a runner writes for tensor outputs `indices`: BASE-<i>.bin."""
+    text = _path_text(base)
+    return [f"{text}-{index}.bin" for index in indices]
+
+
+# --- the log -----------------------------------------------------------------
+
+_NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+# Searched anywhere in a line, so ExecuTorch's PAL prefix
+# ("I 00:00:00.123 executorch:executor_runner.cpp:123] ") and logcat's
+# ("12-02 10:00:00.000  123  123 I ExecuTorch: ") are both skipped.
+_LOADED = re.compile(rf"Model loaded in {_NUMBER} ms\.")
+_ITERATION = re.compile(rf"Iteration (\d+) of (\d+): {_NUMBER} ms")
+_EXECUTED = re.compile(rf"Model executed successfully (\d+) time\(s\) in {_NUMBER} ms\.")
+
+
+@dataclass(frozen=True)
+class RunnerLog:
+    """What a runner's log lines say. Fields are None when their line is absent."""
+
+    load_ms: float | None
+    iterations_ms: tuple[float, ...]
+    # N of "Iteration i of N", as the runner announced it.
+    iterations_announced: int | None
+    executed_count: int | None
+    executed_total_ms: float | None
+
+    @property
+    def completed(self) -> bool:
+        return self.executed_count is not None
+
+
+def parse_log(text: str) -> RunnerLog:
+    """Read the timing lines out of a runner's stdout, stderr or device log.
+
+    Other lines are ignored. An iteration reported twice (the same text seen on
+    stdout and in logcat) counts once; iterations come back in their own order.
+    """
+    load_ms: float | None = None
+    iterations: dict[int, float] = {}
+    announced: int | None = None
+    executed_count: int | None = None
+    executed_total: float | None = None
+    for line in text.splitlines():
+        if (match := _LOADED.search(line)) is not None:
+            if load_ms is None:
+                load_ms = float(match.group(1))
+        elif (match := _ITERATION.search(line)) is not None:
+            index = int(match.group(1))
+            iterations.setdefault(index, float(match.group(3)))
+            announced = int(match.group(2))
+        elif (match := _EXECUTED.search(line)) is not None:
+            executed_count = int(match.group(1))
+            executed_total = float(match.group(2))
+    return RunnerLog(
+        load_ms=load_ms,
+        iterations_ms=tuple(iterations[i] for i in sorted(iterations)),
+        iterations_announced=announced,
+        executed_count=executed_count,
+        executed_total_ms=executed_total,
+    )
+
+
+# --- the result document -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """One input or output as the runner saw it. Non-tensor outputs have tag other
+    than "Tensor", no dtype/shape/file, and a `value` for scalars."""
+
+    index: int
+    tag: str = "Tensor"
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    dim_order: tuple[int, ...] | None = None
+    nbytes: int | None = None
+    file: str | None = None
+    value: float | int | bool | None = None
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.tag == "Tensor"
+
+
+@dataclass(frozen=True)
+class RunnerResult:
+    """A finished run, from --result_json (ours) or from the log (upstream)."""
+
+    flavor: str
+    method: str
+    load_ms: float | None
+    iterations_ms: tuple[float, ...]
+    warmup: int = 0
+    inputs: tuple[TensorRecord, ...] = ()
+    # Empty for the upstream runner, which reports no shapes.
+    outputs: tuple[TensorRecord, ...] = ()
+    peak_rss_bytes: int | None = None
+    cpu_threads: int | None = None
+    runner_version: str | None = None
+    executorch_version: str | None = None
+    etdump_path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.iterations_ms) if self.iterations_ms else None
+
+    @property
+    def mean_ms(self) -> float | None:
+        return statistics.fmean(self.iterations_ms) if self.iterations_ms else None
+
+    @property
+    def min_ms(self) -> float | None:
+        return min(self.iterations_ms) if self.iterations_ms else None
+
+    def tensor_outputs(self) -> tuple[TensorRecord, ...]:
+        return tuple(o for o in self.outputs if o.is_tensor)
+
+
+def _bad_document(problem: str) -> RunnerError:
+    return RunnerError(
+        f"runner result json is not usable: {problem}",
+        "the runner and etdeploy disagree on the result format; rebuild the runner "
+        "with `etdeploy runner build --rebuild`",
+    )
+
+
+def _record(raw: Any, where: str) -> TensorRecord:
+    if not isinstance(raw, dict) or not isinstance(raw.get("index"), int):
+        raise _bad_document(f"{where} has no integer index")
+    shape = raw.get("shape")
+    dim_order = raw.get("dim_order")
+    if shape is not None and not (
+        isinstance(shape, list) and all(isinstance(d, int) for d in shape)
+    ):
+        raise _bad_document(f"{where} has a shape that is not a list of integers")
+    return TensorRecord(
+        index=raw["index"],
+        tag=str(raw.get("tag", "Tensor")),
+        dtype=raw.get("dtype"),
+        shape=tuple(shape) if shape is not None else None,
+        dim_order=tuple(dim_order) if isinstance(dim_order, list) else None,
+        nbytes=raw.get("nbytes"),
+        file=raw.get("file"),
+        value=raw.get("value"),
+    )
+
+
+_KNOWN_KEYS = {
+    "schema", "runner_version", "executorch_version", "model_path", "method",
+    "cpu_threads", "load_ms", "warmup", "num_executions", "iterations_ms", "total_ms",
+    "peak_rss_bytes", "inputs", "outputs", "etdump_path",
+}  # fmt: skip
+
+
+def parse_result_json(text: str | bytes) -> RunnerResult:
+    """Read our runner's --result_json document."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad_document(f"not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise _bad_document("the top level is not an object")
+    if raw.get("schema") != RESULT_SCHEMA:
+        raise _bad_document(f"schema is {raw.get('schema')!r}, expected {RESULT_SCHEMA!r}")
+    iterations = raw.get("iterations_ms")
+    if not isinstance(iterations, list) or not all(
+        isinstance(ms, (int, float)) for ms in iterations
+    ):
+        raise _bad_document("iterations_ms is not a list of numbers")
+    if raw.get("num_executions") is not None and raw["num_executions"] != len(iterations):
+        raise _bad_document(
+            f"num_executions is {raw['num_executions']} but {len(iterations)} times are listed"
+        )
+    inputs = raw.get("inputs", [])
+    outputs = raw.get("outputs", [])
+    if not isinstance(inputs, list) or not isinstance(outputs, list):
+        raise _bad_document("inputs and outputs must be lists")
+    return RunnerResult(
+        flavor="etdeploy",
+        method=str(raw.get("method", "forward")),
+        load_ms=float(raw["load_ms"]) if raw.get("load_ms") is not None else None,
+        iterations_ms=tuple(float(ms) for ms in iterations),
+        warmup=int(raw.get("warmup", 0)),
+        inputs=tuple(_record(r, f"inputs[{i}]") for i, r in enumerate(inputs)),
+        outputs=tuple(_record(r, f"outputs[{i}]") for i, r in enumerate(outputs)),
+        peak_rss_bytes=raw.get("peak_rss_bytes"),
+        cpu_threads=raw.get("cpu_threads"),
+        runner_version=raw.get("runner_version"),
+        executorch_version=raw.get("executorch_version"),
+        etdump_path=raw.get("etdump_path"),
+        extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
+    )
+
+
+def result_from_log(log: RunnerLog | str, invocation: RunnerInvocation) -> RunnerResult:
+    """A result from the log lines alone: what an upstream runner gives.
+
+    The upstream flavor ran `warmup` extra iterations first; they are dropped
+    here. A log that never reached "Model executed successfully" or lacks
+    iterations is an error: the run did not finish.
+    """
+    parsed = parse_log(log) if isinstance(log, str) else log
+    requested = invocation.timed_executions_requested
+    if not parsed.completed or len(parsed.iterations_ms) < requested:
+        raise RunnerError(
+            f"the runner log shows {len(parsed.iterations_ms)} of {requested} iterations "
+            "and no completion line",
+            "the runner stopped early or logs elsewhere (upstream's Android build logs "
+            "to logcat, tag ExecuTorch)",
+        )
+    skipped = invocation.warmup if invocation.flavor == "upstream" else 0
+    return RunnerResult(
+        flavor=invocation.flavor,
+        method=invocation.method,
+        load_ms=parsed.load_ms,
+        iterations_ms=parsed.iterations_ms[skipped:],
+        warmup=invocation.warmup,
+        etdump_path=invocation.etdump_path,
+    )
+
+
+# --- failures -------------------------------------------------------------------
+
+# Our runner: "error: method load failed: OperatorMissing (0x14)".
+_OUR_ERROR = re.compile(r"^error: (.+)$", re.MULTILINE)
+_NAMED_CODE = re.compile(r"\b([A-Z][A-Za-z]+) \(0x([0-9a-fA-F]+)\)")
+# Upstream: "... failed with status 0x14", "Could not prepare inputs: 0x12".
+_UPSTREAM_CODE = re.compile(
+    r"(?P<what>[A-Za-z][^\]\n]*?(?:failed|Could not [a-z ]+))(?: with status)?:? 0x(?P<code>[0-9a-fA-F]+)"
+)
+_MISSING_OPERATOR = re.compile(r"Missing operator: \[\d+\] (\S+)")
+_MISSING_BACKEND = re.compile(r"Backend (\S+) is not registered")
+# The dynamic loader, when a library the runner links is not beside it.
+_MISSING_LIBRARY = re.compile(r"error while loading shared libraries: ([^:\s]+)")
+_INPUT_SIZE = re.compile(r"input (\d+) \(.*\) has (\d+) bytes, expected (\d+) bytes")
+
+
+@dataclass(frozen=True)
+class EtError:
+    """An ExecuTorch runtime error named in a runner's output."""
+
+    name: str
+    code: int
+
+    def __str__(self) -> str:
+        return f"{self.name} (0x{self.code:x})"
+
+
+class RunnerFailure(RunnerError):
+    """A runner that exited non-zero, with what its output says went wrong."""
+
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        *,
+        exit_code: int | None,
+        et_error: EtError | None = None,
+        missing_operators: Sequence[str] = (),
+        missing_backends: Sequence[str] = (),
+        device: str | None = None,
+        command: str | None = None,
+        log: str | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(
+            message, hint, device=device, command=command, log=log, retryable=retryable
+        )
+        self.runner_exit_code = exit_code
+        self.et_error = et_error
+        self.missing_operators = tuple(missing_operators)
+        self.missing_backends = tuple(missing_backends)
+
+
+def find_et_error(text: str) -> EtError | None:
+    """The first ExecuTorch error a runner's output names, from either runner."""
+    for line in _OUR_ERROR.findall(text):
+        if (match := _NAMED_CODE.search(line)) is not None:
+            return EtError(match.group(1), int(match.group(2), 16))
+    if (match := _UPSTREAM_CODE.search(text)) is not None:
+        code = int(match.group("code"), 16)
+        return EtError(ET_ERRORS.get(code, "Unknown"), code)
+    return None
+
+
+def _signal_name(exit_code: int) -> str | None:
+    # subprocess reports a signal as -N; a shell (adb shell, ssh) as 128+N.
+    number = -exit_code if exit_code < 0 else exit_code - 128 if 128 < exit_code < 160 else 0
+    if not number:
+        return None
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _dedupe(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def runner_failure(
+    exit_code: int | None,
+    stdout: str,
+    stderr: str,
+    *,
+    device_log: str = "",
+    timed_out: bool = False,
+    command: str | None = None,
+    device: str | None = None,
+) -> RunnerFailure:
+    """Turn a failed run into one error line and a hint, the log attached.
+
+    The message names the ExecuTorch error when the output has one, plus the
+    missing operators or backends the runtime logged; `exit_code` None means
+    the runner never reported one (it was killed on a deadline).
+    """
+    text = "\n".join(part for part in (stdout, stderr, device_log) if part)
+    log = "\n".join(
+        part
+        for part in (
+            f"$ {command}" if command else "",
+            f"--- stdout\n{stdout.rstrip()}" if stdout.strip() else "",
+            f"--- stderr\n{stderr.rstrip()}" if stderr.strip() else "",
+            f"--- device log\n{device_log.rstrip()}" if device_log.strip() else "",
+        )
+        if part
+    )
+    et_error = find_et_error(text)
+    operators = _dedupe(_MISSING_OPERATOR.findall(text))
+    backends = _dedupe(_MISSING_BACKEND.findall(text))
+    our_lines = _OUR_ERROR.findall(text)
+    library = _MISSING_LIBRARY.search(text)
+
+    if timed_out:
+        message = "runner timed out"
+        if (parsed := parse_log(text)).iterations_ms:
+            message += f" after {len(parsed.iterations_ms)} iteration(s)"
+    elif our_lines:
+        message = f"runner: {our_lines[-1].strip()}"
+    elif library is not None:
+        message = f"runner cannot load {library.group(1)}"
+    elif et_error is not None:
+        message = f"runner failed: {et_error}"
+    elif exit_code is not None and (sig := _signal_name(exit_code)) is not None:
+        message = f"runner was killed by {sig}"
+    else:
+        message = f"runner exited with status {exit_code}"
+
+    if operators:
+        shown = ", ".join(operators[:3]) + (
+            f" and {len(operators) - 3} more" if len(operators) > 3 else ""
+        )
+        message += f"; missing operator(s): {shown}"
+    if backends:
+        message += f"; backend not linked: {', '.join(backends)}"
+    if et_error is not None and str(et_error) not in message:
+        message += f" [{et_error}]"
+
+    hint: str
+    if timed_out:
+        hint = "raise the deadline, lower --iterations, or check the device is not throttled"
+    elif library is not None:
+        hint = (
+            "push the whole runner bundle: its shared libraries must sit in the same "
+            "directory as the executable"
+        )
+    elif backends:
+        hint = (
+            f"the program was lowered for {', '.join(backends)}, which this runner does not "
+            "link; build the .pte for a backend the runner has (xnnpack, portable)"
+        )
+    elif operators or (et_error is not None and et_error.name == "OperatorMissing"):
+        hint = (
+            "the runner has no kernel for that operator; lower with a partitioner that "
+            "covers it, or link a kernel library that registers it"
+        )
+    elif _INPUT_SIZE.search(text) or "--inputs has" in text:
+        hint = (
+            "each input file must hold exactly the tensor's bytes in its default dim "
+            "order; re-stage the inputs from the model's example shapes"
+        )
+    elif et_error is not None and et_error.name in ("InvalidProgram", "InvalidExternalData"):
+        hint = (
+            "the .pte is truncated, corrupt, or from another ExecuTorch version; rebuild "
+            "it, and check the copy on the device is whole"
+        )
+    elif et_error is not None and et_error.name == "MemoryAllocationFailed":
+        hint = "the device ran out of memory loading or running the method"
+    elif exit_code is not None and _signal_name(exit_code) is not None:
+        hint = "the runner crashed; the log below shows how far it got"
+    else:
+        hint = "see the runner log (--verbose shows it in full)"
+
+    return RunnerFailure(
+        message,
+        hint,
+        exit_code=exit_code,
+        et_error=et_error,
+        missing_operators=operators,
+        missing_backends=backends,
+        device=device,
+        command=command,
+        log=log,
+    )

@@ -1,0 +1,552 @@
+"""Building the C++ runner (android_harness/) into a cached, relocatable bundle.
+
+A bundle is one directory: the runner executable and every shared library it
+loads (found through RUNPATH $ORIGIN), so a device can take the directory as it
+is. Bundles are cached under cache_dir("runners")/<abi>-<key>/, the key hashing
+everything that changes the binary: the harness sources, the ExecuTorch
+version, the compiler and the ABI. A hit costs a stat and a small JSON read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import filelock
+
+from etdeploy.errors import RunnerError, UsageError
+from etdeploy.paths import cache_dir
+
+ABIS = ("host", "x86_64", "arm64-v8a")
+EXECUTABLE = "etdeploy_runner"
+BUNDLE_MANIFEST = "bundle.json"
+BUNDLE_SCHEMA = "etdeploy.runner_bundle/1"
+
+# The wheel's imported CMake targets need 3.28 (its executorch-config.cmake,
+# executorch 1.5.1, read 2026-12-02).
+MIN_CMAKE = (3, 28)
+# Android API level the runner targets: 26 (Android 8.0) has every libc call
+# the runner makes; ExecuTorch's own Android build uses the NDK default or newer.
+ANDROID_PLATFORM = "android-26"
+
+BUILD_TIMEOUT_S = 900.0
+LOCK_TIMEOUT_S = 1200.0
+LOG_TAIL_LINES = 60
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunnerBundle:
+    """A runner ready to deploy: `executable` (a file name) and the shared
+    libraries it loads, all in `directory`; `files` lists every one of them."""
+
+    abi: str
+    directory: Path
+    executable: str
+    # Every file a device needs, executable included, as paths under `directory`.
+    files: tuple[Path, ...]
+    flavor: str = "etdeploy"
+    key: str = ""
+    # True when this call built it; False for a cache hit or an external binary.
+    fresh: bool = False
+    info: dict[str, object] = field(default_factory=dict, compare=False)
+
+    @property
+    def executable_path(self) -> Path:
+        return self.directory / self.executable
+
+    @property
+    def libraries(self) -> tuple[Path, ...]:
+        return tuple(path for path in self.files if path.name != self.executable)
+
+
+# --- finding things ---------------------------------------------------------------
+
+
+def harness_dir() -> Path:
+    """android_harness/: ETDEPLOY_HARNESS_DIR, else beside the package (a source
+    checkout or editable install), else the source tree pip recorded."""
+    candidates: list[Path] = []
+    override = os.environ.get("ETDEPLOY_HARNESS_DIR")
+    if override:
+        candidates.append(Path(override))
+    candidates.append(Path(__file__).resolve().parent.parent / "android_harness")
+    source = _installed_source_tree()
+    if source is not None:
+        candidates.append(source / "android_harness")
+    for candidate in candidates:
+        if (candidate / "CMakeLists.txt").is_file():
+            return candidate
+    raise UsageError(
+        "cannot find the runner sources (android_harness/CMakeLists.txt)",
+        "run from an etdeploy source checkout, install it with `pip install -e`, or set "
+        "ETDEPLOY_HARNESS_DIR to the android_harness directory",
+    )
+
+
+def _installed_source_tree() -> Path | None:
+    # pip writes direct_url.json for installs from a local directory (PEP 610).
+    try:
+        text = importlib.metadata.distribution("etdeploy").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if not text:
+        return None
+    try:
+        url = json.loads(text).get("url", "")
+    except ValueError:
+        return None
+    return Path(url.removeprefix("file://")) if url.startswith("file://") else None
+
+
+def executorch_package_dir() -> Path:
+    """The installed executorch package (its CMake package lives in share/cmake).
+    Found without importing it: importing executorch pulls in torch."""
+    spec = importlib.util.find_spec("executorch")
+    if spec is None or not spec.submodule_search_locations:
+        raise UsageError("executorch is not installed in this Python", "pip install executorch")
+    package = Path(next(iter(spec.submodule_search_locations)))
+    if not (package / "share" / "cmake" / "executorch-config.cmake").is_file():
+        raise UsageError(
+            f"the executorch package at {package} ships no CMake package",
+            "install the executorch wheel from PyPI (it carries share/cmake and lib/)",
+        )
+    return package
+
+
+def executorch_version() -> str:
+    try:
+        return importlib.metadata.version("executorch")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise UsageError("executorch is not installed", "pip install executorch") from exc
+
+
+def find_tool(name: str) -> str | None:
+    """A build tool, this interpreter's bin directory first (where `pip install
+    cmake ninja` puts them), then PATH."""
+    local = shutil.which(name, path=str(Path(sys.executable).parent))
+    return local or shutil.which(name)
+
+
+def _cmake() -> tuple[str, str]:
+    cmake = find_tool("cmake")
+    if cmake is None:
+        raise UsageError(
+            "cmake is not installed", f"pip install 'cmake>={MIN_CMAKE[0]}.{MIN_CMAKE[1]}' ninja"
+        )
+    out = subprocess.run([cmake, "--version"], capture_output=True, text=True, check=False)
+    match = re.search(r"version (\d+)\.(\d+)(\S*)", out.stdout)
+    if match is None:
+        raise UsageError(f"cannot tell the version of {cmake}: {out.stdout.strip()[:80]}")
+    version = (int(match.group(1)), int(match.group(2)))
+    text = f"{match.group(1)}.{match.group(2)}{match.group(3)}"
+    if version < MIN_CMAKE:
+        raise UsageError(
+            f"{cmake} is version {text}; the runner needs cmake "
+            f"{MIN_CMAKE[0]}.{MIN_CMAKE[1]} or newer",
+            f"pip install 'cmake>={MIN_CMAKE[0]}.{MIN_CMAKE[1]}' into this environment "
+            "(the ExecuTorch package's targets need it)",
+        )
+    return cmake, text
+
+
+def _compiler_identity(command: Sequence[str]) -> str:
+    try:
+        out = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, check=False, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(
+            f"cannot run the C++ compiler {command[0]!r}: {exc}",
+            "install a C++17 compiler (g++ or clang++) or set CXX",
+        ) from exc
+    first = out.stdout.strip().splitlines()[:1]
+    if out.returncode != 0 or not first:
+        raise UsageError(
+            f"the C++ compiler {command[0]!r} does not answer --version",
+            "install a C++17 compiler (g++ or clang++) or set CXX",
+        )
+    return first[0]
+
+
+def host_abi() -> str:
+    """This machine's ABI in Android's names (the runner's device vocabulary)."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        return "x86_64"
+    if machine in ("aarch64", "arm64"):
+        return "arm64-v8a"
+    return machine
+
+
+# --- what to build -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    abi: str
+    # Extra -D settings and the compiler the cache key names.
+    cmake_defines: tuple[str, ...]
+    compiler: str
+    environment_notes: tuple[str, ...]
+
+
+def _plan(abi: str) -> _Plan:
+    if abi not in ABIS:
+        raise UsageError(f"unknown runner ABI {abi!r}", f"use one of: {', '.join(ABIS)}")
+    host = host_abi()
+    system = platform.system()
+    if abi == "host" or (abi == host and abi == "x86_64" and system == "Linux"):
+        package = executorch_package_dir()
+        cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+        return _Plan(
+            abi=host if system == "Linux" else f"{system.lower()}-{host}",
+            cmake_defines=(f"-DCMAKE_PREFIX_PATH={package}", f"-DCMAKE_CXX_COMPILER={cxx}"),
+            compiler=_compiler_identity([cxx]),
+            environment_notes=(f"system={system}", f"executorch_package={package}"),
+        )
+    if abi == "x86_64":
+        raise UsageError(
+            f"the x86_64 runner is built on an x86_64 Linux host; this is {system} {host}",
+            "build it on such a host, or use --runner PATH with an executor_runner built "
+            "for x86_64",
+        )
+    return _android_plan(abi)
+
+
+def _android_plan(abi: str) -> _Plan:
+    ndk = os.environ.get("ANDROID_NDK")
+    prefix = os.environ.get("EXECUTORCH_ANDROID_PREFIX")
+    readme = harness_dir() / "README.md"
+    if not ndk or not prefix:
+        missing = " and ".join(
+            name
+            for name, value in (("ANDROID_NDK", ndk), ("EXECUTORCH_ANDROID_PREFIX", prefix))
+            if not value
+        )
+        raise UsageError(
+            f"building the {abi} runner needs ANDROID_NDK (the NDK directory) and "
+            f"EXECUTORCH_ANDROID_PREFIX (an ExecuTorch built and installed for {abi}); "
+            f"{missing} not set",
+            f"see {readme} (android_harness/build_android.sh builds both), or pass "
+            "--runner PATH to use an executor_runner you built",
+        )
+    toolchain = Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
+    if not toolchain.is_file():
+        raise UsageError(
+            f"ANDROID_NDK={ndk} has no build/cmake/android.toolchain.cmake",
+            "point ANDROID_NDK at an unpacked NDK (r26 or newer)",
+        )
+    if not any(Path(prefix).glob("lib*/cmake/**/*onfig.cmake")):
+        raise UsageError(
+            f"EXECUTORCH_ANDROID_PREFIX={prefix} holds no ExecuTorch CMake package",
+            f"install an ExecuTorch source build there (cmake --install); see {readme}",
+        )
+    revision = "unknown"
+    properties = Path(ndk) / "source.properties"
+    if properties.is_file():
+        match = re.search(r"Pkg\.Revision\s*=\s*(\S+)", properties.read_text())
+        if match:
+            revision = match.group(1)
+    return _Plan(
+        abi=abi,
+        cmake_defines=(
+            f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
+            f"-DANDROID_ABI={abi}",
+            f"-DANDROID_PLATFORM={ANDROID_PLATFORM}",
+            f"-DCMAKE_PREFIX_PATH={prefix}",
+            # The NDK toolchain confines find_package to its sysroot otherwise.
+            "-DCMAKE_FIND_ROOT_PATH_MODE_PACKAGE=BOTH",
+        ),
+        compiler=f"android-ndk {revision}",
+        environment_notes=(f"ndk={ndk}", f"executorch_prefix={prefix}"),
+    )
+
+
+def _source_files(harness: Path) -> list[Path]:
+    # What compiles into the binary; README and the Android script do not.
+    suffixes = {".cpp", ".h", ".hpp", ".cc", ".cmake"}
+    files = [p for p in harness.rglob("*") if p.is_file() and p.suffix in suffixes]
+    files.append(harness / "CMakeLists.txt")
+    return sorted(set(files))
+
+
+def bundle_key(abi: str) -> str:
+    """The cache key of the bundle `ensure_runner(abi)` would build."""
+    plan = _plan(abi)
+    return _key(plan, harness_dir())
+
+
+def _key(plan: _Plan, harness: Path) -> str:
+    digest = hashlib.sha256()
+    for path in _source_files(harness):
+        digest.update(path.relative_to(harness).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    for part in (
+        f"executorch={executorch_version()}",
+        f"compiler={plan.compiler}",
+        f"abi={plan.abi}",
+        *plan.environment_notes,
+    ):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+# --- building -------------------------------------------------------------------------
+
+
+def _run_step(
+    step: str, argv: Sequence[str], cwd: Path, transcript: list[str], deadline: float
+) -> None:
+    transcript.append(f"$ {' '.join(argv)}")
+    remaining = max(1.0, deadline - time.monotonic())
+    try:
+        done = subprocess.run(
+            list(argv),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=remaining,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        transcript.append(out)
+        raise RunnerError(
+            f"runner build timed out while {step}",
+            "the machine may be overloaded; retry with `etdeploy runner build`",
+            command=" ".join(argv),
+            log=_tail(transcript),
+        ) from exc
+    transcript.append(done.stdout)
+    transcript.append(done.stderr)
+    if done.returncode != 0:
+        raise RunnerError(
+            f"runner build failed while {step} (exit {done.returncode})",
+            "the compiler output is attached (--verbose shows all of it); check the "
+            "compiler and the ExecuTorch install",
+            command=" ".join(argv),
+            log=_tail(transcript),
+        )
+
+
+def _tail(transcript: list[str]) -> str:
+    lines = "\n".join(part.rstrip() for part in transcript if part.strip()).splitlines()
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _build(plan: _Plan, harness: Path, key: str, staging: Path, progress: Progress) -> Path:
+    cmake, cmake_version = _cmake()
+    ninja = find_tool("ninja")
+    build_dir = staging / "build"
+    bundle_dir = staging / "bundle"
+    transcript: list[str] = []
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    started = time.monotonic()
+
+    configure = [cmake, "-S", str(harness), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"]
+    if ninja is not None:
+        configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+    configure += list(plan.cmake_defines)
+    progress(f"configuring the {plan.abi} runner (cmake {cmake_version})")
+    _run_step("configuring", configure, staging, transcript, deadline)
+    progress("compiling the runner")
+    jobs = str(os.cpu_count() or 2)
+    _run_step(
+        "compiling",
+        [cmake, "--build", str(build_dir), "--parallel", jobs],
+        staging,
+        transcript,
+        deadline,
+    )
+    progress("collecting the runner bundle")
+    _run_step(
+        "installing",
+        [cmake, "--install", str(build_dir), "--prefix", str(bundle_dir)],
+        staging,
+        transcript,
+        deadline,
+    )
+    if not (bundle_dir / EXECUTABLE).is_file():
+        raise RunnerError(
+            f"runner build produced no {EXECUTABLE}",
+            "the CMake project in android_harness/ installs nothing; check it",
+            log=_tail(transcript),
+        )
+    files = sorted(p.name for p in bundle_dir.iterdir() if p.is_file())
+    manifest = {
+        "schema": BUNDLE_SCHEMA,
+        "abi": plan.abi,
+        "key": key,
+        "executable": EXECUTABLE,
+        "files": files,
+        "flavor": "etdeploy",
+        "executorch_version": executorch_version(),
+        "compiler": plan.compiler,
+        "cmake_version": cmake_version,
+        "build_seconds": round(time.monotonic() - started, 3),
+        "build_id": uuid.uuid4().hex,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    (bundle_dir / BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return bundle_dir
+
+
+def _read_bundle(directory: Path, *, fresh: bool) -> RunnerBundle | None:
+    try:
+        manifest = json.loads((directory / BUNDLE_MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if manifest.get("schema") != BUNDLE_SCHEMA:
+        return None
+    files = tuple(directory / name for name in manifest.get("files", ()))
+    if not files or not all(path.is_file() for path in files):
+        return None
+    return RunnerBundle(
+        abi=str(manifest["abi"]),
+        directory=directory,
+        executable=str(manifest["executable"]),
+        files=files,
+        flavor=str(manifest.get("flavor", "etdeploy")),
+        key=str(manifest["key"]),
+        fresh=fresh,
+        info=manifest,
+    )
+
+
+@contextlib.contextmanager
+def _build_lock(root: Path, name: str, progress: Progress) -> Iterator[None]:
+    lock = filelock.FileLock(str(root / f".{name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        progress("waiting for another process building the same runner")
+        try:
+            lock.acquire(timeout=LOCK_TIMEOUT_S)
+        except filelock.Timeout as exc:
+            raise RunnerError(
+                f"another process has held the runner build lock for {LOCK_TIMEOUT_S:.0f} s",
+                f"if no build is running, delete {lock.lock_file}",
+            ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def ensure_runner(
+    abi: str = "host", *, rebuild: bool = False, progress: Progress | None = None
+) -> RunnerBundle:
+    """The runner bundle for `abi`, built if the cache lacks it.
+
+    abi: "host" (this machine), "x86_64" (the same, on an x86_64 Linux host), or
+    "arm64-v8a" (needs ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX). A build runs
+    in a temporary directory renamed into place, under a lock, so concurrent
+    callers build once and nobody sees half a bundle.
+    """
+    report: Progress = progress or (lambda _message: None)
+    plan = _plan(abi)
+    harness = harness_dir()
+    key = _key(plan, harness)
+    root = cache_dir("runners")
+    name = f"{plan.abi}-{key[:16]}"
+    final = root / name
+
+    if not rebuild and (hit := _read_bundle(final, fresh=False)) is not None:
+        return hit
+
+    with _build_lock(root, name, report):
+        # Another process may have finished the same build while this one waited.
+        if not rebuild and (hit := _read_bundle(final, fresh=False)) is not None:
+            return hit
+        staging = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
+        try:
+            built = _build(plan, harness, key, staging, report)
+            if final.exists():
+                # A rebuild, or a damaged entry: move it aside, then swap in.
+                final.rename(staging / "previous")
+            built.rename(final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    bundle = _read_bundle(final, fresh=True)
+    if bundle is None:
+        raise RunnerError(f"the runner bundle at {final} is incomplete right after its build")
+    report(f"runner ready in {bundle.info.get('build_seconds')} s: {final}")
+    return bundle
+
+
+# --- an upstream runner -----------------------------------------------------------------
+
+# ELF e_machine values (the System V gABI's registry) in Android's ABI names.
+_ELF_MACHINES = {62: "x86_64", 183: "arm64-v8a", 40: "armeabi-v7a", 3: "x86"}
+
+
+def binary_abi(path: Path) -> str | None:
+    """The ABI an executable is built for, read from its header; None when unknown."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return None
+    if header[:4] == b"\x7fELF" and len(header) >= 20:
+        byteorder = "little" if header[5] == 1 else "big"
+        return _ELF_MACHINES.get(int.from_bytes(header[18:20], byteorder))
+    # Mach-O 64-bit (little-endian magic 0xfeedfacf), as a macOS or iOS build is.
+    if header[:4] == b"\xcf\xfa\xed\xfe":
+        cpu = int.from_bytes(header[4:8], "little")
+        return {0x01000007: "darwin-x86_64", 0x0100000C: "darwin-arm64"}.get(cpu)
+    return None
+
+
+def external_runner(path: str | Path, *, libraries: Sequence[str | Path] = ()) -> RunnerBundle:
+    """Use a runner built elsewhere, such as upstream's executor_runner (`--runner PATH`).
+
+    It speaks upstream's flags only (flavor "upstream"). `libraries` are shared
+    libraries that must travel with it; they must sit in the same directory.
+    """
+    executable = Path(path).expanduser().resolve()
+    if not executable.is_file():
+        raise UsageError(
+            f"runner {path} does not exist", "pass the path of an executor_runner binary"
+        )
+    if not os.access(executable, os.X_OK):
+        raise UsageError(f"runner {path} is not executable", f"chmod +x {path}")
+    files = [executable]
+    for library in libraries:
+        library_path = Path(library).expanduser().resolve()
+        if library_path.parent != executable.parent or not library_path.is_file():
+            raise UsageError(
+                f"runner library {library} is not a file beside {executable.name}",
+                "put the runner and its libraries in one directory",
+            )
+        files.append(library_path)
+    abi = binary_abi(executable)
+    return RunnerBundle(
+        abi=abi or "unknown",
+        directory=executable.parent,
+        executable=executable.name,
+        files=tuple(files),
+        flavor="upstream",
+        key="",
+        fresh=False,
+        info={"external": str(executable)},
+    )

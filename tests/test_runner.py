@@ -1,0 +1,631 @@
+"""The runner contract (etdeploy/runner.py) and the C++ runner that speaks it.
+
+The first half reads text: argv building, log lines behind ExecuTorch's and
+logcat's prefixes, the result document, failure messages. The second half runs
+the real runner, built from android_harness/ against the installed executorch,
+on .pte files lowered here with torch.export and to_edge_transform_and_lower,
+and compares its outputs with executorch's Python runtime and eager torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from etdeploy.errors import EXIT_INFRA, RunnerError, UsageError
+from etdeploy.runner import (
+    RESULT_SCHEMA,
+    EtError,
+    RunnerFailure,
+    RunnerInvocation,
+    find_et_error,
+    output_files,
+    parse_log,
+    parse_result_json,
+    result_from_log,
+    runner_argv,
+    runner_failure,
+)
+from etdeploy.runner_build import RunnerBundle, ensure_runner
+
+# --- argv ------------------------------------------------------------------------
+
+
+def test_argv_for_our_runner_carries_every_flag() -> None:
+    invocation = RunnerInvocation(
+        model_path="/data/local/tmp/m.pte",
+        input_paths=("/d/in-0.bin", "/d/in-1.bin"),
+        output_base="/d/out",
+        num_executions=5,
+        warmup=2,
+        method="forward",
+        etdump_path="/d/run.etdump",
+        cpu_threads=4,
+        result_json_path="/d/result.json",
+    )
+    assert runner_argv("/d/etdeploy_runner", invocation) == [
+        "/d/etdeploy_runner",
+        "--model_path=/data/local/tmp/m.pte",
+        "--inputs=/d/in-0.bin,/d/in-1.bin",
+        "--output_file=/d/out",
+        "--num_executions=5",
+        "--method_name=forward",
+        "--etdump_path=/d/run.etdump",
+        "--cpu_threads=4",
+        "--warmup=2",
+        "--result_json=/d/result.json",
+    ]
+
+
+def test_argv_for_upstream_folds_warmup_into_executions_and_omits_our_flags() -> None:
+    invocation = RunnerInvocation(
+        model_path="m.pte",
+        num_executions=5,
+        warmup=2,
+        result_json_path="r.json",
+        flavor="upstream",
+    )
+    argv = runner_argv("executor_runner", invocation)
+    assert "--num_executions=7" in argv
+    assert not any(a.startswith(("--warmup", "--result_json")) for a in argv)
+
+
+def test_invocation_refuses_what_the_runner_cannot_take() -> None:
+    with pytest.raises(UsageError, match="comma"):
+        RunnerInvocation(model_path="m.pte", input_paths=("a,b.bin",))
+    with pytest.raises(UsageError, match="num_executions"):
+        RunnerInvocation(model_path="m.pte", num_executions=0)
+    with pytest.raises(UsageError, match="flavor"):
+        RunnerInvocation(model_path="m.pte", flavor="gflags")
+
+
+def test_output_files_are_base_dash_index_dot_bin() -> None:
+    assert output_files("/d/out", [0, 2]) == ["/d/out-0.bin", "/d/out-2.bin"]
+
+
+# --- log lines -------------------------------------------------------------------
+
+UPSTREAM_STYLE_LOG = """\
+I 00:00:00.000512 executorch:executor_runner.cpp:171] Resetting threadpool with num threads = 4
+I 00:00:00.001843 executorch:executor_runner.cpp:240] Model file m.pte is loaded.
+some unrelated line: Iteration counts are fun
+I 00:00:00.004102 executorch:executor_runner.cpp:330] Model loaded in 2.251000 ms.
+I 00:00:00.004512 executorch:executor_runner.cpp:420] Iteration 1 of 3: 0.410000 ms
+I 00:00:00.004912 executorch:executor_runner.cpp:420] Iteration 2 of 3: 0.400000 ms
+12-02 10:00:00.000  4242  4242 I ExecuTorch: Iteration 3 of 3: 3.9e-01 ms
+I 00:00:00.005312 executorch:executor_runner.cpp:431] Model executed successfully 3 time(s) in 1.200000 ms.
+"""
+
+
+def test_parse_log_reads_timing_lines_behind_et_and_logcat_prefixes_among_noise() -> None:
+    log = parse_log(UPSTREAM_STYLE_LOG)
+    assert log.load_ms == pytest.approx(2.251)
+    assert log.iterations_ms == pytest.approx((0.41, 0.40, 0.39))
+    assert log.iterations_announced == 3
+    assert log.executed_count == 3
+    assert log.executed_total_ms == pytest.approx(1.2)
+    assert log.completed
+
+
+def test_parse_log_counts_an_iteration_seen_twice_once() -> None:
+    # stdout and logcat can both carry the same line.
+    doubled = "Iteration 1 of 2: 1.0 ms\nIteration 1 of 2: 1.0 ms\r\nIteration 2 of 2: 2.0 ms\r\n"
+    assert parse_log(doubled).iterations_ms == (1.0, 2.0)
+
+
+def test_result_from_log_drops_upstream_warmups_and_refuses_an_unfinished_log() -> None:
+    invocation = RunnerInvocation(model_path="m.pte", num_executions=2, warmup=1, flavor="upstream")
+    result = result_from_log(UPSTREAM_STYLE_LOG, invocation)
+    assert result.iterations_ms == pytest.approx((0.40, 0.39))
+    assert result.outputs == ()
+    unfinished = "Model loaded in 1.0 ms.\nIteration 1 of 3: 0.4 ms\n"
+    with pytest.raises(RunnerError, match="1 of 3 iterations"):
+        result_from_log(unfinished, invocation)
+
+
+# --- result json -----------------------------------------------------------------
+
+
+def test_parse_result_json_refuses_another_schema_and_inconsistent_counts() -> None:
+    with pytest.raises(RunnerError, match="schema"):
+        parse_result_json(json.dumps({"schema": "other/1", "iterations_ms": []}))
+    with pytest.raises(RunnerError, match="num_executions"):
+        parse_result_json(
+            json.dumps({"schema": RESULT_SCHEMA, "num_executions": 3, "iterations_ms": [1.0]})
+        )
+    with pytest.raises(RunnerError, match="not JSON"):
+        parse_result_json("{truncated")
+
+
+# --- failures --------------------------------------------------------------------
+
+
+def test_find_et_error_names_upstream_hex_statuses() -> None:
+    text = (
+        "E 00:00:00.000670 executorch:method.cpp:822] Missing operator: [0] my::op.out\n"
+        "F 00:00:00.000700 executorch:executor_runner.cpp:350] "
+        "In function main(), assert failed (method.ok()): "
+        "Loading of method forward failed with status 0x14\n"
+    )
+    assert find_et_error(text) == EtError("OperatorMissing", 0x14)
+    failure = runner_failure(-6, "", text)
+    assert "OperatorMissing (0x14)" in failure.message
+    assert failure.missing_operators == ("my::op.out",)
+    assert failure.exit_code == EXIT_INFRA
+
+
+def test_runner_failure_says_timeout_and_signal() -> None:
+    timed_out = runner_failure(None, "Iteration 1 of 9: 5.0 ms\n", "", timed_out=True)
+    assert timed_out.message == "runner timed out after 1 iteration(s)"
+    killed = runner_failure(137, "", "")
+    assert killed.message == "runner was killed by SIGKILL"
+    assert isinstance(killed, RunnerError)
+
+
+# --- the real runner ---------------------------------------------------------------
+
+RUN_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="session")
+def runner_bundle(tmp_path_factory: pytest.TempPathFactory) -> RunnerBundle:
+    """The runner, built once per session into a session cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ETDEPLOY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "runner-cache"))
+        return ensure_runner()
+
+
+@dataclass(frozen=True)
+class Program:
+    """A .pte lowered here, the eager module it came from, and its inputs."""
+
+    path: Path
+    eager: Any
+    inputs: tuple[Any, ...]
+    input_files: tuple[Path, ...]
+
+
+def _image_like(*shape: int) -> Any:
+    # Structured values (gradients and waves), not noise; deterministic.
+    import torch
+
+    n = 1
+    for size in shape:
+        n *= size
+    ramp = torch.linspace(-1.0, 1.0, n)
+    return (ramp + 0.25 * torch.sin(ramp * 17.0)).reshape(shape)
+
+
+def _define_missing_op() -> None:
+    """An operator (with the out variant to_executorch wants) that no kernel
+    library in the runner registers."""
+    import torch
+    from torch.library import Library, impl
+
+    library = Library("etdeploy_test", "DEF")
+    library.define("twice(Tensor x) -> Tensor")
+    library.define("twice.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+    impl(library, "twice", "CompositeExplicitAutograd")(lambda x: x * 2)
+
+    def twice_out(x: Any, *, out: Any) -> Any:
+        out.copy_(x * 2)
+        return out
+
+    impl(library, "twice.out", "CompositeExplicitAutograd")(twice_out)
+    impl(library, "twice", "Meta")(lambda x: torch.empty_like(x))
+    impl(library, "twice.out", "Meta")(lambda x, *, out: out)
+    # Kept alive for the session: dropping the Library unregisters the op.
+    _define_missing_op.library = library  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Program]:
+    import executorch.kernels.quantized  # noqa: F401  registers the quantized out variants
+    import torch
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    directory = tmp_path_factory.mktemp("programs")
+    torch.manual_seed(0)
+
+    class SmallCnn(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+    class TwoInTwoOut(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 4)
+
+        def forward(self, a: Any, b: Any) -> Any:
+            return self.fc(a) * b, (a - 1.0).abs().sum(dim=1)
+
+    class UsesMissingOp(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return torch.ops.etdeploy_test.twice(x) + 1
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x: Any) -> Any:
+            return torch.relu(self.fc(x))
+
+    _define_missing_op()
+    built: dict[str, Program] = {}
+
+    def lower(name: str, module: Any, inputs: tuple[Any, ...], partitioner: list[Any],
+              exported: Any = None, **kwargs: Any) -> None:  # fmt: skip
+        exported = exported if exported is not None else torch.export.export(module, inputs)
+        program = to_edge_transform_and_lower(exported, partitioner=partitioner, **kwargs)
+        path = directory / f"{name}.pte"
+        path.write_bytes(program.to_executorch().buffer)
+        files = []
+        for index, tensor in enumerate(inputs):
+            file = directory / f"{name}-in-{index}.bin"
+            file.write_bytes(tensor.contiguous().numpy().tobytes())
+            files.append(file)
+        built[name] = Program(path, module, inputs, tuple(files))
+
+    cnn = SmallCnn().eval()
+    image = (_image_like(1, 3, 8, 8),)
+    lower("cnn_xnnpack", cnn, image, [XnnpackPartitioner()])
+    lower("cnn_portable", cnn, image, [])
+    two = TwoInTwoOut().eval()
+    lower("two_io", two, (_image_like(2, 6), _image_like(2, 4) + 0.5), [XnnpackPartitioner()])
+
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True)
+    )
+    prepared = prepare_pt2e(torch.export.export(cnn, image).module(), quantizer)
+    prepared(*image)
+    quantized = convert_pt2e(prepared)
+    quantized_export = torch.export.export(quantized, image)
+    lower("cnn_int8_xnnpack", quantized, image, [XnnpackPartitioner()], quantized_export)
+    # Unpartitioned, the quantize/dequantize ops run on the quantized kernels library.
+    lower("cnn_int8_portable", quantized, image, [], quantized_export)
+
+    lower(
+        "missing_op",
+        UsesMissingOp(),
+        (_image_like(4),),
+        [],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+    lower("vulkan", Tiny().eval(), (_image_like(1, 8),), [VulkanPartitioner()])
+    return built
+
+
+def run_runner(bundle: RunnerBundle, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(bundle.executable_path), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def run_invocation(
+    bundle: RunnerBundle, invocation: RunnerInvocation
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        runner_argv(bundle.executable_path, invocation),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def python_runtime_outputs(program: Program) -> list[np.ndarray]:
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(program.path).load_method("forward")
+    return [t.numpy() for t in method.execute(list(program.inputs))]
+
+
+def read_outputs(result_json: Path) -> tuple[list[np.ndarray], Any]:
+    result = parse_result_json(result_json.read_text())
+    arrays = [
+        np.fromfile(o.file, dtype=np.dtype(o.dtype)).reshape(o.shape)
+        for o in result.tensor_outputs()
+    ]
+    return arrays, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "eager_atol"),
+    [
+        ("cnn_xnnpack", 1e-4),
+        ("cnn_portable", 1e-5),
+        # int8 kernels against the converted (fake-quantized) eager graph: identical
+        # here; 0.01 leaves about three output quantization steps for other CPUs.
+        ("cnn_int8_xnnpack", 0.01),
+        ("cnn_int8_portable", 0.01),
+    ],
+)
+def test_runner_outputs_equal_python_runtime_and_match_eager(
+    runner_bundle: RunnerBundle,
+    programs: dict[str, Program],
+    tmp_path: Path,
+    name: str,
+    eager_atol: float,
+) -> None:
+    program = programs[name]
+    invocation = RunnerInvocation(
+        model_path=str(program.path),
+        input_paths=tuple(map(str, program.input_files)),
+        output_base=str(tmp_path / "out"),
+        result_json_path=str(tmp_path / "result.json"),
+    )
+    done = run_invocation(runner_bundle, invocation)
+    assert done.returncode == 0, done.stderr
+    (got,), result = read_outputs(tmp_path / "result.json")
+    (reference,) = python_runtime_outputs(program)
+    # Same kernels, same inputs, same thread count policy: identical bits.
+    np.testing.assert_array_equal(got, reference)
+    eager = program.eager(*program.inputs).detach().numpy()
+    np.testing.assert_allclose(got, eager, atol=eager_atol, rtol=0)
+    assert result.outputs[0].dtype == "float32"
+    assert result.outputs[0].shape == (1, 10)
+
+
+@pytest.mark.slow
+def test_two_inputs_and_two_outputs_each_get_their_file(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["two_io"]
+    base = tmp_path / "out"
+    done = run_runner(
+        runner_bundle,
+        f"--model_path={program.path}",
+        f"--inputs={program.input_files[0]},{program.input_files[1]}",
+        f"--output_file={base}",
+        f"--result_json={tmp_path / 'r.json'}",
+    )
+    assert done.returncode == 0, done.stderr
+    got, result = read_outputs(tmp_path / "r.json")
+    assert [o.file for o in result.outputs] == output_files(base, [0, 1])
+    assert [o.shape for o in result.outputs] == [(2, 4), (2,)]
+    assert [i.shape for i in result.inputs] == [(2, 6), (2, 4)]
+    for mine, reference in zip(got, python_runtime_outputs(program), strict=True):
+        np.testing.assert_array_equal(mine, reference)
+    eager = [t.detach().numpy() for t in program.eager(*program.inputs)]
+    for mine, expected in zip(got, eager, strict=True):
+        np.testing.assert_allclose(mine, expected, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_result_json_agrees_with_the_log_lines(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["cnn_xnnpack"]
+    invocation = RunnerInvocation(
+        model_path=str(program.path),
+        input_paths=tuple(map(str, program.input_files)),
+        num_executions=4,
+        warmup=2,
+        result_json_path=str(tmp_path / "r.json"),
+    )
+    done = run_invocation(runner_bundle, invocation)
+    assert done.returncode == 0, done.stderr
+    result = parse_result_json((tmp_path / "r.json").read_text())
+    log = parse_log(done.stdout + done.stderr)
+    assert log.completed and log.executed_count == 4
+    # Warm-up runs are not timed iterations.
+    assert len(result.iterations_ms) == 4 and result.warmup == 2
+    assert log.iterations_ms == pytest.approx(result.iterations_ms, abs=1e-6)
+    assert log.load_ms == pytest.approx(result.load_ms, abs=1e-6)
+    assert result.peak_rss_bytes is not None and result.peak_rss_bytes > 1 << 20
+    assert result.runner_version and result.executorch_version
+    assert result.cpu_threads is not None and result.cpu_threads >= 1
+    assert result.method == "forward"
+    assert result.inputs[0].file == str(program.input_files[0])
+    assert not list(tmp_path.glob("*.tmp*")), "a temporary file was left behind"
+
+
+@pytest.mark.slow
+def test_flags_take_both_spellings_and_one_thread(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["cnn_portable"]
+    done = run_runner(
+        runner_bundle,
+        "--model_path", program.path,
+        f"--inputs={program.input_files[0]}",
+        "--num_executions", "2",
+        "-cpu_threads=1",
+        "--result_json", tmp_path / "r.json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = parse_result_json((tmp_path / "r.json").read_text())
+    assert len(result.iterations_ms) == 2
+    assert result.cpu_threads == 1
+
+
+@pytest.mark.slow
+def test_upstream_flavor_reads_timings_from_the_log_alone(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    """Our binary stands in for upstream's executor_runner here: the argv is
+    upstream's (no --warmup, no --result_json), and only the log is read."""
+    program = programs["cnn_xnnpack"]
+    invocation = RunnerInvocation(
+        model_path=str(program.path),
+        input_paths=tuple(map(str, program.input_files)),
+        output_base=str(tmp_path / "out"),
+        num_executions=3,
+        warmup=2,
+        flavor="upstream",
+    )
+    done = run_invocation(runner_bundle, invocation)
+    assert done.returncode == 0, done.stderr
+    result = result_from_log(done.stdout + done.stderr, invocation)
+    assert len(result.iterations_ms) == 3
+    assert result.load_ms is not None and result.load_ms > 0
+    assert (tmp_path / "out-0.bin").stat().st_size == 40
+
+
+@pytest.mark.slow
+def test_wrong_input_size_names_index_expected_and_given_bytes(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["two_io"]
+    short = tmp_path / "short.bin"
+    short.write_bytes(b"\0" * 12)
+    done = run_runner(
+        runner_bundle, f"--model_path={program.path}", f"--inputs={program.input_files[0]},{short}"
+    )
+    assert done.returncode == 2
+    assert "input 1" in done.stderr and "has 12 bytes, expected 32 bytes" in done.stderr
+    failure = runner_failure(done.returncode, done.stdout, done.stderr)
+    assert "input 1" in failure.message and "expected 32 bytes" in failure.message
+    assert "dim order" in (failure.hint or "")
+    assert failure.log and "has 12 bytes" in failure.log
+
+
+@pytest.mark.slow
+def test_wrong_input_count_is_refused(
+    runner_bundle: RunnerBundle, programs: dict[str, Program]
+) -> None:
+    program = programs["two_io"]
+    done = run_runner(
+        runner_bundle, f"--model_path={program.path}", f"--inputs={program.input_files[0]}"
+    )
+    assert done.returncode == 2
+    assert "--inputs has 1 file(s) but method forward has 2 input(s)" in done.stderr
+
+
+@pytest.mark.slow
+def test_truncated_program_fails_with_invalid_program(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    truncated = tmp_path / "truncated.pte"
+    data = programs["cnn_xnnpack"].path.read_bytes()
+    truncated.write_bytes(data[: len(data) // 3])
+    done = run_runner(runner_bundle, f"--model_path={truncated}")
+    assert done.returncode == 1
+    failure = runner_failure(done.returncode, done.stdout, done.stderr)
+    assert failure.et_error == EtError("InvalidProgram", 0x23)
+    assert "program load failed: InvalidProgram (0x23)" in failure.message
+    assert "truncated" in (failure.hint or "")
+
+
+@pytest.mark.slow
+def test_missing_operator_is_named(
+    runner_bundle: RunnerBundle, programs: dict[str, Program]
+) -> None:
+    program = programs["missing_op"]
+    done = run_runner(
+        runner_bundle, f"--model_path={program.path}", f"--inputs={program.input_files[0]}"
+    )
+    assert done.returncode == 1
+    assert "error: method load failed: OperatorMissing (0x14)" in done.stderr
+    failure = runner_failure(done.returncode, done.stdout, done.stderr, command="etdeploy_runner")
+    assert isinstance(failure, RunnerFailure)
+    assert failure.missing_operators == ("etdeploy_test::twice.out",)
+    assert "etdeploy_test::twice.out" in failure.message
+    assert failure.command == "etdeploy_runner"
+
+
+@pytest.mark.slow
+def test_backend_the_runner_does_not_link_is_named(
+    runner_bundle: RunnerBundle, programs: dict[str, Program]
+) -> None:
+    program = programs["vulkan"]
+    done = run_runner(runner_bundle, f"--model_path={program.path}")
+    assert done.returncode == 1
+    failure = runner_failure(done.returncode, done.stdout, done.stderr)
+    assert failure.et_error == EtError("NotFound", 0x20)
+    assert failure.missing_backends == ("VulkanBackend",)
+    assert "VulkanBackend" in failure.message and "VulkanBackend" in (failure.hint or "")
+
+
+@pytest.mark.slow
+def test_etdump_records_every_execution(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+
+    program = programs["cnn_portable"]
+    etdump = tmp_path / "run.etdump"
+    done = run_runner(
+        runner_bundle,
+        f"--model_path={program.path}",
+        f"--inputs={program.input_files[0]}",
+        "--num_executions=2",
+        "--warmup=1",
+        f"--etdump_path={etdump}",
+    )
+    assert done.returncode == 0, done.stderr
+    dump = deserialize_from_etdump_flatcc(etdump.read_bytes())
+    executions = [
+        event.profile_event.name
+        for block in dump.run_data
+        for event in block.events
+        if event.profile_event is not None and event.profile_event.name == "Method::execute"
+    ]
+    assert len(executions) == 3  # one warm-up and two timed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="ldd and ELF RUNPATH are Linux's")
+def test_bundle_runs_from_a_copy_with_its_own_libraries(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    """What a device gets: the bundle directory copied elsewhere, run there."""
+    copy = tmp_path / "pushed"
+    copy.mkdir()
+    for path in runner_bundle.files:
+        shutil.copy2(path, copy / path.name)
+    moved = RunnerBundle(
+        abi=runner_bundle.abi,
+        directory=copy,
+        executable=runner_bundle.executable,
+        files=tuple(copy / path.name for path in runner_bundle.files),
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    ldd = subprocess.run(
+        ["ldd", str(moved.executable_path)], capture_output=True, text=True, env=env, check=True
+    )
+    resolved = {
+        line.split("=>")[0].strip(): line.split("=>")[1].split("(")[0].strip()
+        for line in ldd.stdout.splitlines()
+        if "libexecutorch" in line and "=>" in line
+    }
+    assert set(resolved) == {path.name for path in moved.libraries}
+    assert all(Path(target).parent == copy for target in resolved.values()), resolved
+    program = programs["cnn_xnnpack"]
+    done = run_runner(moved, f"--model_path={program.path}", f"--inputs={program.input_files[0]}")
+    assert done.returncode == 0, done.stderr
+    assert parse_log(done.stdout).completed
+
+
+@pytest.mark.slow
+def test_unknown_flag_is_a_usage_error(runner_bundle: RunnerBundle) -> None:
+    done = run_runner(runner_bundle, "--model_path=m.pte", "--print_everything")
+    assert done.returncode == 2
+    assert "error: unknown flag --print_everything" in done.stderr
