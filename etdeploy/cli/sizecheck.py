@@ -1,0 +1,179 @@
+"""`etdeploy sizecheck`: does this fit the store, and if not, what to cut.
+
+Starts without torch or executorch: the .pte is read with generated flatbuffer readers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from etdeploy.cli._app import command, console, err_console
+from etdeploy.errors import CheckFailed, UsageError
+
+if TYPE_CHECKING:
+    from etdeploy.sizecheck.check import SizeReport
+
+
+@command("sizecheck")
+def sizecheck_command(
+    paths: list[Path] = typer.Argument(..., help="A .pte, its libraries, any directory (summed recursively)."),
+    store: str = typer.Option("all", "--store", help="play, appstore or all."),
+    delivery: list[str] = typer.Option(
+        [], "--delivery", "-d",
+        help="base, feature, install-time, fast-follow, on-demand, ai-pack, apk (Play); "
+        "app, app-clip, odr, background-assets (App Store). Repeat for several. "
+        "Default: Play base module and App Store app.",
+    ),
+    budget: str | None = typer.Option(None, "--budget", help="Your own limit on the download size, e.g. 150MB (decimal)."),
+    budget_raw: bool = typer.Option(False, "--budget-raw", help="Hold --budget against raw bytes, not the download."),
+    extra: str = typer.Option("0", "--extra", help="The rest of the app, added to the total: 12MB, 1.5GB, 123."),
+    json_out: str | None = typer.Option(None, "--json", help="Write the etdeploy.sizecheck/1 report to PATH, or - for stdout."),
+    any_file: bool = typer.Option(False, "--any-file", help="Size files that are not .pte programs (no breakdown)."),
+    top: int = typer.Option(10, "--top", min=0, help="How many of the largest tensors to list."),
+    level9: bool = typer.Option(True, "--level9/--no-level9", help="Also measure gzip -9 (Android Studio's figure); costs a second deflate."),
+) -> None:  # fmt: skip
+    """Check files against Google Play and App Store size limits; exit 1 when over."""
+    from etdeploy.sizecheck.check import check_size, report_to_json
+    from etdeploy.sizecheck.compress import ANALYZER_LEVEL, PLAY_LEVEL
+    from etdeploy.sizecheck.limits import DOWNLOAD, RAW, format_bytes
+
+    levels = (PLAY_LEVEL, ANALYZER_LEVEL) if level9 else (PLAY_LEVEL,)
+    to_stdout = json_out == "-"
+    with err_console.status("measuring..."):
+        report = check_size(
+            paths,
+            store=store,
+            deliveries=delivery,
+            budget=budget,
+            extra_bytes=extra,
+            any_file=any_file,
+            levels=levels,
+            budget_measure=RAW if budget_raw else DOWNLOAD,
+        )
+    doc = report_to_json(report, top=top)
+    if json_out is not None:
+        text = json.dumps(doc, indent=2) + "\n"
+        if to_stdout:
+            typer.echo(text, nl=False)
+        else:
+            _write_atomically(Path(json_out), text)
+    if not to_stdout:
+        render_report(report, top)
+    if report.failed:
+        over = [v for v in report.verdicts if v.status == "over"]
+        first = over[0]
+        raise CheckFailed(
+            f"over {first.limit.label} ({format_bytes(first.limit.bytes)}) by "
+            f"{format_bytes(-first.headroom_bytes)}"
+            + (f", and {len(over) - 1} more" if len(over) > 1 else ""),
+            "see the breakdown for what to cut; int8 weights save about three quarters "
+            "of float weight bytes",
+        )
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UsageError(
+            f"cannot write {target}: {exc.strerror}", "check the --json path"
+        ) from None
+
+
+def render_report(report: SizeReport, top: int) -> None:
+    """Verdicts, then per .pte the parts, the largest tensors and the int8 estimate."""
+    from etdeploy.sizecheck.limits import DOWNLOAD, format_bytes
+
+    files = Table(title="sizes", show_lines=False)
+    files.add_column("file")
+    files.add_column("raw", justify="right")
+    files.add_column("download (gzip -6)", justify="right")
+    files.add_column("gzip -9", justify="right")
+    for f in report.files:
+        files.add_row(
+            str(f.path), format_bytes(f.raw_bytes), format_bytes(f.download_bytes),
+            format_bytes(f.level9_bytes) if f.level9_bytes is not None else "-",
+        )  # fmt: skip
+    if report.extra_bytes:
+        files.add_row(
+            "--extra", format_bytes(report.extra_bytes), format_bytes(report.extra_bytes), ""
+        )
+    if len(report.files) > 1 or report.extra_bytes:
+        files.add_row(
+            "[bold]total[/]", format_bytes(report.raw_bytes), format_bytes(report.download_bytes),
+            format_bytes(report.level9_bytes) if report.level9_bytes is not None else "-",
+        )  # fmt: skip
+    console.print(files)
+
+    verdicts = Table(title="verdicts")
+    verdicts.add_column("target", no_wrap=True)
+    verdicts.add_column("limit", justify="right", no_wrap=True)
+    verdicts.add_column("measured", justify="right")
+    verdicts.add_column("verdict")
+    style = {"fits": "green", "over": "bold red", "warning": "yellow"}
+    sources: dict[str, str] = {}
+    for v in report.verdicts:
+        what = "download" if v.limit.measure == DOWNLOAD else "raw"
+        verdicts.add_row(
+            v.limit.label, format_bytes(v.limit.bytes), f"{format_bytes(v.measured_bytes)} {what}",
+            f"[{style[v.status]}]{v.describe()}[/]",
+        )  # fmt: skip
+        if v.limit.read_on:
+            sources.setdefault(v.limit.source, v.limit.read_on)
+    console.print(verdicts)
+    for url, read_on in sources.items():
+        console.print(f"[dim]source (read {read_on}): {url}[/]", highlight=False, soft_wrap=True)
+
+    for f in report.files:
+        if f.breakdown is None:
+            continue
+        b = f.breakdown
+        parts = Table(title=f"{f.path}: what it is made of")
+        parts.add_column("part")
+        parts.add_column("bytes", justify="right")
+        parts.add_column("share", justify="right")
+        parts.add_column("gzip -6 ratio", justify="right")
+        for g in b.groups():
+            share = g.size / b.file_size * 100 if b.file_size else 0.0
+            ratio = f"{g.ratio:.2f}" if g.ratio is not None else "-"
+            label = g.label + (f" ({g.count} spans)" if g.count > 1 else "")
+            parts.add_row(label, format_bytes(g.size), f"{share:.1f}%", ratio)
+        console.print(parts)
+        if top and b.tensors:
+            tensors = Table(
+                title=f"largest {min(top, len(b.tensors))} of {len(b.tensors)} constant tensors"
+            )
+            tensors.add_column("name / key")
+            tensors.add_column("shape")
+            tensors.add_column("dtype")
+            tensors.add_column("bytes", justify="right")
+            tensors.add_column("where")
+            for t in b.largest(top):
+                who = t.name or (f"sha256 {t.key[:12]}…" if t.key else "(unnamed)")
+                shape = "x".join(str(s) for s in t.shape) if t.shape else "?"
+                where = t.location + (f" ({t.backend})" if t.backend else "")
+                tensors.add_row(who, shape, t.dtype or "?", format_bytes(t.nbytes), where)
+            console.print(tensors)
+        q = b.quantization
+        if q.tensors:
+            console.print(
+                f"int8 weights (estimate): {q.tensors} float weight tensors, "
+                f"{format_bytes(q.float_bytes)} -> {format_bytes(q.quantized_bytes)}, "
+                f"saving about {format_bytes(q.saved_bytes)} raw. [dim]{q.note}[/]"
+            )
+        for note in b.notes:
+            err_console.print(f"[dim]note:[/] {note}", highlight=False)
+    for note in report.notes:
+        err_console.print(f"[dim]note:[/] {note}", highlight=False)

@@ -1,0 +1,43 @@
+"""Size checks for what etdeploy ships: the .pte layout (pte), parallel deflate estimates
+(compress), the stores' limits (limits), verdicts (check) and what to cut (breakdown).
+
+Nothing here imports torch or executorch, so `etdeploy sizecheck` starts fast.
+"""
+
+from __future__ import annotations
+
+from etdeploy.sizecheck.breakdown import Breakdown, breakdown, build_breakdown
+from etdeploy.sizecheck.check import (
+    SCHEMA,
+    SizedFile,
+    SizeReport,
+    Verdict,
+    check_size,
+    default_verdicts,
+    report_to_json,
+)
+from etdeploy.sizecheck.compress import Measurement, gzip_size, measure
+from etdeploy.sizecheck.limits import Limit, apply_overrides, default_limits, parse_size
+from etdeploy.sizecheck.pte import PteLayout, read_pte
+
+__all__ = [
+    "SCHEMA",
+    "Breakdown",
+    "Limit",
+    "Measurement",
+    "PteLayout",
+    "SizeReport",
+    "SizedFile",
+    "Verdict",
+    "apply_overrides",
+    "breakdown",
+    "build_breakdown",
+    "check_size",
+    "default_limits",
+    "default_verdicts",
+    "gzip_size",
+    "measure",
+    "parse_size",
+    "read_pte",
+    "report_to_json",
+]

@@ -1,0 +1,734 @@
+"""A torch-free reader of an ExecuTorch .pte file's layout.
+
+Importing executorch.exir imports torch (about 5 s here); this module reads the same
+file with the `flatbuffers` package and readers flatc generated from the schemas the
+executorch 1.5.1 wheel ships (see _generated/__init__.py). It maps the file but never
+loads weights into memory, so multi-GB programs read in milliseconds.
+
+File layout, as executorch/exir/_serialize/_program.py (1.5.1, read 2026-12-02) writes it:
+
+    [0:4)    uint32 LE offset of the flatbuffer root table
+    [4:8)    file identifier, "ET12" for this schema (regex ET[0-9a-zA-Z]{2})
+    [8:...)  optional extended header: "eh00", uint32 header length, uint64 program size
+             (flatbuffer incl. this header), uint64 segment base offset, and, when the
+             length is over 24, uint64 segment data size; padded to the schema's largest
+             force_align
+    ...      the rest of the Program flatbuffer, up to program size
+    ...      zero padding up to segment base offset (aligned to 128 by default)
+    ...      segments; DataSegment.offset is relative to the segment base offset
+
+Without an extended header the whole file is the flatbuffer (no segments).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import flatbuffers
+
+from etdeploy.errors import UsageError
+from etdeploy.sizecheck._generated import program_generated as fb
+from etdeploy.sizecheck._generated import xnnpack_generated as xfb
+from etdeploy.sizecheck._generated.scalar_type_generated import ScalarType
+
+# From _program.py's _ExtendedHeader (executorch 1.5.1, read 2026-12-02).
+EXTENDED_HEADER_MAGIC = b"eh00"
+EXTENDED_HEADER_MIN_LENGTH = 24  # magic, length, program size, segment base offset
+EXTENDED_HEADER_FULL_LENGTH = 32  # ... plus segment data size
+# From backends/xnnpack/serialization/xnnpack_graph_serialize.py's XNNHeader (1.5.1).
+XNNPACK_HEADER_MAGIC = b"XH00"
+XNNPACK_HEADER_LENGTH = 30
+# ConstantDataOffset.offset holds this when the data lives in the named data map.
+_UINT64_MAX = 2**64 - 1
+
+_SCALAR_TYPE_NAMES: dict[int, str] = {
+    v: k.lower() for k, v in vars(ScalarType).items() if not k.startswith("_")
+}
+# Bytes per element; sub-byte packed types (QUINT4X2, QUINT2X4) count one byte per stored
+# element, as PyTorch's element_size() does.
+_SCALAR_TYPE_BYTES: dict[str, int] = {
+    "byte": 1, "char": 1, "short": 2, "int": 4, "long": 8, "half": 2, "float": 4,
+    "double": 8, "bool": 1, "qint8": 1, "quint8": 1, "qint32": 4, "bfloat16": 2,
+    "quint4x2": 1, "quint2x4": 1, "bits16": 2, "float8e5m2": 1, "float8e4m3fn": 1,
+    "float8e5m2fnuz": 1, "float8e4m3fnuz": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+}  # fmt: skip
+FLOAT_DTYPES = frozenset({"float", "double", "half", "bfloat16"})
+_KERNEL_TYPE_NAMES: dict[int, str] = {
+    v: k.lower() for k, v in vars(fb.KernelTypes).items() if not k.startswith("_")
+}
+_XNN_DTYPE_NAMES: dict[int, str] = {
+    v: k.removeprefix("xnn_datatype_")
+    for k, v in vars(xfb.XNNDatatype).items()
+    if k.startswith("xnn_datatype_")
+}
+_XNN_DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4, "fp16": 2, "bf16": 2, "qint8": 1, "quint8": 1, "qint32": 4, "qcint8": 1,
+    "qcint32": 4, "qcint4": 0.5, "qdint8": 1, "qbint4": 0.5, "qpint8": 1, "int32": 4,
+    "pfp32": 4,
+}  # fmt: skip
+XNN_FLOAT_DTYPES = frozenset({"fp32", "fp16", "bf16", "pfp32"})
+
+
+@dataclass(frozen=True)
+class ExtendedHeader:
+    """The "eh00" header executorch inserts after the file identifier."""
+
+    offset: int  # where the header starts in the file (always 8)
+    length: int
+    program_size: int
+    segment_base_offset: int
+    segment_data_size: int  # 0 when the header is the older, 24-byte kind
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One DataSegment: `offset` is absolute in the file, `relative_offset` as stored."""
+
+    index: int
+    offset: int
+    size: int
+    relative_offset: int
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    dtype: str
+    sizes: tuple[int, ...]
+    dim_order: tuple[int, ...]
+    shape_dynamism: str  # static | dynamic_bound | dynamic_unbound
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * _SCALAR_TYPE_BYTES.get(self.dtype, 1)
+
+
+@dataclass(frozen=True)
+class MethodValue:
+    """An input or output of a method: a tensor (with its metadata) or another kind named."""
+
+    index: int
+    kind: str  # tensor, int, bool, double, string, int_list, ..., null
+    tensor: TensorMeta | None = None
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    name: str
+    inputs: tuple[MethodValue, ...]
+    outputs: tuple[MethodValue, ...]
+    # Planned memory: ExecutionPlan.non_const_buffer_sizes. Entry 0 is reserved by the
+    # schema (the runtime ignores it), so the planned arena is the sum of the rest.
+    non_const_buffer_sizes: tuple[int, ...]
+    operators: tuple[str, ...]
+    num_values: int
+    num_instructions: int
+    delegate_ids: tuple[str, ...]
+
+    @property
+    def planned_arena_bytes(self) -> int:
+        return sum(self.non_const_buffer_sizes[1:])
+
+
+@dataclass(frozen=True)
+class DelegateInfo:
+    method: str
+    index: int  # within the method's delegates
+    backend_id: str
+    location: str  # inline | segment
+    data_index: int  # into Program.backend_delegate_data (inline) or Program.segments
+    offset: int | None  # absolute file offset of the blob; None when it is empty
+    size: int
+    compile_spec_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NamedDataEntry:
+    key: str
+    segment_index: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ConstantTensor:
+    """A tensor whose initial data the program carries (or, for external, names).
+
+    `name` is what the file says (ExtraTensorInfo.fully_qualified_name); executorch sets it
+    only for external and (optionally) mutable tensors, so constants in the constant segment
+    are usually unnamed: None.
+    """
+
+    name: str | None
+    methods: tuple[str, ...]
+    dtype: str
+    sizes: tuple[int, ...]
+    nbytes: int  # from dtype and shape
+    stored_bytes: int  # the span the file gives it, alignment padding included
+    location: str  # constant_segment | constant_buffer | mutable_segment | external
+    buffer_index: int
+    offset: int | None  # absolute file offset; None for external data
+
+
+@dataclass(frozen=True)
+class DelegateConstant:
+    """A constant a delegate blob refers to (XNNPACK: weights, biases, scales).
+
+    XNNPACK in executorch 1.5.1 serialises each constant into the program's named data map
+    under the sha256 of its bytes (backends/xnnpack/operators/node_visitor.py), so `key` is a
+    hash, not a parameter name; older blobs keep it inside the blob at `offset`.
+    """
+
+    backend_id: str
+    method: str
+    delegate_index: int
+    key: str | None
+    dtype: str | None  # XNNPACK datatype (fp32, qcint8, ...); None for untyped data (scales)
+    dims: tuple[int, ...] | None
+    nbytes: int
+    location: str  # named_data | delegate_blob | missing
+    offset: int | None  # absolute file offset when known
+
+
+@dataclass(frozen=True)
+class PteLayout:
+    path: Path
+    file_size: int
+    file_identifier: str
+    schema_version: int
+    header: ExtendedHeader | None
+    program_size: int
+    segment_base_offset: int
+    segments: tuple[Segment, ...]
+    methods: tuple[MethodInfo, ...]
+    delegates: tuple[DelegateInfo, ...]
+    # Legacy inline constants (Program.constant_buffer), deprecated since 2024-09.
+    constant_buffer_count: int
+    constant_buffer_bytes: int
+    constant_buffer_spans: tuple[tuple[int, int], ...]  # (offset, size) of each inline buffer
+    # The constant segment (Program.constant_segment); None when the program has none.
+    constant_segment_index: int | None
+    constant_segment_size: int
+    mutable_segment_indices: tuple[int, ...]
+    named_data: tuple[NamedDataEntry, ...]
+    inline_delegate_spans: tuple[tuple[int, int], ...]  # (offset, size) of inline blobs
+    constant_tensors: tuple[ConstantTensor, ...]
+    delegate_constants: tuple[DelegateConstant, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def constants_named(self) -> bool:
+        """Whether the file names its constant-segment tensors (it usually does not)."""
+        in_segment = [t for t in self.constant_tensors if t.location != "external"]
+        return bool(in_segment) and all(t.name for t in in_segment)
+
+    @property
+    def external_tensors(self) -> tuple[ConstantTensor, ...]:
+        return tuple(t for t in self.constant_tensors if t.location == "external")
+
+    def method(self, name: str) -> MethodInfo:
+        for m in self.methods:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+
+# --- opening --------------------------------------------------------------------------------
+
+
+def _bad(path: Path, message: str, hint: str | None = None) -> UsageError:
+    return UsageError(
+        f"{path}: {message}",
+        hint or "pass a .pte written by ExecuTorch's to_executorch(); --any-file sizes other files",
+    )
+
+
+def check_readable_file(path: Path) -> os.stat_result:
+    """Stat `path` without opening it; raise UsageError unless it is a readable regular file.
+
+    Checked before open() because opening a FIFO blocks until a writer appears.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            target = os.readlink(path)
+            raise _bad(path, f"broken symbolic link (points to {target})") from None
+        raise _bad(path, "no such file", "check the path") from None
+    except OSError as exc:
+        raise _bad(path, f"cannot be read: {exc.strerror}", "check the path") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _bad(path, "is a directory", "pass the .pte file inside it")
+    if not stat.S_ISREG(st.st_mode):
+        raise _bad(path, "is not a regular file (a FIFO, socket or device)", "pass a file")
+    if not os.access(path, os.R_OK):
+        raise _bad(path, "cannot be read: permission denied", "check the file's permissions")
+    return st
+
+
+@contextmanager
+def _mapped(path: Path, size: int) -> Iterator[mmap.mmap]:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise _bad(path, f"cannot be read: {exc.strerror}", "check the path") from None
+    try:
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as exc:
+        raise _bad(path, f"cannot be mapped: {exc}", "check the path") from None
+    finally:
+        os.close(fd)
+    try:
+        yield mm
+    finally:
+        mm.close()
+
+
+def read_extended_header(head: bytes) -> ExtendedHeader | None:
+    """Parse the "eh00" header from the file's first bytes, or None when absent."""
+    if len(head) < 8 + EXTENDED_HEADER_MIN_LENGTH or head[8:12] != EXTENDED_HEADER_MAGIC:
+        return None
+    length = int.from_bytes(head[12:16], "little")
+    if length < EXTENDED_HEADER_MIN_LENGTH:
+        return None
+    program_size = int.from_bytes(head[16:24], "little")
+    segment_base = int.from_bytes(head[24:32], "little")
+    segment_data = (
+        int.from_bytes(head[32:40], "little")
+        if length > EXTENDED_HEADER_MIN_LENGTH and len(head) >= 40
+        else 0
+    )
+    return ExtendedHeader(8, length, program_size, segment_base, segment_data)
+
+
+def read_pte(path: str | os.PathLike[str]) -> PteLayout:
+    """Read the layout of the .pte at `path`; UsageError (exit 2) if it is not one."""
+    p = Path(path)
+    st = check_readable_file(p)
+    file_size = st.st_size
+    if file_size < 8:
+        raise _bad(p, f"truncated: {file_size} bytes, a .pte has at least 8")
+    with _mapped(p, file_size) as mm:
+        ident_raw = bytes(mm[4:8])
+        ident = ident_raw.decode("ascii", errors="replace")
+        if not (ident_raw[:2] == b"ET" and ident_raw[2:4].isalnum()):
+            raise _bad(p, f"not an ExecuTorch program (file identifier {ident!r}, want 'ET..')")
+        header = read_extended_header(bytes(mm[:64]))
+        if header is not None:
+            program_size = header.program_size
+            if program_size > file_size:
+                raise _bad(
+                    p,
+                    f"truncated: the header says the program is {program_size} bytes, "
+                    f"the file has {file_size}",
+                    "the file was cut short; rebuild or copy it again",
+                )
+            segment_base = header.segment_base_offset
+        else:
+            program_size = file_size
+            segment_base = 0
+        try:
+            return _parse(p, mm, file_size, ident, header, program_size, segment_base)
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
+            raise _bad(
+                p,
+                f"truncated or corrupt program flatbuffer ({type(exc).__name__})",
+                "the file was cut short or damaged; rebuild or copy it again",
+            ) from None
+
+
+# --- parsing --------------------------------------------------------------------------------
+
+
+def _vector_span(table: Any, vtable_offset: int) -> tuple[int, int] | None:
+    """(absolute position, length) of a vector field of a generated table, None if absent."""
+    tab: flatbuffers.table.Table = table._tab
+    o = tab.Offset(vtable_offset)
+    if o == 0:
+        return None
+    return tab.Vector(o), tab.VectorLen(o)
+
+
+def _str(raw: bytes | None) -> str:
+    return raw.decode("utf-8") if raw else ""
+
+
+def _tensor_meta(t: fb.Tensor) -> TensorMeta:
+    dtype = _SCALAR_TYPE_NAMES.get(t.ScalarType(), f"scalar_type_{t.ScalarType()}")
+    sizes = tuple(int(t.Sizes(j)) for j in range(t.SizesLength()))
+    dim_order = tuple(int(t.DimOrder(j)) for j in range(t.DimOrderLength()))
+    dyn = {0: "static", 1: "dynamic_bound", 2: "dynamic_unbound"}.get(t.ShapeDynamism(), "?")
+    return TensorMeta(dtype, sizes, dim_order, dyn)
+
+
+def _evalue_tensor(ev: fb.EValue) -> fb.Tensor | None:
+    if ev.ValType() != fb.KernelTypes.Tensor:
+        return None
+    table = ev.Val()
+    if table is None:
+        return None
+    t = fb.Tensor()
+    t.Init(table.Bytes, table.Pos)
+    return t
+
+
+def _method_value(plan: fb.ExecutionPlan, index: int) -> MethodValue:
+    if not 0 <= index < plan.ValuesLength():
+        raise IndexError(f"value index {index} out of range")
+    ev = plan.Values(index)
+    kind = _KERNEL_TYPE_NAMES.get(ev.ValType(), f"kind_{ev.ValType()}")
+    t = _evalue_tensor(ev)
+    if t is not None:
+        return MethodValue(index, "tensor", _tensor_meta(t))
+    # Name the other kinds the way the schema does, snake_cased (IntList -> int_list).
+    snake = {"intlist": "int_list", "doublelist": "double_list", "boollist": "bool_list",
+             "tensorlist": "tensor_list", "optionaltensorlist": "optional_tensor_list"}  # fmt: skip
+    return MethodValue(index, snake.get(kind, kind))
+
+
+def _subsegment_offsets(sub: fb.SubsegmentOffsets) -> tuple[int, tuple[int, ...]]:
+    return sub.SegmentIndex(), tuple(int(sub.Offsets(j)) for j in range(sub.OffsetsLength()))
+
+
+def _parse(
+    path: Path,
+    buf: mmap.mmap,
+    file_size: int,
+    ident: str,
+    header: ExtendedHeader | None,
+    program_size: int,
+    segment_base: int,
+) -> PteLayout:
+    notes: list[str] = []
+    program = fb.Program.GetRootAs(buf, 0)
+    root_pos = int.from_bytes(buf[0:4], "little")
+    if root_pos >= program_size:
+        raise ValueError("root table outside the program")
+
+    segments: list[Segment] = []
+    for i in range(program.SegmentsLength()):
+        s = program.Segments(i)
+        rel, size = int(s.Offset()), int(s.Size())
+        absolute = segment_base + rel
+        if absolute + size > file_size:
+            raise _bad(
+                path,
+                f"truncated: segment {i} ends at byte {absolute + size}, the file has {file_size}",
+                "the file was cut short; rebuild or copy it again",
+            )
+        segments.append(Segment(i, absolute, size, rel))
+    # executorch omits the header when the segment data is empty, yet may still list an
+    # empty constant segment; only non-empty segments need the header to be found.
+    if header is None and any(seg.size for seg in segments):
+        raise _bad(path, "corrupt: segments listed but no extended header locates them")
+
+    # Inline buffers (legacy constants, and inline delegate data).
+    constant_spans: list[tuple[int, int]] = []
+    for i in range(program.ConstantBufferLength()):
+        span = _vector_span(program.ConstantBuffer(i), 4)
+        constant_spans.append(span if span else (0, 0))
+    inline_delegate: list[tuple[int, int]] = []
+    for i in range(program.BackendDelegateDataLength()):
+        span = _vector_span(program.BackendDelegateData(i), 4)
+        inline_delegate.append(span if span else (0, 0))
+
+    cseg = program.ConstantSegment()
+    constant_segment_index: int | None = None
+    constant_offsets: tuple[int, ...] = ()
+    if cseg is not None:
+        idx, constant_offsets = _subsegment_offsets(cseg)
+        if constant_offsets:
+            constant_segment_index = idx
+            if idx >= len(segments):
+                raise ValueError("constant segment index out of range")
+    mutable: list[tuple[int, tuple[int, ...]]] = [
+        _subsegment_offsets(program.MutableDataSegments(i))
+        for i in range(program.MutableDataSegmentsLength())
+    ]
+    named: list[NamedDataEntry] = []
+    for i in range(program.NamedDataLength()):
+        nd = program.NamedData(i)
+        si = nd.SegmentIndex()
+        if si >= len(segments):
+            raise ValueError("named data segment index out of range")
+        named.append(NamedDataEntry(_str(nd.Key()), si, segments[si].offset, segments[si].size))
+
+    methods: list[MethodInfo] = []
+    delegates: list[DelegateInfo] = []
+    constants: dict[tuple[str, int, int | str | None], dict[str, Any]] = {}
+    for pi in range(program.ExecutionPlanLength()):
+        plan = program.ExecutionPlan(pi)
+        name = _str(plan.Name())
+        inputs = tuple(_method_value(plan, plan.Inputs(j)) for j in range(plan.InputsLength()))
+        outputs = tuple(_method_value(plan, plan.Outputs(j)) for j in range(plan.OutputsLength()))
+        ops = []
+        for j in range(plan.OperatorsLength()):
+            op = plan.Operators(j)
+            overload = _str(op.Overload())
+            ops.append(_str(op.Name()) + (f".{overload}" if overload else ""))
+        n_instr = sum(plan.Chains(j).InstructionsLength() for j in range(plan.ChainsLength()))
+        ids = []
+        for j in range(plan.DelegatesLength()):
+            d = plan.Delegates(j)
+            backend = _str(d.Id())
+            ids.append(backend)
+            ref = d.Processed()
+            loc_code = ref.Location() if ref is not None else fb.DataLocation.INLINE
+            data_index = ref.Index() if ref is not None else 0
+            if loc_code == fb.DataLocation.SEGMENT:
+                if data_index >= len(segments):
+                    raise ValueError("delegate segment index out of range")
+                seg = segments[data_index]
+                offset: int | None = seg.offset
+                size = seg.size
+                location = "segment"
+            else:
+                if data_index >= len(inline_delegate):
+                    raise ValueError("inline delegate index out of range")
+                offset, size = inline_delegate[data_index]
+                location = "inline"
+            keys = tuple(_str(d.CompileSpecs(k).Key()) for k in range(d.CompileSpecsLength()))
+            delegates.append(
+                DelegateInfo(name, j, backend, location, data_index, offset, size, keys)
+            )
+        methods.append(
+            MethodInfo(
+                name=name,
+                inputs=inputs,
+                outputs=outputs,
+                non_const_buffer_sizes=tuple(
+                    int(plan.NonConstBufferSizes(j))
+                    for j in range(plan.NonConstBufferSizesLength())
+                ),
+                operators=tuple(ops),
+                num_values=plan.ValuesLength(),
+                num_instructions=n_instr,
+                delegate_ids=tuple(ids),
+            )
+        )
+        _collect_constants(
+            plan, name, constants, constant_segment_index, constant_offsets, constant_spans,
+            mutable, segments,
+        )  # fmt: skip
+
+    constant_tensors = tuple(
+        ConstantTensor(
+            name=c["name"],
+            methods=tuple(c["methods"]),
+            dtype=c["meta"].dtype,
+            sizes=c["meta"].sizes,
+            nbytes=c["meta"].nbytes,
+            stored_bytes=c["stored"],
+            location=c["location"],
+            buffer_index=c["buffer_index"],
+            offset=c["offset"],
+        )
+        for c in constants.values()
+    )
+    named_by_key = {n.key: n for n in named}
+    delegate_constants: list[DelegateConstant] = []
+    for d in delegates:
+        found = _xnnpack_constants(buf, d, named_by_key)
+        if found is None:
+            if d.size:
+                notes.append(
+                    f"{d.backend_id} blob of method {d.method} is opaque to this reader; "
+                    "its weights are counted in the blob's bytes"
+                )
+            continue
+        delegate_constants.extend(found)
+    if constant_tensors and not any(t.name for t in constant_tensors):
+        notes.append(
+            "the program does not name its constant tensors (executorch stores names only for "
+            "external and mutable data); they are listed by shape and dtype"
+        )
+    return PteLayout(
+        path=path,
+        file_size=file_size,
+        file_identifier=ident,
+        schema_version=program.Version(),
+        header=header,
+        program_size=program_size,
+        segment_base_offset=segment_base,
+        segments=tuple(segments),
+        methods=tuple(methods),
+        delegates=tuple(delegates),
+        constant_buffer_count=len(constant_spans),
+        constant_buffer_bytes=sum(s for _, s in constant_spans),
+        constant_buffer_spans=tuple(constant_spans),
+        constant_segment_index=constant_segment_index,
+        constant_segment_size=(
+            segments[constant_segment_index].size if constant_segment_index is not None else 0
+        ),
+        mutable_segment_indices=tuple(i for i, _ in mutable),
+        named_data=tuple(named),
+        inline_delegate_spans=tuple(inline_delegate),
+        constant_tensors=constant_tensors,
+        delegate_constants=tuple(delegate_constants),
+        notes=tuple(notes),
+    )
+
+
+def _collect_constants(
+    plan: fb.ExecutionPlan,
+    method: str,
+    out: dict[tuple[str, int, int | str | None], dict[str, Any]],
+    constant_segment_index: int | None,
+    constant_offsets: tuple[int, ...],
+    constant_spans: list[tuple[int, int]],
+    mutable: list[tuple[int, tuple[int, ...]]],
+    segments: list[Segment],
+) -> None:
+    """Tensors with data (data_buffer_idx > 0, or external), deduplicated across methods by
+    where the data is.
+
+    The rules are the schema's comment on Tensor.data_buffer_idx (program.fbs, 1.5.1).
+    """
+    for vi in range(plan.ValuesLength()):
+        t = _evalue_tensor(plan.Values(vi))
+        if t is None:
+            continue
+        idx = t.DataBufferIdx()
+        extra = t.ExtraTensorInfo()
+        external = extra is not None and extra.Location() == fb.TensorDataLocation.EXTERNAL
+        # External tensors index their own table, so index 0 is a real tensor there.
+        if idx == 0 and not external:
+            continue
+        meta = _tensor_meta(t)
+        name = (_str(extra.FullyQualifiedName()) or None) if extra is not None else None
+        offset: int | None
+        if external:
+            key: tuple[str, int, int | str | None] = ("external", 0, name)
+            location, offset, stored, buffer_index = "external", None, meta.nbytes, idx
+        elif t.AllocationInfo() is not None:
+            which = int(extra.MutableDataSegmentsIdx()) if extra is not None else 0
+            if which >= len(mutable):
+                raise ValueError("mutable data segment index out of range")
+            seg_index, offsets = mutable[which]
+            seg = segments[seg_index]
+            offset, stored = _sub_span(offsets, idx, seg)
+            key, location, buffer_index = ("mutable", which, idx), "mutable_segment", idx
+        elif constant_segment_index is not None:
+            seg = segments[constant_segment_index]
+            offset, stored = _sub_span(constant_offsets, idx, seg)
+            key, location, buffer_index = ("constant", 0, idx), "constant_segment", idx
+        else:
+            if idx >= len(constant_spans):
+                raise ValueError("constant buffer index out of range")
+            offset, stored = constant_spans[idx]
+            key, location, buffer_index = ("inline", 0, idx), "constant_buffer", idx
+        entry = out.get(key)
+        if entry is None:
+            out[key] = {
+                "name": name, "methods": [method], "meta": meta, "stored": stored,
+                "location": location, "buffer_index": buffer_index, "offset": offset,
+            }  # fmt: skip
+        else:
+            if method not in entry["methods"]:
+                entry["methods"].append(method)
+            entry["name"] = entry["name"] or name
+
+
+def _sub_span(offsets: tuple[int, ...], idx: int, seg: Segment) -> tuple[int, int]:
+    if idx >= len(offsets):
+        raise ValueError("subsegment index out of range")
+    start = offsets[idx]
+    end = offsets[idx + 1] if idx + 1 < len(offsets) else seg.size
+    if start > seg.size or end > seg.size or end < start:
+        raise ValueError("subsegment offset outside its segment")
+    return seg.offset + start, end - start
+
+
+def _xnnpack_constants(
+    buf: mmap.mmap, d: DelegateInfo, named_by_key: dict[str, NamedDataEntry]
+) -> list[DelegateConstant] | None:
+    """The constants an XNNPACK blob refers to; None when the blob is not XNNPACK's."""
+    if d.offset is None or d.size < XNNPACK_HEADER_LENGTH:
+        return None
+    base = d.offset
+    if bytes(buf[base + 4 : base + 8]) != XNNPACK_HEADER_MAGIC:
+        return None
+    header_len = int.from_bytes(buf[base + 8 : base + 10], "little")
+    fb_offset = int.from_bytes(buf[base + 10 : base + 14], "little")
+    fb_size = int.from_bytes(buf[base + 14 : base + 18], "little")
+    const_offset = int.from_bytes(buf[base + 18 : base + 22], "little")
+    if header_len != XNNPACK_HEADER_LENGTH or fb_offset + fb_size > d.size or fb_size < 8:
+        return None
+    if bytes(buf[base + fb_offset + 4 : base + fb_offset + 6]) != b"XN":
+        return None
+    graph = xfb.XNNGraph.GetRootAs(buf, base + fb_offset)
+    n_data = graph.ConstantDataLength()
+    typed: dict[int, tuple[str, tuple[int, ...]]] = {}
+    for i in range(graph.XvaluesLength()):
+        xv = graph.Xvalues(i)
+        table = xv.XvalueUnion()
+        if table is None:
+            continue
+        kind = xv.XvalueUnionType()
+        if kind == xfb.XValueUnion.XNNTensorValue:
+            tv = xfb.XNNTensorValue()
+            tv.Init(table.Bytes, table.Pos)
+        elif kind == xfb.XValueUnion.XNNQuantizedTensorValue:
+            qv = xfb.XNNQuantizedTensorValue()
+            qv.Init(table.Bytes, table.Pos)
+            tv = qv.TensorValue()
+            if tv is None:
+                continue
+        else:
+            continue
+        cidx = tv.ConstantBufferIdx()
+        if 0 < cidx < n_data:
+            dtype = _XNN_DTYPE_NAMES.get(tv.Datatype(), f"xnn_{tv.Datatype()}")
+            typed[cidx] = (dtype, tuple(int(tv.Dims(j)) for j in range(tv.DimsLength())))
+    found: list[DelegateConstant] = []
+    # Entry 0 is reserved for non-constant values (runtime_schema.fbs).
+    for ci in range(1, n_data):
+        cd = graph.ConstantData(ci)
+        key = _str(cd.NamedKey()) or None
+        size = int(cd.Size())
+        dtype, dims = typed.get(ci, (None, None))
+        if key is not None:
+            nd = named_by_key.get(key)
+            location = "named_data" if nd else "missing"
+            offset = nd.offset if nd else None
+        elif int(cd.Offset()) != _UINT64_MAX:
+            location, offset = "delegate_blob", base + const_offset + int(cd.Offset())
+        else:
+            location, offset = "missing", None
+        found.append(
+            DelegateConstant(
+                d.backend_id, d.method, d.index, key, dtype, dims, size, location, offset
+            )
+        )
+    return found
+
+
+def xnnpack_float_elements(c: DelegateConstant) -> int:
+    """Number of float elements of an XNNPACK constant (0 if it is not a float tensor)."""
+    if c.dtype not in XNN_FLOAT_DTYPES or not c.dims:
+        return 0
+    n = 1
+    for s in c.dims:
+        n *= s
+    return n
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of an ExecuTorch ScalarType or XNNPACK datatype name."""
+    if dtype in _SCALAR_TYPE_BYTES:
+        return _SCALAR_TYPE_BYTES[dtype]
+    return _XNN_DTYPE_BYTES.get(dtype, 1)
