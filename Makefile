@@ -27,10 +27,11 @@ system-packages:
 		|| echo "warning: could not install openssh-server; SSH tests will skip"; \
 	else echo "note: /usr/sbin/sshd missing and cannot apt-get; SSH tests will skip"; fi
 
+# The main job on the embedded default: build digits, run it with the real runner
+# on this machine, verify against eager PyTorch, size-check it.
 demo: setup
 	mkdir -p out
-	$(BIN)/etdeploy build digits -o out/digits.pte
-	$(BIN)/etdeploy inspect out/digits.pte
+	$(BIN)/etdeploy run digits --device local --json out/digits-result.json
 
 lint: setup
 	$(BIN)/ruff check etdeploy tests benchmarks

@@ -44,7 +44,9 @@ _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "build": {"backend": str, "quantize": str, "calibration": list, "dynamic": list},
     "run": {
         "device": str, "iterations": int, "warmup": int, "deadline_s": (int, float),
+        "idle_timeout_s": (int, float), "lock_timeout_s": (int, float),
         "atol": (int, float), "rtol": (int, float), "inputs": list, "keep": bool,
+        "preprocess": str, "host_check": bool, "runner": str,
     },
     "sizecheck": {"store": str, "deliveries": list, "budget": str, "extra": str},
 }
@@ -120,3 +122,26 @@ def _expect_type(value: Any, expected: type | tuple[type, ...], key: str, label:
     if not ok:
         names = expected.__name__ if isinstance(expected, type) else " or ".join(t.__name__ for t in expected)
         raise UsageError(f"{label}: {key}: expected {names}, got {value!r}", f"fix {key} in {label}")
+
+
+# What `etdeploy run` does when neither a flag nor etdeploy.toml says otherwise.
+RUN_DEFAULTS: dict[str, Any] = {
+    "device": "local",
+    "backend": "xnnpack",
+    "iterations": 10,
+    "warmup": 3,
+    "deadline_s": 120.0,
+    "lock_timeout_s": 600.0,
+    "keep": False,
+    "host_check": False,
+}
+
+
+def run_settings(config: Config, **flags: Any) -> dict[str, Any]:
+    """Flags over etdeploy.toml ([run], and [build] for backend/quantize) over
+    RUN_DEFAULTS. A flag left at None was not given."""
+    merged: dict[str, Any] = dict(RUN_DEFAULTS)
+    merged.update({k: v for k, v in config.build.items() if k in ("backend", "quantize")})
+    merged.update(config.run)
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    return merged

@@ -1,14 +1,22 @@
-"""Real inputs: files -> tensors (one tuple per sample) -> raw runner files, and back.
+"""Real inputs: files -> arrays (one tuple per sample) -> raw runner files, and back.
 
-A sample is one file (.npy, .npz, .pt) or, for a directory or glob, each file in
-it. Tensors are written in the runner's format: contiguous, default dim
-order, native little-endian bytes of exactly the method input's size.
+A sample is one file, or each file of a directory or glob:
+- `.npy` (one input), `.npz` (arrays by input name, else in order), `.pt` (a
+  tensor or a tuple of tensors saved with torch.save);
+- `.bin`, raw bytes in the method input's dtype and shape: `NAME.bin` for a
+  one-input method, `NAME.<input>.bin` per input for several (grouped by NAME);
+- `.png`/`.jpg`/`.jpeg`, an image converted for a one-input method by a
+  preprocessing spec (see `parse_preprocess`), by default resized to the input's
+  height and width and scaled to [0, 1].
+
+Raw runner files are the tensor's bytes, contiguous in its default dim order,
+little-endian, exactly the method input's size (the runner refuses any other).
 """
 
 from __future__ import annotations
 
 import glob
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,13 +25,19 @@ import numpy as np
 
 from etdeploy.errors import InputError
 
-SAMPLE_SUFFIXES = (".npy", ".npz", ".pt")
+ARRAY_SUFFIXES = (".npy", ".npz", ".pt")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+RAW_SUFFIX = ".bin"
+SAMPLE_SUFFIXES = (*ARRAY_SUFFIXES, RAW_SUFFIX, *IMAGE_SUFFIXES)
 
 NUMPY_DTYPES = {
     "float32": np.float32, "float64": np.float64, "float16": np.float16,
     "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32,
     "int64": np.int64, "bool": np.bool_,
-}
+}  # fmt: skip
+
+# What the runner knows of an input: {"name", "dtype", "shape", "dynamic"}.
+InputMeta = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -32,20 +46,75 @@ class Sample:
     arrays: tuple[np.ndarray, ...]
 
 
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes a tensor: resize, scale, normalise, lay out."""
+
+    size: tuple[int, int] | None = None  # (height, width); None: the input's own
+    scale: float = 1 / 255
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (1.0,)
+    layout: str | None = None  # nchw | nhwc; None: guessed from the input's shape
+    color: str | None = None  # rgb | gray; None: from the channel count
+
+
+def parse_preprocess(text: str | None) -> Preprocess:
+    """`resize=224x224,scale=1/255,mean=0.485/0.456/0.406,std=0.229/0.224/0.225,layout=nchw`.
+
+    Every key is optional; unknown keys and unreadable values are errors that
+    name the key.
+    """
+    if not text:
+        return Preprocess()
+    values: dict[str, Any] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        try:
+            if not sep:
+                raise ValueError("expected KEY=VALUE")
+            if key == "resize":
+                height, width = (int(v) for v in value.lower().split("x"))
+                values["size"] = (height, width)
+            elif key == "scale":
+                top, _, bottom = value.partition("/")
+                values["scale"] = float(top) / float(bottom or 1)
+            elif key in ("mean", "std"):
+                values[key] = tuple(float(v) for v in value.split("/"))
+                if key == "std" and any(v == 0 for v in values[key]):
+                    raise ValueError("std must not be 0")
+            elif key == "layout":
+                if value not in ("nchw", "nhwc"):
+                    raise ValueError("use nchw or nhwc")
+                values["layout"] = value
+            elif key == "color":
+                if value not in ("rgb", "gray"):
+                    raise ValueError("use rgb or gray")
+                values["color"] = value
+            else:
+                raise ValueError("keys are resize, scale, mean, std, layout, color")
+        except ValueError as exc:
+            raise InputError(
+                f"--preprocess {item!r}: {exc}",
+                "e.g. --preprocess resize=224x224,scale=1/255,mean=0.485/0.456/0.406,layout=nchw",
+            ) from None
+    return Preprocess(**values)
+
+
 def expand_sample_paths(paths: Sequence[Path | str]) -> list[Path]:
     """Files, directories (their sample files, sorted) and globs -> sample files."""
     files: list[Path] = []
     for item in paths:
         text = str(item)
         if any(ch in text for ch in "*?["):
-            matched = sorted(Path(p) for p in glob.glob(text))
+            matched = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
             if not matched:
                 raise InputError(f"no inputs match {text}", "check the glob pattern")
-            files.extend(p for p in matched if p.is_file())
+            files.extend(matched)
             continue
         path = Path(text)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix in SAMPLE_SUFFIXES and p.is_file())
+            found = sorted(p for p in path.iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES and p.is_file())
             if not found:
                 raise InputError(
                     f"no input files in {path}", f"put {', '.join(SAMPLE_SUFFIXES)} files there"
@@ -58,8 +127,43 @@ def expand_sample_paths(paths: Sequence[Path | str]) -> list[Path]:
     return files
 
 
-def load_sample(path: Path, input_names: Sequence[str]) -> Sample:
-    """One sample file -> one array per method input."""
+def load_samples(
+    paths: Sequence[Path | str],
+    inputs: Sequence[InputMeta | str],
+    preprocess: Preprocess | None = None,
+) -> list[Sample]:
+    """Every sample the paths hold. `inputs` is the method's input metadata (or,
+    where only names are known, the names: then .bin and images cannot be read)."""
+    metas = [m if isinstance(m, Mapping) else {"name": m} for m in inputs]
+    names = [str(m.get("name", f"input_{i}")) for i, m in enumerate(metas)]
+    # Samples in file order; raw .bin files of one sample are grouped by their stem.
+    order: list[Path | tuple[Path, str]] = []
+    raw_groups: dict[tuple[Path, str], dict[str, Path]] = {}
+    for path in expand_sample_paths(paths):
+        if path.suffix.lower() != RAW_SUFFIX:
+            order.append(path)
+            continue
+        stem, _, input_name = path.stem.rpartition(".")
+        if len(metas) <= 1 or not stem:
+            stem, input_name = path.stem, names[0] if names else ""
+        key = (path.parent, stem)
+        if key not in raw_groups:
+            raw_groups[key] = {}
+            order.append(key)
+        raw_groups[key][input_name] = path
+    samples = []
+    for item in order:
+        if isinstance(item, tuple):
+            samples.append(load_raw_sample(item[1], raw_groups[item], metas))
+        elif item.suffix.lower() in IMAGE_SUFFIXES:
+            samples.append(load_image(item, metas, preprocess or Preprocess()))
+        else:
+            samples.append(load_array_sample(item, names))
+    return samples
+
+
+def load_array_sample(path: Path, input_names: Sequence[str]) -> Sample:
+    """One .npy, .npz or .pt file -> one array per method input."""
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
@@ -77,13 +181,12 @@ def load_sample(path: Path, input_names: Sequence[str]) -> Sample:
             loaded = torch.load(path, weights_only=True)
             items = loaded if isinstance(loaded, (tuple, list)) else (loaded,)
             if not all(isinstance(t, torch.Tensor) for t in items):
-                raise InputError(f"{path} holds no tensor or tuple of tensors", "torch.save a tensor or a tuple")
+                raise InputError(
+                    f"{path} holds no tensor or tuple of tensors", "torch.save a tensor or a tuple"
+                )
             arrays = tuple(t.detach().contiguous().numpy() for t in items)
         else:
-            raise InputError(
-                f"cannot read inputs from {path.name}",
-                f"use {', '.join(SAMPLE_SUFFIXES)}",
-            )
+            raise InputError(f"cannot read inputs from {path.name}", f"use {', '.join(SAMPLE_SUFFIXES)}")
     except InputError:
         raise
     except Exception as exc:
@@ -91,30 +194,108 @@ def load_sample(path: Path, input_names: Sequence[str]) -> Sample:
     return Sample(path.stem, arrays)
 
 
-def load_samples(paths: Sequence[Path | str], input_names: Sequence[str]) -> list[Sample]:
-    return [load_sample(p, input_names) for p in expand_sample_paths(paths)]
+def load_raw_sample(stem: str, files: Mapping[str, Path], inputs: Sequence[InputMeta]) -> Sample:
+    """Raw .bin files: the dtype and shape are the method's (no dynamic dims)."""
+    arrays = []
+    for i, meta in enumerate(inputs):
+        name = str(meta.get("name", f"input_{i}"))
+        path = files.get(name) if len(inputs) > 1 else next(iter(files.values()))
+        if path is None:
+            raise InputError(
+                f"raw sample {stem} has no file for input {name!r}",
+                f"name raw files {stem}.<input>.bin, one per input ({', '.join(str(m.get('name')) for m in inputs)})",
+            )
+        if "dtype" not in meta or "shape" not in meta:
+            raise InputError(f"cannot read raw {path.name}: the input's dtype and shape are unknown", "use .npy")
+        if meta.get("dynamic"):
+            raise InputError(
+                f"raw {path.name}: input {name!r} has dynamic dims, so its shape is not fixed",
+                "use .npy, which carries the shape",
+            )
+        arrays.append(read_raw(path, str(meta["dtype"]), list(meta["shape"])))
+    return Sample(stem, tuple(arrays))
 
 
-def check_against(sample: Sample, expected: Sequence[dict[str, Any]], names: Sequence[str]) -> None:
-    """Shapes and dtypes against the method's input metadata, before anything runs."""
+def load_image(path: Path, inputs: Sequence[InputMeta], spec: Preprocess) -> Sample:
+    """An image -> the method's one input, by `spec` (resize, scale, mean/std, layout)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if len(inputs) != 1:
+        raise InputError(
+            f"image {path.name}: the method takes {len(inputs)} inputs; images feed one-input methods",
+            "save each sample as .npz with one array per input",
+        )
+    meta = inputs[0]
+    shape = list(meta.get("shape") or [])
+    layout = spec.layout or _guess_layout(shape)
+    if layout is None:
+        raise InputError(
+            f"image {path.name}: cannot tell the layout of input shape {shape}",
+            "say it: --preprocess layout=nchw (or nhwc)",
+        )
+    batched = len(shape) == 4
+    chw = shape[1:] if batched else shape
+    channels, height, width = (chw[0], chw[1], chw[2]) if layout == "nchw" else (chw[2], chw[0], chw[1])
+    if spec.size is not None:
+        height, width = spec.size
+    color = spec.color or ("gray" if channels == 1 else "rgb")
+    try:
+        with Image.open(path) as image:
+            converted = image.convert("L" if color == "gray" else "RGB")
+            resized = converted.resize((width, height), Image.Resampling.BILINEAR)
+            pixels = np.asarray(resized, dtype=np.float32)
+    except (OSError, UnidentifiedImageError) as exc:
+        raise InputError(f"cannot read image {path}: {exc}", "is it a PNG or JPEG file?") from exc
+    if pixels.ndim == 2:
+        pixels = pixels[:, :, None]
+    mean = np.asarray(spec.mean, dtype=np.float32)
+    std = np.asarray(spec.std, dtype=np.float32)
+    if mean.size not in (1, pixels.shape[2]) or std.size not in (1, pixels.shape[2]):
+        raise InputError(
+            f"image {path.name}: mean/std have {mean.size}/{std.size} values for {pixels.shape[2]} channel(s)",
+            "give one value, or one per channel: mean=0.485/0.456/0.406",
+        )
+    tensor = (pixels * spec.scale - mean) / std
+    if layout == "nchw":
+        tensor = tensor.transpose(2, 0, 1)
+    if batched:
+        tensor = tensor[None]
+    dtype = str(meta.get("dtype", "float32"))
+    return Sample(path.stem, (np.ascontiguousarray(tensor.astype(dtype)),))
+
+
+def _guess_layout(shape: Sequence[int]) -> str | None:
+    chw = list(shape[1:]) if len(shape) == 4 else list(shape)
+    if len(chw) != 3:
+        return None
+    if chw[0] in (1, 3) and chw[2] not in (1, 3):
+        return "nchw"
+    if chw[2] in (1, 3) and chw[0] not in (1, 3):
+        return "nhwc"
+    return "nchw" if chw[0] in (1, 3) else None
+
+
+def check_against(sample: Sample, expected: Sequence[InputMeta]) -> None:
+    """Count, dtypes and shapes against the method's inputs, before anything runs.
+    A dynamic dim may take any size within its range."""
+    names = [str(m.get("name", f"input_{i}")) for i, m in enumerate(expected)]
     if len(sample.arrays) != len(expected):
         raise InputError(
             f"sample {sample.name} has {len(sample.arrays)} input(s); the program takes {len(expected)}",
-            f"inputs are: {', '.join(names)}",
+            f"its inputs are: {', '.join(names)}",
         )
-    for i, (array, meta) in enumerate(zip(sample.arrays, expected, strict=True)):
-        name = names[i] if i < len(names) else f"input {i}"
-        want_dtype, want_shape = meta.get("dtype"), meta.get("shape")
-        dynamic = meta.get("dynamic", {}) or {}
+    for name, array, meta in zip(names, sample.arrays, expected, strict=True):
+        want_dtype, want_shape = str(meta.get("dtype")), list(meta.get("shape") or [])
+        dynamic = {str(k): v for k, v in (meta.get("dynamic") or {}).items()}
         shape_ok = len(array.shape) == len(want_shape) and all(
             given == want or (str(d) in dynamic and dynamic[str(d)][0] <= given <= dynamic[str(d)][1])
             for d, (given, want) in enumerate(zip(array.shape, want_shape, strict=True))
         )
         if str(array.dtype) != want_dtype or not shape_ok:
             raise InputError(
-                f"input {name!r} of sample {sample.name}: expected {want_dtype}{list(want_shape)}, "
+                f"input {name!r} of sample {sample.name}: expected {want_dtype}{want_shape}, "
                 f"given {array.dtype}{list(array.shape)}",
-                "convert the sample (dtype, layout) to what the model was exported with",
+                "convert the sample (dtype, shape, layout) to what the model was exported with",
             )
 
 
@@ -124,22 +305,25 @@ def to_tensors(sample: Sample) -> tuple[Any, ...]:
     return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in sample.arrays)
 
 
-def write_raw(array: np.ndarray, path: Path) -> None:
-    """The runner's input format: contiguous little-endian bytes."""
+def raw_bytes(array: np.ndarray) -> bytes:
+    """The runner's input format: contiguous, little-endian."""
     data = np.ascontiguousarray(array)
     if data.dtype.byteorder == ">":
         data = data.astype(data.dtype.newbyteorder("<"))
-    tmp = path.with_name(f".{path.name}.tmp")
-    data.tofile(tmp)
-    tmp.replace(path)
+    return data.tobytes()
 
 
 def read_raw(path: Path, dtype: str, shape: Sequence[int]) -> np.ndarray:
-    raw = np.fromfile(path, dtype=NUMPY_DTYPES[dtype])
-    expected = int(np.prod(shape)) if shape else 1
-    if raw.size != expected:
+    """A raw tensor file back into an array of `dtype` and `shape`."""
+    if dtype not in NUMPY_DTYPES:
+        raise InputError(f"{path.name}: dtype {dtype} is not supported here", f"supported: {', '.join(NUMPY_DTYPES)}")
+    itemsize = np.dtype(NUMPY_DTYPES[dtype]).itemsize
+    need = (int(np.prod(shape)) if shape else 1) * itemsize
+    have = path.stat().st_size
+    if have != need:
         raise InputError(
-            f"{path.name} holds {raw.size} {dtype} values; shape {list(shape)} needs {expected}",
-            "the output file does not match the expected shape",
+            f"{path.name} has {have} bytes; {dtype}{list(shape)} needs {need}",
+            f"a raw file must hold exactly {need} bytes: the tensor, contiguous, little-endian",
         )
+    raw = np.fromfile(path, dtype=NUMPY_DTYPES[dtype])
     return raw.reshape(shape)

@@ -208,26 +208,23 @@ class _Plan:
 
 
 def _plan(abi: str) -> _Plan:
+    """"host" is this machine (glibc Linux, macOS); x86_64 and arm64-v8a are
+    Android ABIs, built with the NDK against bionic: a host binary does not run
+    on an Android x86_64 emulator even though the CPU matches."""
     if abi not in ABIS:
         raise UsageError(f"unknown runner ABI {abi!r}", f"use one of: {', '.join(ABIS)}")
+    if abi != "host":
+        return _android_plan(abi)
     host = host_abi()
     system = platform.system()
-    if abi == "host" or (abi == host and abi == "x86_64" and system == "Linux"):
-        package = executorch_package_dir()
-        cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
-        return _Plan(
-            abi=host if system == "Linux" else f"{system.lower()}-{host}",
-            cmake_defines=(f"-DCMAKE_PREFIX_PATH={package}", f"-DCMAKE_CXX_COMPILER={cxx}"),
-            compiler=_compiler_identity([cxx]),
-            environment_notes=(f"system={system}", f"executorch_package={package}"),
-        )
-    if abi == "x86_64":
-        raise UsageError(
-            f"the x86_64 runner is built on an x86_64 Linux host; this is {system} {host}",
-            "build it on such a host, or use --runner PATH with an executor_runner built "
-            "for x86_64",
-        )
-    return _android_plan(abi)
+    package = executorch_package_dir()
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+    return _Plan(
+        abi=host if system == "Linux" else f"{system.lower()}-{host}",
+        cmake_defines=(f"-DCMAKE_PREFIX_PATH={package}", f"-DCMAKE_CXX_COMPILER={cxx}"),
+        compiler=_compiler_identity([cxx]),
+        environment_notes=(f"system={system}", f"executorch_package={package}"),
+    )
 
 
 def _android_plan(abi: str) -> _Plan:
@@ -458,8 +455,8 @@ def ensure_runner(
 ) -> RunnerBundle:
     """The runner bundle for `abi`, built if the cache lacks it.
 
-    abi: "host" (this machine), "x86_64" (the same, on an x86_64 Linux host), or
-    "arm64-v8a" (needs ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX). A build runs
+    abi: "host" (this machine), or an Android ABI, "arm64-v8a" or "x86_64" (both
+    need ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX). A build runs
     in a temporary directory renamed into place, under a lock, so concurrent
     callers build once and nobody sees half a bundle.
     """
@@ -550,3 +547,27 @@ def external_runner(path: str | Path, *, libraries: Sequence[str | Path] = ()) -
         fresh=False,
         info={"external": str(executable)},
     )
+
+
+def runner_from_path(path: Path) -> RunnerBundle:
+    """`--runner PATH`: a bundle directory (ours, from `etdeploy runner build`,
+    holding bundle.json) or an executor_runner binary (upstream's flags), with
+    the shared libraries beside it."""
+    path = path.expanduser()
+    if path.is_dir():
+        bundle = _read_bundle(path.resolve(), fresh=False)
+        if bundle is None:
+            raise UsageError(
+                f"{path} is not a runner bundle (no complete {BUNDLE_MANIFEST})",
+                "pass the directory `etdeploy runner build` printed, or an executor_runner binary",
+            )
+        return bundle
+    if path.name == EXECUTABLE and (bundle := _read_bundle(path.resolve().parent, fresh=False)):
+        return bundle  # our runner named by its binary: keep its libraries and flags
+    # A dynamically linked build loads its libraries from beside it ($ORIGIN), so
+    # they travel with it; upstream's usual static build has none.
+    siblings = sorted(
+        p for p in path.resolve().parent.iterdir()
+        if p.is_file() and (".so" in p.suffixes or p.suffix == ".dylib")
+    ) if path.is_file() else []  # fmt: skip
+    return external_runner(path, libraries=siblings)

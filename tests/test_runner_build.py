@@ -213,9 +213,14 @@ def test_unknown_abi_is_a_usage_error() -> None:
         ensure_runner("mips")
 
 
-@pytest.mark.skipif(not HOST_IS_X86_64_LINUX, reason="x86_64 is the host only on x86_64 Linux")
-def test_x86_64_is_the_host_build_here() -> None:
-    assert bundle_key("x86_64") == bundle_key("host")
+def test_x86_64_is_the_android_abi_and_needs_the_ndk_even_on_an_x86_64_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A glibc host binary does not run on an Android x86_64 emulator.
+    monkeypatch.delenv("ANDROID_NDK", raising=False)
+    monkeypatch.delenv("EXECUTORCH_ANDROID_PREFIX", raising=False)
+    with pytest.raises(UsageError, match="ANDROID_NDK"):
+        ensure_runner("x86_64")
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import traceback
 from collections.abc import Callable
@@ -77,7 +78,15 @@ def command(name: str | None = None, **kwargs: Any) -> Callable[[F], F]:
     return decorate
 
 
+# Libraries' import-time chatter on stderr (torch's pytree deprecation notice,
+# torchao's CUDA-only extensions it cannot load on a CPU build) says nothing about
+# the user's run and buries our one-line errors; real errors still show.
+_QUIET_LOGGERS = ("torch.utils._pytree", "torchao")
+
+
 def main() -> None:
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         app()
     except SystemExit:

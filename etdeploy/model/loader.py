@@ -119,6 +119,13 @@ def _find_factory(ref: ModelRef) -> Callable[[], Any]:
     if ref.kind == "file":
         path = Path(ref.location).resolve()
         module_name = f"_etdeploy_model_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+        # One import per file and content per process: `run` builds and then
+        # computes the eager reference, and a model file that registers custom
+        # operators (torch.library) must not register them twice.
+        source_digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        loaded = sys.modules.get(module_name)
+        if loaded is not None and getattr(loaded, "_etdeploy_source", None) == source_digest:
+            return _factory_of(loaded, ref)
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -133,6 +140,8 @@ def _find_factory(ref: ModelRef) -> Callable[[], Any]:
             ) from exc
         finally:
             sys.path.remove(str(path.parent))
+        module._etdeploy_source = source_digest  # type: ignore[attr-defined]
+        sys.modules[module_name] = module
     else:
         module_name = EXAMPLES[ref.location].split(":")[0] if ref.kind == "example" else ref.location
         try:
@@ -142,6 +151,10 @@ def _find_factory(ref: ModelRef) -> Callable[[], Any]:
                 f"importing {module_name} failed: {type(exc).__name__}: {exc}",
                 "--verbose shows the trace",
             ) from exc
+    return _factory_of(module, ref)
+
+
+def _factory_of(module: Any, ref: ModelRef) -> Callable[[], Any]:
     assert ref.factory is not None
     factory = getattr(module, ref.factory, None)
     if factory is None:

@@ -1,0 +1,182 @@
+"""`etdeploy run`: build, deploy, execute, verify, report. Parses and renders only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from etdeploy.cli._app import command, console, err_console
+from etdeploy.errors import EXIT_OK, EtdeployError
+
+
+@command("run")
+def run_command(
+    model: str = typer.Argument(None, help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
+    device: str = typer.Option(None, "--device", "-d", help="local, a [devices] name from etdeploy.toml, a serial, or a model name (pixel8)."),
+    backend: str = typer.Option(None, "--backend", "-b", help="xnnpack (default), portable, coreml, vulkan."),
+    quantize: str = typer.Option(None, "--quantize", "-q", help="int8 (calibrated on real samples) or int8-dynamic."),
+    pte: Path = typer.Option(None, "--pte", help="Run this .pte; MODEL is then only the eager reference."),
+    inputs: list[str] = typer.Option([], "--inputs", "-i", help="Real samples: .npy/.npz/.pt/.bin/.png/.jpg files, dirs or globs."),
+    preprocess: str = typer.Option(None, "--preprocess", help="For images: resize=HxW,scale=1/255,mean=a/b/c,std=a/b/c,layout=nchw|nhwc."),
+    random: int = typer.Option(0, "--random", min=0, help="Verify on N random samples instead (the verdict says so)."),
+    reference: Path = typer.Option(None, "--reference", help="Expected outputs (.npz: s<S>_o<K>) instead of the eager model."),
+    host_check: bool = typer.Option(None, "--host-check/--no-host-check", help="Also run the .pte in executorch's Python runtime here."),
+    iterations: int = typer.Option(None, "--iterations", "-n", min=1, help="Timed executions (default 10)."),
+    warmup: int = typer.Option(None, "--warmup", min=0, help="Untimed executions first (default 3)."),
+    deadline: float = typer.Option(None, "--deadline", help="Seconds before the runner is killed (default 120)."),
+    idle_timeout: float = typer.Option(None, "--idle-timeout", help="Seconds of runner silence that count as hung."),
+    atol: float = typer.Option(None, "--atol", help="fp32 absolute tolerance (default 1e-4)."),
+    rtol: float = typer.Option(None, "--rtol", help="fp32 relative tolerance (default 1e-4)."),
+    runner: Path = typer.Option(None, "--runner", help="A runner bundle dir, or an executor_runner binary (upstream's works)."),
+    adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
+    adb_port: int = typer.Option(None, "--adb-port", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
+    lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
+    json_path: Path = typer.Option(None, "--json", help="Write the result (etdeploy.result/1) here, also when the run fails."),
+    keep: bool = typer.Option(None, "--keep/--no-keep", help="Keep the job's directory on the device."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild the .pte even when cached."),
+    config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
+) -> None:  # fmt: skip
+    """Run MODEL on a device with real inputs and compare with eager PyTorch."""
+    import time
+
+    from etdeploy.config import load_config, run_settings
+    from etdeploy.devices.registry import open_device
+    from etdeploy.pipeline import RunContext, RunJob, error_result, run_job, write_result_json
+
+    config = load_config(config_path)
+    settings = run_settings(
+        config,
+        device=device, backend=backend, quantize=quantize, inputs=inputs or None,
+        preprocess=preprocess, host_check=host_check, iterations=iterations, warmup=warmup,
+        deadline_s=deadline, idle_timeout_s=idle_timeout, atol=atol, rtol=rtol, keep=keep,
+        lock_timeout_s=lock_timeout, runner=runner,
+    )  # fmt: skip
+    job = RunJob(
+        model=model,
+        device=settings["device"],
+        backend=settings["backend"],
+        quantize=settings.get("quantize"),
+        pte=pte,
+        inputs=tuple(settings.get("inputs", ())),
+        preprocess=settings.get("preprocess"),
+        random_inputs=random,
+        reference=reference,
+        host_check=settings["host_check"],
+        iterations=settings["iterations"],
+        warmup=settings["warmup"],
+        deadline_s=settings["deadline_s"],
+        idle_timeout_s=settings.get("idle_timeout_s"),
+        atol=settings.get("atol"),
+        rtol=settings.get("rtol"),
+        runner=Path(settings["runner"]) if settings.get("runner") else None,
+        keep=settings["keep"],
+        use_cache=not no_cache,
+    )
+    started = time.time()
+    try:
+        with err_console.status("starting...") as status:
+            target = open_device(
+                job.device, config, adb_host=adb_host, adb_port=adb_port,
+                lock_timeout_s=settings["lock_timeout_s"],
+            )  # fmt: skip
+            with target:
+                result = run_job(
+                    job, target, RunContext(status=status.update, size_config=config)
+                )
+    except EtdeployError as exc:
+        if json_path is not None:
+            write_result_json(error_result(job, job.device, exc, started), json_path)
+        raise
+    if json_path is not None:
+        write_result_json(result, json_path)
+    render_result(result)
+    if result["exit_code"] != EXIT_OK:
+        raise typer.Exit(result["exit_code"])
+
+
+def render_result(result: dict[str, Any]) -> None:
+    """The verdict table, latency, memory, size, warnings and the one-line verdict."""
+    verdict = result["verdict"]
+    device = result["device"]
+    artifact = result["artifact"]
+    quant = f", {artifact['quantization']}" if artifact.get("quantization") else ""
+    title = f"{result['job']['model'] or artifact['pte']} on {device['name']} ({artifact.get('backend') or '?'}{quant})"
+    table = Table(title=title)
+    for column in ("output", "samples ok", "worst sample", "max abs", "max rel", "SQNR dB", "cosine", "top-1"):
+        table.add_column(column, justify="left" if column in ("output", "worst sample") else "right")
+    # One row per output, showing its worst sample; --json has every sample.
+    by_output: dict[int, list[dict[str, Any]]] = {}
+    for m in verdict["metrics"]:
+        by_output.setdefault(m["output"], []).append(m)
+    quantized = bool(artifact.get("quantization"))
+    for rows in by_output.values():
+        worst = min(rows, key=lambda m: m["sqnr_db"] if m["sqnr_db"] is not None else float("inf")) if quantized \
+            else max(rows, key=lambda m: m["max_abs"])
+        ok = sum(1 for m in rows if m["allclose"]) if not quantized else sum(1 for m in rows if m["top1_agree"] is not False)
+        top1 = [m["top1_agree"] for m in rows if m["top1_agree"] is not None]
+        table.add_row(
+            worst["name"], f"{ok}/{len(rows)}", worst["sample"], f"{worst['max_abs']:.2e}",
+            _num(worst["max_rel"], ".2e"), _num(worst["sqnr_db"], ".1f", none="inf"),
+            f"{worst['cosine']:.6f}", f"{sum(top1)}/{len(top1)}" if top1 else "-",
+        )  # fmt: skip
+    console.print(table)
+    latency = result["latency_ms"]
+    if latency.get("n"):
+        console.print(
+            f"latency: load {_ms(latency['load'])}; {latency['n']} iterations after "
+            f"{result['job']['warmup']} warm-up: median {_ms(latency['median'])} "
+            f"(min {_ms(latency['min'])}, p90 {_ms(latency['p90'])}, max {_ms(latency['max'])}, "
+            f"trimmed mean {_ms(latency['trimmed_mean'])}, stdev {_ms(latency['stdev'])})",
+            highlight=False,
+        )
+    memory = result["memory"]
+    console.print(
+        f"memory: planned arena {_bytes(memory['planned_bytes'])}; runner peak RSS {_bytes(memory['peak_rss_bytes'])}",
+        highlight=False,
+    )
+    deploy = result["deploy"]
+    console.print(
+        f"deploy: {_bytes(deploy['bytes_sent'])} sent in {deploy['files_sent']} file(s), "
+        f"{deploy['files_skipped']} unchanged file(s) skipped",
+        highlight=False,
+    )
+    if result.get("host_check"):
+        host = result["host_check"]
+        console.print(
+            f"host runtime: vs reference {host['host_vs_reference']['reason']}; "
+            f"device vs host {host['device_vs_host']['reason']}",
+            highlight=False,
+        )
+    if result.get("size"):
+        _render_size(result["size"])
+    for warning in result["warnings"]:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    mark = "[bold green]PASS[/]" if verdict["passed"] else "[bold red]FAIL[/]"
+    console.print(f"{mark} {verdict['reason']}", highlight=False)
+
+
+def _render_size(size: dict[str, Any]) -> None:
+    verdicts = size.get("verdicts", [])
+    parts = [f"{v.get('label', v.get('key'))}: {v.get('summary', v.get('status'))}" for v in verdicts]
+    console.print("size: " + "; ".join(parts), highlight=False)
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.2f} ms"
+
+
+def _num(value: float | None, spec: str, none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    from etdeploy.sizecheck.limits import format_bytes
+
+    return format_bytes(value)

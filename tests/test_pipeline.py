@@ -1,0 +1,319 @@
+"""`etdeploy run --device local`: the real runner, built from android_harness/
+against the installed executorch, runs real programs on real inputs, and the
+pipeline says whether they compute what eager PyTorch computes.
+
+Through the CLI where the user-facing contract is the point (exit codes, one
+line and a hint, the result file); through `run_job` where the result document
+is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from etdeploy.cli import app
+from etdeploy.devices.local import LocalDevice
+from etdeploy.pipeline import RESULT_SCHEMA, RunJob, run_job
+
+pytestmark = pytest.mark.slow
+
+MODELS = Path(__file__).parent / "data" / "models"
+TWO_IO = f"{MODELS / 'two_io.py'}:build"
+CUSTOM_OP = f"{MODELS / 'custom_op.py'}:build"
+
+
+def cli(*args: str | Path) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def device(tmp_path: Path) -> LocalDevice:
+    return LocalDevice(workdir=tmp_path / "device")
+
+
+@pytest.fixture(scope="module")
+def two_io_samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three real-valued samples for the two-input model (not its zero examples)."""
+    directory = tmp_path_factory.mktemp("two_io_samples")
+    rng = np.random.default_rng(7)
+    for i in range(3):
+        np.savez(
+            directory / f"s{i}.npz",
+            left=np.linspace(-2, 2, 12, dtype=np.float32).reshape(2, 6) * (i + 1),
+            right=rng.uniform(-1, 1, size=(2, 3)).astype(np.float32),
+        )
+    return directory
+
+
+# -- passing runs --------------------------------------------------------------------
+
+
+def test_digits_fp32_passes_with_per_output_metrics_latency_and_memory(device: LocalDevice) -> None:
+    result = run_job(RunJob(model="digits", iterations=7, warmup=2), device)
+
+    assert result["schema"] == RESULT_SCHEMA
+    assert result["status"] == "passed" and result["exit_code"] == 0
+    verdict = result["verdict"]
+    # digits' own samples: 16 held-out images, one execution each, one output.
+    assert len(result["inputs"]["samples"]) == 16
+    assert {m["name"] for m in verdict["metrics"]} == {"logits"}
+    assert all(m["allclose"] and m["top1_agree"] for m in verdict["metrics"])
+    assert verdict["top1_agreement"] == 1.0
+    assert verdict["worst"]["max_abs"] < 1e-4
+    latency = result["latency_ms"]
+    assert latency["n"] == 7 and len(latency["iterations"]) == 7
+    assert latency["min"] <= latency["median"] <= latency["p90"] <= latency["max"]
+    assert latency["load"] is not None and latency["load"] > 0
+    assert result["memory"]["planned_bytes"] > 0
+    assert result["memory"]["peak_rss_bytes"] > 0
+    assert result["artifact"]["delegation"]["share"] == 1.0
+    assert result["runner"]["flavor"] == "etdeploy"
+    assert result["device"]["transport"] == "local"
+    # The job directory is gone unless --keep.
+    assert not list((Path(device.workdir)).glob("2*-*"))
+
+
+def test_a_second_run_sends_no_bytes(device: LocalDevice) -> None:
+    first = run_job(RunJob(model="digits", iterations=1, warmup=0), device)
+    second = run_job(RunJob(model="digits", iterations=1, warmup=0), device)
+    assert first["deploy"]["bytes_sent"] > 0
+    assert second["deploy"]["bytes_sent"] == 0
+    assert second["deploy"]["files_sent"] == 0
+    assert second["deploy"]["files_skipped"] == first["deploy"]["files_sent"] + first["deploy"]["files_skipped"]
+
+
+def test_digits_int8_is_judged_by_sqnr_and_top1(device: LocalDevice) -> None:
+    result = run_job(RunJob(model="digits", quantize="int8", iterations=3, warmup=1), device)
+    assert result["artifact"]["quantization"] == "int8"
+    verdict = result["verdict"]
+    assert result["status"] == "passed", verdict["reason"]
+    assert "SQNR" in verdict["reason"] and "top-1" in verdict["reason"]
+    # int8 error is far above an fp32 tolerance, yet the signal and argmax hold.
+    assert verdict["worst"]["max_abs"] > 1e-4
+    assert verdict["worst"]["sqnr_db"] >= 15
+    assert verdict["top1_agreement"] >= 0.9
+
+
+def test_two_inputs_and_two_outputs_are_each_verified(device: LocalDevice, two_io_samples: Path) -> None:
+    result = run_job(RunJob(model=TWO_IO, inputs=(str(two_io_samples),), iterations=2, warmup=1), device)
+    assert result["status"] == "passed", result["verdict"]["reason"]
+    assert result["inputs"]["names"] == ["left", "right"]
+    metrics = result["verdict"]["metrics"]
+    assert len(metrics) == 3 * 2
+    assert {(m["sample"], m["output"]) for m in metrics} == {(f"s{i}", o) for i in range(3) for o in (0, 1)}
+    assert {tuple(m["shape"]) for m in metrics} == {(2, 4), (2, 1)}
+
+
+def test_host_check_compares_device_and_host_runtime(device: LocalDevice, two_io_samples: Path) -> None:
+    result = run_job(
+        RunJob(model=TWO_IO, inputs=(str(two_io_samples),), iterations=1, warmup=0, host_check=True),
+        device,
+    )
+    host = result["host_check"]
+    # The same runtime on the same CPU: bit for bit.
+    assert host["device_vs_host"]["passed"] and host["device_vs_host"]["worst"]["max_abs"] == 0.0
+    assert host["host_vs_reference"]["passed"]
+
+
+def test_upstream_flavor_reads_the_log_and_takes_shapes_from_the_reference(
+    device: LocalDevice, two_io_samples: Path, tmp_path: Path
+) -> None:
+    from etdeploy.runner_build import ensure_runner
+
+    # Our binary renamed and run with upstream's flags only: no --result_json, no
+    # --warmup. Its libraries sit beside it, as a dynamically linked upstream
+    # build's would.
+    bundle = ensure_runner()
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    for path in bundle.files:
+        target = upstream / ("executor_runner" if path.name == bundle.executable else path.name)
+        target.write_bytes(path.read_bytes())
+        target.chmod(0o755)
+    result = run_job(
+        RunJob(
+            model=TWO_IO, inputs=(str(two_io_samples),), iterations=4, warmup=2,
+            runner=upstream / "executor_runner",
+        ),
+        device,
+    )  # fmt: skip
+    assert result["runner"]["flavor"] == "upstream"
+    assert result["status"] == "passed", result["verdict"]["reason"]
+    # The warm-ups ran as the first timed iterations and were dropped again.
+    assert result["latency_ms"]["n"] == 4
+    assert result["memory"]["peak_rss_bytes"] is None
+
+
+# -- the CLI ---------------------------------------------------------------------------
+
+
+def test_cli_run_digits_prints_the_table_and_passes(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    done = cli("run", "digits", "--device", "local", "-n", "3", "--warmup", "1", "--json", out)
+    assert done.exit_code == 0, done.output
+    assert "PASS" in done.stdout and "logits" in done.stdout and "latency:" in done.stdout
+    document = json.loads(out.read_text())
+    assert document["status"] == "passed" and document["schema"] == RESULT_SCHEMA
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_an_altered_weight_fails_verification_and_names_the_output(tmp_path: Path) -> None:
+    from etdeploy.sizecheck.pte import read_pte
+
+    built = cli("build", "digits", "--backend", "portable", "-o", tmp_path / "digits.pte")
+    assert built.exit_code == 0, built.output
+    pte = tmp_path / "digits.pte"
+    data = bytearray(pte.read_bytes())
+    # The classifier's weight matrix: the largest 2-D float constant.
+    weight = max(
+        (c for c in read_pte(pte).constant_tensors if c.dtype == "float" and len(c.sizes) == 2 and c.offset),
+        key=lambda c: c.nbytes,
+    )
+    values = np.frombuffer(bytes(data[weight.offset : weight.offset + weight.nbytes]), dtype=np.float32).copy()
+    values[: values.size // 2] *= -3.0
+    data[weight.offset : weight.offset + weight.nbytes] = values.tobytes()
+    altered = tmp_path / "altered.pte"
+    altered.write_bytes(bytes(data))
+
+    done = cli("run", "digits", "--pte", altered, "-n", "1", "--warmup", "0", "--json", tmp_path / "r.json")
+    assert done.exit_code == 1, done.output
+    assert "FAIL" in done.stdout
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["status"] == "failed"
+    assert document["verdict"]["worst"]["name"] == "logits"
+    assert "logits" in document["verdict"]["reason"]
+
+
+# -- faults and bad input ------------------------------------------------------------------
+
+
+def _one_line_error(done: Any) -> str:
+    lines = [line for line in done.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, done.output
+    assert "hint:" in done.output
+    assert "Traceback" not in done.output
+    return lines[0]
+
+
+def test_a_truncated_pte_is_bad_input(tmp_path: Path) -> None:
+    built = cli("build", "digits", "-o", tmp_path / "digits.pte")
+    assert built.exit_code == 0, built.output
+    truncated = tmp_path / "truncated.pte"
+    truncated.write_bytes((tmp_path / "digits.pte").read_bytes()[:5000])
+    done = cli("run", "digits", "--pte", truncated)
+    assert done.exit_code == 2
+    assert "truncated.pte" in _one_line_error(done)
+
+
+def test_a_missing_operator_is_a_runner_failure_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "x.npy").write_bytes(b"")
+    np.save(tmp_path / "x.npy", np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4))
+    done = cli("run", CUSTOM_OP, "--backend", "portable", "--inputs", tmp_path / "x.npy", "--json", tmp_path / "r.json")
+    assert done.exit_code == 3, done.output
+    line = _one_line_error(done)
+    assert "OperatorMissing" in line and "etdeploy_custom::triple.out" in line
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["status"] == "error" and document["error"]["infrastructure"]
+    assert "etdeploy_custom::triple.out" in document["logs"][0]
+
+
+def test_a_backend_the_runner_lacks_is_named(tmp_path: Path) -> None:
+    done = cli("run", "digits", "--backend", "vulkan", "-n", "1")
+    assert done.exit_code == 3, done.output
+    assert "VulkanBackend" in _one_line_error(done)
+
+
+def test_a_wrong_input_shape_names_the_input_the_expected_and_the_given(tmp_path: Path) -> None:
+    np.save(tmp_path / "wrong.npy", np.zeros((1, 1, 9, 9), dtype=np.float32))
+    done = cli("run", "digits", "--inputs", tmp_path / "wrong.npy")
+    assert done.exit_code == 2
+    line = _one_line_error(done)
+    assert "'image'" in line and "float32[1, 1, 8, 8]" in line and "float32[1, 1, 9, 9]" in line
+
+
+def test_a_hung_runner_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    # Real work that cannot finish in time: a hundred million iterations.
+    done = cli("run", "digits", "-n", "100000000", "--warmup", "0", "--deadline", "3",
+               "--json", tmp_path / "r.json")  # fmt: skip
+    assert done.exit_code == 3, done.output
+    assert "timed out" in _one_line_error(done)
+    assert json.loads((tmp_path / "r.json").read_text())["error"]["kind"] == "RunnerFailure"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_a_crashing_runner_is_a_runner_failure_with_its_signal(tmp_path: Path) -> None:
+    # Stands for a runner that dies mid-run (a segfault in a kernel): it prints
+    # upstream's first line, then kills itself with SIGSEGV.
+    crashing = tmp_path / "executor_runner"
+    crashing.write_text("#!/bin/sh\necho 'Model loaded in 0.5 ms.'\nkill -SEGV $$\n")
+    crashing.chmod(crashing.stat().st_mode | stat.S_IXUSR)
+    done = cli("run", "digits", "--runner", crashing, "-n", "1")
+    assert done.exit_code == 3, done.output
+    assert "SIGSEGV" in _one_line_error(done)
+    assert "Model loaded in 0.5 ms." in done.output  # the log's tail is attached
+
+
+def test_random_inputs_need_asking_for_and_label_the_verdict(device: LocalDevice) -> None:
+    result = run_job(RunJob(model=TWO_IO, random_inputs=2, iterations=1, warmup=0), device)
+    assert result["inputs"]["on_noise"] is True
+    assert "random inputs" in result["verdict"]["reason"]
+    assert any("random inputs" in w for w in result["warnings"])
+
+
+def test_no_inputs_at_all_is_bad_input_with_a_hint() -> None:
+    done = cli("run", TWO_IO)
+    assert done.exit_code == 2
+    assert "no inputs" in _one_line_error(done) and "--random" in done.output
+
+
+def test_verifying_on_the_example_inputs_is_warned(device: LocalDevice, tmp_path: Path) -> None:
+    np.savez(tmp_path / "zeros.npz", left=np.zeros((2, 6), np.float32), right=np.zeros((2, 3), np.float32))
+    result = run_job(RunJob(model=TWO_IO, inputs=(str(tmp_path / "zeros.npz"),), iterations=1, warmup=0), device)
+    assert any("example inputs" in w for w in result["warnings"])
+
+
+def test_a_reference_file_replaces_the_eager_model(device: LocalDevice, tmp_path: Path, two_io_samples: Path) -> None:
+    first = run_job(RunJob(model=TWO_IO, inputs=(str(two_io_samples / "s0.npz"),), iterations=1, warmup=0, keep=True), device)
+    pte = Path(first["artifact"]["pte"])
+    with np.load(two_io_samples / "s0.npz") as sample:
+        left, right = sample["left"], sample["right"]
+    import torch
+
+    from etdeploy.model.loader import load_model, parse_model_ref
+
+    module = load_model(parse_model_ref(TWO_IO)).module
+    with torch.no_grad():
+        a, b = module(torch.from_numpy(left), torch.from_numpy(right))
+    np.savez(tmp_path / "expected.npz", o0=a.numpy(), o1=(b.numpy() + 1.0))  # o1 is wrong on purpose
+    result = run_job(
+        RunJob(model=None, pte=pte, reference=tmp_path / "expected.npz",
+               inputs=(str(two_io_samples / "s0.npz"),), iterations=1, warmup=0),
+        device,
+    )  # fmt: skip
+    assert result["inputs"]["reference"] == "file"
+    assert result["status"] == "failed"
+    assert result["verdict"]["worst"]["output"] == 1
+
+
+def test_result_json_is_never_half_written(tmp_path: Path) -> None:
+    from etdeploy.pipeline import write_result_json
+
+    target = tmp_path / "r.json"
+    write_result_json({"a": 1}, target)
+
+    class Unserialisable:
+        def __str__(self) -> str:
+            raise RuntimeError("boom mid-write")
+
+    with pytest.raises(RuntimeError):
+        write_result_json({"a": 2, "b": Unserialisable()}, target)
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert os.listdir(tmp_path) == ["r.json"]
