@@ -1,4 +1,5 @@
-"""Per-iteration latency: etdeploy's C++ runner vs executorch.runtime in Python.
+"""Per-iteration latency: etdeploy's C++ runner vs executorch.runtime in Python;
+and the overhead of a warm `etdeploy run --device local` over the bare runner.
 
 The same XNNPACK .pte, the same input, each timed over N executions after the
 same warm-up; the figure is the median iteration. The runner times
@@ -11,6 +12,7 @@ Both use their default thread pool. The runner build comes from the cache
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -98,7 +100,45 @@ def _python_median(pte: Path, image: Any) -> tuple[float, float]:
     return statistics.median(times), load_ms
 
 
+def _run_overhead(directory: Path) -> tuple[float, float, int]:
+    """A warm `etdeploy run digits --device local` (build, reference and files all
+    cached) against the same runner commands it issued, replayed bare. Both are
+    wall-clock for the whole thing, best of three."""
+    import json
+    import shlex
+    import sys
+
+    result_path = directory / "run.json"
+    command = [sys.executable, "-m", "etdeploy", "run", "digits", "--device", "local",
+               "--keep", "--json", str(result_path)]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True)  # warms every cache
+    runs = []
+    for _ in range(3):
+        begin = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True)
+        runs.append(time.perf_counter() - begin)
+    logs = json.loads(result_path.read_text())["logs"]
+    replay = [shlex.split(log.splitlines()[0].removeprefix("$ ")) for log in logs]
+    bare = []
+    for _ in range(3):
+        begin = time.perf_counter()
+        for argv in replay:
+            subprocess.run(argv, check=True, capture_output=True)
+        bare.append(time.perf_counter() - begin)
+    # --keep left each run's job dir behind; they are ours to remove.
+    for argv in replay:
+        for arg in argv:
+            if arg.startswith("--output_file="):
+                shutil.rmtree(Path(arg.removeprefix("--output_file=")).parent, ignore_errors=True)
+    return min(runs), min(bare), len(replay)
+
+
 def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        etdeploy_s, bare_s, invocations = _run_overhead(Path(tmp))
+    print(f"   warm `etdeploy run digits --device local`: {etdeploy_s:.3f} s; the same {invocations} "
+          f"runner commands bare: {bare_s:.3f} s")  # fmt: skip
+    print(f"   ratio etdeploy/bare: {etdeploy_s / bare_s:.1f}x ({etdeploy_s - bare_s:.3f} s of overhead)")
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         pte, raw, image = _build_program(directory)

@@ -608,7 +608,23 @@ def _log_text(out: Any) -> str:
     parts = [f"$ {out.command}", out.stdout.rstrip(), out.stderr.rstrip()]
     if out.device_log.strip():
         parts += ["--- device log", out.device_log.rstrip()]
-    return "\n".join(p for p in parts if p)
+    return clip_log("\n".join(p for p in parts if p))
+
+
+LOG_HEAD_LINES = 40
+LOG_TAIL_LINES = 200
+
+
+def clip_log(text: str) -> str:
+    """The head and tail of a log: a runner prints a line per iteration, and a
+    hung one killed after a million iterations must not put them all in a report."""
+    lines = text.splitlines()
+    if len(lines) <= LOG_HEAD_LINES + LOG_TAIL_LINES:
+        return text
+    omitted = len(lines) - LOG_HEAD_LINES - LOG_TAIL_LINES
+    return "\n".join(
+        [*lines[:LOG_HEAD_LINES], f"[... {omitted} lines omitted ...]", *lines[-LOG_TAIL_LINES:]]
+    )
 
 
 # -- verify and the result document ------------------------------------------------------------
@@ -651,7 +667,9 @@ class RunContext:
     size_config: Any = None  # etdeploy.config.Config for the size verdict
 
 
-def run_job(job: RunJob, device: Any, context: RunContext | None = None) -> dict[str, Any]:
+def run_job(
+    job: RunJob, device: Any, context: RunContext | None = None, *, job_id: str | None = None
+) -> dict[str, Any]:
     """The whole loop for one job on one device; returns the etdeploy.result/1 document.
 
     Bad input and infrastructure failures raise; a numeric mismatch does not (it
@@ -663,7 +681,7 @@ def run_job(job: RunJob, device: Any, context: RunContext | None = None) -> dict
     context = context or RunContext()
     say = context.status or (lambda _text: None)
     started = time.time()
-    job_id = new_job_id()
+    job_id = job_id or new_job_id()
 
     say(f"building {job.label}")
     program = build_program(job)
@@ -766,7 +784,9 @@ def run_job(job: RunJob, device: Any, context: RunContext | None = None) -> dict
     }
 
 
-def error_result(job: RunJob, device_name: str, exc: EtdeployError, started: float) -> dict[str, Any]:
+def error_result(
+    job: RunJob, device_name: str, exc: EtdeployError, started: float, job_id: str | None = None
+) -> dict[str, Any]:
     """The result document of a run that raised: status "error", the error kept
     whole (kind, device, command, log) so a report can tell a broken phone from
     a broken model."""
@@ -777,7 +797,7 @@ def error_result(job: RunJob, device_name: str, exc: EtdeployError, started: flo
         "etdeploy": etdeploy.__version__,
         "status": "error",
         "exit_code": exc.exit_code,
-        "job": {"id": None, "model": job.model, "iterations": job.iterations, "warmup": job.warmup},
+        "job": {"id": job_id, "model": job.model, "iterations": job.iterations, "warmup": job.warmup},
         "device": {"name": device_name},
         "error": {
             "kind": type(exc).__name__,
@@ -791,7 +811,7 @@ def error_result(job: RunJob, device_name: str, exc: EtdeployError, started: flo
         "warnings": [],
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 3),
-        "logs": [exc.log] if exc.log else [],
+        "logs": [clip_log(exc.log)] if exc.log else [],
     }
 
 

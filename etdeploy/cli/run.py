@@ -44,7 +44,14 @@ def run_command(
 
     from etdeploy.config import load_config, run_settings
     from etdeploy.devices.registry import open_device
-    from etdeploy.pipeline import RunContext, RunJob, error_result, run_job, write_result_json
+    from etdeploy.pipeline import (
+        RunContext,
+        RunJob,
+        error_result,
+        new_job_id,
+        run_job,
+        write_result_json,
+    )
 
     config = load_config(config_path)
     settings = run_settings(
@@ -75,7 +82,7 @@ def run_command(
         keep=settings["keep"],
         use_cache=not no_cache,
     )
-    started = time.time()
+    started, job_id = time.time(), new_job_id()
     try:
         with err_console.status("starting...") as status:
             target = open_device(
@@ -84,11 +91,11 @@ def run_command(
             )  # fmt: skip
             with target:
                 result = run_job(
-                    job, target, RunContext(status=status.update, size_config=config)
+                    job, target, RunContext(status=status.update, size_config=config), job_id=job_id
                 )
     except EtdeployError as exc:
         if json_path is not None:
-            write_result_json(error_result(job, job.device, exc, started), json_path)
+            write_result_json(error_result(job, job.device, exc, started, job_id), json_path)
         raise
     if json_path is not None:
         write_result_json(result, json_path)
