@@ -72,7 +72,8 @@ class RunJob:
     preprocess: str | None = None
     keep: bool = False
     use_cache: bool = True
-    etdump: bool = False
+    # Record an ETDump of the timed executions and name the slowest operators.
+    profile: bool = False
 
     def __post_init__(self) -> None:
         if self.model is None and (self.pte is None or self.reference is None):
@@ -559,7 +560,7 @@ def execute(
             warmup=job.warmup if timed else 0,
             method=program.method,
             cpu_threads=job.cpu_threads,
-            etdump_path=f"{deployed.job_dir}/run.etdump" if (timed and job.etdump) else None,
+            etdump_path=f"{deployed.job_dir}/run.etdump" if (timed and job.profile) else None,
             result_json_path=None if upstream else f"{deployed.job_dir}/s{s}-result.json",
             flavor=bundle.flavor,
         )
@@ -702,6 +703,10 @@ def run_job(
             if not job.keep:
                 _remove_quietly(device, deployed.job_dir)
         etdump = _keep_etdump(executed.etdump, job_id)
+    profile = None
+    if etdump is not None:
+        say("reading the profile")
+        profile = profile_of(etdump, program)
 
     tolerance = tolerance_for(job, program)
     output_names = [program.outputs[i]["name"] for i in program.tensor_outputs]
@@ -776,6 +781,7 @@ def run_job(
         "host_check": host,
         "size": size,
         "etdump": str(etdump) if etdump else None,
+        "profile": profile,
         "warnings": warnings,
         "error": None,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -818,6 +824,7 @@ def error_result(
 def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
     """--runner, else the device's configured runner, else one we build: the host
     runner for a device that is this kind of machine, the NDK build for Android."""
+    from etdeploy.devices.registry import check_runner_abi
     from etdeploy.runner_build import ensure_runner, host_abi, runner_from_path
 
     explicit = job.runner or getattr(device, "runner_path", None)
@@ -834,12 +841,7 @@ def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
             "build the runner on that machine (see ios_harness/README.md for macOS and iOS) "
             "and pass it with --runner PATH or `runner = \"PATH\"` in its [devices] table",
         )
-    if bundle.abi not in (info.abi, "unknown"):
-        raise UsageError(
-            f"the runner is built for {bundle.abi} but {info.name} is {info.abi}",
-            f"build the runner for {info.abi} (`etdeploy runner build --abi {info.abi}`) "
-            "or pass a matching one with --runner",
-        )
+    check_runner_abi(info, bundle.abi)
     return bundle
 
 
@@ -864,6 +866,14 @@ def _keep_etdump(path: Path | None, job_id: str) -> Path | None:
     kept = cache_dir("etdumps") / f"{job_id}.etdump"
     os.replace(path, kept)
     return kept
+
+
+def profile_of(etdump: Path, program: Program) -> dict[str, Any]:
+    from etdeploy.build import etrecord_path
+    from etdeploy.profile import summarize_etdump
+
+    record = etrecord_path(program.pte)
+    return summarize_etdump(etdump, record if record.is_file() else None)
 
 
 def _planned_bytes(program: Program) -> int | None:

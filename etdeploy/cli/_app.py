@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from etdeploy.errors import EXIT_INFRA, EtdeployError
 
@@ -44,9 +45,10 @@ def _root(
 
 def render_error(exc: EtdeployError) -> None:
     """One line and a hint; the full trace and log only with --verbose."""
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    # Messages name TOML tables ([devices.pixel8]) and log text: never markup.
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     if exc.hint:
-        err_console.print(f"[dim]hint:[/] {exc.hint}", highlight=False, soft_wrap=True)
+        err_console.print(f"[dim]hint:[/] {escape(exc.hint)}", highlight=False, soft_wrap=True)
     if is_verbose():
         if exc.log:
             err_console.print(exc.log, markup=False, highlight=False)

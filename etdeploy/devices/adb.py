@@ -156,7 +156,8 @@ class AdbSettings:
                 continue
             value = settings[key]
             if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-                raise UsageError(f"{where}.{key}: unexpected value {value!r}", f"fix {key} for {where}")
+                names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
+                raise UsageError(f"{where}.{key}: expected {names}, got {value!r}", f"fix {key} in etdeploy.toml")
             values[attr] = value
         return cls(**values)
 
@@ -557,6 +558,8 @@ def _device_info(
             "device": pick("ro.product.device") or tags.get("device", ""),
             "sdk": pick("ro.build.version.sdk"),
             "manufacturer": pick("ro.product.manufacturer"),
+            # Every ABI the phone runs (a 64-bit phone may keep 32-bit support).
+            "abilist": pick("ro.product.cpu.abilist"),
         },
     )
 
@@ -584,13 +587,26 @@ def _normalize(text: str) -> str:
     return re.sub(r"[\s_\-]+", "", text.lower())
 
 
-def _describe(infos: Sequence[DeviceInfo]) -> str:
+def _describe(infos: Sequence[DeviceInfo], label: str = "attached") -> str:
     if not infos:
         return "no devices are attached"
-    return "attached: " + ", ".join(
+    return f"{label}: " + ", ".join(
         f"{i.serial} ({i.model or 'unknown model'}{'' if i.state == 'device' else ', ' + i.state})"
         for i in infos
     )
+
+
+def friendly_matches(name: str, attached: Sequence[DeviceInfo]) -> list[DeviceInfo]:
+    """The phones whose model, product or device name is `name`, ignoring case,
+    spaces, '_' and '-' ("pixel8" matches "Pixel 8")."""
+    wanted = _normalize(name)
+    if not wanted:
+        return []
+    return [
+        info for info in attached
+        if wanted in {_normalize(v) for v in (info.model, info.extra.get("product", ""),
+                                              info.extra.get("device", "")) if v}
+    ]
 
 
 def resolve_serial(
@@ -613,27 +629,25 @@ def resolve_serial(
             return ready[0].serial
         raise UsageError(
             "no device named and " + ("none is attached" if not ready else f"{len(ready)} are attached"),
-            f"name one with --device (a serial, a model like pixel8, or an alias); {_describe(attached)}",
+            f"name one with --device (a serial, a model like pixel8, or an alias) or set {ENV_SERIAL}; "
+            f"{_describe(attached)}",
         )
     for info in attached:
         if info.serial == name:
             return info.serial
-    wanted = _normalize(name)
-    matches = [
-        info for info in attached
-        if wanted and wanted in {_normalize(v) for v in (info.model, info.extra.get("product", ""),
-                                                         info.extra.get("device", "")) if v}
-    ]
+    matches = friendly_matches(name, attached)
     if len(matches) == 1:
         return matches[0].serial
     if not matches:
         raise UsageError(
             f"no attached device matches {name!r}",
-            f"use a serial, a model name or an alias from etdeploy.toml; {_describe(attached)}",
+            "--device takes a serial, a model name (pixel8 matches \"Pixel 8\") or an alias from "
+            f"etdeploy.toml; {_describe(attached)}",
         )
     raise UsageError(
         f"{len(matches)} attached devices match {name!r}",
-        f"name one by serial, or give each an alias in etdeploy.toml; {_describe(matches)}",
+        f"name one by serial (--device {matches[0].serial}), or give each an alias: a devices.NAME "
+        f'table in etdeploy.toml with serial = "{matches[0].serial}"; {_describe(matches, "they are")}',
     )
 
 

@@ -101,6 +101,9 @@ class Device(abc.ABC):
 
     #: The transport's name as used in etdeploy.toml (`transport = "adb"`).
     transport: str = ""
+    #: A runner built elsewhere for this device (`runner = "PATH"` in its
+    #: [devices] table, set by the registry); None: etdeploy picks or builds one.
+    runner_path: Path | None = None
 
     def __init__(self, name: str, *, lock_timeout_s: float = 600.0) -> None:
         self.name = name

@@ -1,0 +1,604 @@
+"""From a `--device NAME` to a Device, and what `etdeploy devices` lists.
+
+This is the one place transports are registered: TRANSPORTS maps the name used
+in etdeploy.toml (`transport = "ssh"`) to an opener that turns one [devices.NAME]
+table into a Device. A new transport is its module plus one entry there.
+
+What a name means, in order (open_device):
+
+1. a [devices.NAME] table in etdeploy.toml: that transport, with its settings;
+2. "local": this machine;
+3. "adb": the phone ANDROID_SERIAL names, else the only one attached;
+4. anything else is looked up on the adb server: an exact serial, or a phone whose
+   model, product or device name matches ignoring case and spaces ("pixel8"
+   matches "Pixel 8"). None or several matches are usage errors that list what is
+   attached (etdeploy.devices.adb.resolve_serial).
+
+No name at all (None) takes [run] device from etdeploy.toml, else ANDROID_SERIAL,
+else "local", the embedded default.
+
+The transports' modules (adbutils, paramiko) are imported only when a device of
+that kind is opened or listed, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from etdeploy.config import CONFIG_NAME, Config, DeviceConfig
+from etdeploy.devices.base import Device, DeviceInfo
+from etdeploy.errors import DeviceError, EtdeployError, InfraError, UsageError
+
+if TYPE_CHECKING:
+    from etdeploy.devices.adb import AdbSettings
+
+LOCAL = "local"
+# `--device adb`: whichever phone adb itself would pick (ANDROID_SERIAL, else the only one).
+ADB_DEFAULT = "adb"
+# Keys every [devices.NAME] table may carry, whatever its transport.
+COMMON_KEYS = ("runner",)
+# Settings of an adb table (AdbSettings.from_config) and of a local one.
+ADB_KEYS = (
+    "serial",
+    "adb_host",
+    "adb_port",
+    "connect_timeout_s",
+    "transfer_idle_timeout_s",
+    "start_server",
+)
+LOCAL_KEYS = ("workdir",)
+# How long `etdeploy devices` waits for any one host or server before it reports
+# the device unreachable: listing must not hang on a host that is down.
+PROBE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """What the caller adds to a device's table: flags and where the table came from."""
+
+    # Prefix of every error about the table: "etdeploy.toml: devices.pixel8".
+    where: str
+    # Relative paths in the table are relative to the config file's directory.
+    base_dir: Path
+    adb_host: str | None = None
+    adb_port: int | None = None
+    lock_timeout_s: float | None = None
+    # Configured adb names and their serials.
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def lock_kwargs(self) -> dict[str, float]:
+        return {} if self.lock_timeout_s is None else {"lock_timeout_s": self.lock_timeout_s}
+
+
+Opener = Callable[[str, Mapping[str, Any], OpenOptions], Device]
+
+
+# -- openers, one per transport ------------------------------------------------------
+
+
+def _check_keys(
+    table: Mapping[str, Any], allowed: tuple[str, ...], where: str, transport: str
+) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise UsageError(
+            f"{where}: unknown key {unknown[0]!r}",
+            f"{transport} devices take: {', '.join((*allowed, *COMMON_KEYS))}",
+        )
+
+
+def _open_local(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
+    from etdeploy.devices.local import LocalDevice
+
+    _check_keys(table, LOCAL_KEYS, options.where, "local")
+    workdir = table.get("workdir")
+    if workdir is not None and not isinstance(workdir, str):
+        raise UsageError(
+            f"{options.where}.workdir: expected str, got {workdir!r}", "give a directory path"
+        )
+    path = _config_path(workdir, options.base_dir) if workdir else None
+    return LocalDevice(name, workdir=path, **options.lock_kwargs())
+
+
+def adb_settings(
+    table: Mapping[str, Any] | None = None,
+    *,
+    adb_host: str | None = None,
+    adb_port: int | None = None,
+    where: str = "adb",
+    **overrides: Any,
+) -> AdbSettings:
+    """AdbSettings from a table (or none), with --adb-host/--adb-port over both the
+    table and ANDROID_ADB_SERVER_HOST/PORT."""
+    from etdeploy.devices.adb import AdbSettings
+
+    values = dict(table or {})
+    if adb_host:
+        values["adb_host"] = adb_host
+    if adb_port:
+        values["adb_port"] = adb_port
+    settings = AdbSettings.from_config(values, where=where)
+    return dataclasses.replace(settings, **overrides) if overrides else settings
+
+
+def _open_adb(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
+    from etdeploy.devices.adb import AdbDevice
+
+    _check_keys(table, ADB_KEYS, options.where, "adb")
+    settings = adb_settings(
+        table, adb_host=options.adb_host, adb_port=options.adb_port, where=options.where
+    )
+    # Without a serial the table's name is matched against the attached phones.
+    return AdbDevice(name, settings, aliases=options.aliases, **options.lock_kwargs())
+
+
+def _open_ssh(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
+    from etdeploy.devices.ssh import SshDevice, SshSettings
+
+    settings = SshSettings.from_mapping(table, where=options.where)
+    return SshDevice(settings, name=name, **options.lock_kwargs())
+
+
+def _open_simulator(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
+    from etdeploy.devices.simulator import SimulatorDevice, SimulatorSettings
+
+    settings = SimulatorSettings.from_mapping(table, where=options.where)
+    return SimulatorDevice(settings, name=name, **options.lock_kwargs())
+
+
+# The registry: etdeploy.toml's transport name -> how to open one.
+TRANSPORTS: dict[str, Opener] = {
+    "local": _open_local,
+    "adb": _open_adb,
+    "ssh": _open_ssh,
+    "ios-simulator": _open_simulator,
+}
+
+
+# -- opening ---------------------------------------------------------------------------
+
+
+def _label(config: Config) -> str:
+    return config.path.name if config.path else CONFIG_NAME
+
+
+def _base_dir(config: Config) -> Path:
+    return config.path.parent if config.path else Path.cwd()
+
+
+def _config_path(value: str, base: Path) -> Path:
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else base / path
+
+
+def _aliases(config: Config) -> dict[str, str]:
+    return {
+        name: str(dc.settings["serial"])
+        for name, dc in config.devices.items()
+        if dc.transport == "adb" and isinstance(dc.settings.get("serial"), str)
+    }
+
+
+def _open_configured(dc: DeviceConfig, config: Config, options: OpenOptions) -> Device:
+    opener = TRANSPORTS.get(dc.transport)
+    if opener is None:
+        raise UsageError(
+            f"{options.where}.transport: unknown transport {dc.transport!r}",
+            f"use one of: {', '.join(TRANSPORTS)}",
+        )
+    table = dict(dc.settings)
+    runner = table.pop("runner", None)
+    if runner is not None and not isinstance(runner, str):
+        raise UsageError(
+            f"{options.where}.runner: expected str, got {runner!r}", "give the runner's path"
+        )
+    try:
+        device = opener(dc.name, table, options)
+    except UsageError as exc:
+        raise _in_config(exc, _label(config), options.where) from None
+    if runner:
+        device.runner_path = _config_path(runner, options.base_dir)
+    return device
+
+
+def _in_config(exc: UsageError, label: str, where: str) -> UsageError:
+    """A usage error about a table, with the file and the table in front. Settings
+    parsers given `where` already name file, table and key; others get the table."""
+    message = exc.message if exc.message.startswith(label) else f"{where}: {exc.message}"
+    return UsageError(message, exc.hint)
+
+
+def open_device(
+    name: str | None,
+    config: Config,
+    *,
+    adb_host: str | None = None,
+    adb_port: int | None = None,
+    lock_timeout_s: float | None = None,
+) -> Device:
+    """The Device `--device NAME` means (see the module docstring for the order).
+
+    adb_host/adb_port (--adb-host/--adb-port) win over a table's adb_host/adb_port
+    and over ANDROID_ADB_SERVER_HOST/PORT. lock_timeout_s None keeps the Device's
+    default. A bad setting is a UsageError that names its key
+    ("etdeploy.toml: devices.pixel8.adb_port: expected int, got '5999'").
+    Reaching an adb server on this host may start one there, as adb does.
+    """
+    label = _label(config)
+    if name is None:
+        configured_default = config.run.get("device")
+        if isinstance(configured_default, str) and configured_default:
+            name = configured_default
+        elif os.environ.get("ANDROID_SERIAL"):
+            name = ADB_DEFAULT
+        else:
+            name = LOCAL
+    options = OpenOptions(
+        where=f"{label}: devices.{name}",
+        base_dir=_base_dir(config),
+        adb_host=adb_host,
+        adb_port=adb_port,
+        lock_timeout_s=lock_timeout_s,
+        aliases=_aliases(config),
+    )
+    configured = config.devices.get(name)
+    if configured is not None:
+        return _open_configured(configured, config, options)
+    if name == LOCAL:
+        return TRANSPORTS["local"](LOCAL, {}, options)
+    return _open_attached(name, config, options)
+
+
+def _open_attached(name: str, config: Config, options: OpenOptions) -> Device:
+    """A phone on the adb server that is not configured: by serial or by model."""
+    from etdeploy.devices.adb import AdbDevice
+
+    settings = adb_settings(
+        adb_host=options.adb_host, adb_port=options.adb_port, where="--adb-host/--adb-port"
+    )
+    wanted = None if name == ADB_DEFAULT else name
+    try:
+        return AdbDevice(wanted, settings, aliases=options.aliases, **options.lock_kwargs())
+    except UsageError as exc:
+        # resolve_serial knows what is attached; we know what is configured.
+        raise UsageError(exc.message, _with_configured(exc.hint, config)) from None
+    except InfraError as exc:
+        if wanted is None or exc.device is not None:
+            raise
+        # The server could not be asked at all: say why we asked it.
+        raise DeviceError(
+            f"{name!r} is neither local nor in {_label(config)}, so it was looked up on adb: {exc.message}",
+            _with_configured(exc.hint, config),
+            command=exc.command,
+            log=exc.log,
+            retryable=exc.retryable,
+        ) from exc
+
+
+def _with_configured(hint: str | None, config: Config) -> str:
+    names = ", ".join(sorted(config.devices)) or "none"
+    extra = f"devices in {_label(config)}: {names}; `etdeploy devices` lists them all"
+    return f"{hint}; {extra}" if hint else extra
+
+
+# -- the runner's ABI ---------------------------------------------------------------
+
+# ABI spellings -> one architecture name. Android's (arm64-v8a, ...), uname -m's
+# (aarch64, ...) and Apple's (arm64).
+_ARCH = {
+    "arm64-v8a": "arm64", "arm64": "arm64", "aarch64": "arm64",
+    "x86_64": "x86_64", "amd64": "x86_64",
+    "armeabi-v7a": "arm", "armeabi": "arm", "armv7l": "arm", "arm": "arm",
+    "x86": "x86", "i686": "x86", "i386": "x86",
+}  # fmt: skip
+# Platforms whose executables are Mach-O; the rest (Android, Linux) run ELF.
+_APPLE = ("darwin", "macos", "ios", "ios-simulator")
+_PLATFORM_PREFIXES = ("ios-simulator", "darwin", "macos", "ios", "linux", "android")
+
+
+def _split_abi(abi: str) -> tuple[str, str]:
+    """("darwin", "arm64") for "darwin-arm64"; ("", "arm64") for "arm64-v8a"."""
+    lowered = abi.strip().lower()
+    for prefix in _PLATFORM_PREFIXES:
+        if lowered.startswith(prefix + "-"):
+            rest = lowered[len(prefix) + 1 :]
+            return prefix, _ARCH.get(rest, rest)
+    return "", _ARCH.get(lowered, lowered)
+
+
+def check_runner_abi(device_info: DeviceInfo, runner_abi: str) -> None:
+    """Refuse a runner that cannot execute on the device, before anything is pushed.
+
+    runner_abi is what runner_build reports ("x86_64", "arm64-v8a", "darwin-arm64",
+    or "unknown" when the binary's header says nothing we know: then nothing is
+    checked). An Android phone also runs what its ro.product.cpu.abilist lists
+    (extra["abilist"]: a 64-bit phone that keeps 32-bit support, an x86_64
+    emulator with ARM translation). A Mach-O header cannot tell macOS from iOS
+    simulator builds, so a "darwin-*" runner is accepted on any Apple platform
+    of its architecture.
+    """
+    if not runner_abi or runner_abi == "unknown" or not device_info.abi:
+        return
+    runner_platform, runner_arch = _split_abi(runner_abi)
+    device_platform, device_arch = _split_abi(device_info.abi)
+    device_platform = device_platform or device_info.os.lower()
+    runs = [device_arch]
+    listed = device_info.extra.get("abilist", "")
+    runs += [_split_abi(a)[1] for a in listed.split(",") if a.strip()]
+    problem = ""
+    if (runner_platform in _APPLE) != (device_platform in _APPLE):
+        kind = "a macOS/iOS (Mach-O)" if runner_platform in _APPLE else "an Android/Linux (ELF)"
+        problem = f"the runner is {kind} program built for {runner_abi}, but {device_info.name} runs {device_info.os}"
+    elif runner_platform in ("ios", "ios-simulator") and runner_platform != device_platform:
+        problem = (
+            f"the runner is built for {runner_abi}, but {device_info.name} is {device_platform}"
+        )
+    elif runner_arch not in runs:
+        also = f" (it runs {listed})" if listed and listed != device_info.abi else ""
+        problem = f"the runner is built for {runner_abi}, but {device_info.name} is {device_info.abi}{also}"
+    if problem:
+        raise UsageError(problem, _abi_hint(device_info))
+
+
+def _abi_hint(info: DeviceInfo) -> str:
+    if info.os == "android":
+        # The ABIs `etdeploy runner build --abi` knows (runner_build.ABIS).
+        if info.abi in ("arm64-v8a", "x86_64"):
+            return (
+                f"build one for it (`etdeploy runner build --abi {info.abi}`, needs the Android "
+                "NDK) or pass a matching executor_runner with --runner"
+            )
+        return f"build an executor_runner for {info.abi} with the Android NDK and pass it with --runner"
+    if info.transport == LOCAL:
+        return (
+            "build the runner for this machine (`etdeploy runner build`) or pass one with --runner"
+        )
+    if info.os in _APPLE:
+        return (
+            "build the runner on the Mac for that platform (ios_harness/README.md) and pass it with "
+            '--runner, or set runner = "PATH" in the device\'s table in etdeploy.toml'
+        )
+    return (
+        f"build the runner on {info.name} itself and pass it with --runner, "
+        'or set runner = "PATH" in its table in etdeploy.toml'
+    )
+
+
+# -- listing -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """One line of `etdeploy devices`: an attached phone, a configured device, or both."""
+
+    # What --device takes for it: the configured name, else the serial.
+    name: str
+    transport: str
+    # The adb serial, user@host:port, the simulator's UDID (or its selector), this host.
+    target: str
+    # Whether etdeploy.toml names it.
+    configured: bool
+    # Whether it answered and is ready for a job.
+    reachable: bool
+    # adb's own word for a phone (device, offline, unauthorized), a simulator's
+    # (booted, shutdown); else "ready", "absent", "ambiguous", "unreachable",
+    # "bad config", or "no server" for an adb server that does not answer.
+    state: str
+    model: str = ""
+    os: str = ""
+    os_version: str = ""
+    abi: str = ""
+    soc: str = ""
+    # The adb server a phone hangs on, or the Mac a simulator runs on.
+    via: str = ""
+    # Why it is not reachable, and what to do about it.
+    error: str = ""
+    hint: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _row_from_info(
+    info: DeviceInfo, *, name: str, configured: bool, reachable: bool, state: str, via: str = ""
+) -> DeviceRow:
+    return DeviceRow(
+        name=name, transport=info.transport, target=info.serial, configured=configured,
+        reachable=reachable, state=state, model=info.model, os=info.os,
+        os_version=info.os_version, abi=info.abi, soc=info.soc, via=via,
+    )  # fmt: skip
+
+
+def _error_row(name: str, transport: str, target: str, exc: EtdeployError, *, configured: bool,
+               state: str = "unreachable", via: str = "") -> DeviceRow:  # fmt: skip
+    return DeviceRow(
+        name=name, transport=transport, target=target, configured=configured, reachable=False,
+        state=state, via=via, error=exc.message, hint=exc.hint or "",
+    )  # fmt: skip
+
+
+_ADB_STATE_HINTS = {
+    "unauthorized": "unlock the phone and accept the USB debugging prompt",
+    "offline": "reconnect the cable or Wi-Fi; `adb reconnect` may help",
+    "authorizing": "wait a moment; the phone is checking the host's key",
+}
+
+
+def _attached_row(info: DeviceInfo, name: str, *, configured: bool, via: str) -> DeviceRow:
+    ready = info.state == "device"
+    row = _row_from_info(
+        info, name=name, configured=configured, reachable=ready, state=info.state, via=via
+    )
+    if not ready:
+        row = dataclasses.replace(
+            row, error=f"adb says the phone is {info.state}",
+            hint=_ADB_STATE_HINTS.get(info.state, "check `adb devices`"),
+        )  # fmt: skip
+    return row
+
+
+def _list_server(settings: AdbSettings) -> list[DeviceInfo] | EtdeployError:
+    from etdeploy.devices.adb import list_attached
+
+    try:
+        return list_attached(settings)
+    except EtdeployError as exc:
+        return exc
+
+
+def _probe(device_config: DeviceConfig, config: Config) -> DeviceRow:
+    """Open a configured (non-adb) device with short timeouts and read its info."""
+    name, transport = device_config.name, device_config.transport
+    where = f"{_label(config)}: devices.{name}"
+    table = dict(device_config.settings)
+    table.pop("runner", None)
+    target = str(table.get("host") or table.get("udid") or table.get("name") or name)
+    if transport in ("ssh", "ios-simulator"):
+        # Cap the connect-phase timeouts: a host that is down costs seconds, not minutes.
+        for key in ("connect_timeout_s", "banner_timeout_s", "auth_timeout_s"):
+            value = table.get(key, PROBE_TIMEOUT_S)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                table[key] = min(float(value), PROBE_TIMEOUT_S)
+    options = OpenOptions(where=where, base_dir=_base_dir(config))
+    try:
+        device = TRANSPORTS[transport](name, table, options)
+    except UsageError as exc:
+        bad = _in_config(exc, _label(config), where)
+        return _error_row(name, transport, target, bad, configured=True, state="bad config")
+    try:
+        info = device.info()
+    except EtdeployError as exc:
+        # A usage error here is the table's selection (several simulators match), not the host.
+        state = "bad config" if isinstance(exc, UsageError) else "unreachable"
+        return _error_row(name, transport, target, exc, configured=True, state=state)
+    finally:
+        device.close()
+    # A simulator's own state (booted, shutdown) says more than "ready": `run` boots it.
+    state = info.state if transport == "ios-simulator" else "ready"
+    return _row_from_info(info, name=name, configured=True, reachable=True, state=state,
+                          via=info.extra.get("mac", ""))  # fmt: skip
+
+
+def describe_devices(
+    config: Config, *, adb_host: str | None = None, adb_port: int | None = None
+) -> list[DeviceRow]:
+    """Every device `--device` can name: this machine, each configured device, then
+    the phones on the adb server that no configured name covers.
+
+    Each configured host is asked once, with connect timeouts capped at
+    PROBE_TIMEOUT_S; one that does not answer is a row with its error, never an
+    exception. Phones come from the adb server at --adb-host/--adb-port, else
+    ANDROID_ADB_SERVER_HOST/PORT, else 127.0.0.1:5037 (and the servers configured
+    adb devices name). When no server answers on this host one is started there,
+    as `adb devices` does; on another host nothing is started and the row says so.
+    """
+    label = _label(config)
+    default_adb = adb_settings(
+        adb_host=adb_host,
+        adb_port=adb_port,
+        where="--adb-host/--adb-port",
+        connect_timeout_s=PROBE_TIMEOUT_S,
+    )
+    # Configured adb devices: their settings, or the error in them.
+    adb_configs: dict[str, AdbSettings | UsageError] = {}
+    for name, dc in config.devices.items():
+        if dc.transport != "adb":
+            continue
+        where = f"{label}: devices.{name}"
+        table = {k: v for k, v in dc.settings.items() if k not in COMMON_KEYS}
+        try:
+            _check_keys(table, ADB_KEYS, where, "adb")
+            settings = adb_settings(table, adb_host=adb_host, adb_port=adb_port, where=where)
+            adb_configs[name] = dataclasses.replace(
+                settings, connect_timeout_s=min(settings.connect_timeout_s, PROBE_TIMEOUT_S)
+            )
+        except UsageError as exc:
+            adb_configs[name] = _in_config(exc, label, where)
+    servers: dict[tuple[str, int], AdbSettings] = {
+        (default_adb.host, default_adb.port): default_adb
+    }
+    for settings in adb_configs.values():
+        if not isinstance(settings, UsageError):
+            servers.setdefault((settings.host, settings.port), settings)
+    others = [dc for dc in config.devices.values() if dc.transport != "adb"]
+
+    # Servers and hosts are asked in parallel, so one slow host costs its own timeout only.
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="etdeploy-probe") as pool:
+        listing_futures = {key: pool.submit(_list_server, s) for key, s in servers.items()}
+        probe_futures = {dc.name: pool.submit(_probe, dc, config) for dc in others}
+        listings = {key: f.result() for key, f in listing_futures.items()}
+        probes = {name: f.result() for name, f in probe_futures.items()}
+
+    rows: list[DeviceRow] = []
+    if LOCAL not in config.devices:
+        from etdeploy.devices.local import LocalDevice
+
+        local = LocalDevice(LOCAL).info()
+        rows.append(
+            _row_from_info(local, name=LOCAL, configured=False, reachable=True, state="ready")
+        )
+    covered: set[tuple[str, int, str]] = set()
+    for name, dc in config.devices.items():
+        if dc.transport != "adb":
+            rows.append(probes[name])
+            continue
+        settings = adb_configs[name]
+        if isinstance(settings, UsageError):
+            target = str(dc.settings.get("serial", name))
+            rows.append(
+                _error_row(name, "adb", target, settings, configured=True, state="bad config")
+            )
+            continue
+        rows.append(
+            _configured_adb_row(name, settings, listings[(settings.host, settings.port)], covered)
+        )
+    for (host, port), listing in listings.items():
+        via = f"{host}:{port}"
+        if isinstance(listing, EtdeployError):
+            rows.append(
+                _error_row("adb", "adb", via, listing, configured=False, state="no server", via=via)
+            )
+            continue
+        for info in sorted(listing, key=lambda i: i.serial):
+            if (host, port, info.serial) not in covered:
+                rows.append(_attached_row(info, info.serial, configured=False, via=via))
+    return rows
+
+
+def _configured_adb_row(
+    name: str,
+    settings: AdbSettings,
+    listing: list[DeviceInfo] | EtdeployError,
+    covered: set[tuple[str, int, str]],
+) -> DeviceRow:
+    """A configured adb device, merged with the phone it names on its server."""
+    from etdeploy.devices.adb import friendly_matches
+
+    via = settings.server
+    target = settings.serial or name
+    if isinstance(listing, EtdeployError):
+        return _error_row(name, "adb", target, listing, configured=True, via=via)
+    if settings.serial:
+        found = [i for i in listing if i.serial == settings.serial]
+    else:
+        found = friendly_matches(name, listing)
+    if len(found) == 1:
+        covered.add((settings.host, settings.port, found[0].serial))
+        return _attached_row(found[0], name, configured=True, via=via)
+    if found:
+        error = UsageError(
+            f"{len(found)} attached devices match {name!r}",
+            f'give it a serial in its table (serial = "{found[0].serial}")',
+        )
+        return _error_row(name, "adb", target, error, configured=True, state="ambiguous", via=via)
+    absent = UsageError(
+        f"not attached to the adb server at {via}",
+        "plug it in, or `adb connect HOST:PORT` for Wi-Fi",
+    )
+    return _error_row(name, "adb", target, absent, configured=True, state="absent", via=via)
