@@ -693,7 +693,10 @@ def run_job(
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     bundle = runner_for(job, device, info, say)
 
+    say(f"waiting for {info.name}")
+    waited_from = time.time()
     with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
+        held_from = time.time()
         say(f"deploying to {info.name}")
         deployed = deploy(device, bundle, program, staged, job_id, context.progress)
         try:
@@ -703,6 +706,7 @@ def run_job(
             if not job.keep:
                 _remove_quietly(device, deployed.job_dir)
         etdump = _keep_etdump(executed.etdump, job_id)
+        held_to = time.time()
     profile = None
     if etdump is not None:
         say("reading the profile")
@@ -761,6 +765,12 @@ def run_job(
             "samples": staged.sample_names,
             "on_noise": staged.on_noise,
             "reference": staged.reference_kind,
+        },
+        # One job per device: when this one held it (wall clock, for a farm's timeline).
+        "device_lock": {
+            "waited_s": round(held_from - waited_from, 3),
+            "held_from": held_from,
+            "held_to": held_to,
         },
         "deploy": {
             "bytes_sent": deployed.bytes_sent,
@@ -832,7 +842,8 @@ def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
         bundle = runner_from_path(Path(explicit))
     elif info.os == "android":
         bundle = ensure_runner(info.abi, progress=say)
-    elif info.os == _host_os() and info.abi == host_abi():
+    elif info.os == _host_os() and _arch(info.abi) == _arch(host_abi()):
+        # This machine, or one like it over SSH: the host build runs there.
         bundle = ensure_runner("host", progress=say)
     else:
         raise UsageError(
@@ -843,6 +854,13 @@ def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
         )
     check_runner_abi(info, bundle.abi)
     return bundle
+
+
+def _arch(abi: str) -> str:
+    """The CPU of an ABI name in any of our spellings: x86_64, linux-x86_64,
+    arm64-v8a, darwin-arm64, aarch64."""
+    cpu = abi.removeprefix("linux-").removeprefix("darwin-")
+    return {"arm64-v8a": "arm64", "aarch64": "arm64", "amd64": "x86_64"}.get(cpu, cpu)
 
 
 def _host_os() -> str:

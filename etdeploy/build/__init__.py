@@ -27,7 +27,7 @@ from etdeploy.errors import InputError, UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
-BUILD_REVISION = 3
+BUILD_REVISION = 4
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,11 @@ class BuildResult:
     @property
     def manifest_path(self) -> Path:
         return manifest_path(self.pte)
+
+
+def etrecord_path(pte: Path) -> Path:
+    """Where a .pte's ETRecord sits: beside it, model.pte -> model.etrecord."""
+    return pte.with_suffix(".etrecord")
 
 
 def versions() -> dict[str, str]:
@@ -136,11 +141,15 @@ def build(model: str, options: BuildOptions) -> BuildResult:
             # torch and executorch emit deprecation chatter on every export; users
             # see our warnings (low delegation, noise calibration), not theirs.
             warnings_module.simplefilter("ignore")
-            manifest, buffer, warnings = _build_uncached(ref, fingerprint, options, backend, dynamic)
+            manifest, buffer, etrecord, warnings = _build_uncached(
+                ref, fingerprint, options, backend, dynamic
+            )
         manifest["cache_key"] = key
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
         try:
             (tmp / pte.name).write_bytes(buffer)
+            if etrecord is not None:
+                (tmp / manifest["etrecord"]).write_bytes(etrecord)
             write_json_atomic(manifest_path(tmp / pte.name), manifest)
             if entry.exists():
                 shutil.rmtree(entry)
@@ -156,7 +165,7 @@ def _build_uncached(
     options: BuildOptions,
     backend: Any,
     dynamic: dict[str, dict[int, tuple[int, int]]],
-) -> tuple[dict[str, Any], bytes, list[str]]:
+) -> tuple[dict[str, Any], bytes, bytes | None, list[str]]:
     from etdeploy.build.export import export_model
     from etdeploy.build.lower import lower
 
@@ -200,7 +209,9 @@ def _build_uncached(
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "warnings": warnings,
     }
-    return manifest, lowered.buffer, warnings
+    if lowered.etrecord is not None:
+        manifest["etrecord"] = f"{ref.name}.etrecord"
+    return manifest, lowered.buffer, lowered.etrecord, warnings
 
 
 def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
@@ -240,9 +251,14 @@ def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[A
 
 
 def export_artifact(result: BuildResult, output: Path) -> Path:
-    """Copy a cached .pte and its manifest to `output` (temporary name, then rename)."""
+    """Copy a cached .pte, its manifest and its ETRecord to `output` (each under a
+    temporary name, then renamed)."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    for src, dst in ((result.pte, output), (result.manifest_path, manifest_path(output))):
+    copies = [(result.pte, output), (result.manifest_path, manifest_path(output))]
+    if result.manifest.get("etrecord"):
+        # Named after the .pte it describes, so profiling finds it beside a copy.
+        copies.append((result.pte.parent / result.manifest["etrecord"], etrecord_path(output)))
+    for src, dst in copies:
         tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
         shutil.copyfile(src, tmp)
         os.replace(tmp, dst)

@@ -3,6 +3,7 @@ backend claimed; read the method signatures and the memory plan."""
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,9 @@ class Lowered:
     delegation: Delegation
     methods: list[dict[str, Any]]
     delegates: list[str]
+    # ExecuTorch's ETRecord of this lowering: what lets the Inspector map a
+    # runner's ETDump events back to operators and source (`run --profile`).
+    etrecord: bytes | None = None
 
 
 # Ops that move no data: they do not count for or against a backend's share.
@@ -100,7 +104,9 @@ def lower(exported: Any, backend: Backend) -> Lowered:
     from executorch.exir import to_edge_transform_and_lower
 
     try:
-        edge = to_edge_transform_and_lower(exported, partitioner=backend.partitioners())
+        edge = to_edge_transform_and_lower(
+            exported, partitioner=backend.partitioners(), generate_etrecord=True
+        )
         delegation = count_delegation(edge.exported_program().graph_module)
         program = edge.to_executorch()
     except Exception as exc:
@@ -114,7 +120,17 @@ def lower(exported: Any, backend: Backend) -> Lowered:
     plan = program.executorch_program.execution_plan
     methods = [_method_info(p) for p in plan]
     delegates = sorted({d.id for p in plan for d in p.delegates})
-    return Lowered(bytes(program.buffer), delegation, methods, delegates)
+    return Lowered(bytes(program.buffer), delegation, methods, delegates, _etrecord_bytes(program))
+
+
+def _etrecord_bytes(program: Any) -> bytes | None:
+    # Profiling is a bonus: a lowering whose record cannot be written still builds.
+    try:
+        record = io.BytesIO()
+        program.get_etrecord().save(record)
+    except Exception:  # the devtools raise bare RuntimeError/AssertionError
+        return None
+    return record.getvalue()
 
 
 def _method_info(plan: Any) -> dict[str, Any]:

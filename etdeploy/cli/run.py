@@ -36,6 +36,7 @@ def run_command(
     lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
     json_path: Path = typer.Option(None, "--json", help="Write the result (etdeploy.result/1) here, also when the run fails."),
     keep: bool = typer.Option(None, "--keep/--no-keep", help="Keep the job's directory on the device."),
+    profile: bool = typer.Option(False, "--profile", help="Record an ETDump and show the slowest operators and delegate calls."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild the .pte even when cached."),
     config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
 ) -> None:  # fmt: skip
@@ -81,6 +82,7 @@ def run_command(
         runner=Path(settings["runner"]) if settings.get("runner") else None,
         keep=settings["keep"],
         use_cache=not no_cache,
+        profile=profile,
     )
     started, job_id = time.time(), new_job_id()
     try:
@@ -159,10 +161,28 @@ def render_result(result: dict[str, Any]) -> None:
         )
     if result.get("size"):
         _render_size(result["size"])
+    if result.get("profile"):
+        _render_profile(result["profile"])
     for warning in result["warnings"]:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     mark = "[bold green]PASS[/]" if verdict["passed"] else "[bold red]FAIL[/]"
     console.print(f"{mark} {verdict['reason']}", highlight=False)
+
+
+def _render_profile(profile: dict[str, Any]) -> None:
+    table = Table(title=f"slowest events (median of {profile['executions_ms']['count']} executions: "
+                        f"{_ms(profile['executions_ms']['median'])})")  # fmt: skip
+    for column in ("event", "backend", "operators", "module", "p50", "max", "share"):
+        table.add_column(column, justify="right" if column in ("p50", "max", "share") else "left")
+    for event in profile["events"]:
+        table.add_row(
+            event["name"], event["backend"] or "-", ", ".join(event["op_types"][:4]) or "-",
+            event["module"] or "-", _ms(event["p50_ms"]), _ms(event["max_ms"]),
+            "-" if event["share"] is None else f"{event['share']:.0%}",
+        )  # fmt: skip
+    console.print(table)
+    if not profile["etrecord"]:
+        err_console.print("[yellow]warning:[/] no ETRecord beside the .pte: events carry runtime names only")
 
 
 def _render_size(size: dict[str, Any]) -> None:

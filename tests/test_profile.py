@@ -1,0 +1,47 @@
+"""`run --profile`: the runner's ETDump, read with the build's ETRecord, names
+the slowest operators and delegate calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from etdeploy.devices.local import LocalDevice
+from etdeploy.pipeline import RunJob, run_job
+
+pytestmark = pytest.mark.slow
+
+
+def test_profile_names_the_delegate_call_its_operators_and_modules(tmp_path: Path) -> None:
+    result = run_job(RunJob(model="digits", iterations=5, warmup=1, profile=True), LocalDevice(workdir=tmp_path))
+    profile = result["profile"]
+    assert profile["etrecord"] is True
+    # Warm-up and timed executions are all traced.
+    assert profile["executions_ms"]["count"] == 6
+    (call,) = profile["delegate_calls"]
+    assert call["backend"] == "XnnpackBackend"
+    assert "aten.convolution.default" in call["op_types"]
+    assert "conv1" in (call["module"] or "") and "fc" in (call["module"] or "")
+    assert call["count"] == 6
+    assert 0 < call["share"] <= 1.5
+    # XNNPACK's own kernels appear as delegated events under the call.
+    assert any(e["delegated"] and "Convolution" in e["name"] for e in profile["events"])
+    assert Path(result["etdump"]).is_file()
+
+
+def test_without_an_etrecord_events_keep_their_runtime_names(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from etdeploy.cli import app
+
+    built = CliRunner().invoke(app, ["build", "digits", "-o", str(tmp_path / "d.pte")])
+    assert built.exit_code == 0, built.output
+    assert (tmp_path / "d.etrecord").is_file()  # exported beside the copy
+    (tmp_path / "d.etrecord").unlink()
+    result = run_job(
+        RunJob(model="digits", pte=tmp_path / "d.pte", iterations=2, warmup=0, profile=True),
+        LocalDevice(workdir=tmp_path / "device"),
+    )
+    assert result["profile"]["etrecord"] is False
+    assert result["profile"]["delegate_calls"][0]["op_types"] == []
