@@ -48,7 +48,8 @@ _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
         "atol": (int, float), "rtol": (int, float), "inputs": list, "keep": bool,
         "preprocess": str, "host_check": bool, "runner": str,
     },
-    "sizecheck": {"store": str, "deliveries": list, "budget": str, "extra": str},
+    # Sizes are "150MB"-style strings or plain byte counts.
+    "sizecheck": {"store": str, "deliveries": list, "budget": (str, int), "extra": (str, int)},
 }
 
 

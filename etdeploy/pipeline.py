@@ -730,11 +730,13 @@ def run_job(
     warnings = [*program.warnings, *staged.warnings]
     if program.quantization and job.atol is not None:
         warnings.append("--atol is not used for a quantized build; it is judged by SQNR and top-1")
+    # A check failed when the numbers diverge or the file will not ship.
+    passed = verdict.passed and size["passed"]
     return {
         "schema": RESULT_SCHEMA,
         "etdeploy": etdeploy.__version__,
-        "status": "passed" if verdict.passed else "failed",
-        "exit_code": EXIT_OK if verdict.passed else EXIT_CHECK_FAILED,
+        "status": "passed" if passed else "failed",
+        "exit_code": EXIT_OK if passed else EXIT_CHECK_FAILED,
         "job": {
             "id": job_id,
             "model": job.model,
@@ -900,16 +902,11 @@ def _planned_bytes(program: Program) -> int | None:
     return program.manifest["methods"][0].get("planned_bytes")
 
 
-def _size_verdict(pte: Path, config: Any) -> dict[str, Any] | None:
+def _size_verdict(pte: Path, config: Any) -> dict[str, Any]:
     """The store-size verdict for the delivery set in etdeploy.toml (sizecheck)."""
-    import etdeploy.sizecheck as sizecheck
+    from etdeploy.sizecheck import summary_for_result
 
-    summary = getattr(sizecheck, "summary_for_result", None)
-    if summary is None:
-        return None
-    from etdeploy.config import Config
-
-    return summary(pte, config if config is not None else Config())
+    return summary_for_result(pte, config)
 
 
 def write_result_json(result: dict[str, Any], path: Path) -> None:

@@ -317,3 +317,15 @@ def test_result_json_is_never_half_written(tmp_path: Path) -> None:
         write_result_json({"a": 2, "b": Unserialisable()}, target)
     assert json.loads(target.read_text()) == {"a": 1}
     assert os.listdir(tmp_path) == ["r.json"]
+
+
+def test_a_program_over_the_configured_size_limit_fails_the_run(tmp_path: Path) -> None:
+    config = tmp_path / "etdeploy.toml"
+    config.write_text('[sizecheck]\nbudget = "10KB"\n')
+    done = cli("run", "digits", "-n", "1", "--warmup", "0", "--config", config, "--json", tmp_path / "r.json")
+    assert done.exit_code == 1, done.output
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["verdict"]["passed"] is True  # the numbers are right...
+    assert document["size"]["passed"] is False  # ...but it will not ship
+    assert document["status"] == "failed"
+    assert "over" in done.stdout

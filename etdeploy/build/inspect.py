@@ -1,7 +1,9 @@
-"""What a .pte alone tells, read with ExecuTorch's own deserialiser.
+"""What a .pte alone tells: its header, segments, weights, delegate blobs and method
+signatures.
 
-(This imports torch through executorch.exir. The torch-free reader for
-sizecheck lives in etdeploy/sizecheck/.)
+Read with sizecheck's torch-free reader (etdeploy.sizecheck.pte), not executorch's own
+deserialiser, which imports torch (about 5 s) and loads the whole file; so `etdeploy
+inspect` starts fast and maps multi-GB programs without reading their weights.
 """
 
 from __future__ import annotations
@@ -9,68 +11,50 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from etdeploy.errors import UsageError
+from etdeploy.build.lower import _scalar_name
+from etdeploy.sizecheck.pte import MethodValue, read_pte
+
+
+def _value(v: MethodValue) -> str:
+    if v.tensor is None:
+        return v.kind
+    # The reader names ScalarType members (FLOAT -> "float"); show torch's names (float32).
+    return f"{_scalar_name(v.tensor.dtype.upper())}{list(v.tensor.sizes)}"
 
 
 def describe_pte(path: Path) -> dict[str, Any]:
-    from executorch.exir._serialize._program import _flatbuffer_to_program, _get_extended_header
-    from executorch.exir.schema import Tensor
+    """A JSON-ready description of the .pte at `path`; UsageError (exit 2) if it is not one.
 
-    from etdeploy.build.lower import _scalar_name
-
-    data = path.read_bytes()
-    identifier = data[4:8].decode("ascii", "replace") if len(data) >= 8 else ""
-    if not identifier.startswith("ET"):
-        raise UsageError(
-            f"{path} is not an ExecuTorch program (file identifier {identifier!r}, expected 'ET..')",
-            "give a .pte written by to_executorch()",
-        )
-    header = _get_extended_header(data)
-    program_size = header.program_size if header else len(data)
-    if header and header.segment_base_offset + header.segment_data_size > len(data):
-        raise UsageError(
-            f"{path} is truncated: segments end at byte {header.segment_base_offset + header.segment_data_size}, "
-            f"the file has {len(data)}",
-            "rebuild it, or copy it again",
-        )
-    try:
-        program = _flatbuffer_to_program(data[:program_size])
-    except Exception as exc:
-        raise UsageError(f"{path} does not parse as an ExecuTorch program: {exc}", "rebuild it") from exc
-
-    def value(plan: Any, index: int) -> str:
-        v = plan.values[index].val
-        if isinstance(v, Tensor):
-            return f"{_scalar_name(v.scalar_type)}{list(v.sizes)}"
-        return type(v).__name__
-
+    Sizes are bytes. `named_data` and `delegate_blobs` are "none" when the program has none.
+    """
+    layout = read_pte(path)
+    # Weights kept by a delegate (XNNPACK) live as named data, one segment per constant.
+    named_segments = {n.segment_index for n in layout.named_data}
+    named_bytes = sum(layout.segments[i].size for i in named_segments)
     delegates: dict[str, int] = {}
-    for plan in program.execution_plan:
-        for d in plan.delegates:
-            if d.processed.location.name == "SEGMENT":
-                size = program.segments[d.processed.index].size
-            else:
-                size = len(program.backend_delegate_data[d.processed.index].data)
-            delegates[d.id] = delegates.get(d.id, 0) + size
-    constant_bytes = 0
-    if program.constant_segment.offsets:
-        constant_bytes = program.segments[program.constant_segment.segment_index].size
-    constant_bytes += sum(len(b.storage) for b in program.constant_buffer)
-    # XNNPACK and others keep weights as named data in their own segments.
-    named = getattr(program, "named_data", None) or []
-    named_bytes = sum(program.segments[n.segment_index].size for n in named)
+    seen: set[tuple[str, int]] = set()
+    for d in layout.delegates:
+        if (d.location, d.data_index) in seen:  # a blob shared by methods is stored once
+            continue
+        seen.add((d.location, d.data_index))
+        delegates[d.backend_id] = delegates.get(d.backend_id, 0) + d.size
     return {
-        "file_identifier": identifier,
-        "schema_version": program.version,
-        "file_size": len(data),
-        "program_flatbuffer_bytes": program_size,
-        "segments": len(program.segments),
-        "constant_data_bytes": constant_bytes,
-        "named_data": f"{len(named)} entries, {named_bytes} bytes" if named else "none",
+        "file_identifier": layout.file_identifier,
+        "schema_version": layout.schema_version,
+        "file_size": layout.file_size,
+        "program_flatbuffer_bytes": layout.program_size,
+        "segments": len(layout.segments),
+        "constant_data_bytes": layout.constant_segment_size + layout.constant_buffer_bytes,
+        "named_data": (
+            {"entries": len(layout.named_data), "bytes": named_bytes}
+            if layout.named_data
+            else "none"
+        ),
         "delegate_blobs": delegates or "none",
         "methods": {
-            plan.name: f"({', '.join(value(plan, i) for i in plan.inputs)}) -> "
-            f"({', '.join(value(plan, i) for i in plan.outputs)})"
-            for plan in program.execution_plan
+            m.name: f"({', '.join(_value(v) for v in m.inputs)}) -> "
+            f"({', '.join(_value(v) for v in m.outputs)})"
+            for m in layout.methods
         },
+        "planned_arena_bytes": {m.name: m.planned_arena_bytes for m in layout.methods},
     }

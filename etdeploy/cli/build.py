@@ -52,6 +52,8 @@ def build_command(
 
 
 def render_build(manifest: dict, target: Path, cached: bool | None, seconds: float) -> None:
+    from etdeploy.sizecheck.limits import format_bytes  # here: `etdeploy --help` stays light
+
     delegation = manifest["delegation"]
     how = "" if cached is None else f"  ({'cached' if cached else 'built'} in {seconds:.1f} s)"
     table = Table(title=f"{target}{how}", show_header=False)
@@ -70,8 +72,8 @@ def render_build(manifest: dict, target: Path, cached: bool | None, seconds: flo
         ins = ", ".join(_describe(m) for m in method["inputs"])
         outs = ", ".join(_describe(m) for m in method["outputs"])
         table.add_row(f"{method['name']}()", f"{ins} -> {outs}")
-        table.add_row("  planned arena", _bytes(method["planned_bytes"]))
-    table.add_row("size", _bytes(manifest["size_bytes"]))
+        table.add_row("  planned arena", format_bytes(method["planned_bytes"]))
+    table.add_row("size", format_bytes(manifest["size_bytes"]))
     table.add_row("sha256", manifest["sha256"][:16] + "…")
     console.print(table)
     for warning in manifest.get("warnings", []):
@@ -88,26 +90,19 @@ def _describe(meta: dict) -> str:
     return f"{meta.get('name', '')}:{meta['dtype']}[{','.join(shape)}]"
 
 
-def _bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
-
-
 @command("inspect")
 def inspect_command(
     pte: Path = typer.Argument(..., help="A .pte file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the manifest beside a .pte, and what the .pte itself says."""
+    from etdeploy.build.inspect import describe_pte
     from etdeploy.build.manifest import read_manifest
 
     if not pte.is_file():
         raise UsageError(f"not a file: {pte}", "give the path to a .pte")
+    layout = describe_pte(pte)  # before the manifest: a file that is not a .pte is exit 2
     manifest = read_manifest(pte)
-    layout = _read_layout(pte)
     if as_json:
         console.print_json(json.dumps({"manifest": manifest, "pte": layout}, default=str))
         return
@@ -115,18 +110,21 @@ def inspect_command(
         render_build(manifest, pte, None, 0.0)
     else:
         err_console.print(f"[dim]no manifest beside {pte} (not built by etdeploy, or moved alone)[/]")
-    if layout:
-        table = Table(title="what the .pte says", show_header=False)
-        for key, value in layout.items():
-            table.add_row(key, str(value))
-        console.print(table)
+    table = Table(title="what the .pte says", show_header=False)
+    for key, value in layout.items():
+        table.add_row(key.removesuffix("_bytes"), _layout_value(key, value))
+    console.print(table)
 
 
-def _read_layout(pte: Path) -> dict:
-    import warnings
+def _layout_value(key: str, value: object) -> str:
+    """Byte counts in the stores' decimal units; per-name tables as "name: value" lists."""
+    from etdeploy.sizecheck.limits import format_bytes
 
-    from etdeploy.build.inspect import describe_pte
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return describe_pte(pte)
+    if isinstance(value, dict):
+        if key == "named_data":
+            return f"{value['entries']} entries, {format_bytes(value['bytes'])}"
+        sizes = key.endswith("_bytes") or key == "delegate_blobs"
+        return ", ".join(f"{k}: {format_bytes(v) if sizes else v}" for k, v in value.items())
+    if isinstance(value, int) and (key.endswith("_bytes") or key == "file_size"):
+        return format_bytes(value)
+    return str(value)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from etdeploy.cli._app import command, console, err_console
@@ -165,8 +166,10 @@ def render_result(result: dict[str, Any]) -> None:
         _render_profile(result["profile"])
     for warning in result["warnings"]:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    mark = "[bold green]PASS[/]" if verdict["passed"] else "[bold red]FAIL[/]"
-    console.print(f"{mark} {verdict['reason']}", highlight=False)
+    mark = "[bold green]PASS[/]" if result["status"] == "passed" else "[bold red]FAIL[/]"
+    console.print(f"{mark} {escape(verdict['reason'])}", highlight=False)
+    if result.get("size") and not result["size"]["passed"]:
+        console.print("[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False)
 
 
 def _render_profile(profile: dict[str, Any]) -> None:
@@ -186,9 +189,9 @@ def _render_profile(profile: dict[str, Any]) -> None:
 
 
 def _render_size(size: dict[str, Any]) -> None:
-    verdicts = size.get("verdicts", [])
-    parts = [f"{v.get('label', v.get('key'))}: {v.get('summary', v.get('status'))}" for v in verdicts]
-    console.print("size: " + "; ".join(parts), highlight=False)
+    for verdict in size["verdicts"]:
+        colour = {"fits": "green", "over": "bold red", "warning": "yellow"}.get(verdict["status"], "")
+        console.print(f"size: {escape(verdict['label'])}: [{colour}]{escape(verdict['text'])}[/]", highlight=False)
 
 
 def _ms(value: float | None) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from etdeploy.cli._app import command, console, err_console
@@ -24,40 +25,51 @@ if TYPE_CHECKING:
 @command("sizecheck")
 def sizecheck_command(
     paths: list[Path] = typer.Argument(..., help="A .pte, its libraries, any directory (summed recursively)."),
-    store: str = typer.Option("all", "--store", help="play, appstore or all."),
+    store: str | None = typer.Option(None, "--store", help="play, appstore or all (default: sizecheck.store in etdeploy.toml, else all)."),
     delivery: list[str] = typer.Option(
         [], "--delivery", "-d",
         help="base, feature, install-time, fast-follow, on-demand, ai-pack, apk (Play); "
         "app, app-clip, odr, background-assets (App Store). Repeat for several. "
-        "Default: Play base module and App Store app.",
+        "Default: sizecheck.deliveries in etdeploy.toml, else Play base module and App Store app.",
     ),
     budget: str | None = typer.Option(None, "--budget", help="Your own limit on the download size, e.g. 150MB (decimal)."),
     budget_raw: bool = typer.Option(False, "--budget-raw", help="Hold --budget against raw bytes, not the download."),
-    extra: str = typer.Option("0", "--extra", help="The rest of the app, added to the total: 12MB, 1.5GB, 123."),
+    extra: str | None = typer.Option(None, "--extra", help="The rest of the app, added to the total: 12MB, 1.5GB, 123."),
     json_out: str | None = typer.Option(None, "--json", help="Write the etdeploy.sizecheck/1 report to PATH, or - for stdout."),
     any_file: bool = typer.Option(False, "--any-file", help="Size files that are not .pte programs (no breakdown)."),
     top: int = typer.Option(10, "--top", min=0, help="How many of the largest tensors to list."),
     level9: bool = typer.Option(True, "--level9/--no-level9", help="Also measure gzip -9 (Android Studio's figure); costs a second deflate."),
+    config: Path | None = typer.Option(None, "--config", help="The etdeploy.toml to read sizecheck.* and limits.* from (default: the nearest one)."),
 ) -> None:  # fmt: skip
-    """Check files against Google Play and App Store size limits; exit 1 when over."""
+    """Check files against Google Play and App Store size limits; exit 1 when over.
+
+    Flags override sizecheck.* in etdeploy.toml; its limits.* keys replace built-in figures.
+    """
+    from etdeploy.config import load_config
     from etdeploy.sizecheck.check import check_size, report_to_json
     from etdeploy.sizecheck.compress import ANALYZER_LEVEL, PLAY_LEVEL
     from etdeploy.sizecheck.limits import DOWNLOAD, RAW, format_bytes
+    from etdeploy.sizecheck.summary import resolve_settings
 
+    settings = resolve_settings(
+        load_config(config), store=store, deliveries=delivery, budget=budget, extra=extra
+    )
     levels = (PLAY_LEVEL, ANALYZER_LEVEL) if level9 else (PLAY_LEVEL,)
     to_stdout = json_out == "-"
     with err_console.status("measuring..."):
         report = check_size(
             paths,
-            store=store,
-            deliveries=delivery,
-            budget=budget,
-            extra_bytes=extra,
+            store=settings.store,
+            deliveries=settings.deliveries,
+            budget=settings.budget_bytes,
+            budget_source=settings.budget_source,
+            extra_bytes=settings.extra_bytes,
+            limits=settings.limits,
             any_file=any_file,
             levels=levels,
             budget_measure=RAW if budget_raw else DOWNLOAD,
         )
-    doc = report_to_json(report, top=top)
+    doc = report_to_json(report, top=top, config_path=settings.config_path)
     if json_out is not None:
         text = json.dumps(doc, indent=2) + "\n"
         if to_stdout:
@@ -65,13 +77,19 @@ def sizecheck_command(
         else:
             _write_atomically(Path(json_out), text)
     if not to_stdout:
+        if settings.config_path is not None:
+            err_console.print(
+                f"[dim]settings from {escape(str(settings.config_path))}[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
         render_report(report, top)
     if report.failed:
         over = [v for v in report.verdicts if v.status == "over"]
         first = over[0]
         raise CheckFailed(
             f"over {first.limit.label} ({format_bytes(first.limit.bytes)}) by "
-            f"{format_bytes(-first.headroom_bytes)}"
+            f"{format_bytes(first.excess_bytes)}"
             + (f", and {len(over) - 1} more" if len(over) > 1 else ""),
             "see the breakdown for what to cut; int8 weights save about three quarters "
             "of float weight bytes",
@@ -103,7 +121,7 @@ def render_report(report: SizeReport, top: int) -> None:
     files.add_column("gzip -9", justify="right")
     for f in report.files:
         files.add_row(
-            str(f.path), format_bytes(f.raw_bytes), format_bytes(f.download_bytes),
+            escape(str(f.path)), format_bytes(f.raw_bytes), format_bytes(f.download_bytes),
             format_bytes(f.level9_bytes) if f.level9_bytes is not None else "-",
         )  # fmt: skip
     if report.extra_bytes:
@@ -127,20 +145,22 @@ def render_report(report: SizeReport, top: int) -> None:
     for v in report.verdicts:
         what = "download" if v.limit.measure == DOWNLOAD else "raw"
         verdicts.add_row(
-            v.limit.label, format_bytes(v.limit.bytes), f"{format_bytes(v.measured_bytes)} {what}",
+            escape(v.limit.label), format_bytes(v.limit.bytes), f"{format_bytes(v.measured_bytes)} {what}",
             f"[{style[v.status]}]{v.describe()}[/]",
         )  # fmt: skip
         if v.limit.read_on:
             sources.setdefault(v.limit.source, v.limit.read_on)
     console.print(verdicts)
     for url, read_on in sources.items():
-        console.print(f"[dim]source (read {read_on}): {url}[/]", highlight=False, soft_wrap=True)
+        console.print(
+            f"[dim]source (read {read_on}): {escape(url)}[/]", highlight=False, soft_wrap=True
+        )
 
     for f in report.files:
         if f.breakdown is None:
             continue
         b = f.breakdown
-        parts = Table(title=f"{f.path}: what it is made of")
+        parts = Table(title=f"{escape(str(f.path))}: what it is made of")
         parts.add_column("part")
         parts.add_column("bytes", justify="right")
         parts.add_column("share", justify="right")
@@ -149,7 +169,7 @@ def render_report(report: SizeReport, top: int) -> None:
             share = g.size / b.file_size * 100 if b.file_size else 0.0
             ratio = f"{g.ratio:.2f}" if g.ratio is not None else "-"
             label = g.label + (f" ({g.count} spans)" if g.count > 1 else "")
-            parts.add_row(label, format_bytes(g.size), f"{share:.1f}%", ratio)
+            parts.add_row(escape(label), format_bytes(g.size), f"{share:.1f}%", ratio)
         console.print(parts)
         if top and b.tensors:
             tensors = Table(
@@ -164,7 +184,7 @@ def render_report(report: SizeReport, top: int) -> None:
                 who = t.name or (f"sha256 {t.key[:12]}…" if t.key else "(unnamed)")
                 shape = "x".join(str(s) for s in t.shape) if t.shape else "?"
                 where = t.location + (f" ({t.backend})" if t.backend else "")
-                tensors.add_row(who, shape, t.dtype or "?", format_bytes(t.nbytes), where)
+                tensors.add_row(escape(who), shape, t.dtype or "?", format_bytes(t.nbytes), where)
             console.print(tensors)
         q = b.quantization
         if q.tensors:
@@ -174,6 +194,6 @@ def render_report(report: SizeReport, top: int) -> None:
                 f"saving about {format_bytes(q.saved_bytes)} raw. [dim]{q.note}[/]"
             )
         for note in b.notes:
-            err_console.print(f"[dim]note:[/] {note}", highlight=False)
+            err_console.print(f"[dim]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
     for note in report.notes:
-        err_console.print(f"[dim]note:[/] {note}", highlight=False)
+        err_console.print(f"[dim]note:[/] {escape(note)}", highlight=False, soft_wrap=True)

@@ -1,5 +1,6 @@
 """Size checks for what etdeploy ships: the .pte layout (pte), parallel deflate estimates
-(compress), the stores' limits (limits), verdicts (check) and what to cut (breakdown).
+(compress), the stores' limits (limits), verdicts (check), what to cut (breakdown), and the
+settings from etdeploy.toml with the verdict `run` and `farm` report (summary).
 
 Nothing here imports torch or executorch, so `etdeploy sizecheck` starts fast.
 """
@@ -13,19 +14,26 @@ from etdeploy.sizecheck.check import (
     SizeReport,
     Verdict,
     check_size,
-    default_verdicts,
     report_to_json,
 )
 from etdeploy.sizecheck.compress import Measurement, gzip_size, measure
 from etdeploy.sizecheck.limits import Limit, apply_overrides, default_limits, parse_size
 from etdeploy.sizecheck.pte import PteLayout, read_pte
+from etdeploy.sizecheck.summary import (
+    SUMMARY_SCHEMA,
+    Settings,
+    resolve_settings,
+    summary_for_result,
+)
 
 __all__ = [
     "SCHEMA",
+    "SUMMARY_SCHEMA",
     "Breakdown",
     "Limit",
     "Measurement",
     "PteLayout",
+    "Settings",
     "SizeReport",
     "SizedFile",
     "Verdict",
@@ -34,10 +42,11 @@ __all__ = [
     "build_breakdown",
     "check_size",
     "default_limits",
-    "default_verdicts",
     "gzip_size",
     "measure",
     "parse_size",
     "read_pte",
     "report_to_json",
+    "resolve_settings",
+    "summary_for_result",
 ]

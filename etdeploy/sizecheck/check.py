@@ -39,8 +39,6 @@ SCHEMA = "etdeploy.sizecheck/1"
 FITS = "fits"
 OVER = "over"
 WARN = "warning"
-# What `etdeploy run` and `farm` show by default.
-DEFAULT_VERDICT_KEYS = ("play.base", "appstore.app")
 
 
 @dataclass(frozen=True)
@@ -62,13 +60,18 @@ class Verdict:
 
     @property
     def headroom_bytes(self) -> int:
-        """Bytes left under the limit; negative when over."""
-        return self.limit.bytes - self.measured_bytes
+        """Bytes that could still be added and fit; negative when over."""
+        return self.limit.largest_fitting_bytes - self.measured_bytes
+
+    @property
+    def excess_bytes(self) -> int:
+        """Bytes to cut to fit; 0 when it fits."""
+        return max(0, -self.headroom_bytes)
 
     def describe(self) -> str:
         if self.status == FITS:
             return f"fits, {format_bytes(self.headroom_bytes)} headroom"
-        by = format_bytes(-self.headroom_bytes)
+        by = format_bytes(self.excess_bytes)
         return f"over by {by}" if self.status == OVER else f"warning: over by {by}"
 
 
@@ -93,9 +96,10 @@ class SizeReport:
 
 
 def judge(limit: Limit, raw_bytes: int, download_bytes: int) -> Verdict:
-    """Fits when at or under the limit (decimal bytes); over by one byte is over."""
+    """Fits when at or under the limit (decimal bytes), or strictly under an exclusive one
+    (Apple's "less than 4GB"); one byte more is over."""
     measured = download_bytes if limit.measure == DOWNLOAD else raw_bytes
-    if measured <= limit.bytes:
+    if measured <= limit.largest_fitting_bytes:
         return Verdict(limit, measured, FITS)
     return Verdict(limit, measured, OVER if limit.severity == LIMIT else WARN)
 
@@ -112,6 +116,10 @@ def _expand(
         if not p.is_dir():
             out.append((p, not any_file))
             continue
+        if p.suffix == ".pte" and not any_file:
+            # A directory named like a program is a file expected and a folder found (an
+            # output directory, a failed copy): summing its contents would hide that.
+            raise UsageError(f"{p}: is a directory, not a .pte file", "pass the .pte file itself")
         for root, dirs, files in os.walk(p, followlinks=False):
             dirs.sort()
             for name in sorted(files):
@@ -161,12 +169,14 @@ def check_size(
     any_file: bool = False,
     levels: Sequence[int] = (PLAY_LEVEL, ANALYZER_LEVEL),
     budget_measure: str = DOWNLOAD,
+    budget_source: str = "--budget",
 ) -> SizeReport:
     """Measure `paths` together and judge them against the chosen limits and budget.
 
     Files given directly must be .pte programs unless `any_file`; directories are summed
     recursively, parsing the .pte files found in them. `extra_bytes` (the rest of the app,
-    e.g. "12MB") is added as-is to both the raw and the download totals.
+    e.g. "12MB") is added as-is to both the raw and the download totals. `budget_source` says
+    where the budget came from (the flag, or etdeploy.toml) in its verdict.
     """
     if not paths:
         raise UsageError("no files to size", "pass a .pte, a directory, or --any-file FILE")
@@ -202,10 +212,10 @@ def check_size(
             key="budget",
             store="budget",
             label="team budget",
-            bytes=parse_size(budget, what="--budget"),
+            bytes=parse_size(budget, what=budget_source),
             measure=budget_measure,
             severity=LIMIT,
-            source="--budget",
+            source=budget_source,
             read_on="",
         )
         verdicts.append(judge(budget_limit, raw, download))
@@ -231,25 +241,23 @@ def check_size(
     )
 
 
-def default_verdicts(report: SizeReport) -> list[Verdict]:
-    """The verdicts `etdeploy run` and `farm` show: Play base module and App Store app."""
-    return [
-        judge(report.limits[key], report.raw_bytes, report.download_bytes)
-        for key in DEFAULT_VERDICT_KEYS
-    ]
-
-
 def verdict_to_json(v: Verdict) -> dict[str, Any]:
+    """One verdict for JSON: the limit (key, label, bytes, what it measures, source, date read),
+    the measured bytes, status, signed headroom (negative when over), excess (0 when it fits)
+    and the sentence the table shows."""
     return {
         "key": v.limit.key,
         "store": v.limit.store,
         "label": v.limit.label,
         "limit_bytes": v.limit.bytes,
+        "inclusive": v.limit.inclusive,
         "measure": v.limit.measure,
         "severity": v.limit.severity,
         "measured_bytes": v.measured_bytes,
         "headroom_bytes": v.headroom_bytes,
+        "excess_bytes": v.excess_bytes,
         "status": v.status,
+        "text": v.describe(),
         "source": v.limit.source,
         "read_on": v.limit.read_on,
         "note": v.limit.note,
@@ -340,8 +348,11 @@ def _layout_json(layout: PteLayout) -> dict[str, Any]:
     }
 
 
-def report_to_json(report: SizeReport, *, top: int | None = 10) -> dict[str, Any]:
-    """The machine-readable report, schema "etdeploy.sizecheck/1"."""
+def report_to_json(
+    report: SizeReport, *, top: int | None = 10, config_path: Path | None = None
+) -> dict[str, Any]:
+    """The machine-readable report, schema "etdeploy.sizecheck/1"; `config_path` is the
+    etdeploy.toml whose [sizecheck] and [limits] applied, if any."""
     return {
         "schema": SCHEMA,
         "estimate": {
@@ -370,5 +381,6 @@ def report_to_json(report: SizeReport, *, top: int | None = 10) -> dict[str, Any
         },
         "verdicts": [verdict_to_json(v) for v in report.verdicts],
         "failed": report.failed,
+        "config": str(config_path) if config_path else None,
         "notes": list(report.notes),
     }

@@ -64,6 +64,13 @@ class Limit:
     source: str
     read_on: str = READ_ON
     note: str | None = None
+    # Whether exactly `bytes` fits: "limit 500 MB" and "doesn't exceed" do; Apple's "must be
+    # less than 4GB" does not.
+    inclusive: bool = True
+
+    @property
+    def largest_fitting_bytes(self) -> int:
+        return self.bytes if self.inclusive else self.bytes - 1
 
 
 _MB = 10**6
@@ -107,7 +114,8 @@ _DEFAULTS: tuple[Limit, ...] = (
     # Apple App Store, uncompressed size.
     Limit(
         "appstore.app", "appstore", "App Store app (uncompressed)", 4 * _GB, RAW, LIMIT,
-        APPLE_BUILD_PAGE, note="the page says the total must be less than 4 GB",
+        APPLE_BUILD_PAGE, note="the page says the total must be less than 4 GB, so 4 GB itself "
+        "is over", inclusive=False,
     ),
     Limit(
         "appstore.cellular-prompt", "appstore", "App Store cellular download prompt", 200 * _MB,
@@ -239,6 +247,13 @@ def apply_overrides(table: Mapping[str, Limit], mapping: Mapping[str, Any]) -> d
     return out
 
 
+def stores_for(store: str, *, what: str = "--store") -> tuple[str, ...]:
+    """The stores `store` names (play, appstore, or all of them); UsageError naming `what`."""
+    if store not in (*STORES, "all"):
+        raise UsageError(f"{what} {store!r}: not a store", "use play, appstore or all")
+    return STORES if store == "all" else (store,)
+
+
 def select_limits(
     table: Mapping[str, Limit], store: str, deliveries: Iterable[str] | None
 ) -> list[Limit]:
@@ -246,9 +261,7 @@ def select_limits(
 
     With no deliveries: each chosen store's default (Play base module, App Store app).
     """
-    if store not in (*STORES, "all"):
-        raise UsageError(f"--store {store!r}: not a store", "use play, appstore or all")
-    stores = STORES if store == "all" else (store,)
+    stores = stores_for(store)
     chosen = list(dict.fromkeys(deliveries or ()))
     if not chosen:
         chosen = [DEFAULT_DELIVERY[s] for s in stores]

@@ -267,7 +267,9 @@ def check_readable_file(path: Path) -> os.stat_result:
     except FileNotFoundError:
         if os.path.islink(path):
             target = os.readlink(path)
-            raise _bad(path, f"broken symbolic link (points to {target})") from None
+            raise _bad(
+                path, f"broken symbolic link (points to {target})", "check the link's target"
+            ) from None
         raise _bad(path, "no such file", "check the path") from None
     except OSError as exc:
         raise _bad(path, f"cannot be read: {exc.strerror}", "check the path") from None
@@ -321,7 +323,7 @@ def read_pte(path: str | os.PathLike[str]) -> PteLayout:
     st = check_readable_file(p)
     file_size = st.st_size
     if file_size < 8:
-        raise _bad(p, f"truncated: {file_size} bytes, a .pte has at least 8")
+        raise _bad(p, f"truncated or not a program: {file_size} bytes, a .pte has at least 8")
     with _mapped(p, file_size) as mm:
         ident_raw = bytes(mm[4:8])
         ident = ident_raw.decode("ascii", errors="replace")

@@ -175,13 +175,40 @@ def test_data_dependent_branch_names_the_line_and_the_fix() -> None:
 
 
 def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path) -> None:
+    from executorch.exir._serialize._program import _flatbuffer_to_program, _get_extended_header
+
     from etdeploy.build.inspect import describe_pte
 
     result = build("digits", BuildOptions())
     layout = describe_pte(result.pte)
     assert layout["file_identifier"] == "ET12"
-    assert "XnnpackBackend" in layout["delegate_blobs"]
     assert layout["methods"]["forward"] == "(float32[1, 1, 8, 8]) -> (float32[1, 10])"
+    # The torch-free reader agrees with executorch's own deserialiser.
+    data = result.pte.read_bytes()
+    program_size = _get_extended_header(data).program_size
+    program = _flatbuffer_to_program(data[:program_size])
+    assert layout["file_size"] == len(data) == result.manifest["size_bytes"]
+    assert layout["program_flatbuffer_bytes"] == program_size
+    assert layout["segments"] == len(program.segments)
+    (blob,) = program.execution_plan[0].delegates
+    assert layout["delegate_blobs"] == {
+        "XnnpackBackend": program.segments[blob.processed.index].size
+    }
+    assert layout["named_data"] == {
+        "entries": len(program.named_data),
+        "bytes": sum(program.segments[n.segment_index].size for n in program.named_data),
+    }
+    assert layout["planned_arena_bytes"] == {"forward": result.manifest["methods"][0]["planned_bytes"]}
+    # `etdeploy inspect` no longer loads torch to read a .pte.
+    code = (
+        "import sys\nfrom etdeploy.cli import app\n"
+        f"try:\n    app(['inspect', {str(result.pte)!r}, '--json'])\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "print('RESULT', code, 'torch' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "RESULT 0 False" in done.stderr, done.stderr
+    assert json.loads(done.stdout)["pte"]["named_data"]["entries"] == len(program.named_data)
     truncated = tmp_path / "cut.pte"
     truncated.write_bytes(result.pte.read_bytes()[:3000])
     done = etdeploy("inspect", str(truncated), cwd=tmp_path)

@@ -15,7 +15,6 @@ from etdeploy.sizecheck.check import (
     OVER,
     SCHEMA,
     check_size,
-    default_verdicts,
     report_to_json,
 )
 from etdeploy.sizecheck.compress import gzip_size
@@ -87,14 +86,6 @@ def test_a_budget_is_held_against_the_download_or_the_raw_size(programs: BuiltPr
     assert _status(raw, "budget") == OVER  # raw is larger than the download
 
 
-def test_default_verdicts_are_the_play_base_module_and_the_app(programs: BuiltPrograms) -> None:
-    report = check_size([programs.xnnpack], store="appstore", deliveries=["app-clip"])
-    defaults = default_verdicts(report)
-    assert [v.limit.key for v in defaults] == ["play.base", "appstore.app"]
-    assert defaults[0].measured_bytes == report.download_bytes
-    assert defaults[1].measured_bytes == report.raw_bytes
-
-
 def test_overridden_limits_decide_the_verdict(programs: BuiltPrograms) -> None:
     tiny = apply_overrides(default_limits(), {"play.base": "1MB"})
     report = check_size([programs.portable], store="play", limits=tiny)
@@ -124,10 +115,24 @@ def test_the_json_report_is_versioned_and_complete(programs: BuiltPrograms) -> N
     assert f["pte"]["methods"][0]["planned_arena_bytes"] > 0
     assert f["breakdown"]["total_bytes"] == f["raw_bytes"]
     assert len(f["breakdown"]["largest_tensors"]) == 3
+    over_budget = check_size([programs.xnnpack], budget=1000, levels=(6,))
+    (v,) = [v for v in report_to_json(over_budget)["verdicts"] if v["key"] == "budget"]
+    assert v["status"] == "over" and v["excess_bytes"] == over_budget.download_bytes - 1000
+    assert v["headroom_bytes"] == -v["excess_bytes"] and v["text"].startswith("over by")
     keys = {v["key"] for v in doc["verdicts"]}
     assert {"play.base", "appstore.app", "budget"} <= keys
     assert all(v["status"] in ("fits", "over", "warning") for v in doc["verdicts"])
     assert doc["failed"] is False
+
+
+def test_a_directory_named_like_a_program_is_refused(tmp_path: Path) -> None:
+    # `sizecheck out/model.pte` where the build left a directory: not a folder to sum.
+    folder = tmp_path / "model.pte"
+    folder.mkdir()
+    (folder / "model.pte").write_bytes(b"x" * 10)
+    with pytest.raises(UsageError, match=r"model\.pte: is a directory, not a \.pte file"):
+        check_size([folder])
+    assert check_size([folder], any_file=True).raw_bytes == 10  # as an asset folder it sums
 
 
 def test_nothing_to_size_is_a_usage_error(tmp_path: Path) -> None:

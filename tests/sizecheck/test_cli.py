@@ -4,10 +4,12 @@ report on stdout or in a file, and a start that never imports torch."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 import etdeploy.cli.sizecheck  # noqa: F401  registers the command on the app
@@ -97,3 +99,120 @@ def test_sizecheck_runs_without_importing_torch(programs: BuiltPrograms) -> None
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "RESULT 0 False False" in done.stderr, done.stderr
     assert json.loads(done.stdout)["schema"] == "etdeploy.sizecheck/1"
+
+
+def _one_error(stderr: str, message: str) -> None:
+    """Exactly one error line naming the problem, then a hint; no traceback."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 2, stderr
+    assert lines[0].startswith("error: ") and message in lines[0], stderr
+    assert lines[1].startswith("hint: ")
+
+
+def test_each_bad_input_is_one_line_and_exit_2(programs: BuiltPrograms, tmp_path: Path) -> None:
+    raw = programs.portable.read_bytes()
+    (tmp_path / "cut.pte").write_bytes(raw[: len(raw) // 2])
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    (tmp_path / "out.pte").mkdir()  # a directory where the program was meant to be
+    os.mkfifo(tmp_path / "pipe.pte")  # unreadable without blocking (root reads chmod 000)
+    (tmp_path / "gone.pte").symlink_to(tmp_path / "deleted.pte")
+    for name, message in (
+        ("cut.pte", "cut.pte: truncated"),
+        ("image.png", "image.png: not an ExecuTorch program"),
+        ("out.pte", "out.pte: is a directory, not a .pte file"),
+        ("pipe.pte", "pipe.pte: is not a regular file"),
+        ("gone.pte", "gone.pte: broken symbolic link"),
+        ("missing.pte", "missing.pte: no such file"),
+    ):
+        done = runner.invoke(app, ["sizecheck", str(tmp_path / name)])
+        assert done.exit_code == 2, (name, done.output)
+        _one_error(done.stderr, message)
+        assert done.stdout == ""
+
+
+def test_several_files_with_extra_are_judged_together(programs: BuiltPrograms) -> None:
+    done = runner.invoke(
+        app,
+        ["sizecheck", str(programs.xnnpack), str(programs.portable), "--extra", "1.5MB",
+         "--no-level9", "--json", "-"],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.stdout)
+    assert [Path(f["path"]).name for f in doc["files"]] == ["xnnpack.pte", "portable.pte"]
+    raw = programs.xnnpack.stat().st_size + programs.portable.stat().st_size + 1_500_000
+    assert doc["total"]["raw_bytes"] == raw
+    assert doc["total"]["download_bytes"] == sum(f["download_bytes"] for f in doc["files"]) + (
+        1_500_000
+    )
+    assert doc["total"]["level9_bytes"] is None
+
+
+def _write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "etdeploy.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_config_file_sets_deliveries_extra_and_limits(
+    programs: BuiltPrograms, tmp_path: Path
+) -> None:
+    config = _write_config(
+        tmp_path,
+        '[sizecheck]\nstore = "appstore"\ndeliveries = ["app-clip"]\nextra = "12MB"\n',
+    )
+    done = runner.invoke(app, ["sizecheck", str(programs.portable), "--config", str(config)])
+    assert done.exit_code == 1  # 3.7 MB + 12 MB is over the 15 MB App Clip
+    assert "over App Clip, iOS 16+ (15.00 MB)" in done.stderr
+    assert f"settings from {config}" in done.stderr
+    # A flag overrides the file: without the extra, the program alone fits.
+    done = runner.invoke(
+        app, ["sizecheck", str(programs.portable), "--config", str(config), "--extra", "0",
+              "--json", "-"],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.stdout)
+    assert doc["config"] == str(config) and doc["extra_bytes"] == 0
+    assert next(v["key"] for v in doc["verdicts"]) == "appstore.app-clip"
+
+
+def test_limits_and_budget_come_from_the_nearest_config(
+    programs: BuiltPrograms, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_config(tmp_path, '[sizecheck]\nbudget = "1MB"\n[limits]\n"play.base" = "2MB"\n')
+    work = tmp_path / "sub" / "dir"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)  # found in a parent directory, as every command finds it
+    done = runner.invoke(app, ["sizecheck", str(programs.portable), "--json", "-"])
+    assert done.exit_code == 1
+    doc = json.loads(done.stdout)
+    by_key = {v["key"]: v for v in doc["verdicts"]}
+    assert by_key["play.base"]["limit_bytes"] == 2_000_000
+    assert by_key["play.base"]["status"] == "over"
+    assert by_key["budget"]["limit_bytes"] == 1_000_000
+    assert by_key["budget"]["source"] == "etdeploy.toml [sizecheck] budget"
+    # --budget replaces the file's budget.
+    done = runner.invoke(
+        app, ["sizecheck", str(programs.portable), "--budget", "1GB", "--store", "appstore"]
+    )
+    assert done.exit_code == 0, done.output
+
+
+def test_a_bad_config_value_is_one_line_naming_the_key(
+    programs: BuiltPrograms, tmp_path: Path
+) -> None:
+    for text, message in (
+        ('[sizecheck]\ndeliveries = ["base", "sideload"]\n',
+         "etdeploy.toml: sizecheck.deliveries: 'sideload' is not a delivery"),
+        ('[limits]\n"appstore.ap" = "1GB"\n', "etdeploy.toml: limits.appstore.ap: no such limit"),
+        ('[sizecheck]\nextra = "lots"\n', "etdeploy.toml: sizecheck.extra: cannot read 'lots'"),
+        ('[sizecheck]\nbugdet = "1MB"\n', "etdeploy.toml: unknown key sizecheck.bugdet"),
+    ):  # fmt: skip
+        config = _write_config(tmp_path, text)
+        done = runner.invoke(app, ["sizecheck", str(programs.portable), "--config", str(config)])
+        assert done.exit_code == 2, (text, done.output)
+        _one_error(done.stderr, message)
+    done = runner.invoke(
+        app, ["sizecheck", str(programs.portable), "--config", str(tmp_path / "nope.toml")]
+    )
+    assert done.exit_code == 2
+    _one_error(done.stderr, "config file not found")

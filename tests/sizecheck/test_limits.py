@@ -52,14 +52,36 @@ def test_every_limit_is_in_decimal_bytes_with_a_source_and_date() -> None:
     assert table["appstore.cellular-prompt"].severity == WARNING
 
 
+# Apple's build page: the app's total uncompressed size "must be less than 4GB"; every other
+# figure is a maximum that may be reached.
+EXCLUSIVE = {"appstore.app"}
+
+
 @pytest.mark.parametrize("key", sorted(EXPECTED_BYTES))
-def test_exactly_at_a_limit_fits_and_one_byte_over_does_not(key: str) -> None:
+def test_the_last_byte_that_fits_fits_and_one_more_does_not(key: str) -> None:
     limit = default_limits()[key]
-    at = judge(limit, raw_bytes=limit.bytes, download_bytes=limit.bytes)
-    assert at.status == FITS and at.headroom_bytes == 0
-    over = judge(limit, raw_bytes=limit.bytes + 1, download_bytes=limit.bytes + 1)
-    assert over.headroom_bytes == -1
+    assert limit.inclusive == (key not in EXCLUSIVE)
+    last = limit.bytes if limit.inclusive else limit.bytes - 1
+    at = judge(limit, raw_bytes=last, download_bytes=last)
+    assert at.status == FITS and at.headroom_bytes == 0 and at.excess_bytes == 0
+    over = judge(limit, raw_bytes=last + 1, download_bytes=last + 1)
+    assert over.headroom_bytes == -1 and over.excess_bytes == 1
     assert over.status == {LIMIT: OVER, CONDITIONAL: WARN, WARNING: WARN}[limit.severity]
+    # The other measure never decides: a Play limit ignores raw bytes, Apple's the download.
+    other = (
+        judge(limit, raw_bytes=10 * last, download_bytes=last)
+        if limit.measure == DOWNLOAD
+        else judge(limit, raw_bytes=last, download_bytes=10 * last)
+    )
+    assert other.status == FITS
+
+
+def test_exactly_4gb_is_over_the_app_store_app_limit() -> None:
+    app = default_limits()["appstore.app"]
+    verdict = judge(app, raw_bytes=4_000_000_000, download_bytes=0)
+    assert verdict.status == OVER and verdict.excess_bytes == 1
+    assert verdict.describe() == "over by 1 B"
+    assert "less than 4 GB" in (app.note or "")
 
 
 def test_play_judges_the_download_and_apple_the_raw_size() -> None:

@@ -185,7 +185,7 @@ def test_truncated_files_are_reported_as_truncated(programs: BuiltPrograms, tmp_
     _assert_usage_error(cut_in_program, "truncated: the header says the program is")
     stub = tmp_path / "stub.pte"
     stub.write_bytes(raw[:5])
-    _assert_usage_error(stub, "truncated: 5 bytes")
+    _assert_usage_error(stub, "truncated or not a program: 5 bytes")
     # Without an extended header there is no size to check against: the parse fails.
     ext = programs.external.read_bytes()
     cut_flat = tmp_path / "cut-flat.pte"

@@ -1,0 +1,235 @@
+"""Which limits to check, from flags over etdeploy.toml over defaults, and the size verdict
+that `etdeploy run` and `etdeploy farm` put in their results.
+
+etdeploy.toml:
+
+    [sizecheck]
+    store = "all"                   # play | appstore | all
+    deliveries = ["base", "app"]    # default: Play base module and App Store app
+    budget = "150MB"                # the team's own limit on the download size
+    extra = "12MB"                  # the rest of the app, added to the .pte
+
+    [limits]
+    "play.base" = "200MB"           # replaces a figure of limits.py
+
+A bad value in the file is one UsageError (exit 2) naming the file and the key, e.g.
+`etdeploy.toml: sizecheck.deliveries: 'sideload' is not a delivery`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from etdeploy.config import CONFIG_NAME, Config
+from etdeploy.errors import UsageError
+from etdeploy.sizecheck.check import check_size, verdict_to_json
+from etdeploy.sizecheck.compress import BUNDLETOOL_MEM_LEVEL, GZIP_FRAMING_BYTES, PLAY_LEVEL
+from etdeploy.sizecheck.limits import (
+    DEFAULT_DELIVERY,
+    DELIVERIES,
+    STORES,
+    Limit,
+    apply_overrides,
+    default_limits,
+    parse_size,
+    select_limits,
+    stores_for,
+)
+from etdeploy.sizecheck.pte import check_readable_file
+
+SUMMARY_SCHEMA = "etdeploy.size-summary/1"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one size check judges against, every default filled in."""
+
+    store: str  # play | appstore | all
+    deliveries: tuple[str, ...]  # never empty
+    budget_bytes: int | None
+    budget_source: str  # "--budget", or the file and key it came from
+    extra_bytes: int
+    limits: dict[str, Limit]  # the built-in table with [limits] applied
+    config_path: Path | None
+
+
+def resolve_settings(
+    config: Config | None = None,
+    *,
+    store: str | None = None,
+    deliveries: Sequence[str] | None = None,
+    budget: str | int | None = None,
+    extra: str | int | None = None,
+) -> Settings:
+    """Flags (the keyword arguments; None or empty when not given) over the config's
+    [sizecheck] and [limits] over the built-in defaults.
+
+    When --store is given and the deliveries come from the file, only the file's deliveries
+    of that store are kept; when --delivery is given without --store, every store is allowed.
+    """
+    config = config or Config()
+    label = config.path.name if config.path else CONFIG_NAME
+    section = config.sizecheck
+
+    def bad(key: str, message: str, hint: str) -> UsageError:
+        return UsageError(f"{label}: sizecheck.{key}: {message}", hint)
+
+    # The file is checked whole, even where a flag overrides a value: a typo in it should
+    # not wait for the day the flag is left off.
+    file_store = section.get("store")
+    if file_store is not None and file_store not in (*STORES, "all"):
+        raise bad("store", f"{file_store!r} is not a store", "use play, appstore or all")
+    listed = section.get("deliveries")
+    if listed is not None:
+        if not isinstance(listed, list) or not all(isinstance(d, str) for d in listed):
+            raise bad("deliveries", f"expected a list of names, got {listed!r}", 'e.g. ["base"]')
+        for name in listed:
+            if name not in DELIVERIES:
+                raise bad(
+                    "deliveries",
+                    f"{name!r} is not a delivery",
+                    f"use one of: {', '.join(DELIVERIES)}",
+                )
+    file_budget = (
+        parse_size(section["budget"], what=f"{label}: sizecheck.budget")
+        if "budget" in section
+        else None
+    )
+    file_extra = parse_size(section.get("extra", 0), what=f"{label}: sizecheck.extra")
+
+    if store is not None:
+        chosen_store = store
+    elif file_store is not None and not deliveries:
+        chosen_store = file_store
+    else:
+        chosen_store = "all"
+    stores = stores_for(chosen_store)
+
+    chosen: list[str] = []
+    if deliveries:
+        chosen = list(dict.fromkeys(deliveries))  # checked by select_limits below
+    elif listed is not None:
+        for name in listed:
+            owner = DELIVERIES[name][0]
+            if owner not in stores and store is None:
+                raise bad(
+                    "deliveries",
+                    f"{name} is a {owner} delivery, but sizecheck.store is {chosen_store}",
+                    f'set sizecheck.store = "{owner}" or "all"',
+                )
+        chosen = list(dict.fromkeys(d for d in listed if DELIVERIES[d][0] in stores))
+    if not chosen:
+        chosen = [DEFAULT_DELIVERY[s] for s in stores]
+
+    budget_bytes, budget_source = file_budget, f"{label} [sizecheck] budget"
+    if budget is not None:
+        budget_bytes, budget_source = parse_size(budget, what="--budget"), "--budget"
+    extra_bytes = parse_size(extra, what="--extra") if extra is not None else file_extra
+
+    table = default_limits()
+    if config.limits:
+        try:
+            table = apply_overrides(table, config.limits)
+        except UsageError as exc:  # already names limits.<key>; add the file
+            raise UsageError(f"{label}: {exc.message}", exc.hint) from None
+    select_limits(table, chosen_store, chosen)  # --delivery names and their stores
+
+    return Settings(
+        store=chosen_store,
+        deliveries=tuple(chosen),
+        budget_bytes=budget_bytes,
+        budget_source=budget_source,
+        extra_bytes=extra_bytes,
+        limits=table,
+        config_path=config.path,
+    )
+
+
+def summary_for_result(pte: str | os.PathLike[str], config: Config | None = None) -> dict[str, Any]:
+    """The size verdict of one .pte for a run or farm result: the delivery set, budget, extra
+    and limit overrides of `config` (the loaded etdeploy.toml, `etdeploy.config.load_config()`;
+    None or an empty Config: Play base module and App Store app, no budget, no extra), the
+    same verdicts `etdeploy sizecheck PTE` gives with that file and no flags.
+
+    Torch-free. Only the level-6 deflate is measured (level 9 decides no verdict), in
+    parallel chunks: milliseconds for a small program, about as long as `gzip -6` split
+    over the cores for a multi-GB one.
+
+    Returns (JSON-ready; all sizes in bytes, limits decimal):
+
+        {
+          "schema": "etdeploy.size-summary/1",
+          "path": str,                    # the .pte as given
+          "raw_bytes": int,               # the file's size on disk
+          "download_bytes": int,          # gzip -6 estimate of the file (bundletool's figure)
+          "extra_bytes": int,             # [sizecheck] extra: the rest of the app
+          "total_raw_bytes": int,         # raw_bytes + extra_bytes: what raw limits judge
+          "total_download_bytes": int,    # download_bytes + extra_bytes: what Play judges
+          "estimate": str,                # how download_bytes is computed
+          "store": str,                   # "play" | "appstore" | "all"
+          "deliveries": [str, ...],       # e.g. ["base", "app"]
+          "budget_bytes": int | None,     # [sizecheck] budget, when set
+          "verdicts": [                   # per limit, in table order; the budget last
+            {
+              "key": str,                 # "play.base", "appstore.app", ..., "budget"
+              "store": str,               # "play" | "appstore" | "budget"
+              "label": str,               # "Play base module"
+              "limit_bytes": int,
+              "inclusive": bool,          # whether exactly limit_bytes fits (App Store app: no)
+              "measure": str,             # "download" | "raw": which total is judged
+              "severity": str,            # "limit" | "conditional" | "warning"
+              "measured_bytes": int,
+              "headroom_bytes": int,      # bytes that could be added and still fit; < 0 over
+              "excess_bytes": int,        # bytes to cut to fit; 0 when it fits
+              "status": str,              # "fits" | "over" | "warning"
+              "text": str,                # "fits, 487.2 MB headroom" / "over by 1.20 MB"
+              "source": str,              # where the figure was read (URL) or set
+              "read_on": str,             # the date it was read; "" for a budget
+              "note": str | None,
+            },
+            ...
+          ],
+          "passed": bool,                 # no verdict is "over" (a warning passes)
+          "config": str | None,           # the etdeploy.toml applied, if any
+          "notes": [str, ...],            # caveats for a reader (e.g. older 200 MB figure)
+        }
+
+    Raises UsageError (exit 2) when `pte` is not a readable .pte file or etdeploy.toml has
+    a bad [sizecheck] or [limits] value.
+    """
+    settings = resolve_settings(config)
+    path = Path(pte)
+    check_readable_file(path)  # a directory is a mistake here, never a folder to sum
+    report = check_size(
+        [path],
+        store=settings.store,
+        deliveries=settings.deliveries,
+        budget=settings.budget_bytes,
+        budget_source=settings.budget_source,
+        extra_bytes=settings.extra_bytes,
+        limits=settings.limits,
+        levels=(PLAY_LEVEL,),
+    )
+    (sized,) = report.files
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "path": str(path),
+        "raw_bytes": sized.raw_bytes,
+        "download_bytes": sized.download_bytes,
+        "extra_bytes": report.extra_bytes,
+        "total_raw_bytes": report.raw_bytes,
+        "total_download_bytes": report.download_bytes,
+        "estimate": f"gzip level {PLAY_LEVEL} (zlib memLevel {BUNDLETOOL_MEM_LEVEL}) as "
+        f"bundletool computes it, {GZIP_FRAMING_BYTES} bytes of gzip framing",
+        "store": settings.store,
+        "deliveries": list(settings.deliveries),
+        "budget_bytes": settings.budget_bytes,
+        "verdicts": [verdict_to_json(v) for v in report.verdicts],
+        "passed": not report.failed,
+        "config": str(settings.config_path) if settings.config_path else None,
+        "notes": list(report.notes),
+    }
