@@ -17,15 +17,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c 'import torch, executorch' # fail here, not in the first test
 	touch $(STAMP)
 
-# sshd for the SSH transport tests. Best effort: without root or apt the SSH
-# tests skip with a message saying so, everything else still runs.
+# sshd for the SSH transport tests, Chromium for the HTML report's browser test.
+# Best effort: without root or apt those tests skip with a message saying so,
+# everything else still runs.
+SYSTEM_PACKAGES := openssh-server openssh-client chromium
 system-packages:
-	@if [ -x /usr/sbin/sshd ]; then :; \
+	@if [ -x /usr/sbin/sshd ] && [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing openssh-server (for the SSH transport tests)"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null) \
-		|| echo "warning: could not install openssh-server; SSH tests will skip"; \
-	else echo "note: /usr/sbin/sshd missing and cannot apt-get; SSH tests will skip"; fi
+		echo "installing $(SYSTEM_PACKAGES) (SSH transport and HTML report tests)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null) \
+		|| echo "warning: could not install $(SYSTEM_PACKAGES); those tests will skip"; \
+	else echo "note: sshd or chromium missing and cannot apt-get; those tests will skip"; fi
 
 # The main job on the embedded default: build digits, run it with the real runner
 # on this machine, verify against eager PyTorch, size-check it.

@@ -740,6 +740,8 @@ def run_job(
         "job": {
             "id": job_id,
             "model": job.model,
+            "backend": program.backend or job.backend,
+            "quantization": program.quantization,
             "method": program.method,
             "iterations": job.iterations,
             "warmup": job.warmup,
@@ -815,7 +817,10 @@ def error_result(
         "etdeploy": etdeploy.__version__,
         "status": "error",
         "exit_code": exc.exit_code,
-        "job": {"id": job_id, "model": job.model, "iterations": job.iterations, "warmup": job.warmup},
+        "job": {
+            "id": job_id, "model": job.model, "backend": job.backend, "quantization": job.quantize,
+            "iterations": job.iterations, "warmup": job.warmup,
+        },
         "device": {"name": device_name},
         "error": {
             "kind": type(exc).__name__,

@@ -1,0 +1,144 @@
+"""Reports from result documents (etdeploy.result/1): the JSON schema and its
+validator, JUnit XML, one self-contained HTML file, and a comparison with a
+baseline run.
+
+Every format reads the same documents that etdeploy.pipeline writes; nothing
+here runs a job or prints. matplotlib is imported only by write_html, so the
+CLI can import this package at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from etdeploy.errors import UsageError
+from etdeploy.report.baseline import Regression, compare_to_baseline
+from etdeploy.report.common import JobKey, job_key, write_json
+from etdeploy.report.html import write_html
+from etdeploy.report.junit import write_junit
+from etdeploy.report.schema import (
+    FARM_SCHEMA,
+    FARM_SCHEMA_ID,
+    RESULT_SCHEMA,
+    RESULT_SCHEMA_ID,
+    farm_document,
+    summarize,
+    validate_farm,
+    validate_result,
+)
+
+__all__ = [
+    "FARM_SCHEMA",
+    "FARM_SCHEMA_ID",
+    "RESULT_SCHEMA",
+    "RESULT_SCHEMA_ID",
+    "JobKey",
+    "Regression",
+    "compare_to_baseline",
+    "farm_document",
+    "job_key",
+    "load_results",
+    "summarize",
+    "validate_farm",
+    "validate_result",
+    "write_html",
+    "write_json",
+    "write_junit",
+]
+
+_JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+def load_results(
+    path: Path, *, on_warning: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """The result documents in `path`, each validated.
+
+    `path` is a farm's JSON-lines stream (.jsonl/.ndjson: one result per line;
+    a line holding a farm document adds its results), a farm document
+    (etdeploy.farm/1), a single result (etdeploy.result/1) or a JSON list of
+    results. A last JSON-lines line that does not parse is what a killed farm
+    leaves behind: it is skipped and reported through `on_warning` (default:
+    warnings.warn); a bad line anywhere else is an error.
+
+    Raises UsageError (exit 2) naming the file, the line where it applies, and
+    the first bad key.
+    """
+    path = Path(path)
+    warn = on_warning or (lambda text: warnings.warn(text, stacklevel=3))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"cannot read results {path}: {exc}", "pass a file written by etdeploy"
+        ) from None
+    if path.suffix.lower() in _JSONL_SUFFIXES:
+        return _load_lines(path, text, warn)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # A farm stream saved under another name still reads, line by line; an
+        # indented document cut short does not (its first line is not JSON).
+        if _first_line_is_json(text):
+            return _load_lines(path, text, warn)
+        raise UsageError(
+            f"{path}: not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            "a result file cut short by a killed run cannot be read; run the job again",
+        ) from None
+    return _results_of(doc, str(path))
+
+
+def _first_line_is_json(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        return isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def _load_lines(path: Path, text: str, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    results: list[dict[str, Any]] = []
+    for position, (number, line) in enumerate(lines):
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if position == len(lines) - 1:
+                warn(
+                    f"{path}:{number}: skipped a truncated last line ({len(line)} characters; "
+                    f"{exc.msg}), as a killed run leaves it; {len(results)} result(s) read"
+                )
+                break
+            raise UsageError(
+                f"{path}:{number}: not JSON: {exc.msg} (column {exc.colno})",
+                "only the last line of a results stream may be cut short; this file is damaged",
+            ) from None
+        results += _results_of(doc, f"{path}:{number}")
+    return results
+
+
+def _results_of(doc: Any, where: str) -> list[dict[str, Any]]:
+    try:
+        if isinstance(doc, list):
+            for i, item in enumerate(doc):
+                _validate_item(item, i)
+            return list(doc)
+        schema = doc.get("schema") if isinstance(doc, dict) else None
+        if schema == FARM_SCHEMA_ID:
+            validate_farm(doc)
+            return list(doc["results"])
+        validate_result(doc)
+        return [doc]
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc.message}", exc.hint) from None
+
+
+def _validate_item(item: Any, index: int) -> None:
+    try:
+        validate_result(item)
+    except UsageError as exc:
+        raise UsageError(f"item {index}: {exc.message}", exc.hint) from None

@@ -1,0 +1,230 @@
+"""Compare a run with a baseline run of the same matrix: what got slower, what
+drifted numerically, what stopped passing.
+
+Jobs are matched on (model, backend, quantization, device name). A job in only
+one of the two runs is not compared. Where a key appears more than once (a
+retried job), the last result counts, as the last attempt is the one reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from etdeploy.report.common import JobKey, error_type, failure_message, job_key
+
+# Above this, SQNR differences are float32 rounding (an fp32 lowering lands at
+# 120-140 dB against eager), not drift: both sides are capped here before the
+# drop is measured, so 134 -> 124 dB is not a regression but 60 -> 50 dB is.
+SQNR_CEILING_DB = 100.0
+
+# Max-abs growth below this is rounding whatever its ratio: the fp32 pass line is
+# atol 1e-4 (etdeploy.verify.FP32_ATOL), and an exact baseline (0.0) would
+# otherwise flag the first 1e-7 as infinite growth.
+ABS_ERROR_FLOOR = 1e-5
+
+KINDS = ("status", "latency", "sqnr", "max_abs")
+
+
+@dataclass(frozen=True)
+class Regression:
+    """One thing that is worse than in the baseline.
+
+    kind: "status" (passed, now failed or error), "latency" (median up beyond
+    noise), "sqnr" (an output's worst SQNR dropped), "max_abs" (an output's
+    worst absolute error grew). `output` names the output for the numeric kinds.
+    Values are milliseconds for latency, dB for sqnr, the status for status.
+    """
+
+    key: JobKey
+    kind: str
+    baseline: float | str | None
+    current: float | str | None
+    message: str
+    output: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        def plain(value: float | str | None) -> float | str | None:
+            # JSON has no Infinity; an exact match (inf dB) or a NaN output becomes null.
+            return None if isinstance(value, float) and not math.isfinite(value) else value
+
+        return {
+            "key": self.key.to_json(),
+            "label": self.key.label,
+            "kind": self.kind,
+            "output": self.output,
+            "baseline": plain(self.baseline),
+            "current": plain(self.current),
+            "message": self.message,
+        }
+
+
+def compare_to_baseline(
+    results: Iterable[dict[str, Any]],
+    baseline: Iterable[dict[str, Any]],
+    *,
+    latency_threshold: float = 0.10,
+    sqnr_drop_db: float = 3.0,
+    abs_error_factor: float = 2.0,
+    abs_error_floor: float = ABS_ERROR_FLOOR,
+) -> list[Regression]:
+    """Regressions of `results` against `baseline`, in the order of `results`.
+
+    Latency is flagged when the median grew by more than `latency_threshold`
+    (a fraction) and also beyond the baseline's own spread: above its p90 and
+    above its median plus one stdev, so a noisy device does not raise alarms. Numerics are compared per output over the
+    samples both runs share: the worst SQNR dropping by more than `sqnr_drop_db`,
+    the worst max-abs error growing by more than `abs_error_factor` (and past
+    `abs_error_floor`, with the SQNR below SQNR_CEILING_DB: under float rounding
+    no growth counts).
+    """
+    before = {job_key(r): r for r in baseline}
+    now = {job_key(r): r for r in results}
+    found: list[Regression] = []
+    for key, current in now.items():
+        old = before.get(key)
+        if old is None:
+            continue
+        found.extend(_status(key, old, current))
+        if current.get("status") == "error" or old.get("status") == "error":
+            continue  # an error has no latency or outputs to compare
+        found.extend(_latency(key, old, current, latency_threshold))
+        found.extend(_numerics(key, old, current, sqnr_drop_db, abs_error_factor, abs_error_floor))
+    return found
+
+
+def _status(key: JobKey, old: dict[str, Any], current: dict[str, Any]) -> list[Regression]:
+    was, now = old.get("status"), current.get("status")
+    if was != "passed" or now == "passed":
+        return []
+    if now == "failed":
+        why = failure_message(current)
+    else:
+        error = current.get("error") or {}
+        why = f"{error_type(current)}: {error.get('message', '')}"
+    return [Regression(key, "status", was, now, f"passed in the baseline, now {now}: {why}")]
+
+
+def _latency(
+    key: JobKey, old: dict[str, Any], current: dict[str, Any], threshold: float
+) -> list[Regression]:
+    a, b = old.get("latency_ms") or {}, current.get("latency_ms") or {}
+    if not a.get("n") or not b.get("n") or a.get("median") is None or b.get("median") is None:
+        return []
+    base, now = float(a["median"]), float(b["median"])
+    stdev = float(a.get("stdev") or 0.0)
+    p90 = float(a.get("p90") if a.get("p90") is not None else base)
+    # A median the baseline would have counted among its slowest tenth, or more
+    # than a stdev off, is not noise; below both it may be, whatever the threshold.
+    limit = max(base * (1 + threshold), p90, base + stdev)
+    if now <= limit:
+        return []
+    growth = f"+{(now / base - 1) * 100:.0f}%" if base > 0 else "up"
+    message = (
+        f"median latency {_ms(base)} -> {_ms(now)} ({growth}); over the {threshold:.0%} threshold "
+        f"and beyond the baseline's spread (p90 {_ms(p90)}, stdev {_ms(stdev)})"
+    )
+    return [Regression(key, "latency", base, now, message)]
+
+
+def _numerics(
+    key: JobKey,
+    old: dict[str, Any],
+    current: dict[str, Any],
+    sqnr_drop_db: float,
+    abs_error_factor: float,
+    abs_error_floor: float,
+) -> list[Regression]:
+    was, now = _by_output(old), _by_output(current)
+    found: list[Regression] = []
+    for output, old_rows in was.items():
+        new_rows = now.get(output)
+        if not new_rows:
+            continue
+        shared = old_rows.keys() & new_rows.keys()
+        # Only like with like: the samples both runs saw, unless they share none.
+        olds = [old_rows[s] for s in shared] if shared else list(old_rows.values())
+        news = [new_rows[s] for s in shared] if shared else list(new_rows.values())
+        name = output[1]
+
+        sqnr_before = min(sqnr_of(m) for m in olds)
+        sqnr_now = min(sqnr_of(m) for m in news)
+        drop = min(sqnr_before, SQNR_CEILING_DB) - min(sqnr_now, SQNR_CEILING_DB)
+        if drop > sqnr_drop_db:
+            found.append(
+                Regression(
+                    key,
+                    "sqnr",
+                    sqnr_before,
+                    sqnr_now,
+                    f"{name}: worst SQNR {_db(sqnr_before)} -> {_db(sqnr_now)} "
+                    f"(down {_db(drop) if math.isfinite(drop) else 'to a non-finite output'}, "
+                    f"more than {sqnr_drop_db:g} dB)",
+                    output=name,
+                )
+            )
+
+        abs_before = max(max_abs_of(m) for m in olds)
+        abs_now = max(max_abs_of(m) for m in news)
+        # Growth while the output still sits at float rounding (SQNR over the
+        # ceiling) is not drift: an exact baseline against 1e-5 of fp32 rounding.
+        rounding = sqnr_now >= SQNR_CEILING_DB
+        if abs_now > abs_before * abs_error_factor and abs_now > abs_error_floor and not rounding:
+            grew = (
+                f"x{abs_now / abs_before:.1f}"
+                if abs_before > 0 and math.isfinite(abs_now)
+                else "up"
+            )
+            found.append(
+                Regression(
+                    key,
+                    "max_abs",
+                    abs_before,
+                    abs_now,
+                    f"{name}: worst max abs error {_num(abs_before)} -> {_num(abs_now)} "
+                    f"({grew}, more than x{abs_error_factor:g})",
+                    output=name,
+                )
+            )
+    return found
+
+
+def _by_output(result: dict[str, Any]) -> dict[tuple[int, str], dict[str, dict[str, Any]]]:
+    """Metrics rows keyed by (output index, name), then by sample."""
+    table: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
+    for row in (result.get("verdict") or {}).get("metrics") or []:
+        key = (int(row.get("output", 0)), str(row.get("name", "")))
+        table.setdefault(key, {})[str(row.get("sample", ""))] = row
+    return table
+
+
+def sqnr_of(row: dict[str, Any]) -> float:
+    """SQNR in dB with null read back: verify.py writes every non-finite value as
+    null, and only max_abs tells an exact match (+inf) from a NaN or zero-signal
+    output (treated as -inf, the worst)."""
+    value = row.get("sqnr_db")
+    if value is not None:
+        return float(value)
+    return math.inf if row.get("max_abs") == 0 else -math.inf
+
+
+def max_abs_of(row: dict[str, Any]) -> float:
+    """Max abs error; null (a non-finite output) is the worst, +inf."""
+    value = row.get("max_abs")
+    return math.inf if value is None else float(value)
+
+
+def _ms(value: float) -> str:
+    return f"{value:.4g} ms"
+
+
+def _db(value: float) -> str:
+    if math.isinf(value):
+        return "exact" if value > 0 else "-inf dB"
+    return f"{value:.1f} dB"
+
+
+def _num(value: float) -> str:
+    return "non-finite" if math.isinf(value) else f"{value:.3g}"

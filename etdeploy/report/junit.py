@@ -1,0 +1,167 @@
+"""JUnit XML for CI: one <testcase> per job.
+
+The layout is the common one CI servers read (Jenkins, GitLab, GitHub actions
+that render test reports): <testsuites> holding one <testsuite> with the counts
+tests/failures/errors/skipped/time, and per testcase at most one <failure> or
+<error>, then <system-out> (the clipped logs) and <system-err> (the warnings).
+A failed check is a <failure> (type "numerics", "size" or "regression"); a run
+that could not finish is an <error> whose type says who is at fault:
+"infrastructure.<Kind>" (device, transport, runner) or "input.<Kind>".
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from etdeploy.report.baseline import Regression
+from etdeploy.report.common import (
+    JobKey,
+    atomic_write,
+    clip,
+    error_type,
+    failure_kind,
+    failure_message,
+    job_key,
+    joined_logs,
+)
+
+# XML 1.0 cannot hold most control characters, not even escaped; runner logs
+# carry them (ANSI colours, a NUL from a crashed process).
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: Any) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def write_junit(
+    results: Sequence[dict[str, Any]],
+    path: Path,
+    *,
+    suite_name: str = "etdeploy",
+    regressions: Sequence[Regression] | None = None,
+) -> None:
+    """Write the JUnit XML of `results` to `path`, atomically.
+
+    A regression against a baseline makes its testcase a <failure
+    type="regression"> when the job itself passed, and is added to the text of
+    the failure or error it already has otherwise.
+    """
+    by_key: dict[JobKey, list[Regression]] = {}
+    for regression in regressions or ():
+        by_key.setdefault(regression.key, []).append(regression)
+
+    suites = ET.Element("testsuites", name=_xml_text(suite_name))
+    suite = ET.SubElement(suites, "testsuite", name=_xml_text(suite_name))
+    properties = ET.SubElement(suite, "properties")
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    total_seconds = 0.0
+    for result in results:
+        key = job_key(result)
+        seconds = float(result.get("seconds") or 0.0)
+        total_seconds += seconds
+        counts["tests"] += 1
+        case = ET.SubElement(
+            suite, "testcase", classname=_xml_text(key.model), name=_xml_text(key.label),
+            time=f"{seconds:.3f}",
+        )  # fmt: skip
+        outcome = _outcome(result, by_key.get(key, []))
+        if outcome is not None:
+            tag, message, kind, text = outcome
+            counts["failures" if tag == "failure" else "errors"] += 1
+            node = ET.SubElement(case, tag, message=_xml_text(message), type=_xml_text(kind))
+            node.text = _xml_text(text)
+        logs = joined_logs(result)
+        if logs:
+            ET.SubElement(case, "system-out").text = _xml_text(logs)
+        warnings = [str(w) for w in result.get("warnings") or []]
+        if warnings:
+            ET.SubElement(case, "system-err").text = _xml_text(clip("\n".join(warnings)))
+
+    _add_properties(properties, results)
+    for element in (suites, suite):
+        for name, value in counts.items():
+            element.set(name, str(value))
+        element.set("time", f"{total_seconds:.3f}")
+    suite.set("timestamp", _first_start(results))
+    suite.set("hostname", _xml_text(socket.gethostname()))
+    # Suite-level output, empty: the strict Ant schema wants both elements present.
+    ET.SubElement(suite, "system-out")
+    ET.SubElement(suite, "system-err")
+
+    ET.indent(suites)
+    body = ET.tostring(suites, encoding="unicode")
+    atomic_write(Path(path), ('<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n").encode())
+
+
+def _outcome(
+    result: dict[str, Any], regressions: list[Regression]
+) -> tuple[str, str, str, str] | None:
+    """(tag, message, type, text) of the testcase's failure or error, or None."""
+    notes = [f"regression ({r.kind}): {r.message}" for r in regressions]
+    status = result.get("status")
+    if status == "error":
+        error = result.get("error") or {}
+        lines = [str(error.get("message", "error"))]
+        if error.get("hint"):
+            lines.append(f"hint: {error['hint']}")
+        for field in ("device", "command"):
+            if error.get(field):
+                lines.append(f"{field}: {error[field]}")
+        lines.append(
+            f"exit code {result.get('exit_code')}; retryable: {bool(error.get('retryable'))}"
+        )
+        return "error", lines[0], error_type(result), "\n".join([*lines, *notes])
+    if status == "failed":
+        kind = failure_kind(result)
+        return (
+            "failure",
+            failure_message(result),
+            kind,
+            "\n".join([*_failure_details(result), *notes]),
+        )
+    if regressions:
+        return "failure", "; ".join(r.message for r in regressions), "regression", "\n".join(notes)
+    return None
+
+
+def _failure_details(result: dict[str, Any]) -> list[str]:
+    verdict = result.get("verdict") or {}
+    lines = [str(verdict.get("reason", ""))]
+    worst = verdict.get("worst")
+    if worst:
+        lines.append(
+            f"worst: {worst.get('name')} (sample {worst.get('sample')}): max abs {worst.get('max_abs')}, "
+            f"SQNR {worst.get('sqnr_db')} dB, cosine {worst.get('cosine')}, allclose {worst.get('allclose')}"
+        )
+    if verdict.get("top1_agreement") is not None:
+        lines.append(f"top-1 agreement: {verdict['top1_agreement']:.3f}")
+    for v in (result.get("size") or {}).get("verdicts", []):
+        if v.get("status") == "over":
+            lines.append(
+                f"size: {v.get('label')}: {v.get('text')} (limit {v.get('limit_bytes')} bytes)"
+            )
+    return lines
+
+
+def _add_properties(properties: ET.Element, results: Sequence[dict[str, Any]]) -> None:
+    versions = sorted({str(r["etdeploy"]) for r in results if r.get("etdeploy")})
+    if versions:
+        ET.SubElement(properties, "property", name="etdeploy", value=", ".join(versions))
+    devices = sorted({job_key(r).device for r in results})
+    if devices:
+        ET.SubElement(properties, "property", name="devices", value=_xml_text(", ".join(devices)))
+
+
+def _first_start(results: Sequence[dict[str, Any]]) -> str:
+    """The earliest job start, as the Ant schema's timestamp (no zone; it is UTC)."""
+    starts = sorted(str(r["started_at"]) for r in results if r.get("started_at"))
+    if starts:
+        return starts[0].removesuffix("Z")[:19]
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())

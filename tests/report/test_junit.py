@@ -1,0 +1,137 @@
+"""JUnit XML: parsed back with ElementTree, counted, and checked against the
+structure of the common JUnit schema (Ant's, as Jenkins and GitLab read it)."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from etdeploy.report import Regression, job_key, write_junit
+from tests.report.docs import Doc, input_error, numeric_failure, on_device, size_failure
+
+SUITE_ATTRS = ("name", "tests", "failures", "errors", "skipped", "time", "timestamp", "hostname")
+
+
+def _check_structure(root: ET.Element) -> None:
+    """What the common schema requires, so a CI server does not drop the file."""
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert suites
+    for suite in suites:
+        for attr in SUITE_ATTRS:
+            assert suite.get(attr) is not None, attr
+        cases = suite.findall("testcase")
+        assert int(suite.get("tests")) == len(cases)
+        assert int(suite.get("failures")) == sum(len(c.findall("failure")) for c in cases)
+        assert int(suite.get("errors")) == sum(len(c.findall("error")) for c in cases)
+        assert float(suite.get("time")) >= 0
+        assert suite[0].tag == "properties"
+        assert [child.tag for child in suite][-2:] == ["system-out", "system-err"]
+        for case in cases:
+            assert case.get("classname") and case.get("name")
+            float(case.get("time"))
+            outcomes = [c for c in case if c.tag in ("failure", "error", "skipped")]
+            assert len(outcomes) <= 1  # Ant's schema allows one outcome per testcase
+            order = [c.tag for c in case]
+            assert order == sorted(
+                order, key=["failure", "error", "skipped", "system-out", "system-err"].index
+            )
+    for attr in ("tests", "failures", "errors"):
+        assert int(root.get(attr)) == sum(int(s.get(attr)) for s in suites)
+
+
+def test_counts_and_outcomes(
+    tmp_path: Path, passed: Doc, passed_portable: Doc, infra_error: Doc
+) -> None:
+    results = [
+        passed,
+        passed_portable,
+        numeric_failure(passed_portable),
+        size_failure(on_device(passed, "pixel8")),
+        infra_error,
+        input_error(infra_error),
+    ]
+    out = tmp_path / "junit.xml"
+    write_junit(results, out, suite_name="nightly")
+    root = ET.parse(out).getroot()
+    _check_structure(root)
+    suite = root.find("testsuite")
+    assert suite.get("name") == "nightly"
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "2", "2")
+
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases[:2]] == [
+        "digits[xnnpack] on local",
+        "digits[portable] on local",
+    ]
+    assert {c.get("classname") for c in cases} == {"digits"}
+    assert cases[0].get("time") == f"{passed['seconds']:.3f}"
+    assert cases[0].find("failure") is None and cases[0].find("error") is None
+
+    # A check that failed is a failure, typed by what failed.
+    numerics = cases[2].find("failure")
+    assert numerics is not None and numerics.get("type") == "numerics"
+    assert numerics.get("message").startswith("max abs error")
+    assert "worst: logits" in numerics.text
+    size = cases[3].find("failure")
+    assert size.get("type") == "size"
+    assert "Play base module: over by 8.53 kB" in size.get("message")
+    assert cases[3].get("name") == "digits[xnnpack] on pixel8"
+
+    # A run that could not finish is an error, typed by who is at fault.
+    infra = cases[4].find("error")
+    assert infra.get("type") == "infrastructure.RunnerFailure"
+    assert "timed out" in infra.get("message")
+    assert "hint: raise the deadline" in infra.text
+    assert cases[4].find("failure") is None
+    bad_input = cases[5].find("error")
+    assert bad_input.get("type") == "input.ModelError"
+
+    # Logs (clipped) in system-out, warnings in system-err.
+    assert "Model loaded in" in cases[0].find("system-out").text
+    assert cases[5].find("system-out") is None  # that error kept no log
+    assert len(cases[4].find("system-out").text) <= 8100
+
+
+def test_warnings_and_unprintable_log(tmp_path: Path, passed: Doc) -> None:
+    passed["warnings"] = ["backend claimed 40% of the graph"]
+    passed["logs"] = ["\x1b[31mred\x1b[0m and a NUL \x00 from a crash & <tag>"]
+    out = tmp_path / "junit.xml"
+    write_junit([passed], out)
+    case = ET.parse(out).getroot().find("testsuite/testcase")
+    assert case.find("system-err").text == "backend claimed 40% of the graph"
+    assert (
+        case.find("system-out").text == "\\x1b[31mred\\x1b[0m and a NUL \\x00 from a crash & <tag>"
+    )
+
+
+def test_regressions_fail_a_passing_job(tmp_path: Path, passed: Doc, passed_portable: Doc) -> None:
+    failing = numeric_failure(passed_portable)
+    regressions = [
+        Regression(
+            job_key(passed), "latency", 0.0033, 0.0066, "median latency 0.0033 ms -> 0.0066 ms"
+        ),
+        Regression(job_key(failing), "sqnr", 128.0, 34.0, "logits: worst SQNR 128.0 dB -> 34.0 dB"),
+    ]
+    out = tmp_path / "junit.xml"
+    write_junit([passed, failing], out, regressions=regressions)
+    root = ET.parse(out).getroot()
+    _check_structure(root)
+    first, second = root.findall("testsuite/testcase")
+    regression = first.find("failure")
+    assert regression.get("type") == "regression"
+    assert regression.get("message") == "median latency 0.0033 ms -> 0.0066 ms"
+    # Already failing: still one failure, of its own kind, with the regression in its text.
+    assert len(second.findall("failure")) == 1
+    assert second.find("failure").get("type") == "numerics"
+    assert "regression (sqnr)" in second.find("failure").text
+    assert root.get("failures") == "2"
+
+
+def test_atomic_and_replaces(tmp_path: Path, passed: Doc) -> None:
+    out = tmp_path / "reports" / "junit.xml"
+    write_junit([passed], out)
+    write_junit([], out)
+    assert ET.parse(out).getroot().get("tests") == "0"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["junit.xml"]  # no temp left
+    assert out.stat().st_mode & 0o777 == 0o644
