@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import typer
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 from etdeploy.cli._app import command, console, err_console
@@ -87,14 +96,17 @@ def run_command(
     )
     started, job_id = time.time(), new_job_id()
     try:
-        with err_console.status("starting...") as status:
+        with RunDisplay() as display:
             target = open_device(
                 job.device, config, adb_host=adb_host, adb_port=adb_port,
                 lock_timeout_s=settings["lock_timeout_s"],
             )  # fmt: skip
             with target:
                 result = run_job(
-                    job, target, RunContext(status=status.update, size_config=config), job_id=job_id
+                    job,
+                    target,
+                    RunContext(status=display.status, progress=display.transfer, size_config=config),
+                    job_id=job_id,
                 )
     except EtdeployError as exc:
         if json_path is not None:
@@ -105,6 +117,48 @@ def run_command(
     render_result(result)
     if result["exit_code"] != EXIT_OK:
         raise typer.Exit(result["exit_code"])
+
+
+class RunDisplay:
+    """What the run is doing (a spinner line) and each transfer as a bar with
+    bytes/s, on stderr, gone when the run ends. One rich live display for both:
+    rich allows only one at a time."""
+
+    def __init__(self) -> None:
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._status = self._progress.add_task("starting", total=None)
+        self._transfers: dict[str, TaskID] = {}
+
+    def __enter__(self) -> RunDisplay:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def status(self, text: str) -> None:
+        self._progress.update(self._status, description=escape(text))
+
+    def transfer(self, path: str, done: int, total: int) -> None:
+        task = self._transfers.get(path)
+        if task is None:
+            if done >= total:
+                return  # skipped or instant: no bar worth drawing
+            task = self._transfers[path] = self._progress.add_task(
+                escape(PurePosixPath(path).name), total=total
+            )
+        self._progress.update(task, completed=done)
+        if done >= total:
+            self._progress.remove_task(task)
+            del self._transfers[path]
 
 
 def render_result(result: dict[str, Any]) -> None:
