@@ -10,6 +10,8 @@ from etdeploy.cli._app import app, main
 # Each import registers its commands on `app`.
 from etdeploy.cli import build as _build  # noqa: F401  isort: skip
 from etdeploy.cli import devices as _devices  # noqa: F401  isort: skip
+from etdeploy.cli import doctor as _doctor  # noqa: F401  isort: skip
+from etdeploy.cli import farm as _farm  # noqa: F401  isort: skip
 from etdeploy.cli import run as _run  # noqa: F401  isort: skip
 from etdeploy.cli import runner as _runner  # noqa: F401  isort: skip
 from etdeploy.cli import sizecheck as _sizecheck  # noqa: F401  isort: skip

@@ -1,0 +1,92 @@
+"""`etdeploy doctor`: versions, adb, devices, runners, SSH host keys and a .pte's
+compatibility, one row each. Parses and renders; etdeploy.doctor checks. Starts
+without torch or executorch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from etdeploy.cli._app import command, console
+
+if TYPE_CHECKING:
+    from etdeploy.config import Config
+
+SCHEMA = "etdeploy.doctor/1"
+_STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]fail[/]"}
+
+
+@command("doctor")
+def doctor_command(
+    pte: Path = typer.Option(None, "--pte", help="Also check that this .pte loads in the runtimes here (identifier, schema, executorch versions)."),
+    adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
+    adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
+    config_path: Path = typer.Option(None, "--config", help="etdeploy.toml (or a farm spec) to read (default: the nearest etdeploy.toml)."),
+    no_devices: bool = typer.Option(False, "--no-devices", help="Skip asking the devices (environment, adb and --pte only)."),
+    as_json: bool = typer.Option(False, "--json", help=f"Print the checks as JSON ({SCHEMA})."),
+) -> None:  # fmt: skip
+    """Check that this machine and its devices are ready: exit 0 when nothing
+    failed, 3 when a device, transport or the installation did, 2 for a bad --pte.
+
+    Listing devices starts a local adb server if none runs, as `adb devices` does.
+    """
+    from etdeploy.doctor import exit_code, run_doctor
+
+    config = _load(config_path)
+    checks = run_doctor(
+        config, pte=pte, adb_host=adb_host, adb_port=adb_port, devices=not no_devices
+    )
+    code = exit_code(checks)
+    if as_json:
+        doc = {"schema": SCHEMA, "exit_code": code, "checks": [c.to_json() for c in checks]}
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        table = Table(title="etdeploy doctor")
+        for column in ("area", "check", "status", "detail"):
+            table.add_column(column, overflow="fold", no_wrap=column != "detail")
+        for check in checks:
+            table.add_row(
+                check.area,
+                escape(check.name),
+                _STYLE.get(check.status, check.status),
+                escape(check.detail),
+            )
+        console.print(table)
+        for check in checks:
+            if check.status != "ok" and check.hint:
+                console.print(f"[bold]{escape(check.name)}[/]: [dim]hint:[/] {escape(check.hint)}",
+                              highlight=False, soft_wrap=True)  # fmt: skip
+        failed = sum(c.status == "fail" for c in checks)
+        warned = sum(c.status == "warn" for c in checks)
+        console.print(
+            f"{len(checks)} checks: {failed} failed, {warned} warning(s)", highlight=False
+        )
+    if code:
+        raise typer.Exit(code)
+
+
+def _load(path: Path | None) -> Config:
+    """etdeploy.toml, or a farm spec (its [devices] are the farm's)."""
+    from etdeploy.config import load_config
+
+    if path is not None and path.is_file():
+        import sys
+
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
+        try:
+            is_farm = "farm" in tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+            is_farm = False  # load_config says what is wrong with it
+        if is_farm:
+            from etdeploy.farm import load_farm_spec
+
+            return load_farm_spec(path).config
+    return load_config(path)

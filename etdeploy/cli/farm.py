@@ -1,0 +1,180 @@
+"""`etdeploy farm SPEC.toml`: run a matrix of jobs on many devices. Parses and renders;
+etdeploy.farm runs. Starts without torch (each job's worker imports it if needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from etdeploy.cli._app import command, console, err_console
+from etdeploy.errors import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from etdeploy.farm import FarmEvent, FarmOutcome
+
+
+@command("farm")
+def farm_command(
+    spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec: [farm] matrix and [devices.NAME] tables."),
+    out: Path = typer.Option(None, "--out", "-o", help="Folder for results.jsonl, farm.json and worker logs (default: SPEC-out)."),
+    json_path: Path = typer.Option(None, "--json", help="Also write the farm document (etdeploy.farm/1) here."),
+    junit_path: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per job)."),
+    html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+    baseline: Path = typer.Option(None, "--baseline", help="A previous run's results (farm.json or results.jsonl) to compare with."),
+    shard_index: int = typer.Option(None, "--shard-index", min=0, help="Run only this shard (0-based) of the matrix."),
+    shard_count: int = typer.Option(None, "--shard-count", min=1, help="How many shards the matrix is split into."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out: skip the jobs that finished."),
+    jobs_per_device: int = typer.Option(None, "--jobs-per-device", min=1, help="Jobs in flight per device (default 1; the device lock still runs one at a time, the rest build and stage meanwhile)."),
+) -> None:  # fmt: skip
+    """Run every model x backend x quantization x device job of SPEC.toml.
+
+    Exit 0 when every job passed, 1 when a job failed a check (or regressed
+    against --baseline), 2 when a job had bad input, 3 when the only problems
+    were infrastructure errors (device, transport, runner).
+    """
+    from etdeploy.farm import exit_code, load_farm_spec, run_farm, write_reports
+
+    if (shard_index is None) != (shard_count is None):
+        raise UsageError(
+            "--shard-index and --shard-count go together",
+            "give both, e.g. --shard-index 0 --shard-count 4",
+        )
+    shard = (
+        (shard_index, shard_count)
+        if shard_index is not None and shard_count is not None
+        else (0, 1)
+    )
+    spec = load_farm_spec(spec_path)
+    out_dir = out if out is not None else Path(f"{spec_path.stem}-out")
+    outcome = run_farm(
+        spec,
+        out_dir,
+        shard=shard,
+        resume=resume,
+        jobs_per_device=jobs_per_device,
+        on_event=_render_event,
+    )
+    regressions = write_reports(
+        outcome,
+        json_path=json_path,
+        junit_path=junit_path,
+        html_path=html_path,
+        baseline_path=baseline,
+    )
+    render_outcome(outcome, regressions)
+    code = exit_code(outcome.results, regressions)
+    if code != EXIT_OK:
+        raise typer.Exit(code)
+
+
+def _render_event(event: FarmEvent) -> None:
+    label = escape(event.job.label)
+    if event.kind == "start":
+        again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
+        err_console.print(f"[dim]start[/] {label}{again}", highlight=False)
+    elif event.kind == "retry":
+        error = (event.result or {}).get("error") or {}
+        err_console.print(
+            f"[yellow]retry[/] {label} in {event.wait_s:g} s: {escape(str(error.get('message')))}",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    elif event.kind == "skip":
+        err_console.print(f"[dim]done earlier[/] {label}", highlight=False)
+    elif event.kind == "finish" and event.result is not None:
+        note = _note(event.result)
+        err_console.print(
+            f"{_mark(event.result)} {label}{': ' + note if note else ''}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _mark(result: dict[str, Any]) -> str:
+    status = result.get("status")
+    if status == "passed":
+        return "[green]pass[/]"
+    if status == "failed":
+        return "[red]FAIL[/]"
+    infra = (result.get("error") or {}).get("infrastructure")
+    return "[magenta]infra error[/]" if infra else "[red]error[/]"
+
+
+def _note(result: dict[str, Any]) -> str:
+    status = result.get("status")
+    if status == "error":
+        return escape(str((result.get("error") or {}).get("message", "")))
+    if status == "failed":
+        from etdeploy.report.common import failure_message
+
+        return escape(failure_message(result))
+    return ""
+
+
+def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
+    table = Table(title=f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard))
+    for column in (
+        "model",
+        "backend",
+        "quant",
+        "device",
+        "status",
+        "tries",
+        "median",
+        "time",
+        "note",
+    ):
+        table.add_column(column, justify="right" if column in ("tries", "median", "time") else "left",
+                         overflow="fold", no_wrap=column != "note")  # fmt: skip
+    from etdeploy.farm import result_key
+
+    by_key = {result_key(r): r for r in outcome.results}
+    for job in outcome.planned:
+        result = by_key.get(job.key)
+        cells = [
+            escape(job.model),
+            escape(job.backend),
+            escape(job.quantize or "-"),
+            escape(job.device),
+        ]
+        if result is None:
+            table.add_row(*cells, "[dim]not run[/]", "", "", "", "")
+            continue
+        median = (result.get("latency_ms") or {}).get("median")
+        attempts = result.get("attempts") or []
+        # Every attempt's time: what the job cost the farm, retries included.
+        seconds = (
+            sum(a.get("seconds", 0) for a in attempts) if attempts else result.get("seconds", 0)
+        )
+        table.add_row(
+            *cells, _mark(result), str(len(attempts)),
+            "-" if median is None else f"{median:.3f} ms", f"{seconds:.1f} s", _note(result),
+        )  # fmt: skip
+    console.print(table)
+    from etdeploy.report import summarize
+
+    s = summarize(outcome.results)
+    parts = [f"{s['passed']} passed", f"{s['failed']} failed", f"{s['errors']} error(s)"]
+    if s["infrastructure_errors"]:
+        parts[-1] += f" ({s['infrastructure_errors']} infrastructure)"
+    if outcome.resumed:
+        parts.append(f"{outcome.resumed} from the earlier run")
+    missing = len(outcome.planned) - len(outcome.results)
+    if missing:
+        parts.append(f"{missing} not run")
+    console.print(
+        f"{', '.join(parts)}; results in {escape(str(outcome.results_path))}", highlight=False
+    )
+    for regression in regressions:
+        console.print(
+            f"[red]regression:[/] {escape(regression.message)}", highlight=False, soft_wrap=True
+        )
+    if not outcome.planned:
+        err_console.print("[yellow]warning:[/] this shard has no jobs", highlight=False)
+
+
+def _shard_title(shard: tuple[int, int]) -> str:
+    return "" if shard[1] == 1 else f" (shard {shard[0]} of {shard[1]})"
