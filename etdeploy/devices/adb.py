@@ -1114,10 +1114,17 @@ class AdbDevice(Device):
         pidfile = f"{WORKDIR}/.pids/{uuid.uuid4().hex}.pid"
         script = self._wrap(argv, cwd, env, pidfile)
         log_since = self._device_time() if self.capture_logcat else 0.0
-        result = self._link.shell(
-            script, deadline_s=deadline_s, idle_timeout_s=idle_timeout_s,
-            on_timeout=lambda: self._kill(pidfile),
-        )
+        try:
+            result = self._link.shell(
+                script, deadline_s=deadline_s, idle_timeout_s=idle_timeout_s,
+                on_timeout=lambda: self._kill(pidfile),
+            )
+        except BaseException:
+            # Our caller was interrupted (Ctrl-C, a farm's job timeout): the
+            # runner on the phone must not outlive it. Best effort, then re-raise.
+            with contextlib.suppress(Exception):
+                self._kill(pidfile)
+            raise
         stdout = result.stdout.decode(errors="replace")
         stderr = result.stderr.decode(errors="replace")
         if result.lost:

@@ -3,14 +3,17 @@ local subprocesses. The reference implementation of the Device protocol."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from etdeploy.devices.base import (
     Device,
@@ -27,6 +30,8 @@ from etdeploy.paths import cache_dir
 
 _ABI = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "arm64-v8a", "arm64": "arm64-v8a"}
 COPY_CHUNK = 8 << 20
+# How often a running command is checked against its deadline and idle timeout.
+_POLL_S = 0.05
 
 
 class LocalDevice(Device):
@@ -151,13 +156,41 @@ class LocalDevice(Device):
                 device=self.name,
                 command=" ".join(argv),
             ) from exc
+        # Both pipes are drained by threads so neither can fill and block the
+        # runner; the last time either said something marks it alive.
+        chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        last_output = [time.monotonic()]
+
+        def drain(name: str, pipe: IO[str]) -> None:
+            for line in pipe:
+                chunks[name].append(line)
+                last_output[0] = time.monotonic()
+
+        readers = [
+            threading.Thread(target=drain, args=(name, pipe), daemon=True)
+            for name, pipe in (("stdout", process.stdout), ("stderr", process.stderr))
+        ]
+        for reader in readers:
+            reader.start()
         timed_out = False
         try:
-            stdout, stderr = process.communicate(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
+            while process.poll() is None:
+                now = time.monotonic()
+                idle = idle_timeout_s is not None and now - last_output[0] > idle_timeout_s
+                if now - started > deadline_s or idle:
+                    timed_out = True
+                    break
+                time.sleep(_POLL_S)
+        finally:
+            # A deadline, or our own caller dying (Ctrl-C, a farm's job timeout):
+            # either way the runner's whole session goes with it.
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            for reader in readers:
+                reader.join(timeout=5)
+        stdout, stderr = "".join(chunks["stdout"]), "".join(chunks["stderr"])
         return RunOutput(
             argv=tuple(argv),
             exit_code=process.returncode,

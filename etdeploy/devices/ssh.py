@@ -625,20 +625,29 @@ class SshDevice(Device):
 
         deadline = started + deadline_s
         timed_out = False
-        while any(r.is_alive() for r in readers):
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if idle_timeout_s is not None and now - last_activity[0] >= idle_timeout_s:
-                timed_out = True
-                break
-            wait = deadline - now
-            if idle_timeout_s is not None:
-                wait = min(wait, idle_timeout_s - (now - last_activity[0]))
-            readers[0].join(timeout=max(0.01, min(wait, 0.1)))
-            if not readers[0].is_alive():
-                readers[1].join(timeout=max(0.01, min(wait, 0.1)))
+        try:
+            while any(r.is_alive() for r in readers):
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
+                    break
+                if idle_timeout_s is not None and now - last_activity[0] >= idle_timeout_s:
+                    timed_out = True
+                    break
+                wait = deadline - now
+                if idle_timeout_s is not None:
+                    wait = min(wait, idle_timeout_s - (now - last_activity[0]))
+                readers[0].join(timeout=max(0.01, min(wait, 0.1)))
+                if not readers[0].is_alive():
+                    readers[1].join(timeout=max(0.01, min(wait, 0.1)))
+        except BaseException:
+            # Our caller was interrupted (Ctrl-C, a farm's job timeout): the
+            # remote process must not outlive it. Best effort, then re-raise.
+            if kill_on_timeout and (pid := ids.get("pid")):
+                with contextlib.suppress(Exception):
+                    self._kill_remote(pid, ids.get("pgid"))
+            channel.close()
+            raise
 
         if timed_out:
             got_ids.wait(timeout=2)

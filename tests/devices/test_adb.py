@@ -584,3 +584,19 @@ def test_no_adb_server_outlives_its_testbed(tmp_path: Path) -> None:
         assert len(adb_server_pids(port)) == 1
     assert adb_server_pids(port) == []
     assert not AdbServer(port, tmp_path).answering()
+
+
+def test_a_run_whose_caller_is_interrupted_kills_the_runner_on_the_phone(
+    device: AdbDevice, phone: LoopbackAdbDevice
+) -> None:
+    from tests.support.interrupt import interrupted_after
+
+    # Like adbd, the phone only hangs up on a closed stream; a runner deaf to
+    # SIGHUP survives that, so only etdeploy's own kill stops it.
+    phone.on_stream_close = "sighup"
+    try:
+        with interrupted_after(1.5), pytest.raises(KeyboardInterrupt):
+            device.run(["sh", "-c", "trap '' HUP; sleep 60"], deadline_s=60)
+        assert wait_until(lambda: phone.live_processes() == [], timeout=5), phone.live_processes()
+    finally:
+        phone.on_stream_close = "kill-group"

@@ -487,3 +487,18 @@ def test_a_bad_device_table_names_the_key(table: dict[str, object], message: str
     with pytest.raises(UsageError) as caught:
         SshSettings.from_mapping(table, where="devices.mac")
     assert message in caught.value.message
+
+
+def test_a_run_whose_caller_is_interrupted_kills_the_remote_group(device: SshDevice, tmp_path: Path) -> None:
+    from tests.support.interrupt import interrupted_after
+
+    pid_file = tmp_path / "remote.pid"
+    with interrupted_after(1.5), pytest.raises(KeyboardInterrupt):
+        # Deaf to the hang-up sshd sends when the channel closes: only our kill stops it.
+        device.run(["sh", "-c", f"trap '' HUP; echo $$ > {pid_file}; exec sleep 60"], deadline_s=60)
+    pid = int(pid_file.read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists()
