@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 @command("farm")
 def farm_command(
-    spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec: [farm] matrix and [devices.NAME] tables."),
+    spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec: its farm matrix and devices.NAME tables."),
     out: Path = typer.Option(None, "--out", "-o", help="Folder for results.jsonl, farm.json and worker logs (default: SPEC-out)."),
     json_path: Path = typer.Option(None, "--json", help="Also write the farm document (etdeploy.farm/1) here."),
     junit_path: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per job)."),

@@ -25,7 +25,7 @@ from etdeploy.errors import EXIT_OK, EtdeployError
 @command("run")
 def run_command(
     model: str = typer.Argument(None, help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
-    device: str = typer.Option(None, "--device", "-d", help="local, a [devices] name from etdeploy.toml, a serial, or a model name (pixel8)."),
+    device: str = typer.Option(None, "--device", "-d", help="local, a devices.NAME table of etdeploy.toml, a serial, or a model name (pixel8)."),
     backend: str = typer.Option(None, "--backend", "-b", help="xnnpack (default), portable, coreml, vulkan."),
     quantize: str = typer.Option(None, "--quantize", "-q", help="int8 (calibrated on real samples) or int8-dynamic."),
     pte: Path = typer.Option(None, "--pte", help="Run this .pte; MODEL is then only the eager reference."),
