@@ -114,32 +114,36 @@ def _note(result: dict[str, Any]) -> str:
     return ""
 
 
+def _short_model(model: str) -> str:
+    # A file reference reads best as its file name and factory; the JSON has the path.
+    path, sep, factory = model.rpartition(":")
+    return f"{Path(path).name}{sep}{factory}" if sep and "/" in path else model
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.2f} ms"
+
+
 def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
     table = Table(title=f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard))
-    for column in (
-        "model",
-        "backend",
-        "quant",
-        "device",
-        "status",
-        "tries",
-        "median",
-        "time",
-        "note",
-    ):
-        table.add_column(column, justify="right" if column in ("tries", "median", "time") else "left",
-                         overflow="fold", no_wrap=column != "note")  # fmt: skip
+    for column in ("job", "device", "status", "tries", "median", "time", "note"):
+        # Short columns never wrap; the job and the note take what is left.
+        table.add_column(
+            column,
+            justify="right" if column in ("tries", "median", "time") else "left",
+            overflow="fold",
+            no_wrap=column not in ("job", "note"),
+            min_width=12 if column in ("job", "note") else None,
+        )
     from etdeploy.farm import result_key
 
     by_key = {result_key(r): r for r in outcome.results}
     for job in outcome.planned:
         result = by_key.get(job.key)
-        cells = [
-            escape(job.model),
-            escape(job.backend),
-            escape(job.quantize or "-"),
-            escape(job.device),
-        ]
+        variant = job.backend + (f"+{job.quantize}" if job.quantize else "")
+        cells = [escape(f"{_short_model(job.model)}[{variant}]"), escape(job.device)]
         if result is None:
             table.add_row(*cells, "[dim]not run[/]", "", "", "", "")
             continue
@@ -151,7 +155,7 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
         )
         table.add_row(
             *cells, _mark(result), str(len(attempts)),
-            "-" if median is None else f"{median:.3f} ms", f"{seconds:.1f} s", _note(result),
+            _ms(median), f"{seconds:.1f} s", _note(result),
         )  # fmt: skip
     console.print(table)
     from etdeploy.report import summarize
