@@ -23,7 +23,7 @@ import filelock
 
 import etdeploy
 from etdeploy.build.manifest import SCHEMA, manifest_path, read_manifest, write_json_atomic
-from etdeploy.errors import InputError, UsageError
+from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
@@ -135,6 +135,8 @@ def build(model: str, options: BuildOptions) -> BuildResult:
     pte = entry / f"{ref.name}.pte"
     with filelock.FileLock(str(entry) + ".lock"):
         cached = read_manifest(pte) if options.use_cache and pte.is_file() else None
+        if cached is not None and not _calibration_unchanged(cached):
+            cached = None  # calibrated on sample files that have changed since: rebuild
         if cached is not None:
             return BuildResult(pte, cached, True, time.perf_counter() - started)
         with warnings_module.catch_warnings():
@@ -214,6 +216,16 @@ def _build_uncached(
     return manifest, lowered.buffer, lowered.etrecord, warnings
 
 
+def _calibration_unchanged(manifest: dict[str, Any]) -> bool:
+    calibration = (manifest.get("quantization") or {}).get("calibration") or {}
+    if "digest" not in calibration:
+        return True
+    try:
+        return _calibration_digest(tuple(calibration["sources"])) == calibration["digest"]
+    except EtdeployError:  # a source that is gone now
+        return False
+
+
 def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
     import torch
 
@@ -235,7 +247,14 @@ def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[A
             "give --calibration DIR (sample files like the ones you verify with), "
             "or --random-calibration to calibrate on noise (recorded in the manifest)",
         )
-    samples = load_samples(paths, spec.input_names or [])
+    # The example inputs give each input's dtype and shape, so raw .bin and image
+    # samples calibrate as they verify.
+    names = spec.input_names or [f"input_{i}" for i in range(len(spec.example_inputs))]
+    metas = [
+        {"name": n, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+        for n, t in zip(names, spec.example_inputs, strict=False)
+    ]
+    samples = load_samples(paths, metas)
     batches = [to_tensors(s) for s in samples]
     for sample, batch in zip(samples, batches, strict=True):
         if len(batch) != len(spec.example_inputs) or any(
@@ -247,7 +266,14 @@ def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[A
                 f"calibration sample {sample.name} has the wrong shape: given {given}, the model takes {want}",
                 "calibrate on samples shaped like the example inputs",
             )
-    return batches, {"kind": "real", "samples": len(samples), "sources": list(paths)}
+    return batches, {
+        "kind": "real",
+        "samples": len(samples),
+        "sources": list(paths),
+        # Checked on every cache hit: the factory's own samples are only known
+        # after running it, so they cannot be in the cache key.
+        "digest": _calibration_digest(tuple(paths)),
+    }
 
 
 def export_artifact(result: BuildResult, output: Path) -> Path:

@@ -226,3 +226,31 @@ def test_a_backend_claiming_little_of_the_graph_gets_a_warning() -> None:
     assert delegation["by_op"]["cumsum"]["non_delegated"] == 2
     assert any("CPU model with extra transfer overhead" in w for w in result.warnings)
     assert result.manifest["warnings"] == result.warnings
+
+
+def test_a_cached_int8_build_is_rebuilt_when_the_factorys_samples_change(tmp_path: Path) -> None:
+    import numpy as np
+
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    rng = np.random.default_rng(3)
+    for i in range(4):
+        np.save(samples / f"s{i}.npy", rng.uniform(-1, 1, size=(4, 5)).astype(np.float32))
+    (tmp_path / "model.py").write_text(
+        "from pathlib import Path\n"
+        "import torch\n"
+        "from etdeploy.model import ModelSpec\n\n"
+        "def build():\n"
+        "    torch.manual_seed(1)\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).eval()\n"
+        "    return ModelSpec(module=model, example_inputs=(torch.zeros(4, 5),), input_names=['x'],\n"
+        "                     samples=[Path(__file__).parent / 'samples'])\n"
+    )
+    ref = f"{tmp_path / 'model.py'}:build"
+    first = build(ref, BuildOptions(quantize="int8"))
+    assert build(ref, BuildOptions(quantize="int8")).cached
+    # Same names, other values: the calibration (and so the int8 scales) changes.
+    np.save(samples / "s0.npy", np.full((4, 5), 40.0, dtype=np.float32))
+    rebuilt = build(ref, BuildOptions(quantize="int8"))
+    assert not rebuilt.cached
+    assert rebuilt.manifest["quantization"]["calibration"]["digest"] != first.manifest["quantization"]["calibration"]["digest"]
