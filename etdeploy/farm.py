@@ -134,6 +134,7 @@ FARM_KEYS: dict[str, type | tuple[type, ...]] = {
     "backoff_s": _NUM,
     "backoff_max_s": _NUM,
     "lock_timeout_s": _NUM,
+    "cooldown_s": _NUM,
     "jobs_per_device": int,
     "job": list,
     "exclude": list,
@@ -209,6 +210,9 @@ class FarmSpec:
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
     lock_timeout_s: float = float(RUN_DEFAULTS["lock_timeout_s"])
     jobs_per_device: int = 1
+    # A pause on a device after each of its jobs, so a phone that heated up and
+    # throttled under one job does not slow the next one's latency figures.
+    cooldown_s: float = 0.0
 
     @property
     def devices(self) -> list[str]:
@@ -305,7 +309,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
     if jobs_per_device < 1:
         raise UsageError(f"{label}: farm.jobs_per_device: must be at least 1, got {jobs_per_device}",
                          f"fix farm.jobs_per_device in {label}")  # fmt: skip
-    for key in ("backoff_s", "backoff_max_s", "lock_timeout_s"):
+    for key in ("backoff_s", "backoff_max_s", "lock_timeout_s", "cooldown_s"):
         if key in farm and farm[key] < 0:
             raise UsageError(
                 f"{label}: farm.{key}: must not be negative, got {farm[key]}",
@@ -323,6 +327,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
             )
         ),
         jobs_per_device=int(jobs_per_device),
+        cooldown_s=float(farm.get("cooldown_s", 0.0)),
     )
 
 
@@ -849,6 +854,8 @@ class _FarmRunner:
             with self._lock:
                 self.results[job.key] = result
             self.emit(FarmEvent("finish", job, attempt=len(result["attempts"]), result=result))
+            if self.spec.cooldown_s and queue:
+                self.stop.wait(self.spec.cooldown_s)
 
     def _run_with_retries(self, job: FarmJob) -> dict[str, Any] | None:
         attempts: list[dict[str, Any]] = []

@@ -85,7 +85,7 @@ def test_the_example_spec_parses() -> None:
     )
     two_io = next(j for j in spec.jobs if j.model.endswith("two_io.py:build"))
     assert two_io.run_job().iterations == 20 and two_io.run_job().warmup == 3
-    assert spec.backoff_s == 5 and spec.lock_timeout_s == 900
+    assert spec.backoff_s == 5 and spec.lock_timeout_s == 900 and spec.cooldown_s == 30
     assert spec.config.devices["mac"].transport == "ssh"
 
 
@@ -437,3 +437,16 @@ def test_two_jobs_in_flight_on_one_device_still_take_turns_on_it(tmp_path: Path)
     assert first["held_to"] <= second["held_from"]
     # Both were in flight: the second waited at the lock while the first held the device.
     assert second["waited_s"] > 0.2
+
+
+@pytest.mark.slow
+def test_a_cooldown_leaves_the_device_idle_between_its_jobs(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "n.toml", {"devices": ["local"], **QUICK, "cooldown_s": 2}, jobs=[
+        {"model": "digits", "backend": "xnnpack"},
+        {"model": "digits", "backend": "xnnpack", "quantize": "int8"},
+    ])  # fmt: skip
+    done = farm(spec, "--out", tmp_path / "out")
+    assert done.exit_code == 0, done.output
+    first, second = sorted((r["device_lock"] for r in lines_of(tmp_path / "out" / RESULTS_NAME)),
+                           key=lambda lock: lock["held_from"])  # fmt: skip
+    assert second["held_from"] - first["held_to"] >= 2
