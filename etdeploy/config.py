@@ -139,10 +139,27 @@ RUN_DEFAULTS: dict[str, Any] = {
 
 
 def run_settings(config: Config, **flags: Any) -> dict[str, Any]:
-    """Flags over etdeploy.toml ([run], and [build] for backend/quantize) over
-    RUN_DEFAULTS. A flag left at None was not given."""
+    """Flags over etdeploy.toml ([run], and [build] for backend, quantize,
+    calibration and dynamic) over RUN_DEFAULTS. A flag left at None was not
+    given. Paths in the file are relative to the file; paths in flags to the
+    current directory."""
     merged: dict[str, Any] = dict(RUN_DEFAULTS)
-    merged.update({k: v for k, v in config.build.items() if k in ("backend", "quantize")})
-    merged.update(config.run)
+    from_file = {k: v for k, v in config.build.items() if k in ("backend", "quantize", "calibration", "dynamic")}
+    from_file.update(config.run)
+    if config.path is not None:
+        base = config.path.parent
+        for key in ("inputs", "calibration"):
+            if key in from_file:
+                from_file[key] = [_relative_to(base, item) for item in from_file[key]]
+        if "runner" in from_file:
+            from_file["runner"] = _relative_to(base, from_file["runner"])
+    merged.update(from_file)
     merged.update({k: v for k, v in flags.items() if v is not None})
     return merged
+
+
+def _relative_to(base: Path, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    path = Path(value).expanduser()
+    return value if path.is_absolute() else str(base / path)

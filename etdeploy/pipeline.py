@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -29,6 +29,7 @@ from etdeploy.errors import (
     EtdeployError,
     InfraError,
     InputError,
+    RunnerError,
     UsageError,
 )
 
@@ -88,7 +89,12 @@ class RunJob:
         if self.warmup < 0:
             raise UsageError(f"--warmup must be 0 or more, got {self.warmup}")
         if self.deadline_s <= 0:
-            raise UsageError(f"--deadline must be positive, got {self.deadline_s}")
+            raise UsageError(f"--deadline must be positive, got {self.deadline_s}", "seconds, e.g. --deadline 120")
+        if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
+            raise UsageError(
+                f"--idle-timeout must be positive, got {self.idle_timeout_s}",
+                "seconds of runner silence before it counts as hung, e.g. --idle-timeout 30",
+            )
 
     @property
     def label(self) -> str:
@@ -190,7 +196,10 @@ def describe_program(
     try:
         parsed = read_pte(pte)
     except EtdeployError as exc:
-        raise InputError(f"{pte} is not a usable .pte: {exc.message}", exc.hint) from exc
+        raise InputError(
+            f"{pte} is not a usable .pte: {exc.message}",
+            "give a program written by `etdeploy build` or executorch's to_executorch()",
+        ) from exc
     if not parsed.methods:
         raise InputError(f"{pte} has no methods", "rebuild it with `etdeploy build`")
     method = parsed.methods[0]
@@ -258,7 +267,7 @@ def stage(job: RunJob, program: Program) -> Staged:
             for i in range(job.random_inputs)
         ]
     else:
-        paths = list(job.inputs) or default_sample_paths(job, program)
+        paths = list(job.inputs) or default_sample_paths(program)
         if not paths:
             raise InputError(
                 "no inputs to verify with",
@@ -290,7 +299,7 @@ def stage(job: RunJob, program: Program) -> Staged:
     return Staged(sample_names, arrays, references, kind, bool(job.random_inputs), warnings)
 
 
-def default_sample_paths(job: RunJob, program: Program) -> list[str]:
+def default_sample_paths(program: Program) -> list[str]:
     """The real samples the model ships: recorded in the manifest at build time,
     or, for a --pte built elsewhere, named by the model's factory."""
     return [str(p) for p in (program.manifest or {}).get("samples", [])]
@@ -401,6 +410,11 @@ def load_reference_file(path: Path, samples: int, outputs: int) -> list[list[np.
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read {path}: {exc}", "give an .npz written by numpy.savez") from exc
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise InputError(
+            f"{path.name} holds one array; --reference takes an .npz of expected outputs",
+            "numpy.savez('expected.npz', s0_o0=..., s0_o1=...) with one array per sample and output",
+        )
     with archive:
         keys = set(archive.keys())
         table = []
@@ -593,7 +607,16 @@ def execute(
         row = []
         for index, dtype, shape in shapes:
             local = device.pull(f"{out_base}-{index}.bin", local_dir / f"s{s}-out-{index}.bin")
-            row.append(read_raw(local, dtype, shape))
+            try:
+                row.append(read_raw(local, dtype, shape))
+            except InputError as exc:
+                # The runner wrote it: a wrong size is the runner's fault, not the user's input.
+                raise RunnerError(
+                    f"output {index} of sample {staged.sample_names[s]}: {exc.message}",
+                    "the runner and the program disagree on the output; with upstream's runner "
+                    "shapes come from the reference, so check that it matches the program",
+                    device=device.name, command=out.command, log=result.logs[-1],
+                ) from exc
         result.outputs.append(row)
         if timed:
             result.load_ms = report.load_ms
@@ -655,7 +678,8 @@ def tolerance_for(job: RunJob, program: Program) -> Any:
     return Tolerance(
         atol=FP32_ATOL if job.atol is None else job.atol,
         rtol=FP32_RTOL if job.rtol is None else job.rtol,
-        quantized=program.quantization is not None,
+        # A .pte built elsewhere has no manifest: then --quantize says what it is.
+        quantized=(program.quantization or job.quantize) is not None,
     )
 
 
@@ -698,19 +722,26 @@ def run_job(
     with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
         held_from = time.time()
         say(f"deploying to {info.name}")
-        deployed = deploy(device, bundle, program, staged, job_id, context.progress)
+        from etdeploy.devices.base import job_dir
+
         try:
+            deployed = deploy(device, bundle, program, staged, job_id, context.progress)
             say(f"running on {info.name}")
             executed = execute(device, bundle, deployed, program, staged, job, Path(tmp))
         finally:
             if not job.keep:
-                _remove_quietly(device, deployed.job_dir)
+                _remove_quietly(device, job_dir(device, job_id))
         etdump = _keep_etdump(executed.etdump, job_id)
         held_to = time.time()
     profile = None
+    profile_warnings: list[str] = []
     if etdump is not None:
         say("reading the profile")
-        profile = profile_of(etdump, program)
+        try:
+            profile = profile_of(etdump, program)
+        except EtdeployError as exc:
+            # The run itself succeeded: keep its verdict, say why there is no profile.
+            profile_warnings.append(f"no profile: {exc.message}")
 
     tolerance = tolerance_for(job, program)
     output_names = [program.outputs[i]["name"] for i in program.tensor_outputs]
@@ -727,7 +758,7 @@ def run_job(
                                         output_names, tolerance).to_json(),
         }  # fmt: skip
     size = _size_verdict(program.pte, context.size_config)
-    warnings = [*program.warnings, *staged.warnings]
+    warnings = [*program.warnings, *staged.warnings, *profile_warnings]
     if program.quantization and job.atol is not None:
         warnings.append("--atol is not used for a quantized build; it is judged by SQNR and top-1")
     # A check failed when the numbers diverge or the file will not ship.
@@ -838,6 +869,18 @@ def error_result(
     }
 
 
+def as_error(exc: BaseException) -> EtdeployError:
+    """Any exception as the EtdeployError its result document records."""
+    if isinstance(exc, EtdeployError):
+        return exc
+    if isinstance(exc, KeyboardInterrupt):
+        return InfraError("interrupted before the run finished", "run it again to completion")
+    return InfraError(
+        f"internal error: {type(exc).__name__}: {exc}",
+        "rerun with --verbose and report the traceback",
+    )
+
+
 def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
     """--runner, else the device's configured runner, else one we build: the host
     runner for a device that is this kind of machine, the NDK build for Android."""
@@ -889,7 +932,8 @@ def _keep_etdump(path: Path | None, job_id: str) -> Path | None:
     from etdeploy.paths import cache_dir
 
     kept = cache_dir("etdumps") / f"{job_id}.etdump"
-    os.replace(path, kept)
+    # The temporary dir may be on another filesystem (a tmpfs /tmp): copy, not rename.
+    shutil.move(path, kept)
     return kept
 
 
@@ -915,16 +959,7 @@ def _size_verdict(pte: Path, config: Any) -> dict[str, Any]:
 
 
 def write_result_json(result: dict[str, Any], path: Path) -> None:
-    """Temporary name, then rename: a killed run never leaves half a result."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(result, handle, indent=2, default=str)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Temporary name, fsync, then rename: a killed run never leaves half a result."""
+    from etdeploy.report.common import write_json
+
+    write_json(result, path)

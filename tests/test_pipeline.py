@@ -329,3 +329,63 @@ def test_a_program_over_the_configured_size_limit_fails_the_run(tmp_path: Path) 
     assert document["size"]["passed"] is False  # ...but it will not ship
     assert document["status"] == "failed"
     assert "over" in done.stdout
+
+
+def test_a_reference_that_is_one_array_is_bad_input(tmp_path: Path) -> None:
+    np.save(tmp_path / "expected.npy", np.zeros((1, 10), np.float32))
+    done = cli("run", "digits", "--reference", tmp_path / "expected.npy", "-n", "1")
+    assert done.exit_code == 2, done.output
+    assert ".npz" in _one_line_error(done)
+
+
+def test_a_non_positive_idle_timeout_is_bad_input() -> None:
+    done = cli("run", "digits", "--idle-timeout", "0")
+    assert done.exit_code == 2
+    assert "--idle-timeout" in _one_line_error(done)
+
+
+def test_profile_survives_a_temporary_dir_on_another_filesystem(
+    device: LocalDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tmpfs /tmp (Fedora, Arch) against a cache on disk: the ETDump must be copied.
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(os.environ["ETDEPLOY_CACHE_DIR"]).st_dev:
+        pytest.skip("no second filesystem here to put the temporary dir on")
+    import tempfile
+
+    scratch = tempfile.mkdtemp(dir=shm)
+    monkeypatch.setattr(tempfile, "tempdir", scratch)
+    result = run_job(RunJob(model="digits", iterations=2, warmup=0, profile=True), device)
+    assert result["profile"]["delegate_calls"] and Path(result["etdump"]).is_file()
+
+
+def test_the_result_file_is_written_for_an_internal_error_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import etdeploy.verify
+
+    # Fault injection: a bug in the last stage, after the device ran.
+    def broken(*_: Any, **__: Any) -> Any:
+        raise ZeroDivisionError("a bug of ours")
+
+    monkeypatch.setattr(etdeploy.verify, "verify", broken)
+    done = CliRunner().invoke(app, ["run", "digits", "-n", "1", "--json", str(tmp_path / "r.json")])
+    assert done.exit_code != 0
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["status"] == "error" and "ZeroDivisionError" in document["error"]["message"]
+
+
+def test_paths_in_etdeploy_toml_are_relative_to_the_file(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "samples").mkdir(parents=True)
+    (project / "deep" / "er").mkdir(parents=True)
+    np.save(project / "samples" / "a.npy", np.linspace(0, 1, 64, dtype=np.float32).reshape(1, 1, 8, 8))
+    (project / "etdeploy.toml").write_text('[run]\ninputs = ["samples"]\n')
+    cwd = os.getcwd()
+    try:
+        os.chdir(project / "deep" / "er")
+        done = cli("run", "digits", "-n", "1", "--json", tmp_path / "r.json")
+    finally:
+        os.chdir(cwd)
+    assert done.exit_code == 0, done.output
+    assert json.loads((tmp_path / "r.json").read_text())["inputs"]["samples"] == ["a"]

@@ -19,7 +19,7 @@ from rich.progress import (
 from rich.table import Table
 
 from etdeploy.cli._app import command, console, err_console
-from etdeploy.errors import EXIT_OK, EtdeployError
+from etdeploy.errors import EXIT_OK
 
 
 @command("run")
@@ -28,6 +28,8 @@ def run_command(
     device: str = typer.Option(None, "--device", "-d", help="local, a devices.NAME table of etdeploy.toml, a serial, or a model name (pixel8)."),
     backend: str = typer.Option(None, "--backend", "-b", help="xnnpack (default), portable, coreml, vulkan."),
     quantize: str = typer.Option(None, "--quantize", "-q", help="int8 (calibrated on real samples) or int8-dynamic."),
+    calibration: list[str] = typer.Option([], "--calibration", help="Real calibration samples for int8: files, dirs or globs."),
+    dynamic: list[str] = typer.Option([], "--dynamic", help="A dynamic dim: INPUT:DIM=MIN..MAX (e.g. x:0=1..16)."),
     pte: Path = typer.Option(None, "--pte", help="Run this .pte; MODEL is then only the eager reference."),
     inputs: list[str] = typer.Option([], "--inputs", "-i", help="Real samples: .npy/.npz/.pt/.bin/.png/.jpg files, dirs or globs."),
     preprocess: str = typer.Option(None, "--preprocess", help="For images: resize=HxW,scale=1/255,mean=a/b/c,std=a/b/c,layout=nchw|nhwc."),
@@ -58,6 +60,7 @@ def run_command(
     from etdeploy.pipeline import (
         RunContext,
         RunJob,
+        as_error,
         error_result,
         new_job_id,
         run_job,
@@ -68,6 +71,7 @@ def run_command(
     settings = run_settings(
         config,
         device=device, backend=backend, quantize=quantize, inputs=inputs or None,
+        calibration=calibration or None, dynamic=dynamic or None,
         preprocess=preprocess, host_check=host_check, iterations=iterations, warmup=warmup,
         deadline_s=deadline, idle_timeout_s=idle_timeout, atol=atol, rtol=rtol, keep=keep,
         lock_timeout_s=lock_timeout, runner=runner,
@@ -77,6 +81,8 @@ def run_command(
         device=settings["device"],
         backend=settings["backend"],
         quantize=settings.get("quantize"),
+        calibration=tuple(settings.get("calibration", ())),
+        dynamic=tuple(settings.get("dynamic", ())),
         pte=pte,
         inputs=tuple(settings.get("inputs", ())),
         preprocess=settings.get("preprocess"),
@@ -108,9 +114,11 @@ def run_command(
                     RunContext(status=display.status, progress=display.transfer, size_config=config),
                     job_id=job_id,
                 )
-    except EtdeployError as exc:
+    except BaseException as exc:
+        # The result file is promised for every run that got this far: a bug of
+        # ours or Ctrl-C included (then as an internal error / interruption).
         if json_path is not None:
-            write_result_json(error_result(job, job.device, exc, started, job_id), json_path)
+            write_result_json(error_result(job, job.device, as_error(exc), started, job_id), json_path)
         raise
     if json_path is not None:
         write_result_json(result, json_path)
