@@ -35,6 +35,7 @@
 #include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/extension/tensor/tensor_ptr.h>
 #include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/core/hierarchical_allocator.h>
 #include <executorch/runtime/executor/memory_manager.h>
 #include <executorch/runtime/executor/method.h>
@@ -187,9 +188,30 @@ struct PreparedInput {
 
 // Reads the input files against the method's signature. Returns the exit
 // status on failure, 0 on success.
+// "3x5" -> {3, 5}; false when a dim is not a non-negative integer.
+bool parse_shape(const std::string& text, std::vector<int32_t>& shape) {
+  shape.clear();
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = text.find('x', start);
+    const std::string field = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (field.empty() || field.find_first_not_of("0123456789") != std::string::npos ||
+        field.size() > 9) {
+      return false;
+    }
+    shape.push_back(static_cast<int32_t>(std::stol(field)));
+    if (end == std::string::npos) {
+      break;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
 int prepare_inputs(
     const MethodMeta& meta,
     const std::vector<std::string>& files,
+    const std::vector<std::string>& shapes,
     std::vector<PreparedInput>& prepared) {
   const size_t count = meta.num_inputs();
   if (!files.empty() && files.size() != count) {
@@ -197,6 +219,11 @@ int prepare_inputs(
         kExitBadInput,
         "--inputs has " + std::to_string(files.size()) + " file(s) but method " +
             meta.name() + " has " + std::to_string(count) + " input(s)");
+  }
+  if (!shapes.empty() && shapes.size() != count) {
+    return fail(kExitBadInput, "--input_shapes has " + std::to_string(shapes.size()) +
+                                   " shape(s) but method " + meta.name() + " has " +
+                                   std::to_string(count) + " input(s)");
   }
   for (size_t i = 0; i < count; ++i) {
     Result<Tag> tag = meta.input_tag(i);
@@ -218,13 +245,30 @@ int prepare_inputs(
     input.dtype = dtype_name(info->scalar_type());
     input.nbytes = info->nbytes();
     input.shape.assign(info->sizes().begin(), info->sizes().end());
+    if (!shapes.empty() && !shapes[i].empty()) {
+      // A dynamic input at a size within its bounds: set_input resizes the
+      // method's tensor, and the runtime refuses a size beyond the bound.
+      std::vector<int32_t> given;
+      if (!parse_shape(shapes[i], given) || given.size() != input.shape.size()) {
+        return fail(kExitBadInput, "--input_shapes: input " + std::to_string(i) + " shape '" +
+                                       shapes[i] + "' is not " +
+                                       std::to_string(input.shape.size()) +
+                                       " dims joined by 'x'");
+      }
+      size_t numel = 1;
+      for (const int32_t dim : given) {
+        numel *= static_cast<size_t>(dim);
+      }
+      input.nbytes = numel * executorch::runtime::elementSize(info->scalar_type());
+      input.shape = given;
+    }
     input.data = allocate_aligned(input.nbytes);
     if (!input.data) {
       return fail(kExitRuntimeError, "cannot allocate " + std::to_string(input.nbytes) +
                                          " bytes for input " + std::to_string(i));
     }
     const std::string described =
-        input.dtype + " " + shape_text(info->sizes());
+        input.dtype + " " + shape_text(Span<const int32_t>(input.shape.data(), input.shape.size()));
     if (files.empty()) {
       if (!fill_ones(input.data.get(), input.nbytes, info->scalar_type())) {
         return fail(kExitBadInput, "input " + std::to_string(i) + " (" + described +
@@ -252,8 +296,7 @@ int prepare_inputs(
         return fail(kExitBadInput, "input " + std::to_string(i) + ": cannot read " + input.file);
       }
     }
-    std::vector<executorch::aten::SizesType> sizes(
-        info->sizes().begin(), info->sizes().end());
+    std::vector<executorch::aten::SizesType> sizes(input.shape.begin(), input.shape.end());
     std::vector<executorch::aten::DimOrderType> dim_order(
         info->dim_order().begin(), info->dim_order().end());
     std::vector<executorch::aten::StridesType> strides = strides_for(sizes, dim_order);
@@ -286,6 +329,17 @@ Error set_inputs(Method& method, std::vector<PreparedInput>& inputs) {
 }
 
 uint64_t peak_rss_bytes() {
+#if defined(__linux__)
+  // VmHWM starts afresh at exec; ru_maxrss is inherited across fork+exec, so
+  // under a big parent (a Python host) it would report the parent's peak.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;  // kB
+    }
+  }
+#endif
   struct rusage usage;
   if (getrusage(RUSAGE_SELF, &usage) != 0) {
     return 0;
@@ -416,7 +470,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   std::vector<PreparedInput> inputs;
-  if (const int status = prepare_inputs(*meta, input_files, inputs); status != 0) {
+  if (const int status = prepare_inputs(
+          *meta, input_files, etdeploy_runner::split_commas(flags.input_shapes), inputs);
+      status != 0) {
     return status;
   }
 

@@ -577,6 +577,7 @@ def execute(
             etdump_path=f"{deployed.job_dir}/run.etdump" if (timed and job.profile) else None,
             result_json_path=None if upstream else f"{deployed.job_dir}/s{s}-result.json",
             flavor=bundle.flavor,
+            input_shapes=_shapes_if_dynamic(program, staged.samples[s]),
         )
         argv = contract.runner_argv(deployed.runner, invocation)
         out = device.run(
@@ -626,6 +627,13 @@ def execute(
             if invocation.etdump_path is not None:
                 result.etdump = device.pull(invocation.etdump_path, local_dir / "run.etdump")
     return result
+
+
+def _shapes_if_dynamic(program: Program, sample: tuple[np.ndarray, ...]) -> tuple[tuple[int, ...], ...] | None:
+    """The sample's shapes when any differs from the program's (a dynamic dim)."""
+    shapes = tuple(tuple(int(d) for d in array.shape) for array in sample)
+    planned = tuple(tuple(meta["shape"]) for meta in program.inputs)
+    return None if shapes == planned else shapes
 
 
 def _log_text(out: Any) -> str:

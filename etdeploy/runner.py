@@ -78,6 +78,9 @@ class RunnerInvocation:
     cpu_threads: int | None = None
     result_json_path: str | None = None
     flavor: str = "etdeploy"
+    # Each input's shape when it differs from the method's (dynamic dims); our
+    # runner's --input_shapes. None: the method's shapes.
+    input_shapes: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", _path_text(self.model_path))
@@ -105,6 +108,12 @@ class RunnerInvocation:
                 )
         if not self.method:
             raise UsageError("method name must not be empty")
+        if self.input_shapes is not None and self.flavor == "upstream":
+            raise UsageError(
+                "upstream's executor_runner cannot take inputs of another shape than the "
+                "method's (dynamic dims)",
+                "run with etdeploy's runner (drop --runner), or give inputs at the exported shape",
+            )
 
     @property
     def timed_executions_requested(self) -> int:
@@ -137,6 +146,9 @@ def runner_argv(executable: str | PurePath, invocation: RunnerInvocation) -> lis
             argv.append(f"--warmup={invocation.warmup}")
         if invocation.result_json_path is not None:
             argv.append(f"--result_json={invocation.result_json_path}")
+        if invocation.input_shapes is not None:
+            shapes = ",".join("x".join(map(str, shape)) for shape in invocation.input_shapes)
+            argv.append(f"--input_shapes={shapes}")
     return argv
 
 

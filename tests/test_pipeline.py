@@ -389,3 +389,28 @@ def test_paths_in_etdeploy_toml_are_relative_to_the_file(tmp_path: Path) -> None
         os.chdir(cwd)
     assert done.exit_code == 0, done.output
     assert json.loads((tmp_path / "r.json").read_text())["inputs"]["samples"] == ["a"]
+
+
+def test_a_dynamic_batch_runs_at_each_samples_own_size(device: LocalDevice, tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    for batch in (1, 3, 16):
+        np.save(tmp_path / f"b{batch:02d}.npy", rng.uniform(-2, 2, size=(batch, 5)).astype(np.float32))
+    model = f"{MODELS / 'two_io.py'}:dynamic_mlp"
+    result = run_job(RunJob(model=model, inputs=(str(tmp_path),), iterations=2, warmup=1), device)
+    assert result["status"] == "passed", result["verdict"]["reason"]
+    assert [m["shape"] for m in result["verdict"]["metrics"]] == [[1, 3], [3, 3], [16, 3]]
+    # Beyond the exported range is refused before anything runs.
+    np.save(tmp_path / "b17.npy", np.zeros((17, 5), np.float32))
+    done = cli("run", model, "--inputs", tmp_path / "b17.npy")
+    assert done.exit_code == 2 and "given float32[17, 5]" in done.output
+
+
+def test_the_peak_memory_is_the_runners_own_not_its_parents(device: LocalDevice) -> None:
+    import resource
+
+    import torch  # noqa: F401  this process is now hundreds of MB; the runner is not
+
+    parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result = run_job(RunJob(model="digits", iterations=1, warmup=0), device)
+    runner_peak = result["memory"]["peak_rss_bytes"]
+    assert 0 < runner_peak < parent_peak / 2

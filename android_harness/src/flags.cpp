@@ -32,6 +32,7 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       {"method_name", &flags.method_name},
       {"etdump_path", &flags.etdump_path},
       {"result_json", &flags.result_json},
+      {"input_shapes", &flags.input_shapes},
   };
   std::map<std::string, int64_t*> int_flags = {
       {"num_executions", &flags.num_executions},
@@ -135,6 +136,8 @@ std::string usage_text(const char* program) {
       "  --cpu_threads N        thread pool size; -1 = performant cores (default)\n"
       "  --result_json PATH     write load time, per-iteration times and the outputs'\n"
       "                         dtype and shape as JSON\n"
+      "  --input_shapes S,S,... each input's shape as AxBxC (empty: the method's);\n"
+      "                         for inputs exported with dynamic dims\n"
       "  --version              print the runner and ExecuTorch versions\n"
       "\n"
       "Exit status: 0 ok, 1 ExecuTorch runtime error, 2 bad command line or input\n"

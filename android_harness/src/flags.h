@@ -24,6 +24,9 @@ struct Flags {
   // -1: size the thread pool by the number of performant cores, as upstream does.
   int64_t cpu_threads = -1;
   std::string result_json;
+  // Ours: the shape of each input, comma-separated, dims joined by 'x'
+  // ("3x5,2x3"); an empty field keeps the method's shape. For dynamic inputs.
+  std::string input_shapes;
   bool help = false;
   bool version = false;
 };

@@ -27,7 +27,7 @@ from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
-BUILD_REVISION = 4
+BUILD_REVISION = 5
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,8 @@ def _build_uncached(
     spec = load_model(ref)
     if dynamic:
         spec.dynamic = dynamic
+    # The factory's own dynamic dims (ModelSpec.dynamic) are recorded like --dynamic's.
+    dynamic = spec.dynamic
     exported = export_model(spec, ref.source_files)
     calibration_record: dict[str, Any] | None = None
     if options.quantize:

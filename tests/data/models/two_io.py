@@ -46,3 +46,14 @@ class MostlyCpu(nn.Module):
 def mostly_cpu():
     torch.manual_seed(2)
     return MostlyCpu().eval(), (torch.zeros(1, 8),)
+
+
+def dynamic_mlp():
+    """A batch dimension exported dynamic (1..16), declared by the factory."""
+    from etdeploy.model import ModelSpec
+
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3)).eval()
+    return ModelSpec(
+        module=model, example_inputs=(torch.zeros(4, 5),), input_names=["x"], dynamic={"x": {0: (1, 16)}}
+    )
