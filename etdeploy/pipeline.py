@@ -283,7 +283,7 @@ def stage(job: RunJob, program: Program) -> Staged:
         kind = "file"
     else:
         assert job.model is not None
-        references, example_hits = eager_reference(job.model, arrays)
+        references, example_hits = eager_reference(job.model, arrays, use_cache=job.use_cache)
         kind = "eager"
         reused = [sample_names[i] for i, hit in enumerate(example_hits) if hit]
         if reused:
@@ -323,7 +323,7 @@ def reference_key(model_fingerprint: str, samples: Sequence[tuple[np.ndarray, ..
 
 
 def eager_reference(
-    model: str, samples: Sequence[tuple[np.ndarray, ...]]
+    model: str, samples: Sequence[tuple[np.ndarray, ...]], *, use_cache: bool = True
 ) -> tuple[list[list[np.ndarray]], list[bool]]:
     """The samples through the eager model, cached per (model, inputs).
 
@@ -336,7 +336,7 @@ def eager_reference(
 
     ref = parse_model_ref(model)
     path = cache_dir("references") / f"{reference_key(ref.fingerprint(), samples)[:32]}.npz"
-    if path.is_file():
+    if use_cache and path.is_file():
         try:
             return _read_reference_cache(path)
         except (OSError, ValueError, KeyError):

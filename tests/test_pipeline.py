@@ -414,3 +414,30 @@ def test_the_peak_memory_is_the_runners_own_not_its_parents(device: LocalDevice)
     result = run_job(RunJob(model="digits", iterations=1, warmup=0), device)
     runner_peak = result["memory"]["peak_rss_bytes"]
     assert 0 < runner_peak < parent_peak / 2
+
+
+def test_weights_beside_the_model_file_are_part_of_what_is_cached(device: LocalDevice, tmp_path: Path) -> None:
+    from etdeploy.pipeline import eager_reference
+
+    (tmp_path / "model.py").write_text(
+        "from pathlib import Path\n"
+        "import numpy as np\n"
+        "import torch\n\n"
+        "def build():\n"
+        "    layer = torch.nn.Linear(3, 2, bias=False)\n"
+        "    weight = np.load(Path(__file__).parent / 'w.npy')\n"
+        "    layer.weight.data = torch.from_numpy(weight)\n"
+        "    return layer.eval(), (torch.zeros(1, 3),)\n"
+    )
+    np.save(tmp_path / "w.npy", np.full((2, 3), 2.0, np.float32))
+    sample = (np.array([[1.0, 2.0, 3.0]], np.float32),)
+    model = f"{tmp_path / 'model.py'}:build"
+    np.save(tmp_path / "x.npy", sample[0])
+    first = run_job(RunJob(model=model, inputs=(str(tmp_path / "x.npy"),), iterations=1, warmup=0), device)
+    (before,), _ = eager_reference(model, [sample])
+    np.save(tmp_path / "w.npy", np.full((2, 3), 5.0, np.float32))
+    second = run_job(RunJob(model=model, inputs=(str(tmp_path / "x.npy"),), iterations=1, warmup=0), device)
+    (after,), _ = eager_reference(model, [sample])
+    assert np.allclose(before[0], [[12.0, 12.0]]) and np.allclose(after[0], [[30.0, 30.0]])
+    assert first["artifact"]["sha256"] != second["artifact"]["sha256"]
+    assert second["status"] == "passed"

@@ -47,12 +47,31 @@ class ModelRef:
         return Path(self.location).stem
 
     def fingerprint(self) -> str:
-        """sha256 over the source: what changes when the model could change."""
+        """sha256 over the source: what changes when the model could change.
+
+        For a model file, the other files beside it count too, by name, size and
+        modification time (weights a factory loads: w.npy, model.pt); reading a
+        multi-GB checkpoint on every run would cost more than the cache saves.
+        Data elsewhere is not seen: `--no-cache` rebuilds and recomputes.
+        """
         digest = hashlib.sha256(f"{self.kind}:{self.factory}\n".encode())
         for path in self.source_files:
             digest.update(path.name.encode() + b"\0")
             digest.update(path.read_bytes())
+        if self.kind == "file" and self.source_files:
+            for data in _data_files_beside(self.source_files[0]):
+                stat = data.stat()
+                digest.update(f"{data.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
         return digest.hexdigest()
+
+
+def _data_files_beside(path: Path) -> list[Path]:
+    return sorted(
+        p for p in path.parent.iterdir()
+        if p.is_file() and p.suffix not in (".py", ".pyc") and not p.name.startswith(".")
+        # What `etdeploy build` writes beside a model must not change its own key.
+        and p.suffix not in (".pte", ".etrecord") and not p.name.endswith(".pte.json")
+    )  # fmt: skip
 
 
 def parse_model_ref(text: str) -> ModelRef:
