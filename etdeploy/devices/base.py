@@ -22,6 +22,7 @@ Contract (design.md):
 from __future__ import annotations
 
 import abc
+import collections
 import contextlib
 import hashlib
 import os
@@ -81,6 +82,36 @@ class PushResult:
     remote: str
     bytes_sent: int
     skipped: bool
+
+
+class BoundedOutput:
+    """A command's output kept within `limit` characters: the head and the tail,
+    with a marker for what was dropped between. A runner stuck printing a line per
+    iteration must not fill this machine's memory before its deadline."""
+
+    def __init__(self, limit: int = 16 << 20) -> None:
+        self._half = limit // 2
+        self._head: list[str] = []
+        self._head_size = 0
+        self._tail: collections.deque[str] = collections.deque()
+        self._tail_size = 0
+        self._dropped = 0
+
+    def append(self, text: str) -> None:
+        if self._head_size < self._half:
+            self._head.append(text)
+            self._head_size += len(text)
+            return
+        self._tail.append(text)
+        self._tail_size += len(text)
+        while self._tail_size > self._half and len(self._tail) > 1:
+            dropped = self._tail.popleft()
+            self._tail_size -= len(dropped)
+            self._dropped += len(dropped)
+
+    def text(self) -> str:
+        marker = f"[... {self._dropped} characters of output dropped ...]\n" if self._dropped else ""
+        return "".join(self._head) + marker + "".join(self._tail)
 
 
 def sha256_file(path: Path) -> str:

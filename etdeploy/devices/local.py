@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from etdeploy.devices.base import (
+    BoundedOutput,
     Device,
     DeviceInfo,
     ProgressCallback,
@@ -158,7 +159,7 @@ class LocalDevice(Device):
             ) from exc
         # Both pipes are drained by threads so neither can fill and block the
         # runner; the last time either said something marks it alive.
-        chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        chunks = {"stdout": BoundedOutput(), "stderr": BoundedOutput()}
         last_output = [time.monotonic()]
 
         def drain(name: str, pipe: IO[str]) -> None:
@@ -190,7 +191,7 @@ class LocalDevice(Device):
                 process.wait()
             for reader in readers:
                 reader.join(timeout=5)
-        stdout, stderr = "".join(chunks["stdout"]), "".join(chunks["stderr"])
+        stdout, stderr = chunks["stdout"].text(), chunks["stderr"].text()
         return RunOutput(
             argv=tuple(argv),
             exit_code=process.returncode,

@@ -71,3 +71,14 @@ def test_the_runner_dies_with_its_caller(tmp_path: Path) -> None:
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_flood_of_output_is_kept_as_its_head_and_tail_within_bounds() -> None:
+    from etdeploy.devices.base import BoundedOutput
+
+    kept = BoundedOutput(limit=1000)
+    for i in range(10_000):
+        kept.append(f"line {i}\n")
+    text = kept.text()
+    assert text.startswith("line 0\n") and text.endswith("line 9999\n")
+    assert "characters of output dropped" in text and len(text) < 1200
