@@ -46,7 +46,7 @@ _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
         "device": str, "iterations": int, "warmup": int, "deadline_s": (int, float),
         "idle_timeout_s": (int, float), "lock_timeout_s": (int, float),
         "atol": (int, float), "rtol": (int, float), "inputs": list, "keep": bool,
-        "preprocess": str, "host_check": bool, "runner": str,
+        "preprocess": str, "host_check": bool, "runner": str, "cpu_threads": int,
     },
     # Sizes are "150MB"-style strings or plain byte counts.
     "sizecheck": {"store": str, "deliveries": list, "budget": (str, int), "extra": (str, int)},

@@ -51,7 +51,9 @@ class Preprocess:
     """How an image becomes a tensor: resize, scale, normalise, lay out."""
 
     size: tuple[int, int] | None = None  # (height, width); None: the input's own
-    scale: float = 1 / 255
+    # None: 1/255 for a float input (pixels to [0, 1]), 1 for an integer one
+    # (a uint8 input takes the pixels as they are).
+    scale: float | None = None
     mean: tuple[float, ...] = (0.0,)
     std: tuple[float, ...] = (1.0,)
     layout: str | None = None  # nchw | nhwc; None: guessed from the input's shape
@@ -255,12 +257,15 @@ def load_image(path: Path, inputs: Sequence[InputMeta], spec: Preprocess) -> Sam
             f"image {path.name}: mean/std have {mean.size}/{std.size} values for {pixels.shape[2]} channel(s)",
             "give one value, or one per channel: mean=0.485/0.456/0.406",
         )
-    tensor = (pixels * spec.scale - mean) / std
+    dtype = str(meta.get("dtype", "float32"))
+    scale = spec.scale if spec.scale is not None else (1 / 255 if dtype.startswith("float") else 1.0)
+    tensor = (pixels * scale - mean) / std
     if layout == "nchw":
         tensor = tensor.transpose(2, 0, 1)
     if batched:
         tensor = tensor[None]
-    dtype = str(meta.get("dtype", "float32"))
+    if not dtype.startswith("float"):
+        tensor = np.rint(tensor)
     return Sample(path.stem, (np.ascontiguousarray(tensor.astype(dtype)),))
 
 

@@ -607,7 +607,8 @@ def execute(
             shapes = [(o.index, o.dtype or "", list(o.shape or ())) for o in report.tensor_outputs()]
         row = []
         for index, dtype, shape in shapes:
-            local = device.pull(f"{out_base}-{index}.bin", local_dir / f"s{s}-out-{index}.bin")
+            (remote_output,) = contract.output_files(out_base, [index])
+            local = device.pull(remote_output, local_dir / f"s{s}-out-{index}.bin")
             try:
                 row.append(read_raw(local, dtype, shape))
             except InputError as exc:
@@ -968,6 +969,9 @@ def _size_verdict(pte: Path, config: Any) -> dict[str, Any]:
 
 def write_result_json(result: dict[str, Any], path: Path) -> None:
     """Temporary name, fsync, then rename: a killed run never leaves half a result."""
-    from etdeploy.report.common import write_json
+    from etdeploy.atomic import write_json
 
-    write_json(result, path)
+    try:
+        write_json(result, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}", "check the --json path") from None

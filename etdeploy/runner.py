@@ -57,12 +57,6 @@ ET_ERRORS: dict[int, str] = {
     0x32: "DelegateInvalidHandle",
 }
 
-# Our runner's exit statuses (usage_text() in android_harness/src/flags.cpp).
-EXIT_RUNTIME_ERROR = 1
-EXIT_BAD_INPUT = 2
-EXIT_OUTPUT_FAILED = 3
-
-
 @dataclass(frozen=True)
 class RunnerInvocation:
     """One run of a runner. Paths are as the runner sees them (on the device)."""
@@ -260,14 +254,6 @@ class RunnerResult:
     @property
     def median_ms(self) -> float | None:
         return statistics.median(self.iterations_ms) if self.iterations_ms else None
-
-    @property
-    def mean_ms(self) -> float | None:
-        return statistics.fmean(self.iterations_ms) if self.iterations_ms else None
-
-    @property
-    def min_ms(self) -> float | None:
-        return min(self.iterations_ms) if self.iterations_ms else None
 
     def tensor_outputs(self) -> tuple[TensorRecord, ...]:
         return tuple(o for o in self.outputs if o.is_tensor)

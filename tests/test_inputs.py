@@ -142,3 +142,10 @@ def test_raw_round_trip_keeps_values_and_shape(tmp_path: Path) -> None:
     array = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
     (tmp_path / "a.bin").write_bytes(raw_bytes(array.astype(">i4")))  # big-endian in, little out
     assert np.array_equal(read_raw(tmp_path / "a.bin", "int32", [2, 3, 4]), array)
+
+
+def test_an_integer_image_input_takes_the_pixels_as_they_are(tmp_path: Path) -> None:
+    Image.fromarray(np.full((4, 6, 3), 200, np.uint8)).save(tmp_path / "grey.png")
+    meta = {"name": "image", "dtype": "uint8", "shape": [1, 3, 4, 6]}
+    (sample,) = load_samples([tmp_path / "grey.png"], [meta])
+    assert sample.arrays[0].dtype == np.uint8 and np.all(sample.arrays[0] == 200)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from etdeploy.atomic import write_json
+
 import json
 import os
 from pathlib import Path
@@ -15,9 +17,7 @@ def manifest_path(pte: Path) -> Path:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_json(data, path)
 
 
 def read_manifest(pte: Path) -> dict[str, Any] | None:

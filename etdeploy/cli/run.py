@@ -43,6 +43,7 @@ def run_command(
     atol: float = typer.Option(None, "--atol", help="fp32 absolute tolerance (default 1e-4)."),
     rtol: float = typer.Option(None, "--rtol", help="fp32 relative tolerance (default 1e-4)."),
     runner: Path = typer.Option(None, "--runner", help="A runner bundle dir, or an executor_runner binary (upstream's works)."),
+    cpu_threads: int = typer.Option(None, "--cpu-threads", help="The runner's thread pool size (default: the performant cores)."),
     adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
     adb_port: int = typer.Option(None, "--adb-port", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
     lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
@@ -74,7 +75,7 @@ def run_command(
         calibration=calibration or None, dynamic=dynamic or None,
         preprocess=preprocess, host_check=host_check, iterations=iterations, warmup=warmup,
         deadline_s=deadline, idle_timeout_s=idle_timeout, atol=atol, rtol=rtol, keep=keep,
-        lock_timeout_s=lock_timeout, runner=runner,
+        lock_timeout_s=lock_timeout, runner=runner, cpu_threads=cpu_threads,
     )  # fmt: skip
     job = RunJob(
         model=model,
@@ -96,6 +97,7 @@ def run_command(
         atol=settings.get("atol"),
         rtol=settings.get("rtol"),
         runner=Path(settings["runner"]) if settings.get("runner") else None,
+        cpu_threads=settings.get("cpu_threads"),
         keep=settings["keep"],
         use_cache=not no_cache,
         profile=profile,

@@ -6,8 +6,6 @@ Starts without torch or executorch: the .pte is read with generated flatbuffer r
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -97,17 +95,12 @@ def sizecheck_command(
 
 
 def _write_atomically(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    from etdeploy.atomic import atomic_write
+
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
+        atomic_write(target, text.encode("utf-8"))
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UsageError(
-            f"cannot write {target}: {exc.strerror}", "check the --json path"
-        ) from None
+        raise UsageError(f"cannot write {target}: {exc.strerror}", "check the --json path") from None
 
 
 def render_report(report: SizeReport, top: int) -> None:

@@ -6,12 +6,11 @@ Kept free of heavy imports: the CLI imports the report package on every start.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from etdeploy.atomic import atomic_write, write_json  # noqa: F401  re-exported for the report writers
 
 # A log in a report is for a reader, not a forensic copy: the full log is in
 # the result JSON. Head and tail keep the command line and the final error.
@@ -123,26 +122,3 @@ def unique(items: Iterable[Any]) -> list[Any]:
     return list(dict.fromkeys(items))
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Temporary name in the same folder, fsync, rename: a killed report never
-    leaves half a file under the real name."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp makes 0600; a report is for sharing (CI artefacts, a web server).
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(doc: Any, path: Path) -> None:
-    """`doc` as indented JSON, written atomically."""
-    text = json.dumps(doc, indent=2, default=str) + "\n"
-    atomic_write(Path(path), text.encode("utf-8"))
