@@ -52,6 +52,7 @@ import adbutils
 from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
 
 from etdeploy.devices.base import (
+    BoundedOutput,
     Device,
     DeviceInfo,
     ProgressCallback,
@@ -433,8 +434,8 @@ class _Transport:
         sock = connection.conn
         sock.settimeout(_POLL_S)
         buffer = bytearray()
-        stdout = bytearray()
-        stderr = bytearray()
+        stdout = BoundedOutput()
+        stderr = BoundedOutput()
         exit_code: int | None = None
         timed_out = lost = False
         last_data = started
@@ -464,7 +465,7 @@ class _Transport:
                     break
                 last_data = time.monotonic()
                 if not v2:
-                    stdout += data
+                    stdout.append(data)
                     continue
                 buffer += data
                 while len(buffer) >= _SHELL_PACKET.size:
@@ -475,24 +476,24 @@ class _Transport:
                     payload = bytes(buffer[_SHELL_PACKET.size:end])
                     del buffer[:end]
                     if kind == _SHELL_STDOUT:
-                        stdout += payload
+                        stdout.append(payload)
                     elif kind == _SHELL_STDERR:
-                        stderr += payload
+                        stderr.append(payload)
                     elif kind == _SHELL_EXIT and payload:
                         exit_code = payload[0]
         finally:
             connection.close()
+        out_bytes = stdout.data()
         if not v2:
-            text = bytes(stdout)
-            found = text.rfind(marker.encode())
-            match = re.match(rb"(\d+)", text[found + len(marker):]) if found >= 0 else None
+            found = out_bytes.rfind(marker.encode())
+            match = re.match(rb"(\d+)", out_bytes[found + len(marker):]) if found >= 0 else None
             if match:
                 exit_code = int(match.group(1))
-                stdout = bytearray(text[:found])
+                out_bytes = out_bytes[:found]
             elif not timed_out:
                 lost = True
         return _ShellResult(
-            exit_code=-1 if exit_code is None else exit_code, stdout=bytes(stdout), stderr=bytes(stderr),
+            exit_code=-1 if exit_code is None else exit_code, stdout=out_bytes, stderr=stderr.data(),
             timed_out=timed_out, lost=lost and not timed_out, elapsed_s=time.monotonic() - started,
         )
 

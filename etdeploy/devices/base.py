@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import filelock
 
@@ -85,33 +86,47 @@ class PushResult:
 
 
 class BoundedOutput:
-    """A command's output kept within `limit` characters: the head and the tail,
-    with a marker for what was dropped between. A runner stuck printing a line per
-    iteration must not fill this machine's memory before its deadline."""
+    """A command's output (text or bytes) kept within `limit` characters: the
+    head and the tail, with a marker for what was dropped between. A runner
+    stuck printing a line per iteration must not fill this machine's memory
+    before its deadline; the tail keeps what a shell wrapper prints last."""
 
     def __init__(self, limit: int = 16 << 20) -> None:
         self._half = limit // 2
-        self._head: list[str] = []
+        self._head: list[Any] = []
         self._head_size = 0
-        self._tail: collections.deque[str] = collections.deque()
+        self._tail: collections.deque[Any] = collections.deque()
         self._tail_size = 0
         self._dropped = 0
+        self._empty: str | bytes = ""
 
-    def append(self, text: str) -> None:
-        if self._head_size < self._half:
-            self._head.append(text)
-            self._head_size += len(text)
+    def append(self, chunk: str | bytes) -> None:
+        if not chunk:
             return
-        self._tail.append(text)
-        self._tail_size += len(text)
+        self._empty = chunk[:0]
+        if self._head_size < self._half:
+            self._head.append(chunk)
+            self._head_size += len(chunk)
+            return
+        self._tail.append(chunk)
+        self._tail_size += len(chunk)
         while self._tail_size > self._half and len(self._tail) > 1:
             dropped = self._tail.popleft()
             self._tail_size -= len(dropped)
             self._dropped += len(dropped)
 
-    def text(self) -> str:
+    def _joined(self) -> Any:
         marker = f"[... {self._dropped} characters of output dropped ...]\n" if self._dropped else ""
-        return "".join(self._head) + marker + "".join(self._tail)
+        middle = marker.encode() if isinstance(self._empty, bytes) else marker
+        return self._empty.join([*self._head, middle, *self._tail])  # type: ignore[arg-type]
+
+    def text(self) -> str:
+        joined = self._joined()
+        return joined.decode(errors="replace") if isinstance(joined, bytes) else joined
+
+    def data(self) -> bytes:
+        joined = self._joined()
+        return joined if isinstance(joined, bytes) else joined.encode()
 
 
 def sha256_file(path: Path) -> str:

@@ -600,3 +600,14 @@ def test_a_run_whose_caller_is_interrupted_kills_the_runner_on_the_phone(
         assert wait_until(lambda: phone.live_processes() == [], timeout=5), phone.live_processes()
     finally:
         phone.on_stream_close = "kill-group"
+
+
+@pytest.mark.parametrize("which", ["device", "old_device"])  # shell v2, and v1's exit marker
+def test_a_flood_of_output_is_kept_as_head_and_tail_with_the_exit_code(
+    which: str, request: pytest.FixtureRequest
+) -> None:
+    device: AdbDevice = request.getfixturevalue(which)
+    out = device.run(["sh", "-c", "yes line | head -c 40000000; echo END; exit 7"], deadline_s=120)
+    assert out.exit_code == 7
+    assert out.stdout.startswith("line\n") and out.stdout.endswith("END\n")
+    assert "characters of output dropped" in out.stdout and len(out.stdout) < 17_000_000
