@@ -41,6 +41,7 @@ import paramiko
 
 from etdeploy.devices.base import (
     HASH_CHUNK,
+    BoundedOutput,
     Device,
     DeviceInfo,
     ProgressCallback,
@@ -566,8 +567,10 @@ class SshDevice(Device):
         except (paramiko.SSHException, EOFError, OSError, AssertionError) as exc:
             raise self._transport_lost(exc, "command start") from exc
 
-        stdout = bytearray()
-        stderr = bytearray()
+        # Head and tail within 16 MB each: a runner flooding its output must not
+        # fill this machine's memory before the deadline.
+        stdout = BoundedOutput()
+        stderr = BoundedOutput()
         header = bytearray()
         ids: dict[str, int | None] = {}
         got_ids = threading.Event()
@@ -591,18 +594,18 @@ class SshDevice(Device):
                         if len(fields) >= 2 and fields[0] == _PID_MARKER:
                             ids["pid"] = int(fields[1])
                             ids["pgid"] = int(fields[2]) if len(fields) > 2 else None
-                            stdout.extend(header[newline + 1 :])
+                            stdout.append(bytes(header[newline + 1 :]))
                         else:
-                            stdout.extend(header)
+                            stdout.append(bytes(header))
                         seen_header = True
                         got_ids.set()
                         continue
-                    stdout.extend(data)
+                    stdout.append(data)
             except BaseException as exc:
                 errors.append(exc)
             finally:
                 if not seen_header:
-                    stdout.extend(header)
+                    stdout.append(bytes(header))
                 got_ids.set()
 
         def read_stderr() -> None:
@@ -612,7 +615,7 @@ class SshDevice(Device):
                     if not data:
                         break
                     last_activity[0] = time.monotonic()
-                    stderr.extend(data)
+                    stderr.append(data)
             except BaseException as exc:
                 errors.append(exc)
 
@@ -670,8 +673,8 @@ class SshDevice(Device):
             raise self._transport_lost(EOFError("channel closed without exit status"), "a command")
         return _Completed(
             exit_code=exit_code,
-            stdout=bytes(stdout),
-            stderr=bytes(stderr),
+            stdout=stdout.data(),
+            stderr=stderr.data(),
             elapsed_s=time.monotonic() - started,
             timed_out=timed_out,
             pid=ids.get("pid"),

@@ -502,3 +502,10 @@ def test_a_run_whose_caller_is_interrupted_kills_the_remote_group(device: SshDev
             break
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists()
+
+
+def test_a_flood_of_output_is_kept_as_head_and_tail(device: SshDevice) -> None:
+    out = device.run(["sh", "-c", "yes line | head -c 40000000; echo END; exit 7"], deadline_s=120)
+    assert out.exit_code == 7
+    assert out.stdout.startswith("line\n") and out.stdout.endswith("END\n")
+    assert "characters of output dropped" in out.stdout and len(out.stdout) < 17_000_000
