@@ -181,7 +181,9 @@ class LocalDevice(Device):
                 if now - started > deadline_s or idle:
                     timed_out = True
                     break
-                time.sleep(_POLL_S)
+                # Returns the moment the runner exits: no poll interval added to each run.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=_POLL_S)
         finally:
             # A deadline, or our own caller dying (Ctrl-C, a farm's job timeout):
             # either way the runner's whole session goes with it.
