@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from etdeploy.config import RUN_DEFAULTS, Config, parse_config
+from etdeploy.config import RUN_DEFAULTS, Config, parse_config, run_settings
 from etdeploy.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
@@ -365,14 +365,9 @@ def _check_device_tables(config: Config, label: str) -> None:
 
 
 def _base_settings(config: Config) -> dict[str, Any]:
-    """[run] of the spec over etdeploy run's defaults, as job settings."""
-    merged = {k: v for k, v in RUN_DEFAULTS.items() if k in JOB_SETTING_TYPES}
-    merged.update({k: v for k, v in config.run.items() if k in JOB_SETTING_TYPES})
-    if "calibration" in config.build:
-        merged["calibration"] = config.build["calibration"]
-    if "dynamic" in config.build:
-        merged["dynamic"] = config.build["dynamic"]
-    return merged
+    """[run] and [build] of the spec over etdeploy run's defaults (the same merge
+    `etdeploy run` makes), as job settings."""
+    return {k: v for k, v in run_settings(config).items() if k in JOB_SETTING_TYPES}
 
 
 # The smallest value each numeric job setting may take, and whether it is excluded.

@@ -893,7 +893,7 @@ def as_error(exc: BaseException) -> EtdeployError:
 def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
     """--runner, else the device's configured runner, else one we build: the host
     runner for a device that is this kind of machine, the NDK build for Android."""
-    from etdeploy.devices.registry import check_runner_abi
+    from etdeploy.devices.registry import check_runner_abi, split_abi
     from etdeploy.runner_build import ensure_runner, host_abi, runner_from_path
 
     explicit = job.runner or getattr(device, "runner_path", None)
@@ -901,7 +901,7 @@ def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
         bundle = runner_from_path(Path(explicit))
     elif info.os == "android":
         bundle = ensure_runner(info.abi, progress=say)
-    elif info.os == _host_os() and _arch(info.abi) == _arch(host_abi()):
+    elif info.os == _host_os() and split_abi(info.abi)[1] == split_abi(host_abi())[1]:
         # This machine, or one like it over SSH: the host build runs there.
         bundle = ensure_runner("host", progress=say)
     else:
@@ -913,13 +913,6 @@ def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
         )
     check_runner_abi(info, bundle.abi)
     return bundle
-
-
-def _arch(abi: str) -> str:
-    """The CPU of an ABI name in any of our spellings: x86_64, linux-x86_64,
-    arm64-v8a, darwin-arm64, aarch64."""
-    cpu = abi.removeprefix("linux-").removeprefix("darwin-")
-    return {"arm64-v8a": "arm64", "aarch64": "arm64", "amd64": "x86_64"}.get(cpu, cpu)
 
 
 def _host_os() -> str:

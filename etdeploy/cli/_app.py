@@ -86,6 +86,13 @@ def command(name: str | None = None, **kwargs: Any) -> Callable[[F], F]:
 _QUIET_LOGGERS = ("torch.utils._pytree", "torchao")
 
 
+def format_ms(value: float | None) -> str:
+    """A latency in milliseconds, as µs below one: "3.9 µs", "0.21 ms" would hide digits."""
+    if value is None:
+        return "-"
+    return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.2f} ms"
+
+
 def main() -> None:
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from etdeploy.cli._app import command, console, err_console
+from etdeploy.cli._app import command, console, err_console, format_ms
 from etdeploy.errors import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
@@ -120,12 +120,6 @@ def _short_model(model: str) -> str:
     return f"{Path(path).name}{sep}{factory}" if sep and "/" in path else model
 
 
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.2f} ms"
-
-
 def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
     table = Table(title=f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard))
     for column in ("job", "device", "status", "tries", "median", "time", "note"):
@@ -155,7 +149,7 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
         )
         table.add_row(
             *cells, _mark(result), str(len(attempts)),
-            _ms(median), f"{seconds:.1f} s", _note(result),
+            format_ms(median), f"{seconds:.1f} s", _note(result),
         )  # fmt: skip
     console.print(table)
     from etdeploy.report import summarize

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from etdeploy.cli._app import command, console, err_console
+from etdeploy.cli._app import command, console, err_console, format_ms
 from etdeploy.errors import EXIT_OK
 
 
@@ -200,10 +200,10 @@ def render_result(result: dict[str, Any]) -> None:
     latency = result["latency_ms"]
     if latency.get("n"):
         console.print(
-            f"latency: load {_ms(latency['load'])}; {latency['n']} iterations after "
-            f"{result['job']['warmup']} warm-up: median {_ms(latency['median'])} "
-            f"(min {_ms(latency['min'])}, p90 {_ms(latency['p90'])}, max {_ms(latency['max'])}, "
-            f"trimmed mean {_ms(latency['trimmed_mean'])}, stdev {_ms(latency['stdev'])})",
+            f"latency: load {format_ms(latency['load'])}; {latency['n']} iterations after "
+            f"{result['job']['warmup']} warm-up: median {format_ms(latency['median'])} "
+            f"(min {format_ms(latency['min'])}, p90 {format_ms(latency['p90'])}, max {format_ms(latency['max'])}, "
+            f"trimmed mean {format_ms(latency['trimmed_mean'])}, stdev {format_ms(latency['stdev'])})",
             highlight=False,
         )
     memory = result["memory"]
@@ -238,13 +238,13 @@ def render_result(result: dict[str, Any]) -> None:
 
 def _render_profile(profile: dict[str, Any]) -> None:
     table = Table(title=f"slowest events (median of {profile['executions_ms']['count']} executions: "
-                        f"{_ms(profile['executions_ms']['median'])})")  # fmt: skip
+                        f"{format_ms(profile['executions_ms']['median'])})")  # fmt: skip
     for column in ("event", "backend", "operators", "module", "p50", "max", "share"):
         table.add_column(column, justify="right" if column in ("p50", "max", "share") else "left")
     for event in profile["events"]:
         table.add_row(
             event["name"], event["backend"] or "-", ", ".join(event["op_types"][:4]) or "-",
-            event["module"] or "-", _ms(event["p50_ms"]), _ms(event["max_ms"]),
+            event["module"] or "-", format_ms(event["p50_ms"]), format_ms(event["max_ms"]),
             "-" if event["share"] is None else f"{event['share']:.0%}",
         )  # fmt: skip
     console.print(table)
@@ -256,12 +256,6 @@ def _render_size(size: dict[str, Any]) -> None:
     for verdict in size["verdicts"]:
         colour = {"fits": "green", "over": "bold red", "warning": "yellow"}.get(verdict["status"], "")
         console.print(f"size: {escape(verdict['label'])}: [{colour}]{escape(verdict['text'])}[/]", highlight=False)
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.2f} ms"
 
 
 def _num(value: float | None, spec: str, none: str = "-") -> str:

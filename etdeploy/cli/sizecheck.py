@@ -44,7 +44,7 @@ def sizecheck_command(
     Flags override sizecheck.* in etdeploy.toml; its limits.* keys replace built-in figures.
     """
     from etdeploy.config import load_config
-    from etdeploy.sizecheck.check import check_size, report_to_json
+    from etdeploy.sizecheck.check import report_to_json
     from etdeploy.sizecheck.compress import ANALYZER_LEVEL, PLAY_LEVEL
     from etdeploy.sizecheck.limits import DOWNLOAD, RAW, format_bytes
     from etdeploy.sizecheck.summary import resolve_settings
@@ -55,17 +55,8 @@ def sizecheck_command(
     levels = (PLAY_LEVEL, ANALYZER_LEVEL) if level9 else (PLAY_LEVEL,)
     to_stdout = json_out == "-"
     with err_console.status("measuring..."):
-        report = check_size(
-            paths,
-            store=settings.store,
-            deliveries=settings.deliveries,
-            budget=settings.budget_bytes,
-            budget_source=settings.budget_source,
-            extra_bytes=settings.extra_bytes,
-            limits=settings.limits,
-            any_file=any_file,
-            levels=levels,
-            budget_measure=RAW if budget_raw else DOWNLOAD,
+        report = settings.check(
+            paths, any_file=any_file, levels=levels, budget_measure=RAW if budget_raw else DOWNLOAD
         )
     doc = report_to_json(report, top=top, config_path=settings.config_path)
     if json_out is not None:

@@ -302,7 +302,7 @@ _APPLE = ("darwin", "macos", "ios", "ios-simulator")
 _PLATFORM_PREFIXES = ("ios-simulator", "darwin", "macos", "ios", "linux", "android")
 
 
-def _split_abi(abi: str) -> tuple[str, str]:
+def split_abi(abi: str) -> tuple[str, str]:
     """("darwin", "arm64") for "darwin-arm64"; ("", "arm64") for "arm64-v8a"."""
     lowered = abi.strip().lower()
     for prefix in _PLATFORM_PREFIXES:
@@ -325,12 +325,12 @@ def check_runner_abi(device_info: DeviceInfo, runner_abi: str) -> None:
     """
     if not runner_abi or runner_abi == "unknown" or not device_info.abi:
         return
-    runner_platform, runner_arch = _split_abi(runner_abi)
-    device_platform, device_arch = _split_abi(device_info.abi)
+    runner_platform, runner_arch = split_abi(runner_abi)
+    device_platform, device_arch = split_abi(device_info.abi)
     device_platform = device_platform or device_info.os.lower()
     runs = [device_arch]
     listed = device_info.extra.get("abilist", "")
-    runs += [_split_abi(a)[1] for a in listed.split(",") if a.strip()]
+    runs += [split_abi(a)[1] for a in listed.split(",") if a.strip()]
     problem = ""
     if (runner_platform in _APPLE) != (device_platform in _APPLE):
         kind = "a macOS/iOS (Mach-O)" if runner_platform in _APPLE else "an Android/Linux (ELF)"

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from etdeploy.atomic import write_json
 from etdeploy.errors import UsageError
 from etdeploy.report.baseline import Regression, compare_to_baseline
-from etdeploy.report.common import JobKey, job_key, write_json
+from etdeploy.report.common import JobKey, job_key
 from etdeploy.report.html import write_html
 from etdeploy.report.junit import write_junit
 from etdeploy.report.schema import (

@@ -1,5 +1,5 @@
 """What every report format reads from a result document: the job key, the
-status in words, clipped text, and the atomic write.
+status in words and clipped text (files are written by etdeploy.atomic).
 
 Kept free of heavy imports: the CLI imports the report package on every start.
 """
@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
-
-from etdeploy.atomic import atomic_write, write_json  # noqa: F401  re-exported for the report writers
 
 # A log in a report is for a reader, not a forensic copy: the full log is in
 # the result JSON. Head and tail keep the command line and the final error.

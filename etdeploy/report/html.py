@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from etdeploy.atomic import atomic_write
 from etdeploy.report.baseline import Regression, compare_to_baseline, max_abs_of, sqnr_of
 from etdeploy.report.common import (
     JobKey,
-    atomic_write,
     error_type,
     failure_kind,
     failure_message,

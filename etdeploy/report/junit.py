@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from etdeploy.atomic import atomic_write
 from etdeploy.report.baseline import Regression
 from etdeploy.report.common import (
     JobKey,
-    atomic_write,
     clip,
     error_type,
     failure_kind,

@@ -58,9 +58,12 @@ class Part:
 
     @property
     def ratio(self) -> float | None:
-        if self.download_bytes is None or self.size == 0:
-            return None
-        return self.download_bytes / self.size
+        return _ratio(self.download_bytes, self.size)
+
+
+def _ratio(download_bytes: int | None, size: int) -> float | None:
+    """Compressed over raw; None when not measured or empty."""
+    return None if download_bytes is None or size == 0 else download_bytes / size
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,7 @@ class PartGroup:
 
     @property
     def ratio(self) -> float | None:
-        if self.download_bytes is None or self.size == 0:
-            return None
-        return self.download_bytes / self.size
+        return _ratio(self.download_bytes, self.size)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from etdeploy.config import CONFIG_NAME, Config
 from etdeploy.errors import UsageError
-from etdeploy.sizecheck.check import check_size, verdict_to_json
+from etdeploy.sizecheck.check import SizeReport, check_size, verdict_to_json
 from etdeploy.sizecheck.compress import BUNDLETOOL_MEM_LEVEL, GZIP_FRAMING_BYTES, PLAY_LEVEL
 from etdeploy.sizecheck.limits import (
     DEFAULT_DELIVERY,
@@ -55,6 +55,20 @@ class Settings:
     extra_bytes: int
     limits: dict[str, Limit]  # the built-in table with [limits] applied
     config_path: Path | None
+
+    def check(self, paths: Sequence[Path], **options: Any) -> SizeReport:
+        """check_size of `paths` against these settings; `options` are check_size's
+        own (levels, any_file, budget_measure)."""
+        return check_size(
+            paths,
+            store=self.store,
+            deliveries=self.deliveries,
+            budget=self.budget_bytes,
+            budget_source=self.budget_source,
+            extra_bytes=self.extra_bytes,
+            limits=self.limits,
+            **options,
+        )
 
 
 def resolve_settings(
@@ -204,16 +218,7 @@ def summary_for_result(pte: str | os.PathLike[str], config: Config | None = None
     settings = resolve_settings(config)
     path = Path(pte)
     check_readable_file(path)  # a directory is a mistake here, never a folder to sum
-    report = check_size(
-        [path],
-        store=settings.store,
-        deliveries=settings.deliveries,
-        budget=settings.budget_bytes,
-        budget_source=settings.budget_source,
-        extra_bytes=settings.extra_bytes,
-        limits=settings.limits,
-        levels=(PLAY_LEVEL,),
-    )
+    report = settings.check([path], levels=(PLAY_LEVEL,))
     (sized,) = report.files
     return {
         "schema": SUMMARY_SCHEMA,
