@@ -119,10 +119,21 @@ class Program:
     method: str
     inputs: list[dict[str, Any]]  # kind, dtype, shape, name, dynamic
     outputs: list[dict[str, Any]]  # kind, dtype, shape, name
-    backend: str | None
-    quantization: str | None
-    delegation: dict[str, Any] | None
     warnings: list[str] = field(default_factory=list)
+
+    # What only a build manifest knows; None for a .pte built elsewhere.
+    @property
+    def backend(self) -> str | None:
+        return (self.manifest or {}).get("backend")
+
+    @property
+    def quantization(self) -> str | None:
+        quant = (self.manifest or {}).get("quantization")
+        return quant.get("mode") if isinstance(quant, dict) else None
+
+    @property
+    def delegation(self) -> dict[str, Any] | None:
+        return (self.manifest or {}).get("delegation")
 
     @property
     def tensor_outputs(self) -> list[int]:
@@ -217,7 +228,6 @@ def describe_program(
             out.append(entry)
         return out
 
-    quant = (manifest or {}).get("quantization")
     return Program(
         pte=pte,
         sha256=digest,
@@ -226,9 +236,6 @@ def describe_program(
         method=method.name,
         inputs=values(method.inputs, listed.get("inputs", []), "input"),
         outputs=values(method.outputs, listed.get("outputs", []), "output"),
-        backend=(manifest or {}).get("backend"),
-        quantization=quant.get("mode") if isinstance(quant, dict) else None,
-        delegation=(manifest or {}).get("delegation"),
         warnings=warnings,
     )
 
