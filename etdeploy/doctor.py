@@ -469,7 +469,7 @@ def pte_checks(pte: Path, config: Config) -> list[Check]:
     version is, and the executorch that built it against this machine's and the
     runners' (a program from a newer executorch can name operators an older
     runtime lacks; an older one loads in a newer runtime)."""
-    from etdeploy.build.manifest import read_manifest
+    from etdeploy.builder.manifest import read_manifest
     from etdeploy.sizecheck.pte import read_pte
 
     name = Path(pte).name

@@ -414,7 +414,7 @@ def _strings(values: list[Any], key: str, label: str) -> list[str]:
 
 
 def _check_backend(name: str, key: str, label: str) -> None:
-    from etdeploy.build.backends import get_backend
+    from etdeploy.builder.backends import get_backend
 
     try:
         get_backend(name)
@@ -423,7 +423,7 @@ def _check_backend(name: str, key: str, label: str) -> None:
 
 
 def _quant(value: str, key: str, label: str) -> str | None:
-    from etdeploy.build.quantize import MODES
+    from etdeploy.builder.quantize import MODES
 
     if value == NO_QUANT:
         return None

@@ -143,7 +143,7 @@ class Program:
 def build_program(job: RunJob) -> Program:
     """Build MODEL (cached), or take --pte. IO dtypes and shapes come from the
     .pte itself; names, dynamic dims and delegation from its manifest if any."""
-    from etdeploy.build.manifest import read_manifest
+    from etdeploy.builder.manifest import read_manifest
     from etdeploy.devices.base import sha256_file
 
     warnings: list[str] = []
@@ -160,7 +160,7 @@ def build_program(job: RunJob) -> Program:
             # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
             manifest = _names_from_model(job.model)
     else:
-        from etdeploy.build import BuildOptions, build
+        from etdeploy.builder import BuildOptions, build
 
         assert job.model is not None
         built = build(
@@ -947,7 +947,7 @@ def _keep_etdump(path: Path | None, job_id: str) -> Path | None:
 
 
 def profile_of(etdump: Path, program: Program) -> dict[str, Any]:
-    from etdeploy.build import etrecord_path
+    from etdeploy.builder import etrecord_path
     from etdeploy.profile import summarize_etdump
 
     record = etrecord_path(program.pte)

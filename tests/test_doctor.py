@@ -35,7 +35,7 @@ def no_default_adb_server(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def digits_pte(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the cached digits build, with its manifest, to edit freely."""
-    from etdeploy.build import BuildOptions, build
+    from etdeploy.builder import BuildOptions, build
 
     built = build("digits", BuildOptions(backend="xnnpack"))
     folder = tmp_path_factory.mktemp("pte")

@@ -418,7 +418,7 @@ def test_a_killed_farm_resumes_without_rerunning_what_finished(
 
 @pytest.mark.slow
 def test_two_jobs_in_flight_on_one_device_still_take_turns_on_it(tmp_path: Path) -> None:
-    from etdeploy.build import BuildOptions, build
+    from etdeploy.builder import BuildOptions, build
 
     # Built first, so both jobs reach the device together rather than one building
     # while the other runs.

@@ -24,7 +24,7 @@ def build_command(
     no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild even when a cached artefact matches."),
 ) -> None:
     """Build a .pte (and its .pte.json manifest) and report what the backend claimed."""
-    from etdeploy.build import BuildOptions, build, export_artifact
+    from etdeploy.builder import BuildOptions, build, export_artifact
     from etdeploy.model.loader import parse_model_ref
 
     name = parse_model_ref(model).name
@@ -96,8 +96,8 @@ def inspect_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the manifest beside a .pte, and what the .pte itself says."""
-    from etdeploy.build.inspect import describe_pte
-    from etdeploy.build.manifest import read_manifest
+    from etdeploy.builder.inspect import describe_pte
+    from etdeploy.builder.manifest import read_manifest
 
     if not pte.is_file():
         raise UsageError(f"not a file: {pte}", "give the path to a .pte")

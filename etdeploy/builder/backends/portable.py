@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from etdeploy.build.backends import Backend
+from etdeploy.builder.backends import Backend
 
 BACKEND = Backend("portable", "", lambda: [])

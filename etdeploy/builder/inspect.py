@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from etdeploy.build.lower import _scalar_name
+from etdeploy.builder.lower import _scalar_name
 from etdeploy.sizecheck.pte import MethodValue, read_pte
 
 

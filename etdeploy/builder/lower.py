@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from etdeploy.build.backends import Backend
+from etdeploy.builder.backends import Backend
 from etdeploy.errors import ModelError
 
 # Below this share of the graph a backend is mostly transfers around CPU ops.

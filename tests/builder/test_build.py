@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from etdeploy.build import BuildOptions, build
+from etdeploy.builder import BuildOptions, build
 from etdeploy.errors import InputError, ModelError, UsageError
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -177,7 +177,7 @@ def test_data_dependent_branch_names_the_line_and_the_fix() -> None:
 def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path) -> None:
     from executorch.exir._serialize._program import _flatbuffer_to_program, _get_extended_header
 
-    from etdeploy.build.inspect import describe_pte
+    from etdeploy.builder.inspect import describe_pte
 
     result = build("digits", BuildOptions())
     layout = describe_pte(result.pte)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from etdeploy.build.backends import Backend
+from etdeploy.builder.backends import Backend
 
 
 def _never() -> list[object]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from etdeploy.build.backends import Backend
+from etdeploy.builder.backends import Backend
 
 
 def _partitioners() -> list[Any]:

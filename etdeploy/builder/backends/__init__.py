@@ -22,7 +22,7 @@ class Backend:
 
 
 def _registry() -> dict[str, Backend]:
-    from etdeploy.build.backends import coreml, portable, unavailable, vulkan, xnnpack
+    from etdeploy.builder.backends import coreml, portable, unavailable, vulkan, xnnpack
 
     backends = [xnnpack.BACKEND, portable.BACKEND, coreml.BACKEND, vulkan.BACKEND, *unavailable.BACKENDS]
     return {b.name: b for b in backends}

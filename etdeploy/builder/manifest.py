@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from etdeploy.atomic import write_json
-
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from etdeploy.atomic import write_json
 
 SCHEMA = "etdeploy.manifest/1"
 

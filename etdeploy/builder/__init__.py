@@ -22,7 +22,7 @@ from typing import Any
 import filelock
 
 import etdeploy
-from etdeploy.build.manifest import SCHEMA, manifest_path, read_manifest, write_json_atomic
+from etdeploy.builder.manifest import SCHEMA, manifest_path, read_manifest, write_json_atomic
 from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
@@ -116,7 +116,7 @@ def cache_key(ref: ModelRef, options: BuildOptions, fingerprint: str) -> str:
 
 def build(model: str, options: BuildOptions) -> BuildResult:
     """Build (or fetch from the cache) one artefact; returns the cached .pte path."""
-    from etdeploy.build.backends import get_backend
+    from etdeploy.builder.backends import get_backend
 
     started = time.perf_counter()
     backend = get_backend(options.backend)  # bad names fail before any work
@@ -168,8 +168,8 @@ def _build_uncached(
     backend: Any,
     dynamic: dict[str, dict[int, tuple[int, int]]],
 ) -> tuple[dict[str, Any], bytes, bytes | None, list[str]]:
-    from etdeploy.build.export import export_model
-    from etdeploy.build.lower import lower
+    from etdeploy.builder.export import export_model
+    from etdeploy.builder.lower import lower
 
     spec = load_model(ref)
     if dynamic:
@@ -179,7 +179,7 @@ def _build_uncached(
     exported = export_model(spec, ref.source_files)
     calibration_record: dict[str, Any] | None = None
     if options.quantize:
-        from etdeploy.build.quantize import quantize
+        from etdeploy.builder.quantize import quantize
 
         batches, calibration_record = _calibration_batches(spec, options)
         exported = quantize(exported, options.quantize, batches)
