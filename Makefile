@@ -41,6 +41,7 @@ lint: setup
 
 test: setup
 	$(BIN)/ruff check etdeploy tests benchmarks
+	$(BIN)/ruff format --check etdeploy tests benchmarks
 	$(BIN)/python -m pytest -q -ra
 
 bench: setup

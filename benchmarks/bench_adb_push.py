@@ -72,12 +72,16 @@ def main() -> None:
         mb = SIZE / 1e6
         best_ours, best_theirs = min(ours), min(theirs)
         print(f"   file: {mb:.0f} MB of random bytes; best of {ROUNDS} rounds")
-        print(f"   AdbDevice.push : {best_ours:6.2f} s  {mb / best_ours:7.1f} MB/s"
-              "  (includes hashing it on a second thread, for the skip record)")
+        print(
+            f"   AdbDevice.push : {best_ours:6.2f} s  {mb / best_ours:7.1f} MB/s"
+            "  (includes hashing it on a second thread, for the skip record)"
+        )
         print(f"   adb push       : {best_theirs:6.2f} s  {mb / best_theirs:7.1f} MB/s")
         print(f"   ratio AdbDevice.push / adb push throughput: {best_theirs / best_ours:.2f}x")
-        print(f"   second push (skipped, new process): {skip_fresh:6.3f} s  "
-              f"= {skip_fresh / best_ours:.3f} of the first push ({best_ours / skip_fresh:.1f}x faster)")
+        print(
+            f"   second push (skipped, new process): {skip_fresh:6.3f} s  "
+            f"= {skip_fresh / best_ours:.3f} of the first push ({best_ours / skip_fresh:.1f}x faster)"
+        )
         print(f"   second push (skipped, same process, local hash cached): {skip_cached:6.3f} s")
 
 

@@ -19,7 +19,9 @@ def _timed_build(cache: Path, out: Path) -> float:
     started = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "etdeploy", "build", "digits", "-o", str(out / "digits.pte")],
-        env=env, check=True, capture_output=True,
+        env=env,
+        check=True,
+        capture_output=True,
     )
     return time.perf_counter() - started
 
@@ -30,8 +32,13 @@ def main() -> None:
         # Train the example first so "cold" measures export+lower, not training.
         env = dict(os.environ, ETDEPLOY_CACHE_DIR=str(root / "cache"))
         subprocess.run(
-            [sys.executable, "-c", "from etdeploy.model.examples.digits import ensure_trained; ensure_trained()"],
-            env=env, check=True,
+            [
+                sys.executable,
+                "-c",
+                "from etdeploy.model.examples.digits import ensure_trained; ensure_trained()",
+            ],
+            env=env,
+            check=True,
         )
         cold = _timed_build(root / "cache", root)
         cached = min(_timed_build(root / "cache", root) for _ in range(3))

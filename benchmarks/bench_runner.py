@@ -138,7 +138,9 @@ def main() -> None:
         etdeploy_s, bare_s, invocations = _run_overhead(Path(tmp))
     print(f"   warm `etdeploy run digits --device local`: {etdeploy_s:.3f} s; the same {invocations} "
           f"runner commands bare: {bare_s:.3f} s")  # fmt: skip
-    print(f"   ratio etdeploy/bare: {etdeploy_s / bare_s:.1f}x ({etdeploy_s - bare_s:.3f} s of overhead)")
+    print(
+        f"   ratio etdeploy/bare: {etdeploy_s / bare_s:.1f}x ({etdeploy_s - bare_s:.3f} s of overhead)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         pte, raw, image = _build_program(directory)

@@ -43,10 +43,20 @@ class Config:
 _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "build": {"backend": str, "quantize": str, "calibration": list, "dynamic": list},
     "run": {
-        "device": str, "iterations": int, "warmup": int, "deadline_s": (int, float),
-        "idle_timeout_s": (int, float), "lock_timeout_s": (int, float),
-        "atol": (int, float), "rtol": (int, float), "inputs": list, "keep": bool,
-        "preprocess": str, "host_check": bool, "runner": str, "cpu_threads": int,
+        "device": str,
+        "iterations": int,
+        "warmup": int,
+        "deadline_s": (int, float),
+        "idle_timeout_s": (int, float),
+        "lock_timeout_s": (int, float),
+        "atol": (int, float),
+        "rtol": (int, float),
+        "inputs": list,
+        "keep": bool,
+        "preprocess": str,
+        "host_check": bool,
+        "runner": str,
+        "cpu_threads": int,
     },
     # Sizes are "150MB"-style strings or plain byte counts.
     "sizecheck": {"store": str, "deliveries": list, "budget": (str, int), "extra": (str, int)},
@@ -73,7 +83,9 @@ def load_config(path: Path | None = None) -> Config:
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path.name}: not valid TOML: {exc}", "fix the syntax at that line") from None
+        raise UsageError(
+            f"{path.name}: not valid TOML: {exc}", "fix the syntax at that line"
+        ) from None
     return parse_config(data, path)
 
 
@@ -82,7 +94,9 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
     known = {"build", "run", "devices", "limits", "sizecheck"}
     for key in data:
         if key not in known:
-            raise UsageError(f"{label}: unknown section [{key}]", f"sections are: {', '.join(sorted(known))}")
+            raise UsageError(
+                f"{label}: unknown section [{key}]", f"sections are: {', '.join(sorted(known))}"
+            )
     sections: dict[str, dict[str, Any]] = {}
     for section, schema in _SECTION_KEYS.items():
         table = data.get(section, {})
@@ -90,7 +104,8 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
         for key, value in table.items():
             if key not in schema:
                 raise UsageError(
-                    f"{label}: unknown key {section}.{key}", f"keys of [{section}]: {', '.join(schema)}"
+                    f"{label}: unknown key {section}.{key}",
+                    f"keys of [{section}]: {', '.join(schema)}",
                 )
             _expect_type(value, schema[key], f"{section}.{key}", label)
         sections[section] = dict(table)
@@ -109,7 +124,9 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
         devices[name] = DeviceConfig(name, transport, settings)
     limits = data.get("limits", {})
     _expect_table(limits, "limits", label)
-    return Config(path, sections["build"], sections["run"], devices, dict(limits), sections["sizecheck"])
+    return Config(
+        path, sections["build"], sections["run"], devices, dict(limits), sections["sizecheck"]
+    )
 
 
 def _expect_table(value: Any, key: str, label: str) -> None:
@@ -121,8 +138,14 @@ def _expect_type(value: Any, expected: type | tuple[type, ...], key: str, label:
     # bool is an int in Python; a boolean where a number belongs is a mistake.
     ok = False if isinstance(value, bool) and expected is not bool else isinstance(value, expected)
     if not ok:
-        names = expected.__name__ if isinstance(expected, type) else " or ".join(t.__name__ for t in expected)
-        raise UsageError(f"{label}: {key}: expected {names}, got {value!r}", f"fix {key} in {label}")
+        names = (
+            expected.__name__
+            if isinstance(expected, type)
+            else " or ".join(t.__name__ for t in expected)
+        )
+        raise UsageError(
+            f"{label}: {key}: expected {names}, got {value!r}", f"fix {key} in {label}"
+        )
 
 
 # What `etdeploy run` does when neither a flag nor etdeploy.toml says otherwise.
@@ -144,7 +167,11 @@ def run_settings(config: Config, **flags: Any) -> dict[str, Any]:
     given. Paths in the file are relative to the file; paths in flags to the
     current directory."""
     merged: dict[str, Any] = dict(RUN_DEFAULTS)
-    from_file = {k: v for k, v in config.build.items() if k in ("backend", "quantize", "calibration", "dynamic")}
+    from_file = {
+        k: v
+        for k, v in config.build.items()
+        if k in ("backend", "quantize", "calibration", "dynamic")
+    }
     from_file.update(config.run)
     if config.path is not None:
         base = config.path.parent

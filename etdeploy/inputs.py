@@ -116,7 +116,9 @@ def expand_sample_paths(paths: Sequence[Path | str]) -> list[Path]:
             continue
         path = Path(text)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES and p.is_file())
+            found = sorted(
+                p for p in path.iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES and p.is_file()
+            )
             if not found:
                 raise InputError(
                     f"no input files in {path}", f"put {', '.join(SAMPLE_SUFFIXES)} files there"
@@ -188,7 +190,9 @@ def load_array_sample(path: Path, input_names: Sequence[str]) -> Sample:
                 )
             arrays = tuple(t.detach().contiguous().numpy() for t in items)
         else:
-            raise InputError(f"cannot read inputs from {path.name}", f"use {', '.join(SAMPLE_SUFFIXES)}")
+            raise InputError(
+                f"cannot read inputs from {path.name}", f"use {', '.join(SAMPLE_SUFFIXES)}"
+            )
     except InputError:
         raise
     except Exception as exc:
@@ -208,7 +212,9 @@ def load_raw_sample(stem: str, files: Mapping[str, Path], inputs: Sequence[Input
                 f"name raw files {stem}.<input>.bin, one per input ({', '.join(str(m.get('name')) for m in inputs)})",
             )
         if "dtype" not in meta or "shape" not in meta:
-            raise InputError(f"cannot read raw {path.name}: the input's dtype and shape are unknown", "use .npy")
+            raise InputError(
+                f"cannot read raw {path.name}: the input's dtype and shape are unknown", "use .npy"
+            )
         if meta.get("dynamic"):
             raise InputError(
                 f"raw {path.name}: input {name!r} has dynamic dims, so its shape is not fixed",
@@ -237,7 +243,9 @@ def load_image(path: Path, inputs: Sequence[InputMeta], spec: Preprocess) -> Sam
         )
     batched = len(shape) == 4
     chw = shape[1:] if batched else shape
-    channels, height, width = (chw[0], chw[1], chw[2]) if layout == "nchw" else (chw[2], chw[0], chw[1])
+    channels, height, width = (
+        (chw[0], chw[1], chw[2]) if layout == "nchw" else (chw[2], chw[0], chw[1])
+    )
     if spec.size is not None:
         height, width = spec.size
     color = spec.color or ("gray" if channels == 1 else "rgb")
@@ -258,7 +266,9 @@ def load_image(path: Path, inputs: Sequence[InputMeta], spec: Preprocess) -> Sam
             "give one value, or one per channel: mean=0.485/0.456/0.406",
         )
     dtype = str(meta.get("dtype", "float32"))
-    scale = spec.scale if spec.scale is not None else (1 / 255 if dtype.startswith("float") else 1.0)
+    scale = (
+        spec.scale if spec.scale is not None else (1 / 255 if dtype.startswith("float") else 1.0)
+    )
     tensor = (pixels * scale - mean) / std
     if layout == "nchw":
         tensor = tensor.transpose(2, 0, 1)
@@ -293,7 +303,8 @@ def check_against(sample: Sample, expected: Sequence[InputMeta]) -> None:
         want_dtype, want_shape = str(meta.get("dtype")), list(meta.get("shape") or [])
         dynamic = {str(k): v for k, v in (meta.get("dynamic") or {}).items()}
         shape_ok = len(array.shape) == len(want_shape) and all(
-            given == want or (str(d) in dynamic and dynamic[str(d)][0] <= given <= dynamic[str(d)][1])
+            given == want
+            or (str(d) in dynamic and dynamic[str(d)][0] <= given <= dynamic[str(d)][1])
             for d, (given, want) in enumerate(zip(array.shape, want_shape, strict=True))
         )
         if str(array.dtype) != want_dtype or not shape_ok:
@@ -321,7 +332,10 @@ def raw_bytes(array: np.ndarray) -> bytes:
 def read_raw(path: Path, dtype: str, shape: Sequence[int]) -> np.ndarray:
     """A raw tensor file back into an array of `dtype` and `shape`."""
     if dtype not in NUMPY_DTYPES:
-        raise InputError(f"{path.name}: dtype {dtype} is not supported here", f"supported: {', '.join(NUMPY_DTYPES)}")
+        raise InputError(
+            f"{path.name}: dtype {dtype} is not supported here",
+            f"supported: {', '.join(NUMPY_DTYPES)}",
+        )
     itemsize = np.dtype(NUMPY_DTYPES[dtype]).itemsize
     need = (int(np.prod(shape)) if shape else 1) * itemsize
     have = path.stat().st_size

@@ -83,13 +83,18 @@ class RunJob:
                 "name MODEL (the eager reference), or give both --pte and --reference",
             )
         if self.random_inputs and self.inputs:
-            raise UsageError("--random and --inputs both given", "verify on real inputs or on noise, not both")
+            raise UsageError(
+                "--random and --inputs both given", "verify on real inputs or on noise, not both"
+            )
         if self.iterations < 1:
             raise UsageError(f"--iterations must be at least 1, got {self.iterations}")
         if self.warmup < 0:
             raise UsageError(f"--warmup must be 0 or more, got {self.warmup}")
         if self.deadline_s <= 0:
-            raise UsageError(f"--deadline must be positive, got {self.deadline_s}", "seconds, e.g. --deadline 120")
+            raise UsageError(
+                f"--deadline must be positive, got {self.deadline_s}",
+                "seconds, e.g. --deadline 120",
+            )
         if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
             raise UsageError(
                 f"--idle-timeout must be positive, got {self.idle_timeout_s}",
@@ -216,11 +221,16 @@ def describe_program(
     method = parsed.methods[0]
     listed = (manifest or {}).get("methods", [{}])[0]
 
-    def values(items: Sequence[Any], named: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    def values(
+        items: Sequence[Any], named: list[dict[str, Any]], prefix: str
+    ) -> list[dict[str, Any]]:
         out = []
         for i, value in enumerate(items):
             meta = named[i] if i < len(named) else {}
-            entry: dict[str, Any] = {"kind": value.kind, "name": meta.get("name") or f"{prefix}_{i}"}
+            entry: dict[str, Any] = {
+                "kind": value.kind,
+                "name": meta.get("name") or f"{prefix}_{i}",
+            }
             if value.tensor is not None:
                 dtype = _SCALAR_TO_NUMPY.get(value.tensor.dtype, value.tensor.dtype)
                 entry.update(dtype=dtype, shape=list(value.tensor.sizes))
@@ -372,7 +382,9 @@ def _read_reference_cache(path: Path) -> tuple[list[list[np.ndarray]], list[bool
         return outputs, [bool(x) for x in archive["example_hits"]]
 
 
-def _run_eager(ref: Any, samples: Sequence[tuple[np.ndarray, ...]]) -> tuple[list[list[np.ndarray]], list[bool]]:
+def _run_eager(
+    ref: Any, samples: Sequence[tuple[np.ndarray, ...]]
+) -> tuple[list[list[np.ndarray]], list[bool]]:
     import torch
 
     from etdeploy.model.loader import load_model
@@ -382,7 +394,9 @@ def _run_eager(ref: Any, samples: Sequence[tuple[np.ndarray, ...]]) -> tuple[lis
     if isinstance(module, torch.export.ExportedProgram):
         module = module.module()
     examples = tuple(
-        np.asarray(t.detach().contiguous().numpy()) for t in spec.example_inputs if isinstance(t, torch.Tensor)
+        np.asarray(t.detach().contiguous().numpy())
+        for t in spec.example_inputs
+        if isinstance(t, torch.Tensor)
     )
     outputs: list[list[np.ndarray]] = []
     hits: list[bool] = []
@@ -392,7 +406,10 @@ def _run_eager(ref: Any, samples: Sequence[tuple[np.ndarray, ...]]) -> tuple[lis
             outputs.append([t.detach().contiguous().numpy() for t in _flatten_tensors(result)])
             hits.append(
                 len(examples) == len(sample)
-                and all(e.shape == a.shape and np.array_equal(e, a) for e, a in zip(examples, sample, strict=True))
+                and all(
+                    e.shape == a.shape and np.array_equal(e, a)
+                    for e, a in zip(examples, sample, strict=True)
+                )
             )
     return outputs, hits
 
@@ -416,7 +433,9 @@ def load_reference_file(path: Path, samples: int, outputs: int) -> list[list[np.
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read {path}: {exc}", "give an .npz written by numpy.savez") from exc
+        raise InputError(
+            f"cannot read {path}: {exc}", "give an .npz written by numpy.savez"
+        ) from exc
     if not isinstance(archive, np.lib.npyio.NpzFile):
         raise InputError(
             f"{path.name} holds one array; --reference takes an .npz of expected outputs",
@@ -457,7 +476,9 @@ def host_runtime_outputs(program: Program, staged: Staged) -> list[list[np.ndarr
     rows = []
     for sample in staged.samples:
         result = method.execute([torch.from_numpy(np.ascontiguousarray(a)) for a in sample])
-        rows.append([t.detach().contiguous().numpy() for t in result if isinstance(t, torch.Tensor)])
+        rows.append(
+            [t.detach().contiguous().numpy() for t in result if isinstance(t, torch.Tensor)]
+        )
     return rows
 
 
@@ -602,7 +623,9 @@ def execute(
                 device=device.name,
             )
         if upstream:
-            report = contract.result_from_log(f"{out.stdout}\n{out.stderr}\n{out.device_log}", invocation)
+            report = contract.result_from_log(
+                f"{out.stdout}\n{out.stderr}\n{out.device_log}", invocation
+            )
             shapes = [
                 (index, program.outputs[index]["dtype"], list(staged.references[s][k].shape))
                 for k, index in enumerate(program.tensor_outputs)
@@ -611,7 +634,9 @@ def execute(
             assert invocation.result_json_path is not None
             local_json = device.pull(invocation.result_json_path, local_dir / f"s{s}-result.json")
             report = contract.parse_result_json(local_json.read_bytes())
-            shapes = [(o.index, o.dtype or "", list(o.shape or ())) for o in report.tensor_outputs()]
+            shapes = [
+                (o.index, o.dtype or "", list(o.shape or ())) for o in report.tensor_outputs()
+            ]
         row = []
         for index, dtype, shape in shapes:
             (remote_output,) = contract.output_files(out_base, [index])
@@ -624,7 +649,9 @@ def execute(
                     f"output {index} of sample {staged.sample_names[s]}: {exc.message}",
                     "the runner and the program disagree on the output; with upstream's runner "
                     "shapes come from the reference, so check that it matches the program",
-                    device=device.name, command=out.command, log=result.logs[-1],
+                    device=device.name,
+                    command=out.command,
+                    log=result.logs[-1],
                 ) from exc
         result.outputs.append(row)
         if timed:
@@ -637,7 +664,9 @@ def execute(
     return result
 
 
-def _shapes_if_dynamic(program: Program, sample: tuple[np.ndarray, ...]) -> tuple[tuple[int, ...], ...] | None:
+def _shapes_if_dynamic(
+    program: Program, sample: tuple[np.ndarray, ...]
+) -> tuple[tuple[int, ...], ...] | None:
     """The sample's shapes when any differs from the program's (a dynamic dim)."""
     shapes = tuple(tuple(int(d) for d in array.shape) for array in sample)
     planned = tuple(tuple(meta["shape"]) for meta in program.inputs)
@@ -794,9 +823,14 @@ def run_job(
             "warmup": job.warmup,
         },
         "device": {
-            "name": info.name, "transport": info.transport, "serial": info.serial,
-            "os": info.os, "os_version": info.os_version, "abi": info.abi,
-            "model": info.model, "soc": info.soc,
+            "name": info.name,
+            "transport": info.transport,
+            "serial": info.serial,
+            "os": info.os,
+            "os_version": info.os_version,
+            "abi": info.abi,
+            "model": info.model,
+            "soc": info.soc,
         },
         "artifact": {
             "pte": str(program.pte),
@@ -808,7 +842,9 @@ def run_job(
             "built_with": (program.manifest or {}).get("versions"),
         },
         "runner": {
-            "flavor": bundle.flavor, "abi": bundle.abi, "version": executed.runner_version,
+            "flavor": bundle.flavor,
+            "abi": bundle.abi,
+            "version": executed.runner_version,
             "path": str(bundle.executable_path),
         },
         "inputs": {
@@ -865,8 +901,12 @@ def error_result(
         "status": "error",
         "exit_code": exc.exit_code,
         "job": {
-            "id": job_id, "model": job.model, "backend": job.backend, "quantization": job.quantize,
-            "iterations": job.iterations, "warmup": job.warmup,
+            "id": job_id,
+            "model": job.model,
+            "backend": job.backend,
+            "quantization": job.quantize,
+            "iterations": job.iterations,
+            "warmup": job.warmup,
         },
         "device": {"name": device_name},
         "error": {
@@ -916,7 +956,7 @@ def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
             f"no runner for {info.name} ({info.os} {info.abi}); etdeploy builds runners for "
             f"this machine ({_host_os()} {host_abi()}) and, with the NDK, for Android",
             "build the runner on that machine (see ios_harness/README.md for macOS and iOS) "
-            "and pass it with --runner PATH or `runner = \"PATH\"` in its [devices] table",
+            'and pass it with --runner PATH or `runner = "PATH"` in its [devices] table',
         )
     check_runner_abi(info, bundle.abi)
     return bundle

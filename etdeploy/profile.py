@@ -67,7 +67,9 @@ def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> d
     median_execute = sorted(execute_ms)[len(execute_ms) // 2] if execute_ms else None
     for item in events:
         item["share"] = (
-            item["p50_ms"] / median_execute if median_execute and not math.isnan(item["p50_ms"]) else None
+            item["p50_ms"] / median_execute
+            if median_execute and not math.isnan(item["p50_ms"])
+            else None
         )
     ranked = sorted(events, key=lambda e: e["p50_ms"], reverse=True)
     return {

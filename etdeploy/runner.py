@@ -57,6 +57,7 @@ ET_ERRORS: dict[int, str] = {
     0x32: "DelegateInvalidHandle",
 }
 
+
 @dataclass(frozen=True)
 class RunnerInvocation:
     """One run of a runner. Paths are as the runner sees them (on the device)."""

@@ -208,7 +208,7 @@ class _Plan:
 
 
 def _plan(abi: str) -> _Plan:
-    """"host" is this machine (glibc Linux, macOS); x86_64 and arm64-v8a are
+    """ "host" is this machine (glibc Linux, macOS); x86_64 and arm64-v8a are
     Android ABIs, built with the NDK against bionic: a host binary does not run
     on an Android x86_64 emulator even though the CPU matches."""
     if abi not in ABIS:

@@ -52,7 +52,10 @@ class OutputMetrics:
 
     def to_json(self) -> dict[str, Any]:
         fields = {**asdict(self), "tightest_atol": self.tightest_atol}
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in fields.items()}
+        return {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in fields.items()
+        }
 
 
 @dataclass
@@ -84,10 +87,14 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> dict[st
         rel = np.where(np.abs(e) > 0, diff / np.abs(e), np.where(diff > 0, np.inf, 0.0))
     noise = float(np.sum((a - e) ** 2))
     signal = float(np.sum(e**2))
-    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    sqnr = (
+        math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    )
     norms = float(np.linalg.norm(a) * np.linalg.norm(e))
     cosine = float(np.dot(a, e) / norms) if norms > 0 else (1.0 if noise == 0 else 0.0)
-    allclose = bool(np.all(diff <= tol.atol + tol.rtol * np.abs(e))) and bool(np.all(np.isfinite(a)))
+    allclose = bool(np.all(diff <= tol.atol + tol.rtol * np.abs(e))) and bool(
+        np.all(np.isfinite(a))
+    )
     return {
         "max_abs": max_abs,
         "max_rel": float(rel.max()) if rel.size else 0.0,
@@ -117,7 +124,9 @@ def verify(
     top1_hits = top1_total = 0
     for s, (got, want) in enumerate(zip(outputs, references, strict=True)):
         if len(got) != len(want):
-            return Verdict(False, f"sample {sample_names[s]}: {len(got)} outputs, reference has {len(want)}")
+            return Verdict(
+                False, f"sample {sample_names[s]}: {len(got)} outputs, reference has {len(want)}"
+            )
         for o, (a, e) in enumerate(zip(got, want, strict=True)):
             name = output_names[o] if o < len(output_names) else f"output_{o}"
             if tuple(a.shape) != tuple(e.shape):
@@ -125,7 +134,13 @@ def verify(
                     False,
                     f"output {name} of sample {sample_names[s]}: shape {list(a.shape)}, reference {list(e.shape)}",
                 )
-            m = OutputMetrics(output=o, name=name, sample=sample_names[s], shape=list(a.shape), **compare(a, e, tol))
+            m = OutputMetrics(
+                output=o,
+                name=name,
+                sample=sample_names[s],
+                shape=list(a.shape),
+                **compare(a, e, tol),
+            )
             if _is_classifier(a.shape):
                 top_a, top_e = np.argsort(-a, axis=1), np.argsort(-e, axis=1)
                 m.top1_agree = bool(np.all(top_a[:, 0] == top_e[:, 0]))
@@ -145,7 +160,8 @@ def verify(
         reason = (
             f"worst SQNR {worst.sqnr_db:.1f} dB ({worst.name}, sample {worst.sample})"
             + (f", top-1 agreement {top1:.0%}" if top1 is not None else "")
-            + f"; needs >= {tol.min_sqnr_db:.0f} dB" + (f" and >= {tol.min_top1:.0%}" if top1 is not None else "")
+            + f"; needs >= {tol.min_sqnr_db:.0f} dB"
+            + (f" and >= {tol.min_top1:.0%}" if top1 is not None else "")
         )
     else:
         worst = max(metrics, key=lambda m: m.max_abs)

@@ -30,7 +30,9 @@ def test_build_help_does_not_import_torch() -> None:
 def test_inspect_of_a_missing_file_is_exit_2_with_a_hint(tmp_path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "etdeploy", "inspect", str(tmp_path / "nope.pte")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2
     assert "error: not a file" in done.stderr and "hint:" in done.stderr

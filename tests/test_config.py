@@ -17,7 +17,10 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_devices_limits_and_run_settings_are_read(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, """
+    config = load_config(
+        write(
+            tmp_path,
+            """
 [run]
 iterations = 20
 deadline_s = 30.5
@@ -28,7 +31,9 @@ transport = "ssh"
 host = "mac.local"
 [limits]
 play_base = "150MB"
-"""))
+""",
+        )
+    )
     assert config.run == {"iterations": 20, "deadline_s": 30.5}
     assert config.devices["pixel8"].transport == "adb"
     assert config.devices["pixel8"].settings == {"serial": "ABC123"}

@@ -100,7 +100,12 @@ def test_a_grayscale_input_gets_one_channel(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "complaint"),
-    [("resize=abc", "resize=abc"), ("std=0", "std must not be 0"), ("layout=chw", "nchw or nhwc"), ("gamma=2", "keys are")],
+    [
+        ("resize=abc", "resize=abc"),
+        ("std=0", "std must not be 0"),
+        ("layout=chw", "nchw or nhwc"),
+        ("gamma=2", "keys are"),
+    ],
 )
 def test_a_bad_preprocess_spec_names_the_item(text: str, complaint: str) -> None:
     with pytest.raises(InputError, match=complaint):
@@ -108,15 +113,22 @@ def test_a_bad_preprocess_spec_names_the_item(text: str, complaint: str) -> None
 
 
 def test_a_shape_mismatch_names_the_input_expected_and_given(tmp_path: Path) -> None:
-    np.savez(tmp_path / "s.npz", left=np.zeros((2, 5), np.float32), right=np.zeros((2, 3), np.int64))
+    np.savez(
+        tmp_path / "s.npz", left=np.zeros((2, 5), np.float32), right=np.zeros((2, 3), np.int64)
+    )
     (sample,) = load_samples([tmp_path / "s.npz"], TWO_INPUTS)
     with pytest.raises(InputError) as caught:
         check_against(sample, TWO_INPUTS)
-    assert caught.value.message == "input 'left' of sample s: expected float32[2, 6], given float32[2, 5]"
+    assert (
+        caught.value.message
+        == "input 'left' of sample s: expected float32[2, 6], given float32[2, 5]"
+    )
 
 
 def test_a_dtype_mismatch_is_refused_too(tmp_path: Path) -> None:
-    np.savez(tmp_path / "s.npz", left=np.zeros((2, 6), np.float64), right=np.zeros((2, 3), np.int64))
+    np.savez(
+        tmp_path / "s.npz", left=np.zeros((2, 6), np.float64), right=np.zeros((2, 3), np.int64)
+    )
     (sample,) = load_samples([tmp_path / "s.npz"], TWO_INPUTS)
     with pytest.raises(InputError, match="expected float32"):
         check_against(sample, TWO_INPUTS)

@@ -87,7 +87,10 @@ def test_a_second_run_sends_no_bytes(device: LocalDevice) -> None:
     assert first["deploy"]["bytes_sent"] > 0
     assert second["deploy"]["bytes_sent"] == 0
     assert second["deploy"]["files_sent"] == 0
-    assert second["deploy"]["files_skipped"] == first["deploy"]["files_sent"] + first["deploy"]["files_skipped"]
+    assert (
+        second["deploy"]["files_skipped"]
+        == first["deploy"]["files_sent"] + first["deploy"]["files_skipped"]
+    )
 
 
 def test_digits_int8_is_judged_by_sqnr_and_top1(device: LocalDevice) -> None:
@@ -102,19 +105,29 @@ def test_digits_int8_is_judged_by_sqnr_and_top1(device: LocalDevice) -> None:
     assert verdict["top1_agreement"] >= 0.9
 
 
-def test_two_inputs_and_two_outputs_are_each_verified(device: LocalDevice, two_io_samples: Path) -> None:
-    result = run_job(RunJob(model=TWO_IO, inputs=(str(two_io_samples),), iterations=2, warmup=1), device)
+def test_two_inputs_and_two_outputs_are_each_verified(
+    device: LocalDevice, two_io_samples: Path
+) -> None:
+    result = run_job(
+        RunJob(model=TWO_IO, inputs=(str(two_io_samples),), iterations=2, warmup=1), device
+    )
     assert result["status"] == "passed", result["verdict"]["reason"]
     assert result["inputs"]["names"] == ["left", "right"]
     metrics = result["verdict"]["metrics"]
     assert len(metrics) == 3 * 2
-    assert {(m["sample"], m["output"]) for m in metrics} == {(f"s{i}", o) for i in range(3) for o in (0, 1)}
+    assert {(m["sample"], m["output"]) for m in metrics} == {
+        (f"s{i}", o) for i in range(3) for o in (0, 1)
+    }
     assert {tuple(m["shape"]) for m in metrics} == {(2, 4), (2, 1)}
 
 
-def test_host_check_compares_device_and_host_runtime(device: LocalDevice, two_io_samples: Path) -> None:
+def test_host_check_compares_device_and_host_runtime(
+    device: LocalDevice, two_io_samples: Path
+) -> None:
     result = run_job(
-        RunJob(model=TWO_IO, inputs=(str(two_io_samples),), iterations=1, warmup=0, host_check=True),
+        RunJob(
+            model=TWO_IO, inputs=(str(two_io_samples),), iterations=1, warmup=0, host_check=True
+        ),
         device,
     )
     host = result["host_check"]
@@ -174,16 +187,24 @@ def test_an_altered_weight_fails_verification_and_names_the_output(tmp_path: Pat
     data = bytearray(pte.read_bytes())
     # The classifier's weight matrix: the largest 2-D float constant.
     weight = max(
-        (c for c in read_pte(pte).constant_tensors if c.dtype == "float" and len(c.sizes) == 2 and c.offset),
+        (
+            c
+            for c in read_pte(pte).constant_tensors
+            if c.dtype == "float" and len(c.sizes) == 2 and c.offset
+        ),
         key=lambda c: c.nbytes,
     )
-    values = np.frombuffer(bytes(data[weight.offset : weight.offset + weight.nbytes]), dtype=np.float32).copy()
+    values = np.frombuffer(
+        bytes(data[weight.offset : weight.offset + weight.nbytes]), dtype=np.float32
+    ).copy()
     values[: values.size // 2] *= -3.0
     data[weight.offset : weight.offset + weight.nbytes] = values.tobytes()
     altered = tmp_path / "altered.pte"
     altered.write_bytes(bytes(data))
 
-    done = cli("run", "digits", "--pte", altered, "-n", "1", "--warmup", "0", "--json", tmp_path / "r.json")
+    done = cli(
+        "run", "digits", "--pte", altered, "-n", "1", "--warmup", "0", "--json", tmp_path / "r.json"
+    )
     assert done.exit_code == 1, done.output
     assert "FAIL" in done.stdout
     document = json.loads((tmp_path / "r.json").read_text())
@@ -216,7 +237,16 @@ def test_a_truncated_pte_is_bad_input(tmp_path: Path) -> None:
 def test_a_missing_operator_is_a_runner_failure_naming_it(tmp_path: Path) -> None:
     (tmp_path / "x.npy").write_bytes(b"")
     np.save(tmp_path / "x.npy", np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4))
-    done = cli("run", CUSTOM_OP, "--backend", "portable", "--inputs", tmp_path / "x.npy", "--json", tmp_path / "r.json")
+    done = cli(
+        "run",
+        CUSTOM_OP,
+        "--backend",
+        "portable",
+        "--inputs",
+        tmp_path / "x.npy",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert done.exit_code == 3, done.output
     line = _one_line_error(done)
     assert "OperatorMissing" in line and "etdeploy_custom::triple.out" in line
@@ -275,13 +305,30 @@ def test_no_inputs_at_all_is_bad_input_with_a_hint() -> None:
 
 
 def test_verifying_on_the_example_inputs_is_warned(device: LocalDevice, tmp_path: Path) -> None:
-    np.savez(tmp_path / "zeros.npz", left=np.zeros((2, 6), np.float32), right=np.zeros((2, 3), np.float32))
-    result = run_job(RunJob(model=TWO_IO, inputs=(str(tmp_path / "zeros.npz"),), iterations=1, warmup=0), device)
+    np.savez(
+        tmp_path / "zeros.npz",
+        left=np.zeros((2, 6), np.float32),
+        right=np.zeros((2, 3), np.float32),
+    )
+    result = run_job(
+        RunJob(model=TWO_IO, inputs=(str(tmp_path / "zeros.npz"),), iterations=1, warmup=0), device
+    )
     assert any("example inputs" in w for w in result["warnings"])
 
 
-def test_a_reference_file_replaces_the_eager_model(device: LocalDevice, tmp_path: Path, two_io_samples: Path) -> None:
-    first = run_job(RunJob(model=TWO_IO, inputs=(str(two_io_samples / "s0.npz"),), iterations=1, warmup=0, keep=True), device)
+def test_a_reference_file_replaces_the_eager_model(
+    device: LocalDevice, tmp_path: Path, two_io_samples: Path
+) -> None:
+    first = run_job(
+        RunJob(
+            model=TWO_IO,
+            inputs=(str(two_io_samples / "s0.npz"),),
+            iterations=1,
+            warmup=0,
+            keep=True,
+        ),
+        device,
+    )
     pte = Path(first["artifact"]["pte"])
     with np.load(two_io_samples / "s0.npz") as sample:
         left, right = sample["left"], sample["right"]
@@ -292,7 +339,9 @@ def test_a_reference_file_replaces_the_eager_model(device: LocalDevice, tmp_path
     module = load_model(parse_model_ref(TWO_IO)).module
     with torch.no_grad():
         a, b = module(torch.from_numpy(left), torch.from_numpy(right))
-    np.savez(tmp_path / "expected.npz", o0=a.numpy(), o1=(b.numpy() + 1.0))  # o1 is wrong on purpose
+    np.savez(
+        tmp_path / "expected.npz", o0=a.numpy(), o1=(b.numpy() + 1.0)
+    )  # o1 is wrong on purpose
     result = run_job(
         RunJob(model=None, pte=pte, reference=tmp_path / "expected.npz",
                inputs=(str(two_io_samples / "s0.npz"),), iterations=1, warmup=0),
@@ -322,7 +371,18 @@ def test_result_json_is_never_half_written(tmp_path: Path) -> None:
 def test_a_program_over_the_configured_size_limit_fails_the_run(tmp_path: Path) -> None:
     config = tmp_path / "etdeploy.toml"
     config.write_text('[sizecheck]\nbudget = "10KB"\n')
-    done = cli("run", "digits", "-n", "1", "--warmup", "0", "--config", config, "--json", tmp_path / "r.json")
+    done = cli(
+        "run",
+        "digits",
+        "-n",
+        "1",
+        "--warmup",
+        "0",
+        "--config",
+        config,
+        "--json",
+        tmp_path / "r.json",
+    )
     assert done.exit_code == 1, done.output
     document = json.loads((tmp_path / "r.json").read_text())
     assert document["verdict"]["passed"] is True  # the numbers are right...
@@ -379,7 +439,9 @@ def test_paths_in_etdeploy_toml_are_relative_to_the_file(tmp_path: Path) -> None
     project = tmp_path / "project"
     (project / "samples").mkdir(parents=True)
     (project / "deep" / "er").mkdir(parents=True)
-    np.save(project / "samples" / "a.npy", np.linspace(0, 1, 64, dtype=np.float32).reshape(1, 1, 8, 8))
+    np.save(
+        project / "samples" / "a.npy", np.linspace(0, 1, 64, dtype=np.float32).reshape(1, 1, 8, 8)
+    )
     (project / "etdeploy.toml").write_text('[run]\ninputs = ["samples"]\n')
     cwd = os.getcwd()
     try:
@@ -394,7 +456,9 @@ def test_paths_in_etdeploy_toml_are_relative_to_the_file(tmp_path: Path) -> None
 def test_a_dynamic_batch_runs_at_each_samples_own_size(device: LocalDevice, tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     for batch in (1, 3, 16):
-        np.save(tmp_path / f"b{batch:02d}.npy", rng.uniform(-2, 2, size=(batch, 5)).astype(np.float32))
+        np.save(
+            tmp_path / f"b{batch:02d}.npy", rng.uniform(-2, 2, size=(batch, 5)).astype(np.float32)
+        )
     model = f"{MODELS / 'two_io.py'}:dynamic_mlp"
     result = run_job(RunJob(model=model, inputs=(str(tmp_path),), iterations=2, warmup=1), device)
     assert result["status"] == "passed", result["verdict"]["reason"]
@@ -416,7 +480,9 @@ def test_the_peak_memory_is_the_runners_own_not_its_parents(device: LocalDevice)
     assert 0 < runner_peak < parent_peak / 2
 
 
-def test_weights_beside_the_model_file_are_part_of_what_is_cached(device: LocalDevice, tmp_path: Path) -> None:
+def test_weights_beside_the_model_file_are_part_of_what_is_cached(
+    device: LocalDevice, tmp_path: Path
+) -> None:
     from etdeploy.pipeline import eager_reference
 
     (tmp_path / "model.py").write_text(
@@ -433,10 +499,14 @@ def test_weights_beside_the_model_file_are_part_of_what_is_cached(device: LocalD
     sample = (np.array([[1.0, 2.0, 3.0]], np.float32),)
     model = f"{tmp_path / 'model.py'}:build"
     np.save(tmp_path / "x.npy", sample[0])
-    first = run_job(RunJob(model=model, inputs=(str(tmp_path / "x.npy"),), iterations=1, warmup=0), device)
+    first = run_job(
+        RunJob(model=model, inputs=(str(tmp_path / "x.npy"),), iterations=1, warmup=0), device
+    )
     (before,), _ = eager_reference(model, [sample])
     np.save(tmp_path / "w.npy", np.full((2, 3), 5.0, np.float32))
-    second = run_job(RunJob(model=model, inputs=(str(tmp_path / "x.npy"),), iterations=1, warmup=0), device)
+    second = run_job(
+        RunJob(model=model, inputs=(str(tmp_path / "x.npy"),), iterations=1, warmup=0), device
+    )
     (after,), _ = eager_reference(model, [sample])
     assert np.allclose(before[0], [[12.0, 12.0]]) and np.allclose(after[0], [[30.0, 30.0]])
     assert first["artifact"]["sha256"] != second["artifact"]["sha256"]

@@ -14,7 +14,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_profile_names_the_delegate_call_its_operators_and_modules(tmp_path: Path) -> None:
-    result = run_job(RunJob(model="digits", iterations=5, warmup=1, profile=True), LocalDevice(workdir=tmp_path))
+    result = run_job(
+        RunJob(model="digits", iterations=5, warmup=1, profile=True), LocalDevice(workdir=tmp_path)
+    )
     profile = result["profile"]
     assert profile["etrecord"] is True
     # Warm-up and timed executions are all traced.

@@ -26,7 +26,10 @@ def test_the_diverging_output_and_sample_are_named() -> None:
     out = [[np.zeros((1, 4)), np.zeros((1, 10))], [np.zeros((1, 4)), np.full((1, 10), 0.5)]]
     verdict = verify(out, ref, ["a", "b"], ["feat", "logits"], Tolerance())
     assert not verdict.passed
-    assert verdict.worst is not None and (verdict.worst.name, verdict.worst.sample) == ("logits", "b")
+    assert verdict.worst is not None and (verdict.worst.name, verdict.worst.sample) == (
+        "logits",
+        "b",
+    )
     assert "logits" in verdict.reason and "sample b" in verdict.reason
 
 

@@ -106,7 +106,9 @@ def cache_key(ref: ModelRef, options: BuildOptions, fingerprint: str) -> str:
     payload = {
         "model": fingerprint,
         "options": options.key_fields(),
-        "calibration": _calibration_digest(options.calibration) if options.quantize == "int8" else "",
+        "calibration": _calibration_digest(options.calibration)
+        if options.quantize == "int8"
+        else "",
         "versions": versions(),
         # Bumped whenever what a build records changes, so old cache entries are not served.
         "format": f"{SCHEMA}+{BUILD_REVISION}",
@@ -228,7 +230,9 @@ def _calibration_unchanged(manifest: dict[str, Any]) -> bool:
         return False
 
 
-def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+def _calibration_batches(
+    spec: Any, options: BuildOptions
+) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
     import torch
 
     from etdeploy.inputs import load_samples, to_tensors
@@ -238,10 +242,16 @@ def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[A
     if options.random_calibration:
         generator = torch.Generator().manual_seed(0)
         batches = [
-            tuple(torch.randn(t.shape, generator=generator).to(t.dtype) for t in spec.example_inputs)
+            tuple(
+                torch.randn(t.shape, generator=generator).to(t.dtype) for t in spec.example_inputs
+            )
             for _ in range(16)
         ]
-        return batches, {"kind": "random", "samples": 16, "note": "calibrated on noise (--random-calibration)"}
+        return batches, {
+            "kind": "random",
+            "samples": 16,
+            "note": "calibrated on noise (--random-calibration)",
+        }
     paths = options.calibration or tuple(str(p) for p in (spec.calibration or spec.samples))
     if not paths:
         raise InputError(
@@ -260,7 +270,8 @@ def _calibration_batches(spec: Any, options: BuildOptions) -> tuple[list[tuple[A
     batches = [to_tensors(s) for s in samples]
     for sample, batch in zip(samples, batches, strict=True):
         if len(batch) != len(spec.example_inputs) or any(
-            b.shape != e.shape or b.dtype != e.dtype for b, e in zip(batch, spec.example_inputs, strict=False)
+            b.shape != e.shape or b.dtype != e.dtype
+            for b, e in zip(batch, spec.example_inputs, strict=False)
         ):
             given = ", ".join(f"{b.dtype}{list(b.shape)}" for b in batch)
             want = ", ".join(f"{e.dtype}{list(e.shape)}" for e in spec.example_inputs)

@@ -52,7 +52,10 @@ class Delegation:
             "delegated_subgraphs": self.subgraphs,
             "share": round(self.share, 4),
             "by_op": {
-                op: {"delegated": self.delegated.get(op, 0), "non_delegated": self.not_delegated.get(op, 0)}
+                op: {
+                    "delegated": self.delegated.get(op, 0),
+                    "non_delegated": self.not_delegated.get(op, 0),
+                }
                 for op in sorted(set(self.delegated) | set(self.not_delegated))
             },
         }
@@ -158,8 +161,15 @@ def _method_info(plan: Any) -> dict[str, Any]:
 
 
 _SCALAR_NAMES = {
-    "BYTE": "uint8", "CHAR": "int8", "SHORT": "int16", "INT": "int32", "LONG": "int64",
-    "HALF": "float16", "FLOAT": "float32", "DOUBLE": "float64", "BOOL": "bool",
+    "BYTE": "uint8",
+    "CHAR": "int8",
+    "SHORT": "int16",
+    "INT": "int32",
+    "LONG": "int64",
+    "HALF": "float16",
+    "FLOAT": "float32",
+    "DOUBLE": "float64",
+    "BOOL": "bool",
     "BFLOAT16": "bfloat16",
 }
 
@@ -167,4 +177,3 @@ _SCALAR_NAMES = {
 def _scalar_name(scalar_type: Any) -> str:
     name = getattr(scalar_type, "name", str(scalar_type))
     return _SCALAR_NAMES.get(name, name.lower())
-

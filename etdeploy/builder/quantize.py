@@ -23,7 +23,9 @@ def quantize(exported: Any, mode: str, calibration: Sequence[tuple[Any, ...]]) -
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=mode == "int8-dynamic")
+    config = get_symmetric_quantization_config(
+        is_per_channel=True, is_dynamic=mode == "int8-dynamic"
+    )
     quantizer = XNNPACKQuantizer().set_global(config)
     prepared = prepare_pt2e(exported.module(), quantizer)
     for index, batch in enumerate(calibration):
@@ -38,9 +40,7 @@ def quantize(exported: Any, mode: str, calibration: Sequence[tuple[Any, ...]]) -
             ) from exc
     converted = convert_pt2e(prepared)
     args = exported.example_inputs[0]
-    return torch.export.export(
-        converted, tuple(args), dynamic_shapes=_dynamic_shapes_of(exported)
-    )
+    return torch.export.export(converted, tuple(args), dynamic_shapes=_dynamic_shapes_of(exported))
 
 
 def _dynamic_shapes_of(exported: Any) -> Any:

@@ -14,14 +14,36 @@ from etdeploy.errors import UsageError
 
 @command("build")
 def build_command(
-    model: str = typer.Argument(..., help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
-    backend: list[str] = typer.Option(["xnnpack"], "--backend", "-b", help="xnnpack, portable, coreml, vulkan; repeat for several."),
-    quantize: str = typer.Option(None, "--quantize", "-q", help="int8 (calibrated) or int8-dynamic."),
-    calibration: list[str] = typer.Option([], "--calibration", help="Real calibration samples: files, dirs or globs."),
-    random_calibration: bool = typer.Option(False, "--random-calibration", help="Calibrate int8 on noise (recorded in the manifest)."),
-    dynamic: list[str] = typer.Option([], "--dynamic", help="A dynamic dim: INPUT:DIM=MIN..MAX (e.g. image:0=1..16)."),
-    output: Path = typer.Option(None, "--output", "-o", help="Output .pte (default ./<model>.pte; <model>-<backend>.pte for several)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild even when a cached artefact matches."),
+    model: str = typer.Argument(
+        ..., help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."
+    ),
+    backend: list[str] = typer.Option(
+        ["xnnpack"],
+        "--backend",
+        "-b",
+        help="xnnpack, portable, coreml, vulkan; repeat for several.",
+    ),
+    quantize: str = typer.Option(
+        None, "--quantize", "-q", help="int8 (calibrated) or int8-dynamic."
+    ),
+    calibration: list[str] = typer.Option(
+        [], "--calibration", help="Real calibration samples: files, dirs or globs."
+    ),
+    random_calibration: bool = typer.Option(
+        False, "--random-calibration", help="Calibrate int8 on noise (recorded in the manifest)."
+    ),
+    dynamic: list[str] = typer.Option(
+        [], "--dynamic", help="A dynamic dim: INPUT:DIM=MIN..MAX (e.g. image:0=1..16)."
+    ),
+    output: Path = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Output .pte (default ./<model>.pte; <model>-<backend>.pte for several).",
+    ),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Rebuild even when a cached artefact matches."
+    ),
 ) -> None:
     """Build a .pte (and its .pte.json manifest) and report what the backend claimed."""
     from etdeploy.builder import BuildOptions, build, export_artifact
@@ -29,7 +51,9 @@ def build_command(
 
     name = parse_model_ref(model).name
     if output is not None and len(backend) > 1 and output.suffix == ".pte":
-        raise UsageError("-o names one file but several backends were asked for", "give -o a directory")
+        raise UsageError(
+            "-o names one file but several backends were asked for", "give -o a directory"
+        )
     for be in backend:
         options = BuildOptions(
             backend=be,
@@ -57,9 +81,14 @@ def render_build(manifest: dict, target: Path, cached: bool | None, seconds: flo
     delegation = manifest["delegation"]
     how = "" if cached is None else f"  ({'cached' if cached else 'built'} in {seconds:.1f} s)"
     table = Table(title=f"{target}{how}", show_header=False)
-    table.add_row("backend", f"{manifest['backend']} (delegates: {', '.join(manifest['delegates']) or 'none'})")
+    table.add_row(
+        "backend",
+        f"{manifest['backend']} (delegates: {', '.join(manifest['delegates']) or 'none'})",
+    )
     quant = manifest.get("quantization")
-    table.add_row("quantization", f"{quant['mode']} ({quant['calibration']['kind']})" if quant else "none")
+    table.add_row(
+        "quantization", f"{quant['mode']} ({quant['calibration']['kind']})" if quant else "none"
+    )
     table.add_row(
         "delegated",
         f"{delegation['delegated_nodes']} of {delegation['delegated_nodes'] + delegation['non_delegated_nodes']} ops "
@@ -84,7 +113,9 @@ def _describe(meta: dict) -> str:
     if meta.get("kind") != "tensor":
         return meta.get("kind", "?")
     shape = [
-        f"{meta['dynamic'][str(i)][0]}..{meta['dynamic'][str(i)][1]}" if str(i) in meta.get("dynamic", {}) else str(s)
+        f"{meta['dynamic'][str(i)][0]}..{meta['dynamic'][str(i)][1]}"
+        if str(i) in meta.get("dynamic", {})
+        else str(s)
         for i, s in enumerate(meta["shape"])
     ]
     return f"{meta.get('name', '')}:{meta['dtype']}[{','.join(shape)}]"
@@ -109,7 +140,9 @@ def inspect_command(
     if manifest:
         render_build(manifest, pte, None, 0.0)
     else:
-        err_console.print(f"[dim]no manifest beside {pte} (not built by etdeploy, or moved alone)[/]")
+        err_console.print(
+            f"[dim]no manifest beside {pte} (not built by etdeploy, or moved alone)[/]"
+        )
     table = Table(title="what the .pte says", show_header=False)
     for key, value in layout.items():
         table.add_row(key.removesuffix("_bytes"), _layout_value(key, value))

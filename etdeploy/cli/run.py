@@ -113,14 +113,18 @@ def run_command(
                 result = run_job(
                     job,
                     target,
-                    RunContext(status=display.status, progress=display.transfer, size_config=config),
+                    RunContext(
+                        status=display.status, progress=display.transfer, size_config=config
+                    ),
                     job_id=job_id,
                 )
     except BaseException as exc:
         # The result file is promised for every run that got this far: a bug of
         # ours or Ctrl-C included (then as an internal error / interruption).
         if json_path is not None:
-            write_result_json(error_result(job, job.device, as_error(exc), started, job_id), json_path)
+            write_result_json(
+                error_result(job, job.device, as_error(exc), started, job_id), json_path
+            )
         raise
     if json_path is not None:
         write_result_json(result, json_path)
@@ -179,17 +183,35 @@ def render_result(result: dict[str, Any]) -> None:
     quant = f", {artifact['quantization']}" if artifact.get("quantization") else ""
     title = f"{result['job']['model'] or artifact['pte']} on {device['name']} ({artifact.get('backend') or '?'}{quant})"
     table = Table(title=title)
-    for column in ("output", "samples ok", "worst sample", "max abs", "max rel", "SQNR dB", "cosine", "top-1"):
-        table.add_column(column, justify="left" if column in ("output", "worst sample") else "right")
+    for column in (
+        "output",
+        "samples ok",
+        "worst sample",
+        "max abs",
+        "max rel",
+        "SQNR dB",
+        "cosine",
+        "top-1",
+    ):
+        table.add_column(
+            column, justify="left" if column in ("output", "worst sample") else "right"
+        )
     # One row per output, showing its worst sample; --json has every sample.
     by_output: dict[int, list[dict[str, Any]]] = {}
     for m in verdict["metrics"]:
         by_output.setdefault(m["output"], []).append(m)
     quantized = bool(artifact.get("quantization"))
     for rows in by_output.values():
-        worst = min(rows, key=lambda m: m["sqnr_db"] if m["sqnr_db"] is not None else float("inf")) if quantized \
+        worst = (
+            min(rows, key=lambda m: m["sqnr_db"] if m["sqnr_db"] is not None else float("inf"))
+            if quantized
             else max(rows, key=lambda m: m["max_abs"])
-        ok = sum(1 for m in rows if m["allclose"]) if not quantized else sum(1 for m in rows if m["top1_agree"] is not False)
+        )
+        ok = (
+            sum(1 for m in rows if m["allclose"])
+            if not quantized
+            else sum(1 for m in rows if m["top1_agree"] is not False)
+        )
         top1 = [m["top1_agree"] for m in rows if m["top1_agree"] is not None]
         table.add_row(
             worst["name"], f"{ok}/{len(rows)}", worst["sample"], f"{worst['max_abs']:.2e}",
@@ -233,7 +255,9 @@ def render_result(result: dict[str, Any]) -> None:
     mark = "[bold green]PASS[/]" if result["status"] == "passed" else "[bold red]FAIL[/]"
     console.print(f"{mark} {escape(verdict['reason'])}", highlight=False)
     if result.get("size") and not result["size"]["passed"]:
-        console.print("[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False)
+        console.print(
+            "[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False
+        )
 
 
 def _render_profile(profile: dict[str, Any]) -> None:
@@ -249,13 +273,20 @@ def _render_profile(profile: dict[str, Any]) -> None:
         )  # fmt: skip
     console.print(table)
     if not profile["etrecord"]:
-        err_console.print("[yellow]warning:[/] no ETRecord beside the .pte: events carry runtime names only")
+        err_console.print(
+            "[yellow]warning:[/] no ETRecord beside the .pte: events carry runtime names only"
+        )
 
 
 def _render_size(size: dict[str, Any]) -> None:
     for verdict in size["verdicts"]:
-        colour = {"fits": "green", "over": "bold red", "warning": "yellow"}.get(verdict["status"], "")
-        console.print(f"size: {escape(verdict['label'])}: [{colour}]{escape(verdict['text'])}[/]", highlight=False)
+        colour = {"fits": "green", "over": "bold red", "warning": "yellow"}.get(
+            verdict["status"], ""
+        )
+        console.print(
+            f"size: {escape(verdict['label'])}: [{colour}]{escape(verdict['text'])}[/]",
+            highlight=False,
+        )
 
 
 def _num(value: float | None, spec: str, none: str = "-") -> str:

@@ -18,7 +18,9 @@ app.add_typer(runner_app, name="runner")
 @runner_app.command("build")
 def runner_build_command(
     abi: str = typer.Option(
-        "host", "--abi", help="host (this machine), or an Android ABI: arm64-v8a, x86_64 (need the Android NDK)."
+        "host",
+        "--abi",
+        help="host (this machine), or an Android ABI: arm64-v8a, x86_64 (need the Android NDK).",
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build even when the cache has it."),
 ) -> None:

@@ -91,7 +91,9 @@ def _write_atomically(target: Path, text: str) -> None:
     try:
         atomic_write(target, text.encode("utf-8"))
     except OSError as exc:
-        raise UsageError(f"cannot write {target}: {exc.strerror}", "check the --json path") from None
+        raise UsageError(
+            f"cannot write {target}: {exc.strerror}", "check the --json path"
+        ) from None
 
 
 def render_report(report: SizeReport, top: int) -> None:

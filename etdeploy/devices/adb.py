@@ -133,11 +133,14 @@ class AdbSettings:
                 port = int(raw) if raw else DEFAULT_ADB_PORT
             except ValueError:
                 raise UsageError(
-                    f"{ENV_PORT}={raw!r} is not a port number", f"unset {ENV_PORT} or set it to a number"
+                    f"{ENV_PORT}={raw!r} is not a port number",
+                    f"unset {ENV_PORT} or set it to a number",
                 ) from None
             object.__setattr__(self, "port", port)
         if not 0 < self.port < 65536:
-            raise UsageError(f"adb server port {self.port} is out of range", "use a port from 1 to 65535")
+            raise UsageError(
+                f"adb server port {self.port} is out of range", "use a port from 1 to 65535"
+            )
 
     @classmethod
     def from_config(cls, settings: Mapping[str, Any], *, where: str = "device") -> AdbSettings:
@@ -157,8 +160,12 @@ class AdbSettings:
                 continue
             value = settings[key]
             if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-                names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
-                raise UsageError(f"{where}.{key}: expected {names}, got {value!r}", f"fix {key} in etdeploy.toml")
+                names = " or ".join(
+                    t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,))
+                )
+                raise UsageError(
+                    f"{where}.{key}: expected {names}, got {value!r}", f"fix {key} in etdeploy.toml"
+                )
             values[attr] = value
         return cls(**values)
 
@@ -226,7 +233,9 @@ class _Connection(adbutils.AdbConnection):
         try:
             sock = socket.create_connection(self._target, timeout=self._connect_timeout_s)
         except TimeoutError:
-            raise AdbTimeout(f"connecting to the adb server at {self._target[0]}:{self._target[1]} timed out") from None
+            raise AdbTimeout(
+                f"connecting to the adb server at {self._target[0]}:{self._target[1]} timed out"
+            ) from None
         except OSError as exc:
             raise AdbConnectionError(f"cannot connect to the adb server: {exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -242,7 +251,9 @@ class _Client(adbutils.AdbClient):
         self._version: int | None = None
 
     def make_connection(self, timeout: float | None = None) -> adbutils.AdbConnection:
-        connection = _Connection(self.settings.host, self.settings.port, self.settings.connect_timeout_s)
+        connection = _Connection(
+            self.settings.host, self.settings.port, self.settings.connect_timeout_s
+        )
         connection.conn.settimeout(timeout or self.settings.connect_timeout_s)
         return connection
 
@@ -264,20 +275,28 @@ def _start_server(settings: AdbSettings) -> None:
     with tempfile.TemporaryFile() as out:
         try:
             result = subprocess.run(
-                [binary, "-P", str(settings.port), "start-server"], env=env,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=60, check=False,
+                [binary, "-P", str(settings.port), "start-server"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise DeviceError(
                 f"could not start an adb server on port {settings.port}: {exc}",
-                "start one yourself: adb -P PORT start-server", command="adb start-server",
+                "start one yourself: adb -P PORT start-server",
+                command="adb start-server",
             ) from exc
         out.seek(0)
         log = out.read().decode(errors="replace")
     if result.returncode != 0:
         raise DeviceError(
             f"adb start-server on port {settings.port} failed (exit {result.returncode})",
-            "see the log; another program may hold the port", command="adb start-server", log=log,
+            "see the log; another program may hold the port",
+            command="adb start-server",
+            log=log,
         )
 
 
@@ -304,7 +323,8 @@ def connect_server(settings: AdbSettings) -> _Client:
     except AdbTimeout:
         raise DeviceError(
             f"the adb server at {settings.server} does not answer within {settings.connect_timeout_s:g} s",
-            "is the host reachable? raise connect_timeout_s for slow links", retryable=True,
+            "is the host reachable? raise connect_timeout_s for slow links",
+            retryable=True,
         ) from None
     except (AdbError, ValueError, OSError) as exc:
         raise DeviceError(
@@ -327,26 +347,38 @@ def _infra_error(
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, (AdbTimeout, socket.timeout)):
         return TransportError(
-            f"adb timed out while {what}", "is the device responsive? check `adb devices`",
-            device=device, command=command, retryable=True,
+            f"adb timed out while {what}",
+            "is the device responsive? check `adb devices`",
+            device=device,
+            command=command,
+            retryable=True,
         )
     if isinstance(exc, AdbError) and not isinstance(exc, AdbConnectionError):
         lowered = text.lower()
         if "unauthorized" in lowered:
             return DeviceError(
                 f"device is unauthorized while {what}",
-                "unlock the phone and accept the USB debugging prompt", device=device, command=command,
+                "unlock the phone and accept the USB debugging prompt",
+                device=device,
+                command=command,
             )
         if "offline" in lowered or "not found" in lowered or "no devices" in lowered:
             return DeviceError(
                 f"device is offline or gone while {what} ({text})",
                 "check the cable or Wi-Fi and `adb devices`; a retry may succeed",
-                device=device, command=command, retryable=True,
+                device=device,
+                command=command,
+                retryable=True,
             )
-        return DeviceError(f"adb refused while {what}: {text}", None, device=device, command=command)
+        return DeviceError(
+            f"adb refused while {what}: {text}", None, device=device, command=command
+        )
     return TransportError(
         f"connection to the adb server dropped while {what} ({text})",
-        "check `adb devices`; a retry may succeed", device=device, command=command, retryable=True,
+        "check `adb devices`; a retry may succeed",
+        device=device,
+        command=command,
+        retryable=True,
     )
 
 
@@ -444,7 +476,8 @@ class _Transport:
             while exit_code is None:
                 now = time.monotonic()
                 if kill_sent_at is None and (
-                    now >= deadline or (idle_timeout_s is not None and now - last_data >= idle_timeout_s)
+                    now >= deadline
+                    or (idle_timeout_s is not None and now - last_data >= idle_timeout_s)
                 ):
                     timed_out = True
                     if on_timeout is None:
@@ -473,7 +506,7 @@ class _Transport:
                     end = _SHELL_PACKET.size + length
                     if len(buffer) < end:
                         break
-                    payload = bytes(buffer[_SHELL_PACKET.size:end])
+                    payload = bytes(buffer[_SHELL_PACKET.size : end])
                     del buffer[:end]
                     if kind == _SHELL_STDOUT:
                         stdout.append(payload)
@@ -486,36 +519,55 @@ class _Transport:
         out_bytes = stdout.data()
         if not v2:
             found = out_bytes.rfind(marker.encode())
-            match = re.match(rb"(\d+)", out_bytes[found + len(marker):]) if found >= 0 else None
+            match = re.match(rb"(\d+)", out_bytes[found + len(marker) :]) if found >= 0 else None
             if match:
                 exit_code = int(match.group(1))
                 out_bytes = out_bytes[:found]
             elif not timed_out:
                 lost = True
         return _ShellResult(
-            exit_code=-1 if exit_code is None else exit_code, stdout=out_bytes, stderr=stderr.data(),
-            timed_out=timed_out, lost=lost and not timed_out, elapsed_s=time.monotonic() - started,
+            exit_code=-1 if exit_code is None else exit_code,
+            stdout=out_bytes,
+            stderr=stderr.data(),
+            timed_out=timed_out,
+            lost=lost and not timed_out,
+            elapsed_s=time.monotonic() - started,
         )
 
     def check(self, command: str, what: str, *, deadline_s: float | None = None) -> str:
         """Run a short helper command; its stdout, or a DeviceError."""
-        limit = deadline_s if deadline_s is not None else max(self.settings.transfer_idle_timeout_s, 10.0)
+        limit = (
+            deadline_s
+            if deadline_s is not None
+            else max(self.settings.transfer_idle_timeout_s, 10.0)
+        )
         result = self.shell(command, deadline_s=limit)
         output = (result.stdout + result.stderr).decode(errors="replace").strip()
         if result.lost:
             raise DeviceError(
-                f"device went offline while {what}", "check `adb devices`; a retry may succeed",
-                device=self.name, command=command, log=output, retryable=True,
+                f"device went offline while {what}",
+                "check `adb devices`; a retry may succeed",
+                device=self.name,
+                command=command,
+                log=output,
+                retryable=True,
             )
         if result.timed_out:
             raise TransportError(
-                f"device did not finish {what} within {limit:g} s", "is the device responsive?",
-                device=self.name, command=command, log=output, retryable=True,
+                f"device did not finish {what} within {limit:g} s",
+                "is the device responsive?",
+                device=self.name,
+                command=command,
+                log=output,
+                retryable=True,
             )
         if result.exit_code != 0:
             raise DeviceError(
                 f"{what} failed on the device (exit {result.exit_code}): {output.splitlines()[-1] if output else ''}",
-                "see the log", device=self.name, command=command, log=output,
+                "see the log",
+                device=self.name,
+                command=command,
+                log=output,
             )
         return result.stdout.decode(errors="replace")
 
@@ -533,7 +585,11 @@ class _Transport:
 
 
 def _device_info(
-    serial: str, state: str, props: Mapping[str, str], tags: Mapping[str, str], name: str | None = None
+    serial: str,
+    state: str,
+    props: Mapping[str, str],
+    tags: Mapping[str, str],
+    name: str | None = None,
 ) -> DeviceInfo:
     def pick(*keys: str) -> str:
         for key in keys:
@@ -604,9 +660,14 @@ def friendly_matches(name: str, attached: Sequence[DeviceInfo]) -> list[DeviceIn
     if not wanted:
         return []
     return [
-        info for info in attached
-        if wanted in {_normalize(v) for v in (info.model, info.extra.get("product", ""),
-                                              info.extra.get("device", "")) if v}
+        info
+        for info in attached
+        if wanted
+        in {
+            _normalize(v)
+            for v in (info.model, info.extra.get("product", ""), info.extra.get("device", ""))
+            if v
+        }
     ]
 
 
@@ -629,7 +690,8 @@ def resolve_serial(
         if len(ready) == 1:
             return ready[0].serial
         raise UsageError(
-            "no device named and " + ("none is attached" if not ready else f"{len(ready)} are attached"),
+            "no device named and "
+            + ("none is attached" if not ready else f"{len(ready)} are attached"),
             f"name one with --device (a serial, a model like pixel8, or an alias) or set {ENV_SERIAL}; "
             f"{_describe(attached)}",
         )
@@ -642,7 +704,7 @@ def resolve_serial(
     if not matches:
         raise UsageError(
             f"no attached device matches {name!r}",
-            "--device takes a serial, a model name (pixel8 matches \"Pixel 8\") or an alias from "
+            '--device takes a serial, a model name (pixel8 matches "Pixel 8") or an alias from '
             f"etdeploy.toml; {_describe(attached)}",
         )
     raise UsageError(
@@ -720,7 +782,8 @@ class AdbDevice(Device):
                 f"device {serial} is not attached to the adb server at {self.settings.server}",
                 f"connect it (adb connect HOST:PORT for Wi-Fi) or fix the serial; "
                 f"{_describe(list_attached(self.settings))}",
-                device=self.name, retryable=True,
+                device=self.name,
+                retryable=True,
             )
         self._props: dict[str, str] | None = None
         self._clock_offset_s: float | None = None
@@ -774,8 +837,10 @@ class AdbDevice(Device):
     def _request(sock: socket.socket, request: bytes, path: str) -> None:
         encoded = path.encode()
         if len(encoded) > SYNC_PATH_MAX:
-            raise UsageError(f"device path too long for adb ({len(encoded)} bytes): {path}",
-                             f"adb's sync protocol takes at most {SYNC_PATH_MAX} bytes")
+            raise UsageError(
+                f"device path too long for adb ({len(encoded)} bytes): {path}",
+                f"adb's sync protocol takes at most {SYNC_PATH_MAX} bytes",
+            )
         sock.sendall(_SYNC_HEADER.pack(request, len(encoded)) + encoded)
 
     def stat(self, remote: str) -> RemoteStat | None:
@@ -802,7 +867,9 @@ class AdbDevice(Device):
             connection.close()
         if not v2 and stat.S_ISREG(mode):
             # The v1 reply carries the size in 32 bits; ask the shell for the real one.
-            size = int(self._link.check(f"stat -c %s {shlex.quote(remote)}", f"sizing {remote}").strip())
+            size = int(
+                self._link.check(f"stat -c %s {shlex.quote(remote)}", f"sizing {remote}").strip()
+            )
         return RemoteStat(mode=mode, size=size, mtime=mtime)
 
     def remote_size(self, remote: str) -> int | None:
@@ -828,14 +895,30 @@ class AdbDevice(Device):
             return None
         if result.lost or result.timed_out or result.exit_code != 0:
             if result.exit_code == 127:
-                raise DeviceError("the device has no sha256sum", "Android 8 and later ship it in toybox",
-                                  device=self.name, command=command, log=output)
-            raise DeviceError(f"hashing {remote} on the device failed", "see the log", device=self.name,
-                              command=command, log=output, retryable=result.lost or result.timed_out)
+                raise DeviceError(
+                    "the device has no sha256sum",
+                    "Android 8 and later ship it in toybox",
+                    device=self.name,
+                    command=command,
+                    log=output,
+                )
+            raise DeviceError(
+                f"hashing {remote} on the device failed",
+                "see the log",
+                device=self.name,
+                command=command,
+                log=output,
+                retryable=result.lost or result.timed_out,
+            )
         digest = output.split()[0].lower() if output else ""
         if not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise DeviceError(f"unexpected sha256sum output for {remote}", "see the log",
-                              device=self.name, command=command, log=output)
+            raise DeviceError(
+                f"unexpected sha256sum output for {remote}",
+                "see the log",
+                device=self.name,
+                command=command,
+                log=output,
+            )
         return digest
 
     def push(
@@ -858,7 +941,11 @@ class AdbDevice(Device):
                 local_sha = self._hashes.digest(local)
                 same = found.recorded_sha256 == local_sha or self._hash(remote, size) == local_sha
                 if same:
-                    fixes = [] if found.mode == mode & 0o7777 else [f"chmod {mode:o} {shlex.quote(remote)}"]
+                    fixes = (
+                        []
+                        if found.mode == mode & 0o7777
+                        else [f"chmod {mode:o} {shlex.quote(remote)}"]
+                    )
                     if found.recorded_sha256 != local_sha:
                         fixes.append(self._record_command(remote, local_sha, size))
                     if fixes:
@@ -917,7 +1004,12 @@ class AdbDevice(Device):
         return _RemoteFile(size=size, mtime=mtime, mode=int(mode_text, 8), recorded_sha256=recorded)
 
     def _send(
-        self, local: Path, partial: str, remote: str, size: int, mode: int,
+        self,
+        local: Path,
+        partial: str,
+        remote: str,
+        size: int,
+        mode: int,
         progress: ProgressCallback | None,
     ) -> None:
         command = f"push {local} {remote}"
@@ -941,7 +1033,7 @@ class AdbDevice(Device):
                         # one sendall per MiB, no copies.
                         filled = n = 0
                         for _ in range(_CHUNKS_PER_SEND):
-                            got = source.readinto(view[filled + 8:filled + 8 + SYNC_DATA_MAX])
+                            got = source.readinto(view[filled + 8 : filled + 8 + SYNC_DATA_MAX])
                             if not got:
                                 break
                             _SYNC_HEADER.pack_into(block, filled, b"DATA", got)
@@ -966,14 +1058,18 @@ class AdbDevice(Device):
                     f"push of {local.name} to {remote} stalled: no progress for "
                     f"{self.settings.transfer_idle_timeout_s:g} s ({done} of {size} bytes sent)",
                     "is the device responsive? the next push starts over",
-                    device=self.name, command=command, retryable=True,
+                    device=self.name,
+                    command=command,
+                    retryable=True,
                 ) from exc
             except (OSError, EOFError) as exc:
                 raise TransportError(
                     f"connection to the device dropped while pushing {local.name} to {remote} "
                     f"({done} of {size} bytes sent)",
                     "check the cable or Wi-Fi; the next push starts over",
-                    device=self.name, command=command, retryable=True,
+                    device=self.name,
+                    command=command,
+                    retryable=True,
                 ) from exc
         finally:
             connection.close()
@@ -982,19 +1078,26 @@ class AdbDevice(Device):
         kind, length = _SYNC_HEADER.unpack(_recv_exact(sock, _SYNC_HEADER.size))
         if kind == b"OKAY":
             return
-        message = _recv_exact(sock, length).decode(errors="replace") if kind == b"FAIL" else repr(kind)
+        message = (
+            _recv_exact(sock, length).decode(errors="replace") if kind == b"FAIL" else repr(kind)
+        )
         partial = temporary_name(remote)
         with contextlib.suppress(EtdeployError):
-            self._link.check(f"rm -f {shlex.quote(partial)}", "removing a partial file", deadline_s=10)
+            self._link.check(
+                f"rm -f {shlex.quote(partial)}", "removing a partial file", deadline_s=10
+            )
         if "no space" in message.lower():
             raise DeviceError(
                 f"the device ran out of space while pushing {local.name} to {remote}: {message}",
                 "free space in /data/local/tmp (etdeploy clean) and push again",
-                device=self.name, command=f"push {local} {remote}",
+                device=self.name,
+                command=f"push {local} {remote}",
             )
         raise DeviceError(
-            f"the device refused {local.name} -> {remote}: {message}", "check the path and permissions",
-            device=self.name, command=f"push {local} {remote}",
+            f"the device refused {local.name} -> {remote}: {message}",
+            "check the path and permissions",
+            device=self.name,
+            command=f"push {local} {remote}",
         )
 
     def pull(self, remote: str, local: Path, *, progress: ProgressCallback | None = None) -> Path:
@@ -1002,8 +1105,12 @@ class AdbDevice(Device):
         local = Path(local)
         found = self.stat(remote)
         if found is None or not found.is_file:
-            raise DeviceError(f"no such file on the device: {remote}", "did the runner write it?",
-                              device=self.name, command=f"pull {remote}")
+            raise DeviceError(
+                f"no such file on the device: {remote}",
+                "did the runner write it?",
+                device=self.name,
+                command=f"pull {remote}",
+            )
         local.parent.mkdir(parents=True, exist_ok=True)
         partial = temporary_path(local)
         v2 = "sendrecv_v2" in self.features
@@ -1023,11 +1130,19 @@ class AdbDevice(Device):
                             break
                         if kind == b"FAIL":
                             message = _recv_exact(sock, length).decode(errors="replace")
-                            raise DeviceError(f"the device cannot send {remote}: {message}",
-                                              "check the path", device=self.name, command=command)
+                            raise DeviceError(
+                                f"the device cannot send {remote}: {message}",
+                                "check the path",
+                                device=self.name,
+                                command=command,
+                            )
                         if kind != b"DATA" or length > SYNC_DATA_MAX:
-                            raise DeviceError(f"unexpected sync reply {kind!r} while pulling {remote}",
-                                              "is this a real adbd?", device=self.name, command=command)
+                            raise DeviceError(
+                                f"unexpected sync reply {kind!r} while pulling {remote}",
+                                "is this a real adbd?",
+                                device=self.name,
+                                command=command,
+                            )
                         out.write(_recv_exact(sock, length))
                         done += length
                         if progress:
@@ -1038,12 +1153,17 @@ class AdbDevice(Device):
             except TimeoutError as exc:
                 raise TransportError(
                     f"pull of {remote} stalled: no data for {self.settings.transfer_idle_timeout_s:g} s",
-                    "is the device responsive?", device=self.name, command=command, retryable=True,
+                    "is the device responsive?",
+                    device=self.name,
+                    command=command,
+                    retryable=True,
                 ) from exc
             except (OSError, EOFError) as exc:
                 raise TransportError(
                     f"connection to the device dropped while pulling {remote} ({done} bytes received)",
-                    "check the cable or Wi-Fi; a retry may succeed", device=self.name, command=command,
+                    "check the cable or Wi-Fi; a retry may succeed",
+                    device=self.name,
+                    command=command,
                     retryable=True,
                 ) from exc
             finally:
@@ -1066,7 +1186,9 @@ class AdbDevice(Device):
         """Now on the device's clock (logcat -T wants device time)."""
         if self._clock_offset_s is None:
             before = time.time()
-            text = self._link.check("date +%s.%N", "reading the device clock", deadline_s=10).strip()
+            text = self._link.check(
+                "date +%s.%N", "reading the device clock", deadline_s=10
+            ).strip()
             after = time.time()
             try:
                 device_now = float(text)
@@ -1075,11 +1197,15 @@ class AdbDevice(Device):
             self._clock_offset_s = device_now - (before + after) / 2
         return time.time() + self._clock_offset_s
 
-    def _wrap(self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None, pidfile: str) -> str:
+    def _wrap(
+        self, argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None, pidfile: str
+    ) -> str:
         exports = ""
         for key, value in (env or {}).items():
             if not _ENV_NAME.match(key):
-                raise UsageError(f"not an environment variable name: {key!r}", "use letters, digits and _")
+                raise UsageError(
+                    f"not an environment variable name: {key!r}", "use letters, digits and _"
+                )
             exports += f"export {key}={shlex.quote(value)}; "
         directory = shlex.quote(self._abs(cwd) if cwd else WORKDIR)
         pid_dir = shlex.quote(pidfile.rpartition("/")[0])
@@ -1117,7 +1243,9 @@ class AdbDevice(Device):
         log_since = self._device_time() if self.capture_logcat else 0.0
         try:
             result = self._link.shell(
-                script, deadline_s=deadline_s, idle_timeout_s=idle_timeout_s,
+                script,
+                deadline_s=deadline_s,
+                idle_timeout_s=idle_timeout_s,
                 on_timeout=lambda: self._kill(pidfile),
             )
         except BaseException:
@@ -1130,13 +1258,22 @@ class AdbDevice(Device):
         stderr = result.stderr.decode(errors="replace")
         if result.lost:
             raise DeviceError(
-                f"device went offline while running {argv[0]}", "check `adb devices`; a retry may succeed",
-                device=self.name, command=shlex.join(argv), log=(stdout + stderr)[-4000:], retryable=True,
+                f"device went offline while running {argv[0]}",
+                "check `adb devices`; a retry may succeed",
+                device=self.name,
+                command=shlex.join(argv),
+                log=(stdout + stderr)[-4000:],
+                retryable=True,
             )
         device_log = self._logcat(log_since) if self.capture_logcat else ""
         return RunOutput(
-            argv=tuple(argv), exit_code=result.exit_code, stdout=stdout, stderr=stderr,
-            elapsed_s=result.elapsed_s, timed_out=result.timed_out, device_log=device_log,
+            argv=tuple(argv),
+            exit_code=result.exit_code,
+            stdout=stdout,
+            stderr=stderr,
+            elapsed_s=result.elapsed_s,
+            timed_out=result.timed_out,
+            device_log=device_log,
         )
 
     def logcat_command(self, since_device_time: float) -> str:
@@ -1151,7 +1288,8 @@ class AdbDevice(Device):
         if result.exit_code != 0:
             return ""
         lines = [
-            line for line in result.stdout.decode(errors="replace").splitlines()
+            line
+            for line in result.stdout.decode(errors="replace").splitlines()
             if line and not line.startswith("--------- beginning of")
         ]
         return "\n".join(lines) + ("\n" if lines else "")

@@ -116,7 +116,9 @@ class BoundedOutput:
             self._dropped += len(dropped)
 
     def _joined(self) -> Any:
-        marker = f"[... {self._dropped} characters of output dropped ...]\n" if self._dropped else ""
+        marker = (
+            f"[... {self._dropped} characters of output dropped ...]\n" if self._dropped else ""
+        )
         middle = marker.encode() if isinstance(self._empty, bytes) else marker
         return self._empty.join([*self._head, middle, *self._tail])  # type: ignore[arg-type]
 

@@ -162,7 +162,9 @@ def _find_factory(ref: ModelRef) -> Callable[[], Any]:
         module._etdeploy_source = source_digest  # type: ignore[attr-defined]
         sys.modules[module_name] = module
     else:
-        module_name = EXAMPLES[ref.location].split(":")[0] if ref.kind == "example" else ref.location
+        module_name = (
+            EXAMPLES[ref.location].split(":")[0] if ref.kind == "example" else ref.location
+        )
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:
@@ -183,7 +185,9 @@ def _factory_of(module: Any, ref: ModelRef) -> Callable[[], Any]:
             f"functions there: {', '.join(sorted(public)[:10]) or 'none'}",
         )
     if not callable(factory):
-        raise UsageError(f"{ref.text} is not callable", "point at a function returning (module, inputs)")
+        raise UsageError(
+            f"{ref.text} is not callable", "point at a function returning (module, inputs)"
+        )
     return factory
 
 
@@ -273,7 +277,9 @@ def find_user_line(exc: BaseException, source_files: tuple[Path, ...]) -> UserLi
     found: UserLine | None = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if Path(frame.filename).resolve() in sources:
-            found = UserLine(Path(frame.filename).name, frame.lineno or 0, (frame.line or "").strip())
+            found = UserLine(
+                Path(frame.filename).name, frame.lineno or 0, (frame.line or "").strip()
+            )
     if found is not None:
         return found
     for match in re.finditer(r'File "([^"]+)", line (\d+)', str(exc)):

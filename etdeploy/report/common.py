@@ -118,5 +118,3 @@ def joined_logs(result: dict[str, Any], limit: int = LOG_CLIP_CHARS) -> str:
 def unique(items: Iterable[Any]) -> list[Any]:
     """Items in first-seen order, each once."""
     return list(dict.fromkeys(items))
-
-

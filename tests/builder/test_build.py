@@ -21,15 +21,26 @@ pytestmark = pytest.mark.slow
 
 def etdeploy(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "etdeploy", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "etdeploy", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
 @pytest.mark.parametrize(
     ("backend", "delegate"),
-    [("xnnpack", "XnnpackBackend"), ("portable", None), ("coreml", "CoreMLBackend"), ("vulkan", "VulkanBackend")],
+    [
+        ("xnnpack", "XnnpackBackend"),
+        ("portable", None),
+        ("coreml", "CoreMLBackend"),
+        ("vulkan", "VulkanBackend"),
+    ],
 )
-def test_each_backend_lowers_digits_and_records_its_delegate(backend: str, delegate: str | None) -> None:
+def test_each_backend_lowers_digits_and_records_its_delegate(
+    backend: str, delegate: str | None
+) -> None:
     result = build("digits", BuildOptions(backend=backend))
     manifest = result.manifest
     assert result.pte.read_bytes()[4:8] == b"ET12"
@@ -41,8 +52,12 @@ def test_each_backend_lowers_digits_and_records_its_delegate(backend: str, deleg
         assert manifest["delegation"]["delegated_nodes"] == 0
     method = manifest["methods"][0]
     assert method["inputs"][0] == {
-        "kind": "tensor", "dtype": "float32", "shape": [1, 1, 8, 8], "dim_order": [0, 1, 2, 3],
-        "name": "image", "dynamic": {},
+        "kind": "tensor",
+        "dtype": "float32",
+        "shape": [1, 1, 8, 8],
+        "dim_order": [0, 1, 2, 3],
+        "name": "image",
+        "dynamic": {},
     }
     assert method["outputs"][0]["shape"] == [1, 10]
     assert method["planned_bytes"] > 0
@@ -60,7 +75,9 @@ def test_int8_build_is_calibrated_on_the_real_samples_and_smaller() -> None:
 def test_int8_refuses_to_calibrate_on_noise_unless_asked(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="calibration"):
         build(f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8"))
-    noisy = build(f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8", random_calibration=True))
+    noisy = build(
+        f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8", random_calibration=True)
+    )
     assert noisy.manifest["quantization"]["calibration"]["kind"] == "random"
 
 
@@ -76,7 +93,10 @@ def test_dynamic_batch_dimension_is_exported_and_recorded() -> None:
     assert result.manifest["dynamic"] == {"x": {"0": [1, 16]}}
     # The planner sizes the arena for the largest batch.
     static = build(f"{MODELS}/two_io.py:batch_mlp", BuildOptions())
-    assert result.manifest["methods"][0]["planned_bytes"] > static.manifest["methods"][0]["planned_bytes"]
+    assert (
+        result.manifest["methods"][0]["planned_bytes"]
+        > static.manifest["methods"][0]["planned_bytes"]
+    )
 
 
 def test_two_inputs_two_outputs_are_named_from_forward() -> None:
@@ -137,7 +157,10 @@ def test_cli_build_writes_pte_and_manifest_and_several_backends(tmp_path: Path) 
     [
         (["missing.py:build"], "model file not found"),
         ([f"{MODELS}/two_io.py:nope"], "has no function 'nope'"),
-        ([f"{MODELS}/broken.py:raises"], "raised RuntimeError: weights file missing (at broken.py:8)"),
+        (
+            [f"{MODELS}/broken.py:raises"],
+            "raised RuntimeError: weights file missing (at broken.py:8)",
+        ),
         ([f"{MODELS}/broken.py:wrong_type"], "returned int"),
         ([f"{MODELS}/broken.py:not_a_module"], "returned a str as its module"),
         ([f"{DATA}/models/broken.py"], "cannot tell what model"),
@@ -145,8 +168,14 @@ def test_cli_build_writes_pte_and_manifest_and_several_backends(tmp_path: Path) 
         (["digits", "--backend", "qnn"], "QNN"),
         (["digits", "--backend", "mps"], "macOS"),
         (["digits", "--dynamic", "image:0=x"], "cannot read --dynamic"),
-        (["digits", "--quantize", "int8", "--calibration", f"{MODELS}/../calib_wrong"], "wrong shape"),
-        ([f"{MODELS}/broken.py:data_dependent"], "control flow depends on a tensor's value at broken.py:21"),
+        (
+            ["digits", "--quantize", "int8", "--calibration", f"{MODELS}/../calib_wrong"],
+            "wrong shape",
+        ),
+        (
+            [f"{MODELS}/broken.py:data_dependent"],
+            "control flow depends on a tensor's value at broken.py:21",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(
@@ -170,7 +199,9 @@ def test_a_file_that_is_not_a_pt2_is_rejected(tmp_path: Path) -> None:
 
 def test_data_dependent_branch_names_the_line_and_the_fix() -> None:
     with pytest.raises(ModelError) as info:
-        build(f"{MODELS}/broken.py:data_dependent", BuildOptions(backend="portable", use_cache=False))
+        build(
+            f"{MODELS}/broken.py:data_dependent", BuildOptions(backend="portable", use_cache=False)
+        )
     assert "broken.py:21" in info.value.message and "torch.where" in (info.value.hint or "")
 
 
@@ -198,7 +229,9 @@ def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path
         "entries": len(program.named_data),
         "bytes": sum(program.segments[n.segment_index].size for n in program.named_data),
     }
-    assert layout["planned_arena_bytes"] == {"forward": result.manifest["methods"][0]["planned_bytes"]}
+    assert layout["planned_arena_bytes"] == {
+        "forward": result.manifest["methods"][0]["planned_bytes"]
+    }
     # `etdeploy inspect` no longer loads torch to read a .pte.
     code = (
         "import sys\nfrom etdeploy.cli import app\n"
@@ -253,4 +286,7 @@ def test_a_cached_int8_build_is_rebuilt_when_the_factorys_samples_change(tmp_pat
     np.save(samples / "s0.npy", np.full((4, 5), 40.0, dtype=np.float32))
     rebuilt = build(ref, BuildOptions(quantize="int8"))
     assert not rebuilt.cached
-    assert rebuilt.manifest["quantization"]["calibration"]["digest"] != first.manifest["quantization"]["calibration"]["digest"]
+    assert (
+        rebuilt.manifest["quantization"]["calibration"]["digest"]
+        != first.manifest["quantization"]["calibration"]["digest"]
+    )

@@ -37,9 +37,13 @@ PHONES: dict[str, dict[str, object]] = {
     "p8-old": {"features": ("fixed_push_mkdir",), "properties": {"ro.serialno": "OLD"}},
     "tablet": {
         "properties": {
-            "ro.product.model": "Pixel Tablet", "ro.product.name": "tangorpro",
-            "ro.product.device": "tangorpro", "ro.soc.model": "", "ro.board.platform": "gs201",
-            "ro.build.version.release": "14", "ro.product.cpu.abi": "arm64-v8a",
+            "ro.product.model": "Pixel Tablet",
+            "ro.product.name": "tangorpro",
+            "ro.product.device": "tangorpro",
+            "ro.soc.model": "",
+            "ro.board.platform": "gs201",
+            "ro.build.version.release": "14",
+            "ro.product.cpu.abi": "arm64-v8a",
         },
     },
 }
@@ -89,7 +93,9 @@ def old_device(old_phone: LoopbackAdbDevice, settings: AdbSettings) -> AdbDevice
 
 
 @pytest.fixture(params=["shell_v2", "shell_v1"])
-def any_device(request: pytest.FixtureRequest, bed: AdbTestbed, settings: AdbSettings) -> Iterator[AdbDevice]:
+def any_device(
+    request: pytest.FixtureRequest, bed: AdbTestbed, settings: AdbSettings
+) -> Iterator[AdbDevice]:
     name = "p8" if request.param == "shell_v2" else "p8-old"
     for phone in _healthy(bed, name):
         yield AdbDevice(name, dataclasses.replace(settings, serial=phone.address))
@@ -117,24 +123,33 @@ def wait_until(predicate: object, timeout: float = 5.0) -> bool:
 # -- settings ---------------------------------------------------------------------------
 
 
-def test_settings_take_the_server_from_the_environment_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_settings_take_the_server_from_the_environment_unless_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("ANDROID_ADB_SERVER_HOST", raising=False)
     monkeypatch.delenv("ANDROID_ADB_SERVER_PORT", raising=False)
     assert (AdbSettings().host, AdbSettings().port) == ("127.0.0.1", 5037)
     monkeypatch.setenv("ANDROID_ADB_SERVER_HOST", "10.1.2.3")
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", "6000")
     assert (AdbSettings().host, AdbSettings().port) == ("10.1.2.3", 6000)
-    assert (AdbSettings(host="127.0.0.1", port=7000).host, AdbSettings(port=7000).port) == ("127.0.0.1", 7000)
+    assert (AdbSettings(host="127.0.0.1", port=7000).host, AdbSettings(port=7000).port) == (
+        "127.0.0.1",
+        7000,
+    )
 
 
-def test_a_server_port_that_is_not_a_number_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_server_port_that_is_not_a_number_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", "fivethousand")
     with pytest.raises(UsageError, match="ANDROID_ADB_SERVER_PORT"):
         AdbSettings()
 
 
 def test_settings_from_a_config_table_map_keys_and_reject_wrong_types() -> None:
-    settings = AdbSettings.from_config({"serial": "X1", "adb_port": 5999, "transfer_idle_timeout_s": 3})
+    settings = AdbSettings.from_config(
+        {"serial": "X1", "adb_port": 5999, "transfer_idle_timeout_s": 3}
+    )
     assert (settings.serial, settings.port, settings.transfer_idle_timeout_s) == ("X1", 5999, 3)
     with pytest.raises(UsageError, match=r"devices\.pixel8\.adb_port"):
         AdbSettings.from_config({"adb_port": "5999"}, where="devices.pixel8")
@@ -157,7 +172,13 @@ def test_a_server_is_started_on_the_configured_port_when_none_answers(
 ) -> None:
     port = free_port()
     # The server we start inherits these: its own key and log, no USB/mDNS/emulator scans.
-    for key, value in {"HOME": tmp_path, "TMPDIR": tmp_path, "ADB_MDNS": 0, "ADB_USB": 0, "ADB_EMU": 0}.items():
+    for key, value in {
+        "HOME": tmp_path,
+        "TMPDIR": tmp_path,
+        "ADB_MDNS": 0,
+        "ADB_USB": 0,
+        "ADB_EMU": 0,
+    }.items():
         monkeypatch.setenv(key, str(value))
     owner = AdbServer(port, tmp_path)
     try:
@@ -215,8 +236,9 @@ def test_a_server_too_old_for_this_client_is_a_device_error_and_is_left_running(
 
 
 def test_something_else_on_the_port_is_a_device_error() -> None:
-    with fake_server(b"HTTP/1.1 400 Bad Request\r\n\r\n") as (port, _), pytest.raises(
-        DeviceError, match="not an adb server"
+    with (
+        fake_server(b"HTTP/1.1 400 Bad Request\r\n\r\n") as (port, _),
+        pytest.raises(DeviceError, match="not an adb server"),
     ):
         connect_server(AdbSettings(port=port))
 
@@ -224,26 +246,51 @@ def test_something_else_on_the_port_is_a_device_error() -> None:
 # -- finding phones ------------------------------------------------------------------------
 
 
-def test_list_attached_shows_every_phone_with_its_properties(bed: AdbTestbed, settings: AdbSettings) -> None:
+def test_list_attached_shows_every_phone_with_its_properties(
+    bed: AdbTestbed, settings: AdbSettings
+) -> None:
     infos = {info.serial: info for info in list_attached(settings)}
     assert set(infos) == {bed.serial(name) for name in PHONES}
     p8 = infos[bed.serial("p8")]
-    assert (p8.model, p8.os_version, p8.abi, p8.soc, p8.state) == ("Pixel 8", "15", "x86_64", "Tensor G3", "device")
+    assert (p8.model, p8.os_version, p8.abi, p8.soc, p8.state) == (
+        "Pixel 8",
+        "15",
+        "x86_64",
+        "Tensor G3",
+        "device",
+    )
     tablet = infos[bed.serial("tablet")]
     # No ro.soc.model (Android 11 and older): the board platform stands in.
-    assert (tablet.model, tablet.abi, tablet.soc, tablet.os_version) == ("Pixel Tablet", "arm64-v8a", "gs201", "14")
+    assert (tablet.model, tablet.abi, tablet.soc, tablet.os_version) == (
+        "Pixel Tablet",
+        "arm64-v8a",
+        "gs201",
+        "14",
+    )
 
 
 def test_info_reads_the_phone_through_adb(device: AdbDevice, phone: LoopbackAdbDevice) -> None:
     info = device.info()
-    assert (info.name, info.transport, info.serial, info.os) == ("pixel8", "adb", phone.address, "android")
-    assert (info.model, info.os_version, info.abi, info.soc) == ("Pixel 8", "15", "x86_64", "Tensor G3")
+    assert (info.name, info.transport, info.serial, info.os) == (
+        "pixel8",
+        "adb",
+        phone.address,
+        "android",
+    )
+    assert (info.model, info.os_version, info.abi, info.soc) == (
+        "Pixel 8",
+        "15",
+        "x86_64",
+        "Tensor G3",
+    )
     assert info.extra["product"] == "shiba"
     assert {"shell_v2", "stat_v2", "sendrecv_v2"} <= device.features
 
 
 def test_resolve_serial_takes_an_alias_first(bed: AdbTestbed, settings: AdbSettings) -> None:
-    assert resolve_serial("desk-phone", settings, {"desk-phone": bed.serial("p8-old")}) == bed.serial("p8-old")
+    assert resolve_serial(
+        "desk-phone", settings, {"desk-phone": bed.serial("p8-old")}
+    ) == bed.serial("p8-old")
 
 
 def test_resolve_serial_takes_an_exact_serial(bed: AdbTestbed, settings: AdbSettings) -> None:
@@ -272,14 +319,20 @@ def test_no_name_with_several_phones_attached_is_a_usage_error(
         resolve_serial(None, settings, {})
 
 
-def test_no_match_is_a_usage_error_listing_what_is_attached(bed: AdbTestbed, settings: AdbSettings) -> None:
+def test_no_match_is_a_usage_error_listing_what_is_attached(
+    bed: AdbTestbed, settings: AdbSettings
+) -> None:
     with pytest.raises(UsageError, match="no attached device matches 'pixel9'") as caught:
         resolve_serial("pixel9", settings, {})
     hint = caught.value.hint or ""
-    assert f"{bed.serial('p8')} (Pixel 8)" in hint and f"{bed.serial('tablet')} (Pixel Tablet)" in hint
+    assert (
+        f"{bed.serial('p8')} (Pixel 8)" in hint and f"{bed.serial('tablet')} (Pixel Tablet)" in hint
+    )
 
 
-def test_several_matches_are_a_usage_error_listing_them(bed: AdbTestbed, settings: AdbSettings) -> None:
+def test_several_matches_are_a_usage_error_listing_them(
+    bed: AdbTestbed, settings: AdbSettings
+) -> None:
     with pytest.raises(UsageError, match="2 attached devices match 'pixel8'") as caught:
         AdbDevice("pixel8", settings)
     hint = caught.value.hint or ""
@@ -299,7 +352,9 @@ def test_lock_key_names_the_server_and_the_serial(device: AdbDevice, settings: A
 # -- files ---------------------------------------------------------------------------------
 
 
-def test_push_then_the_device_sha256_matches_the_local_file(any_device: AdbDevice, tmp_path: Path) -> None:
+def test_push_then_the_device_sha256_matches_the_local_file(
+    any_device: AdbDevice, tmp_path: Path
+) -> None:
     local = random_file(tmp_path / "model.pte", 3 * MiB + 17)
     remote = f"{WORKDIR}/t-push/model.pte"
     result = any_device.push(local, remote)
@@ -359,7 +414,9 @@ def test_a_file_changed_on_the_phone_after_a_push_is_pushed_again(
     assert host.read_bytes() == local.read_bytes()
 
 
-def test_a_changed_file_is_pushed_again_and_gets_its_mode(device: AdbDevice, phone: LoopbackAdbDevice, tmp_path: Path) -> None:
+def test_a_changed_file_is_pushed_again_and_gets_its_mode(
+    device: AdbDevice, phone: LoopbackAdbDevice, tmp_path: Path
+) -> None:
     local = random_file(tmp_path / "in.bin", 1000)
     remote = f"{WORKDIR}/t-change/in.bin"
     device.push(local, remote)
@@ -402,7 +459,9 @@ def test_a_dropped_connection_mid_push_is_a_retryable_transport_error_and_the_ne
 def test_a_stalled_push_is_a_retryable_transport_error_after_the_idle_timeout(
     phone: LoopbackAdbDevice, settings: AdbSettings, tmp_path: Path
 ) -> None:
-    device = AdbDevice("pixel8", dataclasses.replace(settings, serial=phone.address, transfer_idle_timeout_s=1.5))
+    device = AdbDevice(
+        "pixel8", dataclasses.replace(settings, serial=phone.address, transfer_idle_timeout_s=1.5)
+    )
     local = random_file(tmp_path / "stall.bin", 48 * MiB)
     remote = f"{WORKDIR}/t-stall/stall.bin"
     phone.faults.stall_after_send_bytes = 1 * MiB
@@ -442,7 +501,9 @@ def test_sizes_over_4_gib_come_back_whole(any_device: AdbDevice, bed: AdbTestbed
         host.unlink()
 
 
-def test_pull_brings_a_file_back_and_a_missing_one_is_a_device_error(any_device: AdbDevice, tmp_path: Path) -> None:
+def test_pull_brings_a_file_back_and_a_missing_one_is_a_device_error(
+    any_device: AdbDevice, tmp_path: Path
+) -> None:
     local = random_file(tmp_path / "out-0.bin", 300_000)
     remote = f"{WORKDIR}/t-pull/out-0.bin"
     any_device.push(local, remote)
@@ -479,7 +540,9 @@ def test_stdout_and_stderr_arrive_separately_with_shell_v2(device: AdbDevice) ->
     assert (result.stdout, result.stderr) == ("to-out\nmore-out\n", "to-err\n")
 
 
-def test_without_shell_v2_the_marker_gives_the_exit_code_and_stderr_is_merged(old_device: AdbDevice) -> None:
+def test_without_shell_v2_the_marker_gives_the_exit_code_and_stderr_is_merged(
+    old_device: AdbDevice,
+) -> None:
     assert "shell_v2" not in old_device.features
     result = old_device.run(["sh", "-c", "echo to-out; echo to-err >&2; exit 3"], deadline_s=20)
     assert result.exit_code == 3
@@ -489,8 +552,12 @@ def test_without_shell_v2_the_marker_gives_the_exit_code_and_stderr_is_merged(ol
 
 def test_run_uses_the_working_directory_and_environment(any_device: AdbDevice) -> None:
     any_device.makedirs(f"{WORKDIR}/t-cwd")
-    result = any_device.run(["sh", "-c", 'pwd; echo "$GREETING"'], deadline_s=20,
-                            cwd=f"{WORKDIR}/t-cwd", env={"GREETING": "hello 'world'"})
+    result = any_device.run(
+        ["sh", "-c", 'pwd; echo "$GREETING"'],
+        deadline_s=20,
+        cwd=f"{WORKDIR}/t-cwd",
+        env={"GREETING": "hello 'world'"},
+    )
     # The loopback phone's shell prints host paths (its sandbox); the tail is the phone's.
     assert result.stdout.splitlines()[0].endswith("/data/local/tmp/etdeploy/t-cwd")
     assert result.stdout.splitlines()[1] == "hello 'world'"
@@ -512,10 +579,14 @@ def test_a_hung_command_is_killed_on_the_device_at_its_deadline(
         result = device.run(["sh", "-c", "trap '' HUP; sleep 60 & sleep 60"], deadline_s=2)
         elapsed = time.monotonic() - started
         assert result.timed_out and 2 <= elapsed < 10
-        assert wait_until(lambda p=phone: p.live_processes() == [], timeout=5), phone.live_processes()
+        assert wait_until(lambda p=phone: p.live_processes() == [], timeout=5), (
+            phone.live_processes()
+        )
 
 
-def test_a_silent_command_is_killed_after_the_idle_timeout(device: AdbDevice, phone: LoopbackAdbDevice) -> None:
+def test_a_silent_command_is_killed_after_the_idle_timeout(
+    device: AdbDevice, phone: LoopbackAdbDevice
+) -> None:
     started = time.monotonic()
     result = device.run(["sh", "-c", "echo started; sleep 60"], deadline_s=60, idle_timeout_s=1.5)
     assert result.timed_out and result.stdout == "started\n"
@@ -536,10 +607,16 @@ def test_a_phone_going_offline_mid_run_is_a_retryable_device_error(
     assert caught.value.retryable and caught.value.device == "pixel8"
 
 
-def test_run_captures_the_runs_logcat_lines_tagged_executorch(device: AdbDevice, phone: LoopbackAdbDevice) -> None:
+def test_run_captures_the_runs_logcat_lines_tagged_executorch(
+    device: AdbDevice, phone: LoopbackAdbDevice
+) -> None:
     phone.log("ExecuTorch", "from an earlier run", when=time.time() - 30)
     result = device.run(
-        ["sh", "-c", "log -t ExecuTorch 'Model loaded in 3 ms.'; log -t ActivityManager noise; echo ok"],
+        [
+            "sh",
+            "-c",
+            "log -t ExecuTorch 'Model loaded in 3 ms.'; log -t ActivityManager noise; echo ok",
+        ],
         deadline_s=20,
     )
     assert result.stdout == "ok\n"
@@ -548,7 +625,10 @@ def test_run_captures_the_runs_logcat_lines_tagged_executorch(device: AdbDevice,
 
 
 def test_the_logcat_command_asks_for_the_tag_since_the_runs_start(device: AdbDevice) -> None:
-    assert device.logcat_command(1764700000.25) == "logcat -d -v threadtime -T 1764700000.250 -s ExecuTorch"
+    assert (
+        device.logcat_command(1764700000.25)
+        == "logcat -d -v threadtime -T 1764700000.250 -s ExecuTorch"
+    )
 
 
 def test_two_holders_of_one_phones_lock_run_one_after_the_other(

@@ -58,14 +58,20 @@ def test_a_process_silent_past_the_idle_timeout_is_killed_with_its_output_kept()
 def test_a_chatty_process_is_not_idle() -> None:
     script = "import time\nfor i in range(12):\n    print(i, flush=True); time.sleep(0.1)"
     out = LocalDevice().run([sys.executable, "-c", script], deadline_s=60, idle_timeout_s=0.5)
-    assert not out.timed_out and out.exit_code == 0 and out.stdout.split() == [str(i) for i in range(12)]
+    assert (
+        not out.timed_out
+        and out.exit_code == 0
+        and out.stdout.split() == [str(i) for i in range(12)]
+    )
 
 
 def test_the_runner_dies_with_its_caller(tmp_path: Path) -> None:
     # A caller interrupted mid-run (Ctrl-C, a farm's job timeout) must not leave
     # the runner behind: its own session would otherwise outlive us.
     pid_file = tmp_path / "pid"
-    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    script = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
     with interrupted_after(1.0), pytest.raises(KeyboardInterrupt):
         LocalDevice().run([sys.executable, "-c", script], deadline_s=60)
     pid = int(pid_file.read_text())

@@ -65,32 +65,41 @@ def wait_until(predicate: object, timeout: float = 5.0) -> bool:
     return bool(predicate())  # type: ignore[operator]
 
 
-def test_the_server_lists_it_with_the_banners_product_model_and_device(bed: AdbTestbed, phone: LoopbackAdbDevice) -> None:
+def test_the_server_lists_it_with_the_banners_product_model_and_device(
+    bed: AdbTestbed, phone: LoopbackAdbDevice
+) -> None:
     listing = bed.server.adb("devices", "-l")
     line = next(x for x in listing.splitlines() if x.startswith(phone.address))
     assert "device product:shiba model:Pixel_8 device:shiba" in " ".join(line.split())
 
 
-def test_the_server_sees_exactly_the_advertised_features(bed: AdbTestbed, phone: LoopbackAdbDevice,
-                                                         old_phone: LoopbackAdbDevice) -> None:
+def test_the_server_sees_exactly_the_advertised_features(
+    bed: AdbTestbed, phone: LoopbackAdbDevice, old_phone: LoopbackAdbDevice
+) -> None:
     assert set(adb(bed, phone, "features").split()) == set(DEFAULT_FEATURES)
     assert adb(bed, old_phone, "features").split() == []
 
 
-def test_shell_v2_carries_exit_status_and_separate_streams(bed: AdbTestbed, phone: LoopbackAdbDevice) -> None:
+def test_shell_v2_carries_exit_status_and_separate_streams(
+    bed: AdbTestbed, phone: LoopbackAdbDevice
+) -> None:
     result = client_device(bed, phone).shell2("echo out; echo err >&2; exit 9", v2=True, timeout=10)
     assert (result.returncode, result.stdout, result.stderr) == (9, "out\n", "err\n")
     with pytest.raises(RuntimeError, match="exited 4"):
         adb(bed, phone, "shell", "exit 4")
 
 
-def test_shell_v1_has_no_exit_status_and_merges_stderr(bed: AdbTestbed, old_phone: LoopbackAdbDevice) -> None:
+def test_shell_v1_has_no_exit_status_and_merges_stderr(
+    bed: AdbTestbed, old_phone: LoopbackAdbDevice
+) -> None:
     # adb without shell_v2 cannot know the status: `adb shell` exits 0, as with old phones.
     assert adb(bed, old_phone, "shell", "echo out; echo err >&2; exit 4") == "out\nerr\n"
     assert client_device(bed, old_phone).shell("echo a; echo b >&2") == "a\nb"
 
 
-def test_getprop_answers_one_property_or_all_of_them(bed: AdbTestbed, phone: LoopbackAdbDevice) -> None:
+def test_getprop_answers_one_property_or_all_of_them(
+    bed: AdbTestbed, phone: LoopbackAdbDevice
+) -> None:
     assert adb(bed, phone, "shell", "getprop ro.product.cpu.abi") == "x86_64\n"
     assert adb(bed, phone, "shell", "getprop no.such.prop fallback") == "fallback\n"
     everything = adb(bed, phone, "shell", "getprop")
@@ -111,24 +120,32 @@ def test_adb_push_and_pull_round_trip_through_the_sandbox(
         assert "data.bin" in adb(bed, target, "ls", "/data/local/tmp/rt")
 
 
-def test_shell_paths_under_data_local_tmp_land_in_the_sandbox(bed: AdbTestbed, phone: LoopbackAdbDevice) -> None:
+def test_shell_paths_under_data_local_tmp_land_in_the_sandbox(
+    bed: AdbTestbed, phone: LoopbackAdbDevice
+) -> None:
     adb(bed, phone, "shell", "mkdir -p /data/local/tmp/sb && echo hi > /data/local/tmp/sb/x.txt")
     assert (phone.sandbox / "sb" / "x.txt").read_text() == "hi\n"
     assert client_device(bed, phone).sync.read_text("/data/local/tmp/sb/x.txt") == "hi\n"
 
 
-def test_stat_v1_wraps_sizes_at_4_gib_as_adbd_does(bed: AdbTestbed, phone: LoopbackAdbDevice) -> None:
+def test_stat_v1_wraps_sizes_at_4_gib_as_adbd_does(
+    bed: AdbTestbed, phone: LoopbackAdbDevice
+) -> None:
     host = phone.device_path("/data/local/tmp/sparse-5g")
     with open(host, "wb") as f:
         f.truncate(5 * (1 << 30) + 7)
     try:
         # adbutils' stat is the v1 STAT request: a 32-bit size.
-        assert client_device(bed, phone).sync.stat("/data/local/tmp/sparse-5g").size == (1 << 30) + 7
+        assert (
+            client_device(bed, phone).sync.stat("/data/local/tmp/sparse-5g").size == (1 << 30) + 7
+        )
     finally:
         host.unlink()
 
 
-def test_kill_sent_through_the_shell_reaches_the_process(bed: AdbTestbed, phone: LoopbackAdbDevice) -> None:
+def test_kill_sent_through_the_shell_reaches_the_process(
+    bed: AdbTestbed, phone: LoopbackAdbDevice
+) -> None:
     pid = int(adb(bed, phone, "shell", "sleep 60 >/dev/null 2>&1 & echo $!").strip())
     assert pid in phone.live_processes()
     adb(bed, phone, "shell", f"kill {pid}")
@@ -138,7 +155,9 @@ def test_kill_sent_through_the_shell_reaches_the_process(bed: AdbTestbed, phone:
     assert wait_until(lambda: other not in phone.live_processes())
 
 
-def test_closing_a_shell_stream_kills_its_process_group(bed: AdbTestbed, phone: LoopbackAdbDevice) -> None:
+def test_closing_a_shell_stream_kills_its_process_group(
+    bed: AdbTestbed, phone: LoopbackAdbDevice
+) -> None:
     stream = client_device(bed, phone).shell("sleep 50 & sleep 50", stream=True)
     assert wait_until(lambda: len(phone.live_processes()) >= 2)
     stream.close()
@@ -155,7 +174,9 @@ def test_an_unknown_service_is_refused(bed: AdbTestbed, phone: LoopbackAdbDevice
         connection.close()
 
 
-def test_an_injected_shell_failure_fails_only_matching_commands(bed: AdbTestbed, phone: LoopbackAdbDevice) -> None:
+def test_an_injected_shell_failure_fails_only_matching_commands(
+    bed: AdbTestbed, phone: LoopbackAdbDevice
+) -> None:
     phone.faults.fail_shell_pattern = r"^sha256sum"
     phone.faults.fail_shell_exit_code = 5
     failed = client_device(bed, phone).shell2("sha256sum /dev/null", v2=True, timeout=10)

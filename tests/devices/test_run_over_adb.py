@@ -59,7 +59,9 @@ def files_under(root: Path) -> dict[str, bytes]:
 def test_digits_runs_on_the_phone_and_a_second_run_sends_nothing(
     bed: AdbTestbed, config: Path, tmp_path: Path
 ) -> None:
-    first = run("digits", "--device", "pixel8", "--config", config, "-n", "3", "--json", tmp_path / "1.json")
+    first = run(
+        "digits", "--device", "pixel8", "--config", config, "-n", "3", "--json", tmp_path / "1.json"
+    )
     assert first.exit_code == 0, first.output
     assert "PASS" in first.stdout
     result = json.loads((tmp_path / "1.json").read_text())
@@ -69,13 +71,19 @@ def test_digits_runs_on_the_phone_and_a_second_run_sends_nothing(
     assert result["latency_ms"]["n"] == 3
     assert result["deploy"]["bytes_sent"] > 1 * MiB  # the runner, its libraries, the .pte, inputs
 
-    second = run("digits", "--device", "pixel8", "--config", config, "-n", "3", "--json", tmp_path / "2.json")
+    second = run(
+        "digits", "--device", "pixel8", "--config", config, "-n", "3", "--json", tmp_path / "2.json"
+    )
     assert second.exit_code == 0, second.output
     again = json.loads((tmp_path / "2.json").read_text())
     assert again["deploy"]["bytes_sent"] == 0 and again["deploy"]["files_sent"] == 0
     # The job's own directory is removed; the content-addressed files stay.
     workdir = bed.phones["pixel"].device_path("/data/local/tmp/etdeploy")
-    assert sorted(p.name for p in workdir.iterdir() if not p.name.startswith(".")) == ["inputs", "programs", "runners"]
+    assert sorted(p.name for p in workdir.iterdir() if not p.name.startswith(".")) == [
+        "inputs",
+        "programs",
+        "runners",
+    ]
 
 
 def test_the_friendly_name_a_user_types_finds_the_phone(
@@ -84,7 +92,11 @@ def test_the_friendly_name_a_user_types_finds_the_phone(
     done = run("digits", "--device", "pixel8", "--adb-port", bed.server.port, "--runner", host_runner,
                "-n", "1", "--keep", "--config", write_config(tmp_path / "empty.toml", {}))  # fmt: skip
     assert done.exit_code == 0, done.output
-    jobs = [p for p in bed.phones["pixel"].device_path("/data/local/tmp/etdeploy").iterdir() if p.name[:2] == "20"]
+    jobs = [
+        p
+        for p in bed.phones["pixel"].device_path("/data/local/tmp/etdeploy").iterdir()
+        if p.name[:2] == "20"
+    ]
     assert len(jobs) == 1 and (jobs[0] / "s0-result.json").is_file()  # --keep kept it
 
 
@@ -93,7 +105,9 @@ def test_a_connection_dropped_mid_push_is_exit_3_leaves_no_half_file_and_the_nex
 ) -> None:
     phone = bed.phones["pixel"]
     phone.faults.drop_after_send_bytes = 1 * MiB
-    done = run("digits", "--device", "pixel8", "--config", config, "-n", "1", "--json", tmp_path / "r.json")
+    done = run(
+        "digits", "--device", "pixel8", "--config", config, "-n", "1", "--json", tmp_path / "r.json"
+    )
     assert done.exit_code == 3, done.output
     assert "error:" in done.output and "hint:" in done.output and "Traceback" not in done.output
     error = json.loads((tmp_path / "r.json").read_text())["error"]
@@ -116,7 +130,9 @@ def test_a_connection_dropped_mid_push_is_exit_3_leaves_no_half_file_and_the_nex
     bed.server.reconnect(phone)
     again = run("digits", "--device", "pixel8", "--config", config, "-n", "1")
     assert again.exit_code == 0, again.output
-    leftovers = [n for n in files_under(phone.device_path("/data/local/tmp/etdeploy")) if PARTIAL_MARKER in n]
+    leftovers = [
+        n for n in files_under(phone.device_path("/data/local/tmp/etdeploy")) if PARTIAL_MARKER in n
+    ]
     assert leftovers == []
 
 
@@ -135,7 +151,11 @@ def test_a_runner_for_another_abi_is_refused_before_anything_is_pushed(
 ) -> None:
     arm = {"properties": {"ro.product.cpu.abi": "arm64-v8a", "ro.product.cpu.abilist": "arm64-v8a"}}
     with adb_testbed(tmp_path / "adb", {"arm": arm}) as testbed:
-        table = {"serial": testbed.serial("arm"), "adb_port": testbed.server.port, "runner": str(host_runner)}
+        table = {
+            "serial": testbed.serial("arm"),
+            "adb_port": testbed.server.port,
+            "runner": str(host_runner),
+        }
         config = write_config(tmp_path / "etdeploy.toml", {"pixel8": table})
         done = run("digits", "--device", "pixel8", "--config", config)
         assert done.exit_code == 2, done.output
@@ -147,8 +167,12 @@ def test_two_runs_on_one_phone_take_turns(bed: AdbTestbed, config: Path, tmp_pat
     command = [sys.executable, "-m", "etdeploy", "run", "digits", "--device", "pixel8",
                "--config", str(config), "-n", "20"]  # fmt: skip
     runs = [
-        subprocess.Popen([*command, "--json", str(tmp_path / f"{i}.json")], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [*command, "--json", str(tmp_path / f"{i}.json")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for i in range(2)
     ]
     for process in runs:

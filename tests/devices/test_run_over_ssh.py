@@ -25,16 +25,22 @@ def run(*args: str | Path) -> Any:
     return CliRunner().invoke(app, ["run", *map(str, args)], catch_exceptions=False)
 
 
-def test_digits_runs_over_ssh_and_a_second_run_sends_nothing(sshd: SshServer, tmp_path: Path) -> None:
+def test_digits_runs_over_ssh_and_a_second_run_sends_nothing(
+    sshd: SshServer, tmp_path: Path
+) -> None:
     config = write_config(tmp_path / "etdeploy.toml", {"mac": ssh_table(sshd, tmp_path)})
-    first = run("digits", "--device", "mac", "--config", config, "-n", "3", "--json", tmp_path / "1.json")
+    first = run(
+        "digits", "--device", "mac", "--config", config, "-n", "3", "--json", tmp_path / "1.json"
+    )
     assert first.exit_code == 0, first.output
     result = json.loads((tmp_path / "1.json").read_text())
     assert result["status"] == "passed"
     assert result["device"]["transport"] == "ssh" and result["device"]["os"] == "linux"
     assert result["deploy"]["bytes_sent"] > 0 and result["latency_ms"]["n"] == 3
 
-    second = run("digits", "--device", "mac", "--config", config, "-n", "1", "--json", tmp_path / "2.json")
+    second = run(
+        "digits", "--device", "mac", "--config", config, "-n", "1", "--json", tmp_path / "2.json"
+    )
     assert second.exit_code == 0, second.output
     assert json.loads((tmp_path / "2.json").read_text())["deploy"]["bytes_sent"] == 0
 
@@ -42,7 +48,9 @@ def test_digits_runs_over_ssh_and_a_second_run_sends_nothing(sshd: SshServer, tm
 def test_an_unknown_host_key_stops_the_run_with_the_fix(sshd: SshServer, tmp_path: Path) -> None:
     empty = tmp_path / "known_hosts_empty"
     empty.write_text("")
-    config = write_config(tmp_path / "etdeploy.toml", {"mac": ssh_table(sshd, tmp_path, known_hosts=str(empty))})
+    config = write_config(
+        tmp_path / "etdeploy.toml", {"mac": ssh_table(sshd, tmp_path, known_hosts=str(empty))}
+    )
     done = run("digits", "--device", "mac", "--config", config)
     assert done.exit_code == 3, done.output
     assert "host key" in done.output and "hint:" in done.output and "Traceback" not in done.output
@@ -58,7 +66,17 @@ def test_a_connection_cut_during_deploy_is_exit_3_and_the_next_run_succeeds(
         table = ssh_table(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
         config = write_config(tmp_path / "etdeploy.toml", {"mac": table})
         proxy.arm(after_bytes=3 * 1024 * 1024)  # part-way through the runner's libraries
-        done = run("digits", "--device", "mac", "--config", config, "-n", "1", "--json", tmp_path / "r.json")
+        done = run(
+            "digits",
+            "--device",
+            "mac",
+            "--config",
+            config,
+            "-n",
+            "1",
+            "--json",
+            tmp_path / "r.json",
+        )
         assert done.exit_code == 3, done.output
         error = json.loads((tmp_path / "r.json").read_text())["error"]
         assert error["infrastructure"] and error["retryable"]

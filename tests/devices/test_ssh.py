@@ -489,7 +489,9 @@ def test_a_bad_device_table_names_the_key(table: dict[str, object], message: str
     assert message in caught.value.message
 
 
-def test_a_run_whose_caller_is_interrupted_kills_the_remote_group(device: SshDevice, tmp_path: Path) -> None:
+def test_a_run_whose_caller_is_interrupted_kills_the_remote_group(
+    device: SshDevice, tmp_path: Path
+) -> None:
     from tests.support.interrupt import interrupted_after
 
     pid_file = tmp_path / "remote.pid"

@@ -49,7 +49,7 @@ def adb_server_pids(port: int) -> list[int]:
             state = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        if state[state.rfind(")") + 2:][:1] in ("Z", "X"):
+        if state[state.rfind(")") + 2 :][:1] in ("Z", "X"):
             continue
         words = [w.decode(errors="replace") for w in argv if w]
         if not words or not os.path.basename(words[0]).startswith("adb"):
@@ -84,14 +84,16 @@ class AdbServer:
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANDROID_", "ADB_"))}
-        env.update({
-            "HOME": str(self.home),
-            "TMPDIR": str(self.home),
-            "ANDROID_ADB_SERVER_PORT": str(self.port),
-            "ADB_MDNS": "0",
-            "ADB_USB": "0",
-            "ADB_EMU": "0",
-        })
+        env.update(
+            {
+                "HOME": str(self.home),
+                "TMPDIR": str(self.home),
+                "ANDROID_ADB_SERVER_PORT": str(self.port),
+                "ADB_MDNS": "0",
+                "ADB_USB": "0",
+                "ADB_EMU": "0",
+            }
+        )
         return env
 
     def adb(self, *args: str, timeout: float = 30, check: bool = True) -> str:
@@ -100,8 +102,13 @@ class AdbServer:
         out_path = self.home / "adb-command.out"
         with open(out_path, "w+b") as out:
             result = subprocess.run(
-                [self.binary, "-P", str(self.port), *args], env=self.env, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False,
+                [self.binary, "-P", str(self.port), *args],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
             )
             out.seek(0)
             text = out.read().decode(errors="replace")

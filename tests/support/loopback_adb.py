@@ -102,7 +102,11 @@ SHELL_PACKET = struct.Struct("<BI")
 
 # What this double implements, named as adb's transport.cpp names them.
 DEFAULT_FEATURES: tuple[str, ...] = (
-    "shell_v2", "stat_v2", "ls_v2", "fixed_push_mkdir", "sendrecv_v2",
+    "shell_v2",
+    "stat_v2",
+    "ls_v2",
+    "fixed_push_mkdir",
+    "sendrecv_v2",
 )
 
 # A Pixel 8 (codename shiba, Google Tensor G3, platform "zuma": Google's Pixel 8
@@ -191,7 +195,7 @@ class _Stream:
     def read(self) -> bytes:
         """Whatever arrives next; b"" once the stream is closed."""
         if self._pos < len(self._buf):
-            data = self._buf[self._pos:]
+            data = self._buf[self._pos :]
             self._buf, self._pos = b"", 0
             return data
         chunk = self._next_chunk()
@@ -199,10 +203,10 @@ class _Stream:
 
     def read_exact(self, n: int) -> bytes:
         if len(self._buf) - self._pos >= n:
-            data = self._buf[self._pos:self._pos + n]
+            data = self._buf[self._pos : self._pos + n]
             self._pos += n
             return data
-        parts = [self._buf[self._pos:]]
+        parts = [self._buf[self._pos :]]
         have = len(parts[0])
         self._buf, self._pos = b"", 0
         while have < n:
@@ -229,7 +233,7 @@ class _Stream:
                 if self.closed.is_set():
                     raise _StreamClosed
                 self._ready.clear()
-                self.link.send(A_WRTE, self.local_id, self.remote_id, data[start:start + step])
+                self.link.send(A_WRTE, self.local_id, self.remote_id, data[start : start + step])
 
     def close(self) -> None:
         """Our side ends the stream (the service finished)."""
@@ -369,18 +373,20 @@ class _Link:
             self._streams[local_id] = stream
         self.send(A_OKAY, local_id, remote_id)
         threading.Thread(
-            target=self.device.run_service, args=(handler, stream),
-            name=f"loopback-adb-{service.split(':', 1)[0]}", daemon=True,
+            target=self.device.run_service,
+            args=(handler, stream),
+            name=f"loopback-adb-{service.split(':', 1)[0]}",
+            daemon=True,
         ).start()
 
 
-_TOOL_HEADER = '''#!{python}
+_TOOL_HEADER = """#!{python}
 # A tool of the loopback ADB device (tests/support/loopback_adb.py).
 import json, os, sys, time
 STATE = {state!r}
-'''
+"""
 
-_GETPROP = '''
+_GETPROP = """
 with open(os.path.join(STATE, "properties.json")) as f:
     props = json.load(f)
 args = sys.argv[1:]
@@ -389,10 +395,10 @@ if not args:
         print(f"[{key}]: [{props[key]}]")
 else:
     print(props.get(args[0], args[1] if len(args) > 1 else ""))
-'''
+"""
 
 # Android's `log [-p priority] [-t tag] message...` writes one line to logcat.
-_LOG = '''
+_LOG = """
 args = sys.argv[1:]
 tag, level = "log", "I"
 while args and args[0] in ("-t", "-p"):
@@ -407,13 +413,13 @@ entry = {"t": time.time(), "pid": os.getppid(), "level": level, "tag": tag,
          "msg": " ".join(args)}
 with open(os.path.join(STATE, "logcat.jsonl"), "a") as f:
     f.write(json.dumps(entry) + "\\n")
-'''
+"""
 
 # logcat: -d (dump and exit), -s (default filter silent), -v FORMAT (threadtime
 # is the only format), -b BUFFER (ignored), -T/-t TIME-or-COUNT, TAG[:PRIORITY].
 # As in logcat, a -T argument of digits only is a count, anything else a time:
 # "sssss.mmm" (epoch) or "MM-DD hh:mm:ss.mmm".
-_LOGCAT = '''
+_LOGCAT = """
 import datetime
 PRIORITIES = "VDIWEFS"
 args = sys.argv[1:]
@@ -461,7 +467,7 @@ if count is not None:
     lines = lines[-count:]
 for line in lines:
     print(line)
-'''
+"""
 
 
 class LoopbackAdbDevice:
@@ -576,8 +582,13 @@ class LoopbackAdbDevice:
 
     def log(self, tag: str, message: str, *, level: str = "I", when: float | None = None) -> None:
         """Append one line to the device's log buffer, as a process calling liblog would."""
-        entry = {"t": time.time() if when is None else when, "pid": os.getpid(),
-                 "level": level, "tag": tag, "msg": message}
+        entry = {
+            "t": time.time() if when is None else when,
+            "pid": os.getpid(),
+            "level": level,
+            "tag": tag,
+            "msg": message,
+        }
         with open(self.state_dir / "logcat.jsonl", "a") as f:
             f.write(json.dumps(entry) + "\n")
 
@@ -594,7 +605,7 @@ class LoopbackAdbDevice:
             except OSError:
                 continue
             # Fields after "(comm)": state ppid pgrp ...
-            fields = text[text.rfind(")") + 2:].split()
+            fields = text[text.rfind(")") + 2 :].split()
             if len(fields) >= 3 and int(fields[2]) in groups and fields[0] not in ("Z", "X"):
                 alive.append(int(entry))
         return alive
@@ -640,14 +651,14 @@ class LoopbackAdbDevice:
     def service_for(self, service: str) -> Callable[[_Stream], None] | None:
         self.opened_services.append(service)
         if service.startswith("shell"):
-            rest = service[len("shell"):]
+            rest = service[len("shell") :]
             if not rest.startswith((":", ",")):
                 return None
             args, _, command = rest.lstrip(",").partition(":")
             shell_protocol = "v2" in args.split(",")
             return lambda stream: self._shell(stream, command, shell_protocol)
         if service.startswith("exec:"):
-            command = service[len("exec:"):]
+            command = service[len("exec:") :]
             return lambda stream: self._shell(stream, command, False)
         if service == "sync:":
             return self._sync
@@ -690,10 +701,17 @@ class LoopbackAdbDevice:
             "TERM": "dumb",
             "LANG": "C.UTF-8",
         }
-        argv = ["bash", "-c", command.replace(DEVICE_TMP, str(self.sandbox))] if command else ["bash"]
+        argv = (
+            ["bash", "-c", command.replace(DEVICE_TMP, str(self.sandbox))] if command else ["bash"]
+        )
         process = subprocess.Popen(
-            argv, cwd=self.sandbox, env=env, bufsize=0, start_new_session=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            argv,
+            cwd=self.sandbox,
+            env=env,
+            bufsize=0,
+            start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if shell_protocol else subprocess.STDOUT,
         )
         with self._groups_lock:
@@ -710,7 +728,9 @@ class LoopbackAdbDevice:
 
         pumps = [threading.Thread(target=pump, args=(process.stdout, SHELL_STDOUT), daemon=True)]
         if shell_protocol:
-            pumps.append(threading.Thread(target=pump, args=(process.stderr, SHELL_STDERR), daemon=True))
+            pumps.append(
+                threading.Thread(target=pump, args=(process.stderr, SHELL_STDERR), daemon=True)
+            )
         for thread in pumps:
             thread.start()
         threading.Thread(
@@ -727,7 +747,9 @@ class LoopbackAdbDevice:
             status = code if code >= 0 else 0x80 | -code
             emit(SHELL_EXIT, bytes([status & 0xFF]))
 
-    def _feed_stdin(self, stream: _Stream, process: subprocess.Popen[bytes], shell_protocol: bool) -> None:
+    def _feed_stdin(
+        self, stream: _Stream, process: subprocess.Popen[bytes], shell_protocol: bool
+    ) -> None:
         stdin = process.stdin
         assert stdin is not None
         try:
@@ -826,7 +848,11 @@ class LoopbackAdbDevice:
             with contextlib.suppress(OSError):
                 st = os.lstat(path)
                 # adbd assigns st_size to a uint32_t: sizes wrap at 4 GiB.
-                mode, size, mtime = st.st_mode, st.st_size & 0xFFFFFFFF, int(st.st_mtime) & 0xFFFFFFFF
+                mode, size, mtime = (
+                    st.st_mode,
+                    st.st_size & 0xFFFFFFFF,
+                    int(st.st_mtime) & 0xFFFFFFFF,
+                )
         stream.write(SYNC_STAT_V1.pack(b"STAT", mode, size, mtime))
 
     def _stat_v2(self, stream: _Stream, request: bytes, remote: str) -> None:
@@ -838,10 +864,22 @@ class LoopbackAdbDevice:
         except OSError as exc:
             stream.write(SYNC_STAT_V2.pack(request, exc.errno or errno.EIO, *([0] * 10)))
             return
-        stream.write(SYNC_STAT_V2.pack(
-            request, 0, st.st_dev, st.st_ino, st.st_mode, st.st_nlink, st.st_uid, st.st_gid,
-            st.st_size, int(st.st_atime), int(st.st_mtime), int(st.st_ctime),
-        ))
+        stream.write(
+            SYNC_STAT_V2.pack(
+                request,
+                0,
+                st.st_dev,
+                st.st_ino,
+                st.st_mode,
+                st.st_nlink,
+                st.st_uid,
+                st.st_gid,
+                st.st_size,
+                int(st.st_atime),
+                int(st.st_mtime),
+                int(st.st_ctime),
+            )
+        )
 
     def _list(self, stream: _Stream, remote: str, *, v2: bool) -> None:
         path = self._host_path(remote)
@@ -856,16 +894,35 @@ class LoopbackAdbDevice:
             except OSError:
                 continue
             if v2:
-                stream.write(SYNC_DENT_V2.pack(
-                    b"DNT2", 0, st.st_dev, st.st_ino, st.st_mode, st.st_nlink, st.st_uid,
-                    st.st_gid, st.st_size, int(st.st_atime), int(st.st_mtime), int(st.st_ctime),
-                    len(encoded),
-                ) + encoded)
+                stream.write(
+                    SYNC_DENT_V2.pack(
+                        b"DNT2",
+                        0,
+                        st.st_dev,
+                        st.st_ino,
+                        st.st_mode,
+                        st.st_nlink,
+                        st.st_uid,
+                        st.st_gid,
+                        st.st_size,
+                        int(st.st_atime),
+                        int(st.st_mtime),
+                        int(st.st_ctime),
+                        len(encoded),
+                    )
+                    + encoded
+                )
             else:
-                stream.write(SYNC_DENT_V1.pack(
-                    b"DENT", st.st_mode, st.st_size & 0xFFFFFFFF, int(st.st_mtime) & 0xFFFFFFFF,
-                    len(encoded),
-                ) + encoded)
+                stream.write(
+                    SYNC_DENT_V1.pack(
+                        b"DENT",
+                        st.st_mode,
+                        st.st_size & 0xFFFFFFFF,
+                        int(st.st_mtime) & 0xFFFFFFFF,
+                        len(encoded),
+                    )
+                    + encoded
+                )
         done = SYNC_DENT_V2 if v2 else SYNC_DENT_V1
         stream.write(done.pack(b"DONE", *([0] * (len(done.unpack(bytes(done.size))) - 1))))
 
@@ -900,7 +957,9 @@ class LoopbackAdbDevice:
                     path.unlink()
                 out = open(path, "wb")  # noqa: SIM115 - closed on every path below
             except OSError as exc:
-                self._sync_fail(stream, f"couldn't create file: {os.strerror(exc.errno or errno.EIO)}")
+                self._sync_fail(
+                    stream, f"couldn't create file: {os.strerror(exc.errno or errno.EIO)}"
+                )
                 self._drain_send(stream)
                 return False
         written = mtime = 0
@@ -925,7 +984,8 @@ class LoopbackAdbDevice:
                     self._drain_send(stream)
                     return False
                 for trigger, action in (
-                    (faults.drop_after_send_bytes, "drop"), (faults.stall_after_send_bytes, "stall"),
+                    (faults.drop_after_send_bytes, "drop"),
+                    (faults.stall_after_send_bytes, "stall"),
                 ):
                     if trigger is not None and written + len(data) >= trigger:
                         if out is not None:
@@ -989,4 +1049,3 @@ def _main() -> None:  # pragma: no cover - manual poking: python -m tests.suppor
 
 if __name__ == "__main__":  # pragma: no cover
     _main()
-

@@ -24,7 +24,13 @@ class Backend:
 def _registry() -> dict[str, Backend]:
     from etdeploy.builder.backends import coreml, portable, unavailable, vulkan, xnnpack
 
-    backends = [xnnpack.BACKEND, portable.BACKEND, coreml.BACKEND, vulkan.BACKEND, *unavailable.BACKENDS]
+    backends = [
+        xnnpack.BACKEND,
+        portable.BACKEND,
+        coreml.BACKEND,
+        vulkan.BACKEND,
+        *unavailable.BACKENDS,
+    ]
     return {b.name: b for b in backends}
 
 

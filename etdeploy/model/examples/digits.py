@@ -100,7 +100,9 @@ def ensure_trained() -> Path:
         for i in range(SAMPLES_SHIPPED):
             np.save(samples / f"digit{i:02d}_label{labels[i]}.npy", images[i : i + 1])
         tmp = info_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"held_out_accuracy": accuracy, "labels": labels[:HELD_OUT].tolist()}))
+        tmp.write_text(
+            json.dumps({"held_out_accuracy": accuracy, "labels": labels[:HELD_OUT].tolist()})
+        )
         os.replace(tmp, info_path)
     return root
 

@@ -55,5 +55,8 @@ def dynamic_mlp():
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3)).eval()
     return ModelSpec(
-        module=model, example_inputs=(torch.zeros(4, 5),), input_names=["x"], dynamic={"x": {0: (1, 16)}}
+        module=model,
+        example_inputs=(torch.zeros(4, 5),),
+        input_names=["x"],
+        dynamic={"x": {0: (1, 16)}},
     )
