@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from etdeploy.report.result import OutputMetrics, Verdict
 
 FP32_ATOL = 1e-4
 FP32_RTOL = 1e-4
@@ -28,54 +30,6 @@ class Tolerance:
     min_sqnr_db: float = INT8_MIN_SQNR_DB
     min_top1: float = INT8_MIN_TOP1
     quantized: bool = False
-
-
-@dataclass
-class OutputMetrics:
-    output: int
-    name: str
-    sample: str
-    shape: list[int]
-    max_abs: float
-    max_rel: float
-    mean_abs: float
-    sqnr_db: float
-    cosine: float
-    allclose: bool
-    top1_agree: bool | None = None
-    top5_agree: bool | None = None
-
-    @property
-    def tightest_atol(self) -> float:
-        """The smallest atol (with rtol 0) at which this output passes: its max abs error."""
-        return self.max_abs
-
-    def to_json(self) -> dict[str, Any]:
-        fields = {**asdict(self), "tightest_atol": self.tightest_atol}
-        return {
-            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in fields.items()
-        }
-
-
-@dataclass
-class Verdict:
-    passed: bool
-    reason: str
-    metrics: list[OutputMetrics] = field(default_factory=list)
-    worst: OutputMetrics | None = None
-    on_noise: bool = False
-    top1_agreement: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "reason": self.reason,
-            "on_noise": self.on_noise,
-            "top1_agreement": self.top1_agreement,
-            "worst": self.worst.to_json() if self.worst else None,
-            "metrics": [m.to_json() for m in self.metrics],
-        }
 
 
 def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> dict[str, Any]:
@@ -134,22 +88,23 @@ def verify(
                     False,
                     f"output {name} of sample {sample_names[s]}: shape {list(a.shape)}, reference {list(e.shape)}",
                 )
+            top1_agree = top5_agree = None
+            if _is_classifier(a.shape):
+                top_a, top_e = np.argsort(-a, axis=1), np.argsort(-e, axis=1)
+                top1_agree = bool(np.all(top_a[:, 0] == top_e[:, 0]))
+                k = min(5, a.shape[1])
+                top5_agree = all(set(top_a[i, :k]) == set(top_e[i, :k]) for i in range(a.shape[0]))
+                top1_hits += int(np.sum(top_a[:, 0] == top_e[:, 0]))
+                top1_total += a.shape[0]
             m = OutputMetrics(
                 output=o,
                 name=name,
                 sample=sample_names[s],
-                shape=list(a.shape),
+                shape=tuple(int(d) for d in a.shape),
                 **compare(a, e, tol),
+                top1_agree=top1_agree,
+                top5_agree=top5_agree,
             )
-            if _is_classifier(a.shape):
-                top_a, top_e = np.argsort(-a, axis=1), np.argsort(-e, axis=1)
-                m.top1_agree = bool(np.all(top_a[:, 0] == top_e[:, 0]))
-                k = min(5, a.shape[1])
-                m.top5_agree = all(
-                    set(top_a[i, :k]) == set(top_e[i, :k]) for i in range(a.shape[0])
-                )
-                top1_hits += int(np.sum(top_a[:, 0] == top_e[:, 0]))
-                top1_total += a.shape[0]
             metrics.append(m)
     top1 = top1_hits / top1_total if top1_total else None
     if not metrics:
@@ -172,4 +127,4 @@ def verify(
         )
     if on_noise:
         reason += " — measured on random inputs (--random), not real data"
-    return Verdict(passed, reason, metrics, worst, on_noise, top1)
+    return Verdict(passed, reason, tuple(metrics), worst, on_noise, top1)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_profile_names_the_delegate_call_its_operators_and_modules(tmp_path: Path) -> None:
     result = run_job(
         RunJob(model="digits", iterations=5, warmup=1, profile=True), LocalDevice(workdir=tmp_path)
-    )
+    ).to_json()
     profile = result["profile"]
     assert profile["etrecord"] is True
     # Warm-up and timed executions are all traced.
@@ -44,6 +44,6 @@ def test_without_an_etrecord_events_keep_their_runtime_names(tmp_path: Path) -> 
     result = run_job(
         RunJob(model="digits", pte=tmp_path / "d.pte", iterations=2, warmup=0, profile=True),
         LocalDevice(workdir=tmp_path / "device"),
-    )
+    ).to_json()
     assert result["profile"]["etrecord"] is False
     assert result["profile"]["delegate_calls"][0]["op_types"] == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -20,6 +20,9 @@ from rich.table import Table
 
 from etdeploy.cli._app import command, console, err_console, format_ms
 from etdeploy.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from etdeploy.report.result import OutputMetrics, Profile, RunResult, SizeSummary
 
 
 @command("run")
@@ -77,28 +80,12 @@ def run_command(
         deadline_s=deadline, idle_timeout_s=idle_timeout, atol=atol, rtol=rtol, keep=keep,
         lock_timeout_s=lock_timeout, runner=runner, cpu_threads=cpu_threads,
     )  # fmt: skip
-    job = RunJob(
-        model=model,
-        device=settings["device"],
-        backend=settings["backend"],
-        quantize=settings.get("quantize"),
-        calibration=tuple(settings.get("calibration", ())),
-        dynamic=tuple(settings.get("dynamic", ())),
+    job = RunJob.from_settings(
+        model,
+        settings,
         pte=pte,
-        inputs=tuple(settings.get("inputs", ())),
-        preprocess=settings.get("preprocess"),
         random_inputs=random,
         reference=reference,
-        host_check=settings["host_check"],
-        iterations=settings["iterations"],
-        warmup=settings["warmup"],
-        deadline_s=settings["deadline_s"],
-        idle_timeout_s=settings.get("idle_timeout_s"),
-        atol=settings.get("atol"),
-        rtol=settings.get("rtol"),
-        runner=Path(settings["runner"]) if settings.get("runner") else None,
-        cpu_threads=settings.get("cpu_threads"),
-        keep=settings["keep"],
         use_cache=not no_cache,
         profile=profile,
     )
@@ -129,8 +116,8 @@ def run_command(
     if json_path is not None:
         write_result_json(result, json_path)
     render_result(result)
-    if result["exit_code"] != EXIT_OK:
-        raise typer.Exit(result["exit_code"])
+    if result.exit_code != EXIT_OK:
+        raise typer.Exit(result.exit_code)
 
 
 class RunDisplay:
@@ -175,13 +162,12 @@ class RunDisplay:
             del self._transfers[path]
 
 
-def render_result(result: dict[str, Any]) -> None:
+def render_result(result: RunResult) -> None:
     """The verdict table, latency, memory, size, warnings and the one-line verdict."""
-    verdict = result["verdict"]
-    device = result["device"]
-    artifact = result["artifact"]
-    quant = f", {artifact['quantization']}" if artifact.get("quantization") else ""
-    title = f"{result['job']['model'] or artifact['pte']} on {device['name']} ({artifact.get('backend') or '?'}{quant})"
+    verdict, artifact = result.verdict, result.artifact
+    assert verdict is not None and artifact is not None  # a result that ran
+    quant = f", {artifact.quantization}" if artifact.quantization else ""
+    title = f"{result.model_label} on {result.device.name} ({artifact.backend or '?'}{quant})"
     table = Table(title=title)
     for column in (
         "output",
@@ -197,100 +183,99 @@ def render_result(result: dict[str, Any]) -> None:
             column, justify="left" if column in ("output", "worst sample") else "right"
         )
     # One row per output, showing its worst sample; --json has every sample.
-    by_output: dict[int, list[dict[str, Any]]] = {}
-    for m in verdict["metrics"]:
-        by_output.setdefault(m["output"], []).append(m)
-    quantized = bool(artifact.get("quantization"))
+    by_output: dict[int, list[OutputMetrics]] = {}
+    for m in verdict.metrics:
+        by_output.setdefault(m.output, []).append(m)
+    quantized = bool(artifact.quantization)
     for rows in by_output.values():
         worst = (
-            min(rows, key=lambda m: m["sqnr_db"] if m["sqnr_db"] is not None else float("inf"))
-            if quantized
-            else max(rows, key=lambda m: m["max_abs"])
+            min(rows, key=lambda m: m.sqnr_db) if quantized else max(rows, key=lambda m: m.max_abs)
         )
         ok = (
-            sum(1 for m in rows if m["allclose"])
+            sum(1 for m in rows if m.allclose)
             if not quantized
-            else sum(1 for m in rows if m["top1_agree"] is not False)
+            else sum(1 for m in rows if m.top1_agree is not False)
         )
-        top1 = [m["top1_agree"] for m in rows if m["top1_agree"] is not None]
+        top1 = [m.top1_agree for m in rows if m.top1_agree is not None]
         table.add_row(
-            worst["name"], f"{ok}/{len(rows)}", worst["sample"], f"{worst['max_abs']:.2e}",
-            _num(worst["max_rel"], ".2e"), _num(worst["sqnr_db"], ".1f", none="inf"),
-            f"{worst['cosine']:.6f}", f"{sum(top1)}/{len(top1)}" if top1 else "-",
+            worst.name, f"{ok}/{len(rows)}", worst.sample, f"{worst.max_abs:.2e}",
+            _num(worst.max_rel, ".2e"), _num(worst.sqnr_db, ".1f"),
+            f"{worst.cosine:.6f}", f"{sum(top1)}/{len(top1)}" if top1 else "-",
         )  # fmt: skip
     console.print(table)
-    latency = result["latency_ms"]
-    if latency.get("n"):
+    latency = result.latency_ms
+    if latency is not None and latency.n:
         console.print(
-            f"latency: load {format_ms(latency['load'])}; {latency['n']} iterations after "
-            f"{result['job']['warmup']} warm-up: median {format_ms(latency['median'])} "
-            f"(min {format_ms(latency['min'])}, p90 {format_ms(latency['p90'])}, max {format_ms(latency['max'])}, "
-            f"trimmed mean {format_ms(latency['trimmed_mean'])}, stdev {format_ms(latency['stdev'])})",
+            f"latency: load {format_ms(latency.load)}; {latency.n} iterations after "
+            f"{result.job.warmup} warm-up: median {format_ms(latency.median)} "
+            f"(min {format_ms(latency.min)}, p90 {format_ms(latency.p90)}, max {format_ms(latency.max)}, "
+            f"trimmed mean {format_ms(latency.trimmed_mean)}, stdev {format_ms(latency.stdev)})",
             highlight=False,
         )
-    memory = result["memory"]
-    console.print(
-        f"memory: planned arena {_bytes(memory['planned_bytes'])}; runner peak RSS {_bytes(memory['peak_rss_bytes'])}",
-        highlight=False,
-    )
-    deploy = result["deploy"]
-    console.print(
-        f"deploy: {_bytes(deploy['bytes_sent'])} sent in {deploy['files_sent']} file(s), "
-        f"{deploy['files_skipped']} unchanged file(s) skipped",
-        highlight=False,
-    )
-    if result.get("host_check"):
-        host = result["host_check"]
+    if result.memory is not None:
         console.print(
-            f"host runtime: vs reference {host['host_vs_reference']['reason']}; "
-            f"device vs host {host['device_vs_host']['reason']}",
+            f"memory: planned arena {_bytes(result.memory.planned_bytes)}; "
+            f"runner peak RSS {_bytes(result.memory.peak_rss_bytes)}",
             highlight=False,
         )
-    if result.get("size"):
-        _render_size(result["size"])
-    if result.get("profile"):
-        _render_profile(result["profile"])
-    for warning in result["warnings"]:
+    if result.deploy is not None:
+        deploy = result.deploy
+        console.print(
+            f"deploy: {_bytes(deploy.bytes_sent)} sent in {deploy.files_sent} file(s), "
+            f"{deploy.files_skipped} unchanged file(s) skipped",
+            highlight=False,
+        )
+    if result.host_check is not None:
+        host = result.host_check
+        console.print(
+            f"host runtime: vs reference {host.host_vs_reference.reason}; "
+            f"device vs host {host.device_vs_host.reason}",
+            highlight=False,
+        )
+    if result.size is not None:
+        _render_size(result.size)
+    if result.profile is not None:
+        _render_profile(result.profile)
+    for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    mark = "[bold green]PASS[/]" if result["status"] == "passed" else "[bold red]FAIL[/]"
-    console.print(f"{mark} {escape(verdict['reason'])}", highlight=False)
-    if result.get("size") and not result["size"]["passed"]:
+    mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+    console.print(f"{mark} {escape(verdict.reason)}", highlight=False)
+    if result.size is not None and not result.size.passed:
         console.print(
             "[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False
         )
 
 
-def _render_profile(profile: dict[str, Any]) -> None:
-    table = Table(title=f"slowest events (median of {profile['executions_ms']['count']} executions: "
-                        f"{format_ms(profile['executions_ms']['median'])})")  # fmt: skip
+def _render_profile(profile: Profile) -> None:
+    table = Table(title=f"slowest events (median of {profile.executions_ms.count} executions: "
+                        f"{format_ms(profile.executions_ms.median)})")  # fmt: skip
     for column in ("event", "backend", "operators", "module", "p50", "max", "share"):
         table.add_column(column, justify="right" if column in ("p50", "max", "share") else "left")
-    for event in profile["events"]:
+    for event in profile.events:
         table.add_row(
-            event["name"], event["backend"] or "-", ", ".join(event["op_types"][:4]) or "-",
-            event["module"] or "-", format_ms(event["p50_ms"]), format_ms(event["max_ms"]),
-            "-" if event["share"] is None else f"{event['share']:.0%}",
+            event.name, event.backend or "-", ", ".join(event.op_types[:4]) or "-",
+            event.module or "-", format_ms(event.p50_ms), format_ms(event.max_ms),
+            "-" if event.share is None else f"{event.share:.0%}",
         )  # fmt: skip
     console.print(table)
-    if not profile["etrecord"]:
+    if not profile.etrecord:
         err_console.print(
             "[yellow]warning:[/] no ETRecord beside the .pte: events carry runtime names only"
         )
 
 
-def _render_size(size: dict[str, Any]) -> None:
-    for verdict in size["verdicts"]:
-        colour = {"fits": "green", "over": "bold red", "warning": "yellow"}.get(
-            verdict["status"], ""
-        )
+def _render_size(size: SizeSummary) -> None:
+    for verdict in size.verdicts:
+        colour = {"fits": "green", "over": "bold red", "warning": "yellow"}.get(verdict.status, "")
         console.print(
-            f"size: {escape(verdict['label'])}: [{colour}]{escape(verdict['text'])}[/]",
+            f"size: {escape(verdict.label)}: [{colour}]{escape(verdict.text or verdict.status)}[/]",
             highlight=False,
         )
 
 
-def _num(value: float | None, spec: str, none: str = "-") -> str:
-    return none if value is None else format(value, spec)
+def _num(value: float, spec: str) -> str:
+    # An exact match's SQNR is infinite: "inf", as format() spells it.
+    return format(value, spec)
 
 
 def _bytes(value: int | None) -> str:

@@ -41,15 +41,10 @@ def scale_error(doc: Doc, factor: float) -> Doc:
 
 def with_latency(doc: Doc, iterations_ms: list[float]) -> Doc:
     """`doc` with these iteration times, summarised as the pipeline does."""
-    from etdeploy.pipeline import latency_summary
+    from etdeploy.pipeline.execute import latency_of
 
     doc = copy.deepcopy(doc)
-    load = doc["latency_ms"]["load"]
-    doc["latency_ms"] = {
-        "load": load,
-        **latency_summary(iterations_ms),
-        "iterations": iterations_ms,
-    }
+    doc["latency_ms"] = latency_of(doc["latency_ms"]["load"], iterations_ms).to_json()
     return doc
 
 

@@ -25,9 +25,14 @@ from etdeploy.pipeline import RESULT_SCHEMA, RunJob, run_job
 
 pytestmark = pytest.mark.slow
 
-MODELS = Path(__file__).parent / "data" / "models"
+MODELS = Path(__file__).parent.parent / "data" / "models"
 TWO_IO = f"{MODELS / 'two_io.py'}:build"
 CUSTOM_OP = f"{MODELS / 'custom_op.py'}:build"
+
+
+def run(job: RunJob, device: LocalDevice) -> dict[str, Any]:
+    """run_job's result as the document a user reads (etdeploy.result/1)."""
+    return run_job(job, device).to_json()
 
 
 def cli(*args: str | Path) -> Any:
@@ -57,7 +62,7 @@ def two_io_samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_digits_fp32_passes_with_per_output_metrics_latency_and_memory(device: LocalDevice) -> None:
-    result = run_job(RunJob(model="digits", iterations=7, warmup=2), device)
+    result = run(RunJob(model="digits", iterations=7, warmup=2), device)
 
     assert result["schema"] == RESULT_SCHEMA
     assert result["status"] == "passed" and result["exit_code"] == 0
@@ -82,8 +87,8 @@ def test_digits_fp32_passes_with_per_output_metrics_latency_and_memory(device: L
 
 
 def test_a_second_run_sends_no_bytes(device: LocalDevice) -> None:
-    first = run_job(RunJob(model="digits", iterations=1, warmup=0), device)
-    second = run_job(RunJob(model="digits", iterations=1, warmup=0), device)
+    first = run(RunJob(model="digits", iterations=1, warmup=0), device)
+    second = run(RunJob(model="digits", iterations=1, warmup=0), device)
     assert first["deploy"]["bytes_sent"] > 0
     assert second["deploy"]["bytes_sent"] == 0
     assert second["deploy"]["files_sent"] == 0
@@ -94,7 +99,7 @@ def test_a_second_run_sends_no_bytes(device: LocalDevice) -> None:
 
 
 def test_digits_int8_is_judged_by_sqnr_and_top1(device: LocalDevice) -> None:
-    result = run_job(RunJob(model="digits", quantize="int8", iterations=3, warmup=1), device)
+    result = run(RunJob(model="digits", quantize="int8", iterations=3, warmup=1), device)
     assert result["artifact"]["quantization"] == "int8"
     verdict = result["verdict"]
     assert result["status"] == "passed", verdict["reason"]
@@ -108,7 +113,7 @@ def test_digits_int8_is_judged_by_sqnr_and_top1(device: LocalDevice) -> None:
 def test_two_inputs_and_two_outputs_are_each_verified(
     device: LocalDevice, two_io_samples: Path
 ) -> None:
-    result = run_job(
+    result = run(
         RunJob(model=TWO_IO, inputs=(str(two_io_samples),), iterations=2, warmup=1), device
     )
     assert result["status"] == "passed", result["verdict"]["reason"]
@@ -124,7 +129,7 @@ def test_two_inputs_and_two_outputs_are_each_verified(
 def test_host_check_compares_device_and_host_runtime(
     device: LocalDevice, two_io_samples: Path
 ) -> None:
-    result = run_job(
+    result = run(
         RunJob(
             model=TWO_IO, inputs=(str(two_io_samples),), iterations=1, warmup=0, host_check=True
         ),
@@ -151,7 +156,7 @@ def test_upstream_flavor_reads_the_log_and_takes_shapes_from_the_reference(
         target = upstream / ("executor_runner" if path.name == bundle.executable else path.name)
         target.write_bytes(path.read_bytes())
         target.chmod(0o755)
-    result = run_job(
+    result = run(
         RunJob(
             model=TWO_IO, inputs=(str(two_io_samples),), iterations=4, warmup=2,
             runner=upstream / "executor_runner",
@@ -292,7 +297,7 @@ def test_a_crashing_runner_is_a_runner_failure_with_its_signal(tmp_path: Path) -
 
 
 def test_random_inputs_need_asking_for_and_label_the_verdict(device: LocalDevice) -> None:
-    result = run_job(RunJob(model=TWO_IO, random_inputs=2, iterations=1, warmup=0), device)
+    result = run(RunJob(model=TWO_IO, random_inputs=2, iterations=1, warmup=0), device)
     assert result["inputs"]["on_noise"] is True
     assert "random inputs" in result["verdict"]["reason"]
     assert any("random inputs" in w for w in result["warnings"])
@@ -310,7 +315,7 @@ def test_verifying_on_the_example_inputs_is_warned(device: LocalDevice, tmp_path
         left=np.zeros((2, 6), np.float32),
         right=np.zeros((2, 3), np.float32),
     )
-    result = run_job(
+    result = run(
         RunJob(model=TWO_IO, inputs=(str(tmp_path / "zeros.npz"),), iterations=1, warmup=0), device
     )
     assert any("example inputs" in w for w in result["warnings"])
@@ -319,7 +324,7 @@ def test_verifying_on_the_example_inputs_is_warned(device: LocalDevice, tmp_path
 def test_a_reference_file_replaces_the_eager_model(
     device: LocalDevice, tmp_path: Path, two_io_samples: Path
 ) -> None:
-    first = run_job(
+    first = run(
         RunJob(
             model=TWO_IO,
             inputs=(str(two_io_samples / "s0.npz"),),
@@ -342,7 +347,7 @@ def test_a_reference_file_replaces_the_eager_model(
     np.savez(
         tmp_path / "expected.npz", o0=a.numpy(), o1=(b.numpy() + 1.0)
     )  # o1 is wrong on purpose
-    result = run_job(
+    result = run(
         RunJob(model=None, pte=pte, reference=tmp_path / "expected.npz",
                inputs=(str(two_io_samples / "s0.npz"),), iterations=1, warmup=0),
         device,
@@ -353,7 +358,7 @@ def test_a_reference_file_replaces_the_eager_model(
 
 
 def test_result_json_is_never_half_written(tmp_path: Path) -> None:
-    from etdeploy.pipeline import write_result_json
+    from etdeploy.atomic import write_json as write_result_json
 
     target = tmp_path / "r.json"
     write_result_json({"a": 1}, target)
@@ -415,7 +420,7 @@ def test_profile_survives_a_temporary_dir_on_another_filesystem(
 
     scratch = tempfile.mkdtemp(dir=shm)
     monkeypatch.setattr(tempfile, "tempdir", scratch)
-    result = run_job(RunJob(model="digits", iterations=2, warmup=0, profile=True), device)
+    result = run(RunJob(model="digits", iterations=2, warmup=0, profile=True), device)
     assert result["profile"]["delegate_calls"] and Path(result["etdump"]).is_file()
 
 
@@ -460,7 +465,7 @@ def test_a_dynamic_batch_runs_at_each_samples_own_size(device: LocalDevice, tmp_
             tmp_path / f"b{batch:02d}.npy", rng.uniform(-2, 2, size=(batch, 5)).astype(np.float32)
         )
     model = f"{MODELS / 'two_io.py'}:dynamic_mlp"
-    result = run_job(RunJob(model=model, inputs=(str(tmp_path),), iterations=2, warmup=1), device)
+    result = run(RunJob(model=model, inputs=(str(tmp_path),), iterations=2, warmup=1), device)
     assert result["status"] == "passed", result["verdict"]["reason"]
     assert [m["shape"] for m in result["verdict"]["metrics"]] == [[1, 3], [3, 3], [16, 3]]
     # Beyond the exported range is refused before anything runs.
@@ -475,7 +480,7 @@ def test_the_peak_memory_is_the_runners_own_not_its_parents(device: LocalDevice)
     import torch  # noqa: F401  this process is now hundreds of MB; the runner is not
 
     parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    result = run_job(RunJob(model="digits", iterations=1, warmup=0), device)
+    result = run(RunJob(model="digits", iterations=1, warmup=0), device)
     runner_peak = result["memory"]["peak_rss_bytes"]
     assert 0 < runner_peak < parent_peak / 2
 
@@ -483,7 +488,7 @@ def test_the_peak_memory_is_the_runners_own_not_its_parents(device: LocalDevice)
 def test_weights_beside_the_model_file_are_part_of_what_is_cached(
     device: LocalDevice, tmp_path: Path
 ) -> None:
-    from etdeploy.pipeline import eager_reference
+    from etdeploy.pipeline.references import eager_reference
 
     (tmp_path / "model.py").write_text(
         "from pathlib import Path\n"
@@ -499,12 +504,12 @@ def test_weights_beside_the_model_file_are_part_of_what_is_cached(
     sample = (np.array([[1.0, 2.0, 3.0]], np.float32),)
     model = f"{tmp_path / 'model.py'}:build"
     np.save(tmp_path / "x.npy", sample[0])
-    first = run_job(
+    first = run(
         RunJob(model=model, inputs=(str(tmp_path / "x.npy"),), iterations=1, warmup=0), device
     )
     (before,), _ = eager_reference(model, [sample])
     np.save(tmp_path / "w.npy", np.full((2, 3), 5.0, np.float32))
-    second = run_job(
+    second = run(
         RunJob(model=model, inputs=(str(tmp_path / "x.npy"),), iterations=1, warmup=0), device
     )
     (after,), _ = eager_reference(model, [sample])

@@ -1,0 +1,32 @@
+"""`etdeploy run`: the stages of design.md, one module each, read top to bottom.
+
+    job.py         resolve   the frozen RunJob (flags over etdeploy.toml over defaults)
+    build.py       build     the .pte (cached build, or --pte) and what it says of itself
+    stage.py       stage     real inputs checked against the method, encoded for the runner
+    references.py            what each sample should give (eager model, file, host runtime)
+    deploy.py      deploy    the runner that fits the device; runner, .pte, inputs pushed
+    execute.py     execute   the runner per sample under a deadline; outputs, timings, logs
+    verify.py      verify    metrics and verdict per output, host check, the size verdict
+    run.py         run_job   the stages composed into one RunResult (etdeploy.report.result)
+
+Nothing here prints: progress goes through callbacks, failures raise EtdeployError
+kinds, and the result is data for the report writers.
+"""
+
+from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
+from etdeploy.pipeline.run import RunContext, as_error, error_result, run_job, write_result_json
+from etdeploy.report.result import RESULT_SCHEMA_ID as RESULT_SCHEMA
+from etdeploy.report.result import RunResult
+
+__all__ = [
+    "RESULT_SCHEMA",
+    "RunContext",
+    "RunJob",
+    "RunResult",
+    "StatusCallback",
+    "as_error",
+    "error_result",
+    "new_job_id",
+    "run_job",
+    "write_result_json",
+]

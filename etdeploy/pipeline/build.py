@@ -1,0 +1,209 @@
+"""build: the program to run, and what is known of it.
+
+MODEL is built (cached by content, etdeploy.builder), or --pte is taken as it
+is. The inputs' and outputs' dtypes and shapes always come from the .pte itself
+(the torch-free reader); names, dynamic dims, backend, quantization and
+delegation from the build manifest beside it, when there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from etdeploy.errors import EtdeployError, InputError
+from etdeploy.pipeline.job import RunJob
+from etdeploy.report.result import Delegation
+
+# ExecuTorch's ScalarType names (schema/scalar_type.fbs) -> numpy's.
+_SCALAR_TO_NUMPY = {
+    "byte": "uint8", "char": "int8", "short": "int16", "int": "int32", "long": "int64",
+    "half": "float16", "float": "float32", "double": "float64", "bool": "bool",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProgramValue:
+    """One input or output of the method the runner executes."""
+
+    kind: str  # tensor, int, bool, ... (the .pte's EValue kind)
+    name: str
+    dtype: str | None = None  # numpy's name, for a tensor
+    shape: tuple[int, ...] = ()
+    # Dynamic dims of an input: {dim: [min, max]} from the manifest.
+    dynamic: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind == "tensor"
+
+    def as_meta(self) -> dict[str, Any]:
+        """The mapping etdeploy.inputs reads (it also serves calibration)."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "dynamic": self.dynamic,
+        }
+
+
+@dataclass(frozen=True)
+class Program:
+    """The .pte to run and what is known of its first method."""
+
+    pte: Path
+    sha256: str
+    size_bytes: int
+    manifest: dict[str, Any] | None
+    method: str
+    inputs: tuple[ProgramValue, ...]
+    outputs: tuple[ProgramValue, ...]
+    warnings: tuple[str, ...] = ()
+
+    # What only a build manifest knows; None for a .pte built elsewhere.
+    @property
+    def backend(self) -> str | None:
+        return (self.manifest or {}).get("backend")
+
+    @property
+    def quantization(self) -> str | None:
+        quant = (self.manifest or {}).get("quantization")
+        return quant.get("mode") if isinstance(quant, dict) else None
+
+    @property
+    def delegation(self) -> Delegation | None:
+        found = (self.manifest or {}).get("delegation")
+        return Delegation.from_json(found) if found else None
+
+    @property
+    def planned_bytes(self) -> int | None:
+        if self.manifest is None or self.manifest.get("partial"):
+            return None
+        return self.manifest["methods"][0].get("planned_bytes")
+
+    @property
+    def built_with(self) -> dict[str, str | None] | None:
+        return (self.manifest or {}).get("versions")
+
+    @property
+    def tensor_outputs(self) -> list[int]:
+        """Positions of the tensor outputs: the runner writes a file for each."""
+        return [i for i, value in enumerate(self.outputs) if value.is_tensor]
+
+    @property
+    def input_metas(self) -> list[dict[str, Any]]:
+        return [value.as_meta() for value in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [self.outputs[i].name for i in self.tensor_outputs]
+
+
+def build_program(job: RunJob) -> Program:
+    """Build MODEL (cached), or take --pte."""
+    from etdeploy.builder.manifest import read_manifest
+    from etdeploy.devices.base import sha256_file
+
+    warnings: list[str] = []
+    if job.pte is not None:
+        pte = job.pte
+        if pte.is_dir() or not pte.exists():
+            raise InputError(f"no such .pte: {pte}", "check the path given with --pte")
+        manifest = read_manifest(pte)
+        digest = sha256_file(pte)
+        if manifest is not None and manifest.get("sha256") != digest:
+            warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
+            manifest = None
+        if manifest is None and job.model is not None:
+            # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
+            manifest = _names_from_model(job.model)
+    else:
+        from etdeploy.builder import BuildOptions, build
+
+        assert job.model is not None
+        built = build(
+            job.model,
+            BuildOptions(
+                backend=job.backend,
+                quantize=job.quantize,
+                calibration=job.calibration,
+                dynamic=job.dynamic,
+                use_cache=job.use_cache,
+            ),
+        )
+        pte, manifest, digest = built.pte, built.manifest, built.manifest["sha256"]
+        warnings.extend(built.warnings)
+    return describe_program(pte, digest, manifest, warnings)
+
+
+def _names_from_model(model: str) -> dict[str, Any]:
+    from etdeploy.model.loader import load_model, parse_model_ref
+
+    spec = load_model(parse_model_ref(model))
+    return {
+        "methods": [{
+            "inputs": [{"name": n} for n in spec.input_names or []],
+            "outputs": [{"name": n} for n in spec.output_names or []],
+        }],
+        "samples": [str(p) for p in spec.samples],
+        "partial": True,  # names and samples only: not a build manifest
+    }  # fmt: skip
+
+
+def describe_program(
+    pte: Path, digest: str, manifest: dict[str, Any] | None, warnings: Sequence[str]
+) -> Program:
+    from etdeploy.sizecheck.pte import read_pte
+
+    try:
+        parsed = read_pte(pte)
+    except EtdeployError as exc:
+        raise InputError(
+            f"{pte} is not a usable .pte: {exc.message}",
+            "give a program written by `etdeploy build` or executorch's to_executorch()",
+        ) from exc
+    if not parsed.methods:
+        raise InputError(f"{pte} has no methods", "rebuild it with `etdeploy build`")
+    method = parsed.methods[0]
+    listed = (manifest or {}).get("methods", [{}])[0]
+
+    def values(
+        items: Sequence[Any], named: list[dict[str, Any]], prefix: str
+    ) -> tuple[ProgramValue, ...]:
+        out = []
+        for i, value in enumerate(items):
+            meta = named[i] if i < len(named) else {}
+            name = meta.get("name") or f"{prefix}_{i}"
+            if value.tensor is None:
+                out.append(ProgramValue(value.kind, name))
+                continue
+            out.append(
+                ProgramValue(
+                    value.kind,
+                    name,
+                    dtype=_SCALAR_TO_NUMPY.get(value.tensor.dtype, value.tensor.dtype),
+                    shape=tuple(value.tensor.sizes),
+                    dynamic=meta.get("dynamic") or {},
+                )
+            )
+        return tuple(out)
+
+    return Program(
+        pte=pte,
+        sha256=digest,
+        size_bytes=pte.stat().st_size,
+        manifest=manifest,
+        method=method.name,
+        inputs=values(method.inputs, listed.get("inputs", []), "input"),
+        outputs=values(method.outputs, listed.get("outputs", []), "output"),
+        warnings=tuple(warnings),
+    )
+
+
+def default_sample_paths(program: Program) -> list[str]:
+    """The real samples the model ships: recorded in the manifest at build time,
+    or, for a --pte built elsewhere, named by the model's factory."""
+    return [str(p) for p in (program.manifest or {}).get("samples", [])]

@@ -1,0 +1,120 @@
+"""deploy: the runner that fits the device, then the runner, the .pte and the
+inputs in the device's work dir.
+
+Every file goes under a content-addressed name (runners/, programs/, inputs/),
+so an unchanged file is never sent twice; the job's own directory holds only
+what this run writes, and is removed after it unless --keep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, PushResult, job_dir
+from etdeploy.errors import EtdeployError, UsageError
+from etdeploy.pipeline.build import Program
+from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.stage import Staged, staged_input_file
+from etdeploy.runner_build import RunnerBundle
+
+
+def runner_for(job: RunJob, device: Device, info: DeviceInfo, say: StatusCallback) -> RunnerBundle:
+    """--runner, else the device's configured runner, else one we build: the host
+    runner for a device that is this kind of machine, the NDK build for Android.
+    A runner built for another ABI is refused here, before anything is pushed."""
+    from etdeploy.devices.registry import check_runner_abi, split_abi
+    from etdeploy.runner_build import ensure_runner, host_abi, runner_from_path
+
+    explicit = job.runner or getattr(device, "runner_path", None)
+    if explicit is not None:
+        bundle = runner_from_path(Path(explicit))
+    elif info.os == "android":
+        bundle = ensure_runner(info.abi, progress=say)
+    elif info.os == _host_os() and split_abi(info.abi)[1] == split_abi(host_abi())[1]:
+        # This machine, or one like it over SSH: the host build runs there.
+        bundle = ensure_runner("host", progress=say)
+    else:
+        raise UsageError(
+            f"no runner for {info.name} ({info.os} {info.abi}); etdeploy builds runners for "
+            f"this machine ({_host_os()} {host_abi()}) and, with the NDK, for Android",
+            "build the runner on that machine (see ios_harness/README.md for macOS and iOS) "
+            'and pass it with --runner PATH or `runner = "PATH"` in its [devices] table',
+        )
+    check_runner_abi(info, bundle.abi)
+    return bundle
+
+
+def _host_os() -> str:
+    return platform.system().lower()
+
+
+@dataclass(frozen=True)
+class Deployed:
+    runner: str  # the executable on the device
+    pte: str
+    inputs: tuple[tuple[str, ...], ...]  # per sample, per method input
+    job_dir: str
+    bytes_sent: int
+    files_sent: int
+    files_skipped: int
+    seconds: float
+
+
+def runner_dir(device: Device, bundle: RunnerBundle) -> str:
+    """Where a bundle lives on a device: named by its build key, shared by jobs."""
+    return f"{device.workdir.rstrip('/')}/runners/{bundle.abi}-{(bundle.key or 'external')[:16]}"
+
+
+def deploy(
+    device: Device,
+    bundle: RunnerBundle,
+    program: Program,
+    staged: Staged,
+    job_id: str,
+    progress: ProgressCallback | None = None,
+) -> Deployed:
+    """The runner bundle, the .pte and the inputs, each pushed unless the device
+    already holds the same bytes under that name."""
+    started = time.perf_counter()
+    base = device.workdir.rstrip("/")
+    runners = runner_dir(device, bundle)
+    inputs_dir = f"{base}/inputs"
+    jdir = job_dir(device, job_id)
+    for directory in (runners, f"{base}/programs", inputs_dir, jdir):
+        device.makedirs(directory)
+    pushes: list[PushResult] = []
+    for path in bundle.files:
+        mode = 0o755 if path.name == bundle.executable else 0o644
+        pushes.append(device.push(path, f"{runners}/{path.name}", progress=progress, mode=mode))
+    remote_pte = f"{base}/programs/{program.sha256[:24]}.pte"
+    pushes.append(device.push(program.pte, remote_pte, progress=progress))
+    remote_inputs: list[tuple[str, ...]] = []
+    for sample in staged.samples:
+        row = []
+        for array in sample:
+            local = staged_input_file(array)
+            remote = f"{inputs_dir}/{local.name}"
+            pushes.append(device.push(local, remote, progress=progress))
+            row.append(remote)
+        remote_inputs.append(tuple(row))
+    return Deployed(
+        runner=f"{runners}/{bundle.executable}",
+        pte=remote_pte,
+        inputs=tuple(remote_inputs),
+        job_dir=jdir,
+        bytes_sent=sum(p.bytes_sent for p in pushes),
+        files_sent=sum(not p.skipped for p in pushes),
+        files_skipped=sum(p.skipped for p in pushes),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def remove_quietly(device: Device, path: str) -> None:
+    # Cleanup must not hide the error that got us here; a failed removal is
+    # visible on the next run as a stale dir, which the next job does not read.
+    with contextlib.suppress(EtdeployError):
+        device.remove(path, recursive=True)

@@ -1,0 +1,126 @@
+"""resolve: the frozen job a run carries out.
+
+The CLI and the farm build a RunJob from flags over etdeploy.toml over defaults
+(etdeploy.config.run_settings); its checks run here, so a bad value fails before
+anything is built. A farm worker receives it as JSON (to_json/from_json).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from etdeploy.errors import UsageError
+
+# Called with a short description of what the pipeline is doing now.
+StatusCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Everything one run needs to know. `model` may be None only with both `pte`
+    and `reference` (then there is no eager model to compare with)."""
+
+    model: str | None
+    device: str = "local"
+    backend: str = "xnnpack"
+    quantize: str | None = None
+    calibration: tuple[str, ...] = ()
+    dynamic: tuple[str, ...] = ()
+    pte: Path | None = None
+    inputs: tuple[str, ...] = ()
+    # >0: that many noise samples (--random); the verdict is labelled as such.
+    random_inputs: int = 0
+    reference: Path | None = None
+    # Also run the .pte in executorch's Python runtime on this machine, to tell a
+    # lowering that changed the numerics from a device that differs from the host.
+    host_check: bool = False
+    iterations: int = 10
+    warmup: int = 3
+    deadline_s: float = 120.0
+    # A runner silent for this long is hung, even before the deadline.
+    idle_timeout_s: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    runner: Path | None = None
+    cpu_threads: int | None = None
+    preprocess: str | None = None
+    keep: bool = False
+    use_cache: bool = True
+    # Record an ETDump of the timed executions and name the slowest operators.
+    profile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.model is None and (self.pte is None or self.reference is None):
+            raise UsageError(
+                "no model given",
+                "name MODEL (the eager reference), or give both --pte and --reference",
+            )
+        if self.random_inputs and self.inputs:
+            raise UsageError(
+                "--random and --inputs both given", "verify on real inputs or on noise, not both"
+            )
+        if self.iterations < 1:
+            raise UsageError(f"--iterations must be at least 1, got {self.iterations}")
+        if self.warmup < 0:
+            raise UsageError(f"--warmup must be 0 or more, got {self.warmup}")
+        if self.deadline_s <= 0:
+            raise UsageError(
+                f"--deadline must be positive, got {self.deadline_s}",
+                "seconds, e.g. --deadline 120",
+            )
+        if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
+            raise UsageError(
+                f"--idle-timeout must be positive, got {self.idle_timeout_s}",
+                "seconds of runner silence before it counts as hung, e.g. --idle-timeout 30",
+            )
+
+    @property
+    def label(self) -> str:
+        return self.model or (self.pte.name if self.pte else "?")
+
+    def to_json(self) -> dict[str, Any]:
+        """The job as JSON, for a farm's worker process."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_settings(cls, model: str | None, settings: Mapping[str, Any], **flags: Any) -> RunJob:
+        """A job from etdeploy.config.run_settings (flags over etdeploy.toml over
+        defaults) and the flags that have no setting (--pte, --random, ...).
+        Settings that are not the job's own (lock_timeout_s: the device's) are left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in settings.items() if k in known and v is not None}
+        return cls.from_json({**values, "model": model, **flags})
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunJob:
+        values = dict(data)
+        for f in dataclasses.fields(cls):
+            value = values.get(f.name)
+            if value is None:
+                continue
+            if f.name in _PATH_FIELDS and not isinstance(value, Path):
+                values[f.name] = Path(value)
+            elif isinstance(value, list):
+                values[f.name] = tuple(value)
+        return cls(**values)
+
+
+_PATH_FIELDS = ("pte", "reference", "runner")
+
+
+def new_job_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]

@@ -1,0 +1,179 @@
+"""What each sample should give: the eager model's outputs (cached), a file of
+expected outputs, or the program in executorch's Python runtime on this host.
+
+The eager model is the float one, so a quantized build is judged against what
+it approximates. torch is imported only when a reference must be computed: a
+warm run reads the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from etdeploy.errors import InfraError, InputError
+
+if TYPE_CHECKING:
+    from etdeploy.model.loader import ModelRef
+
+# Per sample, per tensor output.
+Table = list[list[np.ndarray]]
+
+
+def reference_key(model_fingerprint: str, samples: Sequence[tuple[np.ndarray, ...]]) -> str:
+    digest = hashlib.sha256(model_fingerprint.encode())
+    for sample in samples:
+        for array in sample:
+            digest.update(f"{array.dtype}{array.shape}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def eager_reference(
+    model: str, samples: Sequence[tuple[np.ndarray, ...]], *, use_cache: bool = True
+) -> tuple[Table, list[bool]]:
+    """The samples through the eager model, cached per (model, inputs).
+
+    The eager model is the float one, so a quantized build is judged against what
+    it approximates. Also says, per sample, whether it is one of the model's
+    example inputs (which the caller warns about).
+    """
+    from etdeploy.model.loader import parse_model_ref
+    from etdeploy.paths import cache_dir
+
+    ref = parse_model_ref(model)
+    path = cache_dir("references") / f"{reference_key(ref.fingerprint(), samples)[:32]}.npz"
+    if use_cache and path.is_file():
+        try:
+            return _read_reference_cache(path)
+        except (OSError, ValueError, KeyError):
+            path.unlink(missing_ok=True)  # damaged: recompute below
+    outputs, hits = _run_eager(ref, samples)
+    arrays: dict[str, np.ndarray] = {
+        "count": np.array(len(outputs)),
+        "example_hits": np.array(hits, dtype=bool),
+    }
+    for s, row in enumerate(outputs):
+        arrays[f"s{s}_n"] = np.array(len(row))
+        for k, value in enumerate(row):
+            arrays[f"s{s}_o{k}"] = value
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return outputs, hits
+
+
+def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
+    with np.load(path, allow_pickle=False) as archive:
+        count = int(archive["count"])
+        outputs = [
+            [archive[f"s{s}_o{k}"] for k in range(int(archive[f"s{s}_n"]))] for s in range(count)
+        ]
+        return outputs, [bool(x) for x in archive["example_hits"]]
+
+
+def _run_eager(
+    ref: ModelRef, samples: Sequence[tuple[np.ndarray, ...]]
+) -> tuple[Table, list[bool]]:
+    import torch
+
+    from etdeploy.model.loader import load_model
+
+    spec = load_model(ref)
+    module = spec.module
+    if isinstance(module, torch.export.ExportedProgram):
+        module = module.module()
+    examples = tuple(
+        np.asarray(t.detach().contiguous().numpy())
+        for t in spec.example_inputs
+        if isinstance(t, torch.Tensor)
+    )
+    outputs: Table = []
+    hits: list[bool] = []
+    with torch.no_grad():
+        for sample in samples:
+            result = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in sample))
+            outputs.append([t.detach().contiguous().numpy() for t in _flatten_tensors(result)])
+            hits.append(
+                len(examples) == len(sample)
+                and all(
+                    e.shape == a.shape and np.array_equal(e, a)
+                    for e, a in zip(examples, sample, strict=True)
+                )
+            )
+    return outputs, hits
+
+
+def _flatten_tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _flatten_tensors(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _flatten_tensors(item)]
+    return []  # scalars: the .pte returns them as non-tensor values, not files
+
+
+def load_reference_file(path: Path, samples: int, outputs: int) -> Table:
+    """--reference outputs.npz: arrays s<S>_o<K> (or o<K> when there is one sample)."""
+    if not path.is_file():
+        raise InputError(f"reference not found: {path}", "give an .npz of expected outputs")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"cannot read {path}: {exc}", "give an .npz written by numpy.savez"
+        ) from exc
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise InputError(
+            f"{path.name} holds one array; --reference takes an .npz of expected outputs",
+            "numpy.savez('expected.npz', s0_o0=..., s0_o1=...) with one array per sample and output",
+        )
+    with archive:
+        keys = set(archive.keys())
+        table = []
+        for s in range(samples):
+            row = []
+            for k in range(outputs):
+                key = f"s{s}_o{k}" if f"s{s}_o{k}" in keys else f"o{k}"
+                if key not in keys or (key == f"o{k}" and samples > 1):
+                    raise InputError(
+                        f"{path.name} has no expected value for sample {s}, output {k}",
+                        "name its arrays s<sample>_o<output>, e.g. s0_o0",
+                    )
+                row.append(archive[key])
+            table.append(row)
+    return table
+
+
+def host_runtime_outputs(
+    pte: Path, method_name: str, samples: Sequence[tuple[np.ndarray, ...]]
+) -> Table:
+    """The .pte through executorch's Python runtime on this machine: the second
+    reference that separates "the lowering changed the numbers" from "the device
+    differs from this host"."""
+    import torch
+    from executorch.runtime import Runtime
+
+    try:
+        method = Runtime.get().load_program(pte).load_method(method_name)
+    except Exception as exc:  # the runtime raises RuntimeError with its own text
+        raise InfraError(
+            f"executorch's Python runtime cannot load {pte.name}: {exc}",
+            "run without --host-check, or build for a backend this host links (xnnpack, portable)",
+            device="host",
+        ) from exc
+    rows = []
+    for sample in samples:
+        result = method.execute([torch.from_numpy(np.ascontiguousarray(a)) for a in sample])
+        rows.append(
+            [t.detach().contiguous().numpy() for t in result if isinstance(t, torch.Tensor)]
+        )
+    return rows

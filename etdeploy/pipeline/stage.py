@@ -1,0 +1,117 @@
+"""stage: real inputs, checked against the method, and what they should give.
+
+The samples come from --inputs, the model's own samples, or noise only when the
+user asks (--random, and the verdict says so). Each is checked against the
+program's input metadata before anything runs, encoded to the raw files the
+runner reads, and paired with its expected outputs (etdeploy.pipeline.references).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from etdeploy.errors import InputError
+from etdeploy.pipeline.build import Program, default_sample_paths
+from etdeploy.pipeline.job import RunJob
+from etdeploy.pipeline.references import eager_reference, load_reference_file
+
+
+@dataclass(frozen=True)
+class Staged:
+    sample_names: tuple[str, ...]
+    samples: tuple[tuple[np.ndarray, ...], ...]
+    # references[s][k]: the expected value of the k-th tensor output of sample s.
+    references: tuple[tuple[np.ndarray, ...], ...]
+    reference_kind: str  # eager | file
+    on_noise: bool
+    warnings: tuple[str, ...] = ()
+
+
+def stage(job: RunJob, program: Program) -> Staged:
+    """Real inputs -> arrays checked against the method, then the reference."""
+    from etdeploy.inputs import Sample, check_against, load_samples, parse_preprocess
+
+    if any(not value.is_tensor for value in program.inputs):
+        raise InputError(
+            f"{program.method} takes non-tensor inputs, which the runner cannot be given",
+            "export a wrapper whose inputs are all tensors",
+        )
+    metas = program.input_metas
+    if job.random_inputs:
+        rng = np.random.default_rng(0)
+        samples = [
+            Sample(
+                f"random{i}",
+                tuple(_noise(rng, v.dtype or "float32", v.shape) for v in program.inputs),
+            )
+            for i in range(job.random_inputs)
+        ]
+    else:
+        paths = list(job.inputs) or default_sample_paths(program)
+        if not paths:
+            raise InputError(
+                "no inputs to verify with",
+                "give --inputs FILE|DIR|GLOB of real samples, or --random N to verify on noise",
+            )
+        samples = load_samples(paths, metas, parse_preprocess(job.preprocess))
+    for sample in samples:
+        check_against(sample, metas)
+    arrays = [s.arrays for s in samples]
+    sample_names = [s.name for s in samples]
+    warnings: list[str] = []
+    if job.reference is not None:
+        references = load_reference_file(job.reference, len(samples), len(program.tensor_outputs))
+        kind = "file"
+    else:
+        assert job.model is not None
+        references, example_hits = eager_reference(job.model, arrays, use_cache=job.use_cache)
+        kind = "eager"
+        reused = [sample_names[i] for i, hit in enumerate(example_hits) if hit]
+        if reused:
+            warnings.append(
+                f"sample(s) {', '.join(reused)} are the model's example inputs: those fix shapes "
+                "for export, they are not a test set; verify on held-out data"
+            )
+    if job.random_inputs:
+        warnings.append(
+            "verifying on random inputs (--random): noise exercises the middle of a network's "
+            "range and can pass a lowering that breaks real data"
+        )
+    return Staged(
+        tuple(sample_names),
+        tuple(arrays),
+        tuple(tuple(row) for row in references),
+        kind,
+        bool(job.random_inputs),
+        tuple(warnings),
+    )
+
+
+def _noise(rng: np.random.Generator, dtype: str, shape: Sequence[int]) -> np.ndarray:
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    return rng.integers(0, 10, size=shape).astype(dtype)
+
+
+def staged_input_file(array: np.ndarray) -> Path:
+    """The raw runner file for `array`, named by its content (cached locally too,
+    so a transport's hash cache sees the same file each run)."""
+    from etdeploy.inputs import raw_bytes
+    from etdeploy.paths import cache_dir
+
+    data = raw_bytes(array)
+    name = hashlib.sha256(data).hexdigest()[:32] + ".bin"
+    path = cache_dir("staged-inputs") / name
+    if not path.is_file():
+        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return path

@@ -1,0 +1,136 @@
+"""Frozen dataclasses to and from JSON, by their type hints.
+
+The result model (etdeploy.report.result) is a tree of small records; writing a
+to_json/from_json pair by hand for each would repeat the field list twice per
+record. `Record` derives both from the annotations: nested records, tuples,
+dicts of str, unions with None, and JSON scalars. What a reader of a schema /1
+document must tolerate is handled here once: unknown keys are ignored, a missing
+key takes the field's default.
+
+Kept free of heavy imports: the CLI imports the report package on every start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar, Union
+
+# A JSON object as json.loads returns it (values: None, bool, int, float, str,
+# lists and objects of those).
+JsonObject = dict[str, Any]
+
+R = TypeVar("R", bound="Record")
+
+# Field metadata: {OMIT_NONE: True} leaves the key out when the value is None
+# (the schema has a non-nullable type there, and absence says "not known").
+OMIT_NONE = "omit_none"
+
+
+def omitted_if_none(default: Any = None) -> Any:
+    """A field written only when it has a value."""
+    return dataclasses.field(default=default, metadata={OMIT_NONE: True})
+
+
+def finite_or_none(value: float) -> float | None:
+    # JSON has no Infinity or NaN; the schema writes a non-finite metric as null.
+    return value if math.isfinite(value) else None
+
+
+class Record:
+    """Mixin for a frozen dataclass that is one block of a JSON document."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {}
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if value is None and field.metadata.get(OMIT_NONE):
+                continue
+            out[field.name] = _encode(value)
+        return out
+
+    @classmethod
+    def from_json(cls: type[R], data: Mapping[str, Any]) -> R:
+        if not isinstance(data, Mapping):
+            raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+        hints = _hints(cls)
+        kwargs: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if field.name in data:
+                kwargs[field.name] = _decode(data[field.name], hints[field.name], field.name)
+        return cls(**kwargs)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, float):
+        return finite_or_none(value)
+    if isinstance(value, (tuple, list)):
+        return [_encode(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _encode(v) for k, v in value.items()}
+    return value
+
+
+def _decode(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        candidates = [a for a in args if a is not type(None)]
+        if len(candidates) == 1:
+            return _decode(value, candidates[0], where)
+        for candidate in candidates:  # scalars first match wins (int before float)
+            if _matches(value, candidate):
+                return _decode(value, candidate, where)
+        raise TypeError(f"{where}: {value!r} fits none of {hint}")
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise TypeError(f"{where}: expected an array")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(v, args[0], where) for v in value)
+        return tuple(_decode(v, a, where) for v, a in zip(value, args, strict=True))
+    if origin is list:
+        return [_decode(v, args[0], where) for v in value]
+    if origin in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{where}: expected an object")
+        item = args[1] if len(args) == 2 else Any
+        return {str(k): _decode(v, item, where) for k, v in value.items()}
+    if origin is typing.Literal:
+        return value
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_json(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint) or hint
+    if origin in (tuple, list):
+        return isinstance(value, list)
+    if origin in (dict, Mapping):
+        return isinstance(value, Mapping)
+    if isinstance(origin, type) and issubclass(origin, Record):
+        return isinstance(value, Mapping)
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(origin, type):
+        return isinstance(value, origin)
+    return True

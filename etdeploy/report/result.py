@@ -1,0 +1,400 @@
+"""The typed result of one run: what every stage adds to and every report reads.
+
+`RunResult` is the `etdeploy.result/1` document as frozen records. The pipeline
+builds it (etdeploy.pipeline.run), `to_json` writes the document that
+report.schema validates, and `RunResult.from_json` reads one back for the farm,
+JUnit, HTML and baseline writers. Field names are the document's keys.
+
+Optional blocks are left out of the document when absent: an error result has
+no artifact, runner or verdict, and a run without --host-check has no host check.
+
+Kept free of heavy imports (no numpy): the CLI imports the report package on
+every start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from etdeploy.report.record import JsonObject, Record, omitted_if_none
+
+RESULT_SCHEMA_ID = "etdeploy.result/1"
+
+Status = Literal["passed", "failed", "error"]
+
+
+@dataclass(frozen=True)
+class JobInfo(Record):
+    """What was asked for. backend and quantization are what was requested; the
+    artifact says what was built."""
+
+    id: str | None
+    model: str | None
+    backend: str | None = None
+    quantization: str | None = None
+    method: str | None = omitted_if_none()
+    iterations: int | None = None
+    warmup: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceSummary(Record):
+    """The device as it described itself; only the name when it never answered."""
+
+    name: str
+    transport: str | None = omitted_if_none()
+    serial: str | None = omitted_if_none()
+    os: str | None = omitted_if_none()
+    os_version: str | None = omitted_if_none()
+    abi: str | None = omitted_if_none()
+    model: str | None = omitted_if_none()
+    soc: str | None = omitted_if_none()
+
+
+@dataclass(frozen=True)
+class OpDelegation(Record):
+    delegated: int
+    non_delegated: int
+
+
+@dataclass(frozen=True)
+class Delegation(Record):
+    """How much of the graph the backend claimed (from the build manifest)."""
+
+    delegated_nodes: int
+    non_delegated_nodes: int
+    share: float
+    delegated_subgraphs: int | None = omitted_if_none()
+    by_op: dict[str, OpDelegation] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Artifact(Record):
+    """The program that ran."""
+
+    sha256: str
+    size_bytes: int
+    backend: str | None
+    quantization: str | None
+    pte: str | None = omitted_if_none()
+    delegation: Delegation | None = None
+    # etdeploy/torch/executorch versions it was built with; None for a foreign .pte.
+    built_with: dict[str, str | None] | None = None
+
+
+@dataclass(frozen=True)
+class RunnerInfo(Record):
+    flavor: str  # etdeploy | upstream
+    abi: str | None = omitted_if_none()
+    version: str | None = None
+    path: str | None = omitted_if_none()
+
+
+@dataclass(frozen=True)
+class InputsInfo(Record):
+    names: tuple[str, ...]
+    samples: tuple[str, ...]
+    on_noise: bool = False
+    reference: str | None = omitted_if_none()  # eager | file
+
+
+@dataclass(frozen=True)
+class DeviceLock(Record):
+    """When this job held its device (wall clock, for a farm's timeline)."""
+
+    waited_s: float
+    held_from: float
+    held_to: float
+
+
+@dataclass(frozen=True)
+class DeployStats(Record):
+    bytes_sent: int
+    files_sent: int
+    files_skipped: int
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Latency(Record):
+    """The timed iterations on the first sample, in milliseconds."""
+
+    load: float | None = None
+    n: int
+    min: float | None = omitted_if_none()
+    median: float | None = omitted_if_none()
+    p90: float | None = omitted_if_none()
+    max: float | None = omitted_if_none()
+    trimmed_mean: float | None = omitted_if_none()
+    stdev: float | None = omitted_if_none()
+    iterations: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Memory(Record):
+    planned_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputMetrics(Record):
+    """One output of one sample against its reference.
+
+    In memory the metrics are floats, infinite where they are (an exact match's
+    SQNR); the document writes a non-finite value as null, and from_json reads
+    it back as the value it must have been.
+    """
+
+    output: int
+    name: str
+    sample: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    sqnr_db: float
+    cosine: float
+    allclose: bool
+    top1_agree: bool | None = None
+    top5_agree: bool | None = None
+
+    @property
+    def tightest_atol(self) -> float:
+        """The smallest atol (with rtol 0) at which this output passes: its max abs error."""
+        return self.max_abs
+
+    def to_json(self) -> JsonObject:
+        data = super().to_json()
+        data["tightest_atol"] = None if not math.isfinite(self.max_abs) else self.max_abs
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> OutputMetrics:
+        # null is non-finite: max_abs, max_rel and mean_abs were infinite (a NaN or
+        # infinite output); SQNR was +inf for an exact match, else -inf (the worst).
+        filled = dict(data)
+        for key in ("max_abs", "max_rel", "mean_abs"):
+            if filled.get(key, 0) is None:
+                filled[key] = math.inf
+        if filled.get("sqnr_db", 0) is None:
+            filled["sqnr_db"] = math.inf if filled.get("max_abs") == 0 else -math.inf
+        if filled.get("cosine", 0) is None:
+            filled["cosine"] = math.nan
+        return super().from_json(filled)
+
+
+@dataclass(frozen=True)
+class Verdict(Record):
+    passed: bool
+    reason: str
+    metrics: tuple[OutputMetrics, ...] = ()
+    worst: OutputMetrics | None = None
+    on_noise: bool = False
+    top1_agreement: float | None = None
+
+    def to_json(self) -> JsonObject:
+        return {
+            "passed": self.passed,
+            "reason": self.reason,
+            "on_noise": self.on_noise,
+            "top1_agreement": self.top1_agreement,
+            "worst": self.worst.to_json() if self.worst else None,
+            "metrics": [m.to_json() for m in self.metrics],
+        }
+
+
+@dataclass(frozen=True)
+class HostCheck(Record):
+    """--host-check: the .pte in executorch's Python runtime on this machine."""
+
+    device_vs_host: Verdict
+    host_vs_reference: Verdict
+
+
+@dataclass(frozen=True)
+class SizeVerdict(Record):
+    key: str
+    label: str
+    limit_bytes: int
+    measured_bytes: int
+    status: str  # fits | over | warning
+    store: str | None = omitted_if_none()
+    inclusive: bool | None = omitted_if_none()
+    measure: str | None = omitted_if_none()  # download | raw
+    severity: str | None = omitted_if_none()
+    headroom_bytes: int | None = omitted_if_none()
+    excess_bytes: int | None = omitted_if_none()
+    text: str | None = omitted_if_none()
+    source: str | None = omitted_if_none()
+    read_on: str | None = omitted_if_none()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class SizeSummary(Record):
+    """The store-size verdict (etdeploy.sizecheck.summary_for_result)."""
+
+    raw_bytes: int
+    download_bytes: int
+    verdicts: tuple[SizeVerdict, ...]
+    passed: bool
+    schema: str = "etdeploy.size-summary/1"
+    path: str | None = omitted_if_none()
+    extra_bytes: int | None = omitted_if_none()
+    total_raw_bytes: int | None = omitted_if_none()
+    total_download_bytes: int | None = omitted_if_none()
+    estimate: str | None = omitted_if_none()
+    store: str | None = omitted_if_none()
+    deliveries: tuple[str, ...] = ()
+    budget_bytes: int | None = None
+    config: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProfileEvent(Record):
+    """One operator or delegate call of the profiled executions (ETDump)."""
+
+    name: str
+    delegated: bool
+    backend: str | None
+    op_types: tuple[str, ...]
+    module: str | None
+    count: int
+    p50_ms: float
+    avg_ms: float
+    max_ms: float
+    share: float | None = None  # of the median execution
+
+
+@dataclass(frozen=True)
+class ExecutionTimes(Record):
+    count: int
+    median: float | None
+
+
+@dataclass(frozen=True)
+class Profile(Record):
+    executions_ms: ExecutionTimes
+    events: tuple[ProfileEvent, ...]
+    delegate_calls: tuple[ProfileEvent, ...]
+    etrecord: bool
+
+
+@dataclass(frozen=True)
+class ErrorInfo(Record):
+    """Why a run did not reach a verdict, and whose fault it was."""
+
+    kind: str
+    message: str
+    infrastructure: bool
+    hint: str | None = None
+    retryable: bool = False
+    device: str | None = None
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class AttemptError(Record):
+    kind: str | None = None
+    message: str | None = None
+    infrastructure: bool | None = None
+    retryable: bool | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class Attempt(Record):
+    """One attempt of a farm job (a retried job has several)."""
+
+    attempt: int
+    job_id: str | None
+    status: str | None
+    started_at: str
+    seconds: float
+    error: AttemptError | None = omitted_if_none()
+    backoff_s: float | None = omitted_if_none()
+
+
+@dataclass(frozen=True)
+class Shard(Record):
+    index: int
+    count: int
+
+
+@dataclass(frozen=True)
+class FarmPlacement(Record):
+    """Where in a farm a result came from."""
+
+    key: str
+    shard: Shard
+    spec: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult(Record):
+    """One job (model x backend x device): the one source of every report.
+
+    Fields are in the document's order."""
+
+    schema: str = RESULT_SCHEMA_ID
+    etdeploy: str = ""
+    status: Status
+    exit_code: int
+    job: JobInfo
+    device: DeviceSummary
+    # The blocks of a run that reached a verdict; absent from an error result.
+    artifact: Artifact | None = omitted_if_none()
+    runner: RunnerInfo | None = omitted_if_none()
+    inputs: InputsInfo | None = omitted_if_none()
+    device_lock: DeviceLock | None = omitted_if_none()
+    deploy: DeployStats | None = omitted_if_none()
+    latency_ms: Latency | None = omitted_if_none()
+    memory: Memory | None = omitted_if_none()
+    verdict: Verdict | None = omitted_if_none()
+    host_check: HostCheck | None = omitted_if_none()
+    size: SizeSummary | None = omitted_if_none()
+    etdump: str | None = omitted_if_none()
+    profile: Profile | None = omitted_if_none()
+    warnings: tuple[str, ...] = ()
+    error: ErrorInfo | None = None
+    started_at: str
+    seconds: float
+    logs: tuple[str, ...] = ()
+    # Added by a farm.
+    attempts: tuple[Attempt, ...] | None = omitted_if_none()
+    farm: FarmPlacement | None = omitted_if_none()
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def is_infrastructure(self) -> bool:
+        """A device, transport or runner failure (exit 3), not bad input (exit 2)."""
+        if self.error is not None:
+            return self.error.infrastructure
+        return self.exit_code == 3
+
+    @property
+    def retryable(self) -> bool:
+        """An infrastructure error that a retry can cure (a dropped link)."""
+        return (
+            self.status == "error"
+            and self.error is not None
+            and self.error.infrastructure
+            and self.error.retryable
+        )
+
+    @property
+    def model_label(self) -> str:
+        """The model's name, or the .pte's for a run of a bare program."""
+        if self.job.model:
+            return self.job.model
+        if self.artifact is not None and self.artifact.pte:
+            from pathlib import PurePath
+
+            return PurePath(self.artifact.pte).name
+        return "?"
