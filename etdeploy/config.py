@@ -38,6 +38,7 @@ class Config:
     devices: dict[str, DeviceConfig] = field(default_factory=dict)
     limits: dict[str, Any] = field(default_factory=dict)
     sizecheck: dict[str, Any] = field(default_factory=dict)
+    verify: dict[str, Any] = field(default_factory=dict)
 
 
 _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -60,6 +61,16 @@ _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
     },
     # Sizes are "150MB"-style strings or plain byte counts.
     "sizecheck": {"store": str, "deliveries": list, "budget": (str, int), "extra": (str, int)},
+    # How outputs are judged (etdeploy.verify): kinds by output name, the accuracy
+    # budget of quantization, and the quantized program's tolerance in steps.
+    "verify": {
+        "output_kinds": dict,
+        "min_sqnr_db": (int, float),
+        "min_top1": (int, float),
+        "min_cosine": (int, float),
+        "max_abs_error": (int, float),
+        "quant_steps": (int, float),
+    },
 }
 
 
@@ -91,7 +102,7 @@ def load_config(path: Path | None = None) -> Config:
 
 def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
     label = path.name if path else CONFIG_NAME
-    known = {"build", "run", "devices", "limits", "sizecheck"}
+    known = {"build", "run", "devices", "limits", "sizecheck", "verify"}
     for key in data:
         if key not in known:
             raise UsageError(
@@ -124,8 +135,16 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
         devices[name] = DeviceConfig(name, transport, settings)
     limits = data.get("limits", {})
     _expect_table(limits, "limits", label)
+    for name, kind in sections["verify"].get("output_kinds", {}).items():
+        _expect_type(kind, str, f"verify.output_kinds.{name}", label)
     return Config(
-        path, sections["build"], sections["run"], devices, dict(limits), sections["sizecheck"]
+        path,
+        sections["build"],
+        sections["run"],
+        devices,
+        dict(limits),
+        sections["sizecheck"],
+        sections["verify"],
     )
 
 
@@ -173,6 +192,10 @@ def run_settings(config: Config, **flags: Any) -> dict[str, Any]:
         if k in ("backend", "quantize", "calibration", "dynamic")
     }
     from_file.update(config.run)
+    from_file.update({k: v for k, v in config.verify.items() if k != "output_kinds"})
+    kinds = config.verify.get("output_kinds", {})
+    if kinds:
+        from_file["output_kinds"] = [f"{name}={kind}" for name, kind in kinds.items()]
     if config.path is not None:
         base = config.path.parent
         for key in ("inputs", "calibration"):
@@ -181,7 +204,11 @@ def run_settings(config: Config, **flags: Any) -> dict[str, Any]:
         if "runner" in from_file:
             from_file["runner"] = _relative_to(base, from_file["runner"])
     merged.update(from_file)
-    merged.update({k: v for k, v in flags.items() if v is not None})
+    given = {k: v for k, v in flags.items() if v is not None}
+    if "output_kinds" in given:
+        # A flag names some outputs; the file's kinds for the others still hold.
+        given["output_kinds"] = [*merged.get("output_kinds", []), *given["output_kinds"]]
+    merged.update(given)
     return merged
 
 

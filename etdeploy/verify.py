@@ -1,30 +1,70 @@
-"""Compare device outputs with the eager reference: metrics per output and
-sample, and a verdict.
+"""Compare outputs with their references: metrics per output and sample, the
+error budget per stage, and a verdict.
 
-fp32 builds are judged by allclose (defaults fit fp32 reassociation error);
-quantized builds by SQNR and top-1 agreement, since int8 error is far above any
-fp32 tolerance yet a correct lowering keeps the signal and the argmax.
+Each stage of the chain float eager -> quantized eager -> host runtime -> device
+is judged by the rule that fits what it can cost:
+
+- allclose: fp32 arithmetic reassociated by a backend (defaults fit fp32 error);
+- steps: a quantized program computed again (the device, or this host's runtime,
+  against the converted quantize/dequantize model that was lowered). A correct
+  int8 kernel lands on the reference's grid point of each quantized output, or
+  the next one, so the error is counted in the output's quantization step: a
+  flipped weight is many steps off even when it costs only a few dB of SQNR;
+- accuracy: what quantization costs against the float model (SQNR, top-1 for
+  classifiers, cosine for embeddings), a budget the user sets.
+
+Output kinds decide which metrics apply: a classifier's top-1 agreement, an
+embedding's cosine, SQNR and abs error for the rest. A kind guessed from the
+shape is reported, never required.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from etdeploy.report.result import OutputMetrics, Verdict
+from etdeploy.errors import UsageError
+from etdeploy.report.result import (
+    OUTPUT_KINDS,
+    BudgetStage,
+    OutputKind,
+    OutputMetrics,
+    Thresholds,
+    Verdict,
+)
 
 FP32_ATOL = 1e-4
 FP32_RTOL = 1e-4
 INT8_MIN_SQNR_DB = 15.0
 INT8_MIN_TOP1 = 0.9
+MIN_COSINE = 0.99
+# A quantized output may land one grid point away from the reference's.
+QUANT_STEPS = 1.0
+# An output of a quantized program that is not itself quantized (a float op after
+# the last dequantize): error relative to the output's largest magnitude.
+QUANT_RTOL = 1e-3
+
+DEFAULT_THRESHOLDS = Thresholds(
+    atol=FP32_ATOL,
+    rtol=FP32_RTOL,
+    min_sqnr_db=INT8_MIN_SQNR_DB,
+    min_top1=INT8_MIN_TOP1,
+    min_cosine=MIN_COSINE,
+    max_abs=None,
+    quant_steps=QUANT_STEPS,
+    quant_rtol=QUANT_RTOL,
+)
 
 
 @dataclass(frozen=True)
 class Tolerance:
+    """The one-stage judgement: allclose for fp32, or the accuracy rule (SQNR
+    and top-1) when `quantized`."""
+
     atol: float = FP32_ATOL
     rtol: float = FP32_RTOL
     min_sqnr_db: float = INT8_MIN_SQNR_DB
@@ -59,9 +99,90 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> dict[st
     }
 
 
-def _is_classifier(shape: Sequence[int]) -> bool:
-    # [N, C] logits with a handful of classes or more.
-    return len(shape) == 2 and shape[1] >= 2
+# -- output kinds ---------------------------------------------------------------------
+
+
+def guess_kind(shape: Sequence[int]) -> str:
+    # [N, C] with a handful of classes or more reads like logits; anything else
+    # is judged as a signal. A guess only ever adds reported metrics.
+    return "classifier" if len(shape) == 2 and shape[1] >= 2 else "regression"
+
+
+def check_kinds(declared: Mapping[str, str], output_names: Sequence[str], where: str) -> None:
+    """A declared kind must name an output and be one of OUTPUT_KINDS."""
+    for name, kind in declared.items():
+        if kind not in OUTPUT_KINDS:
+            raise UsageError(
+                f"{where}: output kind {kind!r} for {name!r} is not one of {', '.join(OUTPUT_KINDS)}",
+                "e.g. --output-kind logits=classifier",
+            )
+        if output_names and name not in output_names:
+            raise UsageError(
+                f"{where}: no output named {name!r} (outputs: {', '.join(output_names)})",
+                "name outputs with ModelSpec.output_names, or use the names the program reports",
+            )
+
+
+def output_kinds(
+    output_names: Sequence[str], shapes: Sequence[Sequence[int]], declared: Mapping[str, str]
+) -> tuple[OutputKind, ...]:
+    return tuple(
+        OutputKind(name, declared[name], True)
+        if name in declared
+        else OutputKind(name, guess_kind(shape), False)
+        for name, shape in zip(output_names, shapes, strict=True)
+    )
+
+
+# -- metrics of one comparison -------------------------------------------------------------
+
+
+def measure(
+    outputs: Sequence[Sequence[np.ndarray]],
+    references: Sequence[Sequence[np.ndarray]],
+    sample_names: Sequence[str],
+    output_names: Sequence[str],
+    tol: Tolerance,
+    steps: Sequence[float | None] = (),
+) -> list[OutputMetrics] | str:
+    """outputs[s][o] against references[s][o]: the metrics, or why they cannot be
+    compared (a missing output, a shape that differs). `steps[o]` is output o's
+    quantization step, when its error is to be counted in steps."""
+    metrics: list[OutputMetrics] = []
+    for s, (got, want) in enumerate(zip(outputs, references, strict=True)):
+        if len(got) != len(want):
+            return f"sample {sample_names[s]}: {len(got)} outputs, reference has {len(want)}"
+        for o, (a, e) in enumerate(zip(got, want, strict=True)):
+            name = output_names[o] if o < len(output_names) else f"output_{o}"
+            if tuple(a.shape) != tuple(e.shape):
+                return f"output {name} of sample {sample_names[s]}: shape {list(a.shape)}, reference {list(e.shape)}"
+            top1_agree = top5_agree = None
+            if guess_kind(a.shape) == "classifier":
+                top_a, top_e = np.argsort(-a, axis=1), np.argsort(-e, axis=1)
+                top1_agree = bool(np.all(top_a[:, 0] == top_e[:, 0]))
+                k = min(5, a.shape[1])
+                top5_agree = all(set(top_a[i, :k]) == set(top_e[i, :k]) for i in range(a.shape[0]))
+            found = compare(a, e, tol)
+            step = steps[o] if o < len(steps) else None
+            metrics.append(
+                OutputMetrics(
+                    output=o,
+                    name=name,
+                    sample=sample_names[s],
+                    shape=tuple(int(d) for d in a.shape),
+                    **found,
+                    top1_agree=top1_agree,
+                    top5_agree=top5_agree,
+                    steps=found["max_abs"] / step if step else None,
+                )
+            )
+    return metrics
+
+
+def top1_agreement(metrics: Sequence[OutputMetrics], names: set[str] | None = None) -> float | None:
+    """The share of classifier rows (each sample's batch) whose argmax agrees."""
+    rows = [m for m in metrics if m.top1_agree is not None and (names is None or m.name in names)]
+    return sum(m.top1_agree for m in rows) / len(rows) if rows else None
 
 
 def verify(
@@ -73,44 +194,15 @@ def verify(
     *,
     on_noise: bool = False,
 ) -> Verdict:
-    """outputs[s][o] against references[s][o] for every sample s and output o."""
-    metrics: list[OutputMetrics] = []
-    top1_hits = top1_total = 0
-    for s, (got, want) in enumerate(zip(outputs, references, strict=True)):
-        if len(got) != len(want):
-            return Verdict(
-                False, f"sample {sample_names[s]}: {len(got)} outputs, reference has {len(want)}"
-            )
-        for o, (a, e) in enumerate(zip(got, want, strict=True)):
-            name = output_names[o] if o < len(output_names) else f"output_{o}"
-            if tuple(a.shape) != tuple(e.shape):
-                return Verdict(
-                    False,
-                    f"output {name} of sample {sample_names[s]}: shape {list(a.shape)}, reference {list(e.shape)}",
-                )
-            top1_agree = top5_agree = None
-            if _is_classifier(a.shape):
-                top_a, top_e = np.argsort(-a, axis=1), np.argsort(-e, axis=1)
-                top1_agree = bool(np.all(top_a[:, 0] == top_e[:, 0]))
-                k = min(5, a.shape[1])
-                top5_agree = all(set(top_a[i, :k]) == set(top_e[i, :k]) for i in range(a.shape[0]))
-                top1_hits += int(np.sum(top_a[:, 0] == top_e[:, 0]))
-                top1_total += a.shape[0]
-            m = OutputMetrics(
-                output=o,
-                name=name,
-                sample=sample_names[s],
-                shape=tuple(int(d) for d in a.shape),
-                **compare(a, e, tol),
-                top1_agree=top1_agree,
-                top5_agree=top5_agree,
-            )
-            metrics.append(m)
-    top1 = top1_hits / top1_total if top1_total else None
-    if not metrics:
+    """One comparison judged alone: allclose, or (quantized) SQNR and top-1."""
+    found = measure(outputs, references, sample_names, output_names, tol)
+    if isinstance(found, str):
+        return Verdict(False, found, on_noise=on_noise)
+    if not found:
         return Verdict(False, "no outputs to compare", on_noise=on_noise)
+    top1 = _batch_top1(outputs, references, output_names, found)
     if tol.quantized:
-        worst = min(metrics, key=lambda m: m.sqnr_db)
+        worst = min(found, key=lambda m: m.sqnr_db)
         passed = worst.sqnr_db >= tol.min_sqnr_db and (top1 is None or top1 >= tol.min_top1)
         reason = (
             f"worst SQNR {worst.sqnr_db:.1f} dB ({worst.name}, sample {worst.sample})"
@@ -119,12 +211,258 @@ def verify(
             + (f" and >= {tol.min_top1:.0%}" if top1 is not None else "")
         )
     else:
-        worst = max(metrics, key=lambda m: m.max_abs)
-        passed = all(m.allclose for m in metrics)
-        reason = (
-            f"max abs error {worst.max_abs:.3g} ({worst.name}, sample {worst.sample}); "
-            f"allclose atol={tol.atol:g} rtol={tol.rtol:g} {'holds' if passed else 'fails'}"
-        )
+        worst = max(found, key=lambda m: m.max_abs)
+        passed = all(m.allclose for m in found)
+        reason = _allclose_reason(worst, tol.atol, tol.rtol, passed)
     if on_noise:
-        reason += " — measured on random inputs (--random), not real data"
-    return Verdict(passed, reason, tuple(metrics), worst, on_noise, top1)
+        reason += NOISE_NOTE
+    return Verdict(passed, reason, tuple(found), worst, on_noise, top1)
+
+
+NOISE_NOTE = " — measured on random inputs (--random), not real data"
+
+
+def _allclose_reason(worst: OutputMetrics, atol: float, rtol: float, passed: bool) -> str:
+    return (
+        f"max abs error {worst.max_abs:.3g} ({worst.name}, sample {worst.sample}); "
+        f"allclose atol={atol:g} rtol={rtol:g} {'holds' if passed else 'fails'}"
+    )
+
+
+def _batch_top1(
+    outputs: Sequence[Sequence[np.ndarray]],
+    references: Sequence[Sequence[np.ndarray]],
+    output_names: Sequence[str],
+    metrics: Sequence[OutputMetrics],
+    names: set[str] | None = None,
+) -> float | None:
+    """Top-1 agreement over every row of every classifier-shaped output (a batch
+    of N rows counts N times)."""
+    hits = total = 0
+    for got, want in zip(outputs, references, strict=True):
+        for o, (a, e) in enumerate(zip(got, want, strict=True)):
+            name = output_names[o] if o < len(output_names) else f"output_{o}"
+            if guess_kind(a.shape) != "classifier" or (names is not None and name not in names):
+                continue
+            hits += int(np.sum(np.argmax(a, axis=1) == np.argmax(e, axis=1)))
+            total += a.shape[0]
+    return hits / total if total else None
+
+
+# -- the error budget ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One stage's data: `got` against `want`, both per sample, per tensor output."""
+
+    stage: str  # quantization | lowering | device
+    measured: str  # "device vs quantized eager"
+    got: Sequence[Sequence[np.ndarray]]
+    want: Sequence[Sequence[np.ndarray]]
+    rule: str  # allclose | steps | accuracy
+
+
+def judge_stage(
+    comparison: Comparison,
+    sample_names: Sequence[str],
+    kinds: Sequence[OutputKind],
+    thresholds: Thresholds,
+    steps: Sequence[float | None],
+) -> BudgetStage:
+    """One stage of the budget, judged by its rule."""
+    names = [k.name for k in kinds]
+    tol = Tolerance(atol=thresholds.atol, rtol=thresholds.rtol)
+    found = measure(
+        comparison.got,
+        comparison.want,
+        sample_names,
+        names,
+        tol,
+        steps if comparison.rule == "steps" else (),
+    )
+    if isinstance(found, str) or not found:
+        reason = found or "no outputs to compare"
+        return BudgetStage(
+            comparison.stage, comparison.measured, comparison.rule, "-", False, reason,
+            math.inf, -math.inf, math.nan,
+        )  # fmt: skip
+    top1 = _batch_top1(comparison.got, comparison.want, names, found)
+    judge = {"allclose": _allclose, "steps": _steps, "accuracy": _accuracy}[comparison.rule]
+    passed, limit, reason, worst = judge(found, comparison, kinds, thresholds, top1, steps)
+    return BudgetStage(
+        stage=comparison.stage,
+        measured=comparison.measured,
+        rule=comparison.rule,
+        limit=limit,
+        passed=passed,
+        reason=reason,
+        max_abs=max(m.max_abs for m in found),
+        sqnr_db=min(m.sqnr_db for m in found),
+        cosine=min(m.cosine for m in found),
+        top1_agreement=top1,
+        steps=max((m.steps for m in found if m.steps is not None), default=None),
+        worst=worst,
+        metrics=tuple(found),
+    )
+
+
+_Judgement = tuple[bool, str, str, OutputMetrics]
+
+
+def _allclose(
+    found: list[OutputMetrics],
+    comparison: Comparison,
+    kinds: Sequence[OutputKind],
+    t: Thresholds,
+    top1: float | None,
+    steps: Sequence[float | None],
+) -> _Judgement:
+    worst = max(found, key=lambda m: m.max_abs)
+    passed = all(m.allclose for m in found)
+    limit = f"allclose atol={t.atol:g} rtol={t.rtol:g}"
+    return passed, limit, _allclose_reason(worst, t.atol, t.rtol, passed), worst
+
+
+def _steps(
+    found: list[OutputMetrics],
+    comparison: Comparison,
+    kinds: Sequence[OutputKind],
+    t: Thresholds,
+    top1: float | None,
+    steps: Sequence[float | None],
+) -> _Judgement:
+    """Quantized outputs within quant_steps of their grid; other outputs within
+    quant_rtol of their range."""
+
+    def excess(m: OutputMetrics) -> float:
+        # How far past its limit (>1 fails): in steps, or relative to the range.
+        if m.steps is not None:
+            if not t.quant_steps:
+                return 0.0 if m.steps == 0 else math.inf
+            return m.steps / t.quant_steps
+        scale = _range(comparison.want, m)
+        allowed = t.quant_rtol * scale + t.atol
+        return m.max_abs / allowed
+
+    worst = max(found, key=excess)
+    # Slack for float32 rounding: an error of exactly the limit (one step of a
+    # value up to 255 steps from zero) computes as up to ~1e-5 steps over it.
+    passed = all(excess(m) <= 1 + 1e-3 for m in found)
+    limit = (
+        f"<= {t.quant_steps:g} quantization step(s); "
+        f"unquantized outputs <= {t.quant_rtol:g} of their range"
+    )
+    where = f"{worst.name}, sample {worst.sample}"
+    if worst.steps is not None:
+        step = (steps[worst.output] if worst.output < len(steps) else None) or 0.0
+        detail = (
+            f"{worst.steps:.1f} step(s) of {step:.3g} off ({where}; max abs {worst.max_abs:.3g})"
+        )
+    else:
+        share = worst.max_abs / max(_range(comparison.want, worst), 1e-30)
+        detail = f"{share:.2g} of its range off ({where}; max abs {worst.max_abs:.3g})"
+    subject = comparison.measured.split(" vs ")[0]
+    if passed:
+        reason = f"{subject} matches the quantized program: worst {detail}; limit {t.quant_steps:g} step(s)"
+    else:
+        reason = f"the {subject} departs from the quantized program: {detail}; limit {t.quant_steps:g} step(s)"
+    return passed, limit, reason, worst
+
+
+def _range(want: Sequence[Sequence[np.ndarray]], m: OutputMetrics) -> float:
+    values = [float(np.max(np.abs(row[m.output]))) for row in want if row[m.output].size]
+    return max(values, default=0.0)
+
+
+def _accuracy(
+    found: list[OutputMetrics],
+    comparison: Comparison,
+    kinds: Sequence[OutputKind],
+    t: Thresholds,
+    top1: float | None,
+    steps: Sequence[float | None],
+) -> _Judgement:
+    """What quantization costs, each output held to the metrics of its kind."""
+    kind_of = {k.name: k for k in kinds}
+    failures: list[str] = []
+    by_name: dict[str, list[OutputMetrics]] = {}
+    for m in found:
+        by_name.setdefault(m.name, []).append(m)
+    required_top1 = {n for n, k in kind_of.items() if k.declared and k.kind == "classifier"}
+    parts: list[str] = []
+    for name, rows in by_name.items():
+        kind = kind_of.get(name, OutputKind(name, "regression", False))
+        worst_sqnr = min(rows, key=lambda m: m.sqnr_db)
+        if kind.kind == "embedding" and kind.declared:
+            worst_cos = min(rows, key=lambda m: m.cosine)
+            parts.append(f"cosine {worst_cos.cosine:.4f} ({name})")
+            if not worst_cos.cosine >= t.min_cosine:
+                failures.append(
+                    f"{name} cosine {worst_cos.cosine:.4f} (sample {worst_cos.sample}) < {t.min_cosine:g}"
+                )
+        else:
+            parts.append(f"SQNR {worst_sqnr.sqnr_db:.1f} dB ({name})")
+            if not worst_sqnr.sqnr_db >= t.min_sqnr_db:
+                failures.append(
+                    f"{name} SQNR {worst_sqnr.sqnr_db:.1f} dB (sample {worst_sqnr.sample}) < {t.min_sqnr_db:g} dB"
+                )
+        if t.max_abs is not None:
+            worst_abs = max(rows, key=lambda m: m.max_abs)
+            if not worst_abs.max_abs <= t.max_abs:
+                failures.append(
+                    f"{name} max abs {worst_abs.max_abs:.3g} (sample {worst_abs.sample}) > {t.max_abs:g}"
+                )
+        if name in required_top1:
+            agree = _batch_top1(
+                comparison.got, comparison.want, [k.name for k in kinds], found, {name}
+            )
+            if agree is not None:
+                parts.append(f"top-1 agreement {agree:.0%} ({name})")
+                if agree < t.min_top1:
+                    failures.append(f"{name} top-1 agreement {agree:.0%} < {t.min_top1:.0%}")
+    guessed_top1 = {n for n, k in kind_of.items() if not k.declared and k.kind == "classifier"}
+    if guessed_top1 and top1 is not None and not required_top1:
+        parts.append(f"top-1 agreement {top1:.0%} (reported: classifier kind is a guess)")
+    limit = (
+        f"SQNR >= {t.min_sqnr_db:g} dB; declared classifiers top-1 >= {t.min_top1:.0%}; declared embeddings cosine >= {t.min_cosine:g}"
+        + (f"; max abs <= {t.max_abs:g}" if t.max_abs is not None else "")
+    )
+    worst = min(found, key=lambda m: m.sqnr_db)
+    if failures:
+        reason = f"quantization costs more than the accuracy budget: {'; '.join(failures)}"
+    else:
+        reason = f"quantization costs {', '.join(parts)}: within the accuracy budget"
+    return not failures, limit, reason, worst
+
+
+def budget_verdict(
+    stages: Sequence[BudgetStage],
+    end_to_end: Verdict,
+    kinds: Sequence[OutputKind],
+    thresholds: Thresholds,
+    reference: str,
+) -> Verdict:
+    """The verdict of the whole chain: every stage within its limit. Its metrics
+    stay the end-to-end comparison (device against the float model or file); its
+    reason names the stage that broke its limit."""
+    failed = next((s for s in stages if not s.passed), None)
+    if failed is not None:
+        reason = failed.reason
+    elif len(stages) == 1:
+        reason = stages[0].reason
+    else:
+        # The device stage first: it is what this run measured on the device.
+        ordered = sorted(stages, key=lambda s: s.stage != "device")
+        reason = "; ".join(s.reason for s in ordered)
+    if end_to_end.on_noise:
+        reason += NOISE_NOTE
+    return replace(
+        end_to_end,
+        passed=failed is None and bool(stages),
+        reason=reason,
+        reference=reference,
+        budget=tuple(stages),
+        kinds=tuple(kinds),
+        thresholds=thresholds,
+    )

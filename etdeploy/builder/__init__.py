@@ -27,7 +27,7 @@ from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
-BUILD_REVISION = 5
+BUILD_REVISION = 6
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,13 @@ class BuildResult:
 def etrecord_path(pte: Path) -> Path:
     """Where a .pte's ETRecord sits: beside it, model.pte -> model.etrecord."""
     return pte.with_suffix(".etrecord")
+
+
+def quantized_program_path(pte: Path) -> Path:
+    """Where a quantized .pte's eager twin sits: the converted (quantize/dequantize)
+    ExportedProgram that was lowered, model.pte -> model.quantized.pt2. It is the
+    reference a device is judged against to the quantization step."""
+    return pte.with_suffix(".quantized.pt2")
 
 
 def versions() -> dict[str, str]:
@@ -140,12 +147,14 @@ def build(model: str, options: BuildOptions) -> BuildResult:
         if cached is not None and not _calibration_unchanged(cached):
             cached = None  # calibrated on sample files that have changed since: rebuild
         if cached is not None:
-            return BuildResult(pte, cached, True, time.perf_counter() - started)
+            return BuildResult(
+                pte, cached, True, time.perf_counter() - started, list(cached.get("warnings", []))
+            )
         with warnings_module.catch_warnings():
             # torch and executorch emit deprecation chatter on every export; users
             # see our warnings (low delegation, noise calibration), not theirs.
             warnings_module.simplefilter("ignore")
-            manifest, buffer, etrecord, warnings = _build_uncached(
+            manifest, buffer, etrecord, quantized, warnings = _build_uncached(
                 ref, fingerprint, options, backend, dynamic
             )
         manifest["cache_key"] = key
@@ -154,6 +163,8 @@ def build(model: str, options: BuildOptions) -> BuildResult:
             (tmp / pte.name).write_bytes(buffer)
             if etrecord is not None:
                 (tmp / manifest["etrecord"]).write_bytes(etrecord)
+            if quantized is not None:
+                quantized_program_path(tmp / pte.name).write_bytes(quantized)
             write_json_atomic(manifest_path(tmp / pte.name), manifest)
             if entry.exists():
                 shutil.rmtree(entry)
@@ -169,25 +180,39 @@ def _build_uncached(
     options: BuildOptions,
     backend: Any,
     dynamic: dict[str, dict[int, tuple[int, int]]],
-) -> tuple[dict[str, Any], bytes, bytes | None, list[str]]:
+) -> tuple[dict[str, Any], bytes, bytes | None, bytes | None, list[str]]:
+    """The manifest, the program, its ETRecord, and for a quantized build the
+    converted ExportedProgram (torch.export.save bytes), and the warnings."""
     from etdeploy.builder.export import export_model
     from etdeploy.builder.lower import lower
 
     spec = load_model(ref)
+    from etdeploy.verify import check_kinds
+
+    check_kinds(spec.output_kinds, spec.output_names or [], f"{ref.text}: ModelSpec.output_kinds")
     if dynamic:
         spec.dynamic = dynamic
     # The factory's own dynamic dims (ModelSpec.dynamic) are recorded like --dynamic's.
     dynamic = spec.dynamic
     exported = export_model(spec, ref.source_files)
     calibration_record: dict[str, Any] | None = None
+    quantized: bytes | None = None
+    output_steps: list[dict[str, Any] | None] = []
+    warnings: list[str] = []
     if options.quantize:
-        from etdeploy.builder.quantize import quantize
+        from etdeploy.builder.quantize import output_quantization, quantize, saved
 
         batches, calibration_record = _calibration_batches(spec, options)
         exported = quantize(exported, options.quantize, batches)
+        quantized = saved(exported)
+        output_steps = output_quantization(exported)
+        note = calibration_warning(calibration_record)
+        if note:
+            warnings.append(note)
     lowered = lower(exported, backend)
     warning = lowered.delegation.low_share_warning(backend)
-    warnings = [warning] if warning else []
+    if warning:
+        warnings.append(warning)
     names = list(spec.input_names or [])
     for method in lowered.methods:
         for i, meta in enumerate(method["inputs"]):
@@ -197,15 +222,23 @@ def _build_uncached(
         out_names = spec.output_names or []
         for i, meta in enumerate(method["outputs"]):
             meta["name"] = out_names[i] if i < len(out_names) else f"output_{i}"
+            if i < len(output_steps) and output_steps[i] is not None:
+                meta["quantization"] = output_steps[i]
     manifest = {
         "schema": SCHEMA,
         "model": {"ref": ref.text, "kind": ref.kind, "name": spec.name, "fingerprint": fingerprint},
         "versions": versions(),
         "backend": backend.name,
         "delegates": lowered.delegates,
-        "quantization": {"mode": options.quantize, "calibration": calibration_record}
+        "quantization": {
+            "mode": options.quantize,
+            "calibration": calibration_record,
+            "reference": quantized_program_path(Path(f"{ref.name}.pte")).name,
+        }
         if options.quantize
         else None,
+        # Declared by the factory (ModelSpec.output_kinds): how each output is judged.
+        "output_kinds": dict(spec.output_kinds),
         "dynamic": {n: {str(d): list(r) for d, r in dims.items()} for n, dims in dynamic.items()},
         "methods": lowered.methods,
         "delegation": lowered.delegation.to_json(),
@@ -217,7 +250,23 @@ def _build_uncached(
     }
     if lowered.etrecord is not None:
         manifest["etrecord"] = f"{ref.name}.etrecord"
-    return manifest, lowered.buffer, lowered.etrecord, warnings
+    return manifest, lowered.buffer, lowered.etrecord, quantized, warnings
+
+
+def calibration_warning(record: dict[str, Any] | None) -> str | None:
+    """What a verdict must say about where int8's ranges came from."""
+    kind = (record or {}).get("kind")
+    if kind == "random":
+        return (
+            "int8 calibrated on noise (--random-calibration): activation ranges come from "
+            "random inputs, not real data, so accuracy on real inputs is not what it could be"
+        )
+    if kind == "examples":
+        return (
+            "int8 calibrated on the model's example inputs only: they fix shapes for export "
+            "and are not a calibration set; give --calibration with real samples"
+        )
+    return None
 
 
 def _calibration_unchanged(manifest: dict[str, Any]) -> bool:
@@ -279,8 +328,13 @@ def _calibration_batches(
                 f"calibration sample {sample.name} has the wrong shape: given {given}, the model takes {want}",
                 "calibrate on samples shaped like the example inputs",
             )
+    on_examples = all(
+        all(torch.equal(b, e) for b, e in zip(batch, spec.example_inputs, strict=True))
+        for batch in batches
+    )
     return batches, {
-        "kind": "real",
+        # Samples equal to the example inputs are shapes, not a calibration set.
+        "kind": "examples" if on_examples else "real",
         "samples": len(samples),
         "sources": list(paths),
         # Checked on every cache hit: the factory's own samples are only known
@@ -297,6 +351,9 @@ def export_artifact(result: BuildResult, output: Path) -> Path:
     if result.manifest.get("etrecord"):
         # Named after the .pte it describes, so profiling finds it beside a copy.
         copies.append((result.pte.parent / result.manifest["etrecord"], etrecord_path(output)))
+    if quantized_program_path(result.pte).is_file():
+        # A run of the copy is judged against it like a run of the cached build.
+        copies.append((quantized_program_path(result.pte), quantized_program_path(output)))
     for src, dst in copies:
         tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
         shutil.copyfile(src, tmp)

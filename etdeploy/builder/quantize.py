@@ -6,7 +6,9 @@ quantizes weights statically and activations at run time (no calibration).
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import InputError
@@ -64,3 +66,48 @@ def _dynamic_shapes_of(exported: Any) -> Any:
                 any_dynamic = True
         shapes.append(dims or None)
     return tuple(shapes) if any_dynamic else None
+
+
+def output_quantization(exported: Any) -> list[dict[str, Any] | None]:
+    """Per output of the converted program, its quantization when the graph ends in
+    a per-tensor dequantize (the output is a grid of `scale` steps), else None.
+
+    The step is the unit a device's error against the quantized program is
+    measured in: a correct int8 kernel lands on the same grid point or the next.
+    """
+    import torch
+
+    (output,) = [n for n in exported.graph.nodes if n.op == "output"]
+    found: list[dict[str, Any] | None] = []
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+    for node in output.args[0]:
+        if isinstance(node, torch.fx.Node) and node.target == dequantize:
+            scale, zero_point, qmin, qmax, dtype = node.args[1:6]
+            if isinstance(scale, float):
+                found.append({
+                    "scale": scale, "zero_point": int(zero_point),
+                    "qmin": int(qmin), "qmax": int(qmax),
+                    "dtype": str(dtype).removeprefix("torch."),
+                })  # fmt: skip
+                continue
+        found.append(None)
+    return found
+
+
+def saved(exported: Any) -> bytes:
+    """The converted program as torch.export.save writes it."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.export.save(exported, buffer)
+    return buffer.getvalue()
+
+
+def load_quantized(path: Path) -> Any:
+    """The converted program saved beside a quantized build, ready to run eagerly."""
+    import torch
+
+    # Registers the quantized_decomposed operators the saved graph calls.
+    import torchao.quantization.pt2e  # noqa: F401
+
+    return torch.export.load(str(path)).module()

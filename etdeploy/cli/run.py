@@ -22,7 +22,7 @@ from etdeploy.cli._app import command, console, err_console, format_ms
 from etdeploy.errors import EXIT_OK
 
 if TYPE_CHECKING:
-    from etdeploy.report.result import OutputMetrics, Profile, RunResult, SizeSummary
+    from etdeploy.report.result import OutputMetrics, Profile, RunResult, SizeSummary, Verdict
 
 
 @command("run")
@@ -44,6 +44,12 @@ def run_command(
     deadline: float = typer.Option(None, "--deadline", help="Seconds before the runner is killed (default 120)."),
     idle_timeout: float = typer.Option(None, "--idle-timeout", help="Seconds of runner silence that count as hung."),
     atol: float = typer.Option(None, "--atol", help="fp32 absolute tolerance (default 1e-4)."),
+    output_kind: list[str] = typer.Option([], "--output-kind", help="How an output is judged: NAME=classifier|regression|embedding|mask|other.", rich_help_panel="Verification"),
+    min_sqnr: float = typer.Option(None, "--min-sqnr", help="Quantization's accuracy budget: SQNR in dB vs the float model (default 15).", rich_help_panel="Verification"),
+    min_top1: float = typer.Option(None, "--min-top1", help="... top-1 agreement of declared classifiers, 0-1 (default 0.9).", rich_help_panel="Verification"),
+    min_cosine: float = typer.Option(None, "--min-cosine", help="... cosine of declared embeddings (default 0.99).", rich_help_panel="Verification"),
+    max_abs_error: float = typer.Option(None, "--max-abs-error", help="... largest abs error vs the float model (default: no limit).", rich_help_panel="Verification"),
+    quant_steps: float = typer.Option(None, "--quant-steps", help="A quantized program on the device: error allowed in quantization steps (default 1).", rich_help_panel="Verification"),
     rtol: float = typer.Option(None, "--rtol", help="fp32 relative tolerance (default 1e-4)."),
     runner: Path = typer.Option(None, "--runner", help="A runner bundle dir, or an executor_runner binary (upstream's works)."),
     cpu_threads: int = typer.Option(None, "--cpu-threads", help="The runner's thread pool size (default: the performant cores)."),
@@ -79,6 +85,8 @@ def run_command(
         preprocess=preprocess, host_check=host_check, iterations=iterations, warmup=warmup,
         deadline_s=deadline, idle_timeout_s=idle_timeout, atol=atol, rtol=rtol, keep=keep,
         lock_timeout_s=lock_timeout, runner=runner, cpu_threads=cpu_threads,
+        output_kinds=output_kind or None, min_sqnr_db=min_sqnr, min_top1=min_top1,
+        min_cosine=min_cosine, max_abs_error=max_abs_error, quant_steps=quant_steps,
     )  # fmt: skip
     job = RunJob.from_settings(
         model,
@@ -203,6 +211,8 @@ def render_result(result: RunResult) -> None:
             f"{worst.cosine:.6f}", f"{sum(top1)}/{len(top1)}" if top1 else "-",
         )  # fmt: skip
     console.print(table)
+    if len(verdict.budget) > 1 or (verdict.budget and verdict.budget[0].rule != "allclose"):
+        _render_budget(verdict)
     latency = result.latency_ms
     if latency is not None and latency.n:
         console.print(
@@ -244,6 +254,27 @@ def render_result(result: RunResult) -> None:
         console.print(
             "[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False
         )
+
+
+def _render_budget(verdict: Verdict) -> None:
+    """The error budget: what each stage of float eager -> quantized eager -> host
+    runtime -> device adds, and whether it stayed within its limit."""
+    table = Table(title="error budget")
+    for column in ("stage", "measured", "max abs", "SQNR dB", "top-1", "steps", "within limit"):
+        table.add_column(column, justify="left" if column in ("stage", "measured") else "right")
+    for stage in verdict.budget:
+        table.add_row(
+            stage.stage, stage.measured, f"{stage.max_abs:.2e}", _num(stage.sqnr_db, ".1f"),
+            "-" if stage.top1_agreement is None else f"{stage.top1_agreement:.0%}",
+            "-" if stage.steps is None else f"{stage.steps:.1f}",
+            "[green]yes[/]" if stage.passed else "[bold red]no[/]",
+        )  # fmt: skip
+    console.print(table)
+    kinds = ", ".join(
+        f"{k.name} {k.kind}{'' if k.declared else ' (guessed)'}" for k in verdict.kinds
+    )
+    if kinds:
+        console.print(f"output kinds: {escape(kinds)}", highlight=False)
 
 
 def _render_profile(profile: Profile) -> None:

@@ -26,3 +26,8 @@ class ModelSpec:
     samples: list[Path] = field(default_factory=list)
     # Real calibration inputs for int8 (defaults to `samples`).
     calibration: list[Path] = field(default_factory=list)
+    # How each output is judged, by output name: "classifier" (top-k agreement),
+    # "regression" (SQNR and abs error), "embedding" (cosine), "mask" or "other".
+    # An output not named here has its kind guessed from its shape, and a guess
+    # is never held to a metric only that kind needs.
+    output_kinds: dict[str, str] = field(default_factory=dict)

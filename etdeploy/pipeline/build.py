@@ -34,6 +34,8 @@ class ProgramValue:
     shape: tuple[int, ...] = ()
     # Dynamic dims of an input: {dim: [min, max]} from the manifest.
     dynamic: dict[str, Any] = field(default_factory=dict)
+    # An output of a quantized program that is a grid of this step (its scale).
+    quant_step: float | None = None
 
     @property
     def is_tensor(self) -> bool:
@@ -94,6 +96,24 @@ class Program:
         return [i for i, value in enumerate(self.outputs) if value.is_tensor]
 
     @property
+    def output_steps(self) -> list[float | None]:
+        """Per tensor output, its quantization step (None: not a quantized output)."""
+        return [self.outputs[i].quant_step for i in self.tensor_outputs]
+
+    @property
+    def declared_kinds(self) -> dict[str, str]:
+        """Output kinds the model's factory declared (ModelSpec.output_kinds)."""
+        return dict((self.manifest or {}).get("output_kinds") or {})
+
+    @property
+    def quantized_program(self) -> Path | None:
+        """The converted program a quantized build lowered, kept beside the .pte."""
+        from etdeploy.builder import quantized_program_path
+
+        path = quantized_program_path(self.pte)
+        return path if self.quantization and path.is_file() else None
+
+    @property
     def input_metas(self) -> list[dict[str, Any]]:
         return [value.as_meta() for value in self.inputs]
 
@@ -117,7 +137,10 @@ def build_program(job: RunJob) -> Program:
         if manifest is not None and manifest.get("sha256") != digest:
             warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
             manifest = None
-        if manifest is None and job.model is not None:
+        if manifest is not None:
+            # What its build warned about (noise calibration, low delegation) still holds.
+            warnings.extend(manifest.get("warnings", []))
+        elif job.model is not None:
             # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
             manifest = _names_from_model(job.model)
     else:
@@ -149,7 +172,8 @@ def _names_from_model(model: str) -> dict[str, Any]:
             "outputs": [{"name": n} for n in spec.output_names or []],
         }],
         "samples": [str(p) for p in spec.samples],
-        "partial": True,  # names and samples only: not a build manifest
+        "output_kinds": dict(spec.output_kinds),
+        "partial": True,  # names, samples and kinds only: not a build manifest
     }  # fmt: skip
 
 
@@ -187,6 +211,7 @@ def describe_program(
                     dtype=_SCALAR_TO_NUMPY.get(value.tensor.dtype, value.tensor.dtype),
                     shape=tuple(value.tensor.sizes),
                     dynamic=meta.get("dynamic") or {},
+                    quant_step=(meta.get("quantization") or {}).get("scale"),
                 )
             )
         return tuple(out)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import UsageError
+from etdeploy.report.result import OUTPUT_KINDS
 
 # Called with a short description of what the pipeline is doing now.
 StatusCallback = Callable[[str], None]
@@ -54,6 +55,15 @@ class RunJob:
     use_cache: bool = True
     # Record an ETDump of the timed executions and name the slowest operators.
     profile: bool = False
+    # How outputs are judged ("NAME=KIND"), over what the model's factory declares.
+    output_kinds: tuple[str, ...] = ()
+    # The accuracy budget of quantization and the quantized program's tolerance;
+    # None: etdeploy.verify's defaults. Every value used is recorded in the verdict.
+    min_sqnr_db: float | None = None
+    min_top1: float | None = None
+    min_cosine: float | None = None
+    max_abs_error: float | None = None
+    quant_steps: float | None = None
 
     def __post_init__(self) -> None:
         if self.model is None and (self.pte is None or self.reference is None):
@@ -79,6 +89,36 @@ class RunJob:
                 f"--idle-timeout must be positive, got {self.idle_timeout_s}",
                 "seconds of runner silence before it counts as hung, e.g. --idle-timeout 30",
             )
+
+        self.declared_kinds()  # a malformed --output-kind fails here
+        for name in ("min_top1", "min_cosine"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise UsageError(
+                    f"--{name.replace('_', '-')} must be between 0 and 1, got {value}",
+                    "a fraction, e.g. 0.9",
+                )
+        for name in ("max_abs_error", "quant_steps"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {value}")
+
+    def declared_kinds(self) -> dict[str, str]:
+        """--output-kind NAME=KIND as a mapping."""
+        kinds: dict[str, str] = {}
+        for item in self.output_kinds:
+            name, sep, kind = item.partition("=")
+            if not sep or not name or not kind:
+                raise UsageError(
+                    f"cannot read --output-kind {item!r}", "write NAME=KIND, e.g. logits=classifier"
+                )
+            if kind.strip() not in OUTPUT_KINDS:
+                raise UsageError(
+                    f"--output-kind {item!r}: {kind.strip()!r} is not one of {', '.join(OUTPUT_KINDS)}",
+                    "e.g. --output-kind logits=classifier",
+                )
+            kinds[name.strip()] = kind.strip()
+        return kinds
 
     @property
     def label(self) -> str:

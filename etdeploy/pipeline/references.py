@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,16 +44,43 @@ def eager_reference(
     example inputs (which the caller warns about).
     """
     from etdeploy.model.loader import parse_model_ref
-    from etdeploy.paths import cache_dir
 
     ref = parse_model_ref(model)
-    path = cache_dir("references") / f"{reference_key(ref.fingerprint(), samples)[:32]}.npz"
+    return _cached(
+        f"float-{reference_key(ref.fingerprint(), samples)[:32]}",
+        lambda: _run_eager(ref, samples),
+        use_cache=use_cache,
+    )
+
+
+def quantized_reference(
+    program: Path, samples: Sequence[tuple[np.ndarray, ...]], *, use_cache: bool = True
+) -> Table:
+    """The samples through the converted (quantize/dequantize) program a quantized
+    build lowered (builder.quantized_program_path), cached per (its bytes, inputs).
+    This is what the device must reproduce to the quantization step."""
+    from etdeploy.devices.base import sha256_file
+
+    key = reference_key(sha256_file(program), samples)[:32]
+    outputs, _ = _cached(
+        f"quantized-{key}", lambda: (_run_quantized(program, samples), []), use_cache=use_cache
+    )
+    return outputs
+
+
+def _cached(
+    name: str, compute: Callable[[], tuple[Table, list[bool]]], *, use_cache: bool
+) -> tuple[Table, list[bool]]:
+    """A reference table from the cache, or computed and written there (atomically)."""
+    from etdeploy.paths import cache_dir
+
+    path = cache_dir("references") / f"{name}.npz"
     if use_cache and path.is_file():
         try:
             return _read_reference_cache(path)
         except (OSError, ValueError, KeyError):
             path.unlink(missing_ok=True)  # damaged: recompute below
-    outputs, hits = _run_eager(ref, samples)
+    outputs, hits = compute()
     arrays: dict[str, np.ndarray] = {
         "count": np.array(len(outputs)),
         "example_hits": np.array(hits, dtype=bool),
@@ -75,6 +102,24 @@ def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
             [archive[f"s{s}_o{k}"] for k in range(int(archive[f"s{s}_n"]))] for s in range(count)
         ]
         return outputs, [bool(x) for x in archive["example_hits"]]
+
+
+def _run_quantized(program: Path, samples: Sequence[tuple[np.ndarray, ...]]) -> Table:
+    import torch
+
+    from etdeploy.builder.quantize import load_quantized
+
+    module = load_quantized(program)
+    with torch.no_grad():
+        return [
+            [
+                t.detach().contiguous().numpy()
+                for t in _flatten_tensors(
+                    module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in sample))
+                )
+            ]
+            for sample in samples
+        ]
 
 
 def _run_eager(

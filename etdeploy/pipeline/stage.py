@@ -19,7 +19,11 @@ import numpy as np
 from etdeploy.errors import InputError
 from etdeploy.pipeline.build import Program, default_sample_paths
 from etdeploy.pipeline.job import RunJob
-from etdeploy.pipeline.references import eager_reference, load_reference_file
+from etdeploy.pipeline.references import (
+    eager_reference,
+    load_reference_file,
+    quantized_reference,
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,10 @@ class Staged:
     reference_kind: str  # eager | file
     on_noise: bool
     warnings: tuple[str, ...] = ()
+    # For a quantized build: the converted program's eager outputs, what the
+    # device must reproduce to the quantization step. None when there is none
+    # (a float build, or a quantized .pte built elsewhere).
+    quantized: tuple[tuple[np.ndarray, ...], ...] | None = None
 
 
 def stage(job: RunJob, program: Program) -> Staged:
@@ -42,6 +50,12 @@ def stage(job: RunJob, program: Program) -> Staged:
             f"{program.method} takes non-tensor inputs, which the runner cannot be given",
             "export a wrapper whose inputs are all tensors",
         )
+    from etdeploy.verify import check_kinds
+
+    # A kind for an output the program does not have is a typo: say so before running.
+    check_kinds(
+        {**program.declared_kinds, **job.declared_kinds()}, program.output_names, "--output-kind"
+    )
     metas = program.input_metas
     if job.random_inputs:
         rng = np.random.default_rng(0)
@@ -83,14 +97,28 @@ def stage(job: RunJob, program: Program) -> Staged:
             "verifying on random inputs (--random): noise exercises the middle of a network's "
             "range and can pass a lowering that breaks real data"
         )
+    quantized = None
+    if program.quantized_program is not None:
+        quantized = quantized_reference(program.quantized_program, arrays, use_cache=job.use_cache)
+    elif program.quantization or job.quantize:
+        warnings.append(
+            "no quantized program beside the .pte (a build from elsewhere): the device is "
+            "judged against the float model by the accuracy budget only, which forgives "
+            "errors the quantization step would catch; build it with `etdeploy build`"
+        )
     return Staged(
         tuple(sample_names),
         tuple(arrays),
-        tuple(tuple(row) for row in references),
+        _table(references),
         kind,
         bool(job.random_inputs),
         tuple(warnings),
+        _table(quantized) if quantized is not None else None,
     )
+
+
+def _table(rows: Sequence[Sequence[np.ndarray]]) -> tuple[tuple[np.ndarray, ...], ...]:
+    return tuple(tuple(row) for row in rows)
 
 
 def _noise(rng: np.random.Generator, dtype: str, shape: Sequence[int]) -> np.ndarray:

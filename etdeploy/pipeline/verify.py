@@ -1,11 +1,13 @@
-"""verify: the device's outputs against the reference, and the program against
-the store-size limits.
+"""verify: the device's outputs against the references, stage by stage, and the
+program against the store-size limits.
 
-Per output and sample, the metrics of etdeploy.verify and a verdict; with
---host-check also the host runtime against the reference and the device
-against the host, which tells "the lowering changed the numbers" from "the
-device differs from this host". A check failed when the numbers diverge or the
-file will not ship.
+The error budget follows the chain float eager -> quantized eager -> host
+runtime -> device, each stage judged by the rule that fits it (etdeploy.verify):
+for a quantized build, what quantization costs against the float model (the
+accuracy budget), then the device against the quantized program in steps of
+each output's scale; with --host-check the host runtime in between. A float
+build has fewer stages. A check failed when a stage broke its limit or the file
+will not ship.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from etdeploy.config import Config
 from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob
 from etdeploy.pipeline.stage import Staged
-from etdeploy.report.result import HostCheck, SizeSummary, Verdict
+from etdeploy.report.result import HostCheck, SizeSummary, Thresholds, Verdict
 
 
 @dataclass(frozen=True)
@@ -36,13 +38,39 @@ class Judged:
         return self.verdict.passed and self.size.passed
 
 
-def tolerance_for(job: RunJob, program: Program) -> metrics.Tolerance:
-    return metrics.Tolerance(
-        atol=metrics.FP32_ATOL if job.atol is None else job.atol,
-        rtol=metrics.FP32_RTOL if job.rtol is None else job.rtol,
-        # A .pte built elsewhere has no manifest: then --quantize says what it is.
-        quantized=(program.quantization or job.quantize) is not None,
+def thresholds_for(job: RunJob) -> Thresholds:
+    """The job's limits over etdeploy.verify's defaults."""
+    d = metrics.DEFAULT_THRESHOLDS
+
+    def pick(value: float | None, default: float) -> float:
+        return default if value is None else float(value)
+
+    return Thresholds(
+        atol=pick(job.atol, d.atol),
+        rtol=pick(job.rtol, d.rtol),
+        min_sqnr_db=pick(job.min_sqnr_db, d.min_sqnr_db),
+        min_top1=pick(job.min_top1, d.min_top1),
+        min_cosine=pick(job.min_cosine, d.min_cosine),
+        max_abs=job.max_abs_error,
+        quant_steps=pick(job.quant_steps, d.quant_steps),
+        quant_rtol=d.quant_rtol,
     )
+
+
+def tolerance_for(job: RunJob, program: Program) -> metrics.Tolerance:
+    t = thresholds_for(job)
+    return metrics.Tolerance(
+        atol=t.atol,
+        rtol=t.rtol,
+        min_sqnr_db=t.min_sqnr_db,
+        min_top1=t.min_top1,
+        # A .pte built elsewhere has no manifest: then --quantize says what it is.
+        quantized=is_quantized(job, program),
+    )
+
+
+def is_quantized(job: RunJob, program: Program) -> bool:
+    return (program.quantization or job.quantize) is not None
 
 
 def judge(
@@ -53,28 +81,96 @@ def judge(
     host_outputs: Sequence[Sequence[np.ndarray]] | None,
     size_config: Config | None,
 ) -> Judged:
-    tolerance = tolerance_for(job, program)
+    thresholds = thresholds_for(job)
     names = program.output_names
+    declared = {**program.declared_kinds, **job.declared_kinds()}  # checked at staging
+    shapes = [r.shape for r in staged.references[0]] if staged.references else []
+    kinds = metrics.output_kinds(names, shapes, declared) if len(shapes) == len(names) else ()
 
     def compare(
-        got: Sequence[Sequence[np.ndarray]],
-        want: Sequence[Sequence[np.ndarray]],
-        *,
-        noise: bool = False,
+        got: Sequence[Sequence[np.ndarray]], want: Sequence[Sequence[np.ndarray]]
     ) -> Verdict:
-        return metrics.verify(got, want, staged.sample_names, names, tolerance, on_noise=noise)
+        return metrics.verify(
+            got,
+            want,
+            staged.sample_names,
+            names,
+            tolerance_for(job, program),
+            on_noise=staged.on_noise,
+        )
 
-    verdict = compare(outputs, staged.references, noise=staged.on_noise)
+    end_to_end = compare(outputs, staged.references)
     host = None
     if host_outputs is not None:
         host = HostCheck(
             device_vs_host=compare(outputs, host_outputs),
             host_vs_reference=compare(host_outputs, staged.references),
         )
+    reference = "float eager" if staged.reference_kind == "eager" else "reference file"
+    stages = [
+        metrics.judge_stage(c, staged.sample_names, kinds, thresholds, program.output_steps)
+        for c in budget_chain(job, program, staged, outputs, host_outputs, reference)
+    ]
+    verdict = metrics.budget_verdict(stages, end_to_end, kinds, thresholds, reference)
     warnings = []
-    if program.quantization and job.atol is not None:
-        warnings.append("--atol is not used for a quantized build; it is judged by SQNR and top-1")
+    if is_quantized(job, program) and job.atol is not None:
+        warnings.append(
+            "--atol is not used for a quantized build; it is judged in quantization steps and "
+            "by the accuracy budget (SQNR, top-1)"
+        )
+    guessed = [k for k in kinds if not k.declared]
+    if guessed:
+        warnings.append(
+            "output kind guessed from the shape for "
+            + ", ".join(f"{k.name} ({k.kind})" for k in guessed)
+            + ": its kind-specific metrics are reported, not required; declare it with "
+            "--output-kind NAME=KIND or ModelSpec.output_kinds"
+        )
     return Judged(verdict, host, size_verdict(program.pte, size_config), tuple(warnings))
+
+
+def budget_chain(
+    job: RunJob,
+    program: Program,
+    staged: Staged,
+    outputs: Sequence[Sequence[np.ndarray]],
+    host_outputs: Sequence[Sequence[np.ndarray]] | None,
+    reference: str,
+) -> list[metrics.Comparison]:
+    """The stages this run can measure, in the chain's order."""
+    chain: list[metrics.Comparison] = []
+    quantized = is_quantized(job, program)
+    if quantized and staged.quantized is not None:
+        chain.append(
+            metrics.Comparison(
+                "quantization", f"quantized eager vs {reference}", staged.quantized,
+                staged.references, "accuracy",
+            )
+        )  # fmt: skip
+        target, target_name, rule = staged.quantized, "quantized eager", "steps"
+    elif quantized:
+        # No quantized program to hold it to: the float model by the accuracy budget.
+        target, target_name, rule = staged.references, reference, "accuracy"
+    else:
+        target, target_name, rule = staged.references, reference, "allclose"
+    if host_outputs is not None:
+        chain.append(
+            metrics.Comparison(
+                "lowering", f"host runtime vs {target_name}", host_outputs, target, rule
+            )
+        )
+        # Both ran the same program: a quantized one to the step, a float one to fp32.
+        same_program = "steps" if quantized else "allclose"
+        chain.append(
+            metrics.Comparison(
+                "device", "device vs host runtime", outputs, host_outputs, same_program
+            )
+        )
+    else:
+        chain.append(
+            metrics.Comparison("device", f"device vs {target_name}", outputs, target, rule)
+        )
+    return chain
 
 
 def size_verdict(pte: Path, config: Config | None) -> SizeSummary:

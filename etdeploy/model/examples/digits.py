@@ -122,5 +122,6 @@ def build() -> ModelSpec:
         name="digits",
         input_names=["image"],
         output_names=["logits"],
+        output_kinds={"logits": "classifier"},
         samples=[root / "samples"],
     )
