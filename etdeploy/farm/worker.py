@@ -83,6 +83,8 @@ def write_request(
 
 def worker_command(folder: Path) -> list[str]:
     """The worker's command line for FOLDER's request."""
+    # Absolute: the worker starts in the spec's folder, not in the farm's.
+    folder = folder.absolute()
     return [
         sys.executable,
         "-c",
