@@ -71,6 +71,8 @@ EventCallback = Callable[[FarmEvent], None]
 
 @dataclass
 class FarmOutcome:
+    """What run_farm did: the shard's plan and every result it has."""
+
     spec: FarmSpec
     planned: list[FarmJob]
     # One per planned job that finished (now or in an earlier run), in plan order.
@@ -130,6 +132,8 @@ def run_farm(
 
 
 class _FarmRunner:
+    """One run's device threads, its results so far, and its worker processes."""
+
     def __init__(
         self, spec: FarmSpec, out_dir: Path, log: ResultsLog, emit: EventCallback,
         shard: tuple[int, int], slots: int,

@@ -339,6 +339,7 @@ def _explicit_jobs(
     farm_devices: list[str],
     default_backend: str,
 ) -> list[FarmJob]:
+    """A [[farm.job]] entry: one job per device it names (else per farm.devices)."""
     if not isinstance(entry, dict):
         raise UsageError(
             f"{label}: {where}: expected a table", "write [[farm.job]] with keys below it"
@@ -375,6 +376,8 @@ def _make_job(
     model: str, backend: str, quant: str | None, device: str,
     settings: Mapping[str, Any], where: str, label: str,
 ) -> FarmJob:  # fmt: skip
+    """A job with its merged settings typed as RunJob takes them; RunJob's own
+    checks run here, so a bad value fails the spec, named where it was written."""
     run_settings = {k: v for k, v in settings.items() if k not in ("job_timeout_s", "retries")}
     for key in ("inputs", "calibration", "dynamic"):
         if key in run_settings:
@@ -398,6 +401,7 @@ def _make_job(
 
 
 def _excludes(rules: list[Any], label: str) -> list[dict[str, list[str]]]:
+    """farm.exclude rules: for each key, the values a cell must have to be dropped."""
     parsed = []
     for r, rule in enumerate(rules):
         where = f"farm.exclude[{r}]"
@@ -427,5 +431,6 @@ def _excludes(rules: list[Any], label: str) -> list[dict[str, list[str]]]:
 def _excluded(
     rule: Mapping[str, list[str]], model: str, backend: str, quant: str | None, device: str
 ) -> bool:
+    """The cell matches every key of the rule."""
     actual = {"model": model, "backend": backend, "quantize": quant or NO_QUANT, "device": device}
     return all(actual[key] in values for key, values in rule.items())
