@@ -77,9 +77,11 @@ def _render_event(event: FarmEvent) -> None:
         again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
         err_console.print(f"[dim]start[/] {label}{again}", highlight=False)
     elif event.kind == "retry":
-        error = (event.result or {}).get("error") or {}
+        from etdeploy.farm.results import error_message
+
+        message = error_message(event.result or {})
         err_console.print(
-            f"[yellow]retry[/] {label} in {event.wait_s:g} s: {escape(str(error.get('message')))}",
+            f"[yellow]retry[/] {label} in {event.wait_s:g} s: {escape(message)}",
             highlight=False, soft_wrap=True,
         )  # fmt: skip
     elif event.kind == "skip":
@@ -94,19 +96,22 @@ def _render_event(event: FarmEvent) -> None:
 
 
 def _mark(result: dict[str, Any]) -> str:
-    status = result.get("status")
+    from etdeploy.farm.results import is_infrastructure_error, status_of
+
+    status = status_of(result)
     if status == "passed":
         return "[green]pass[/]"
     if status == "failed":
         return "[red]FAIL[/]"
-    infra = (result.get("error") or {}).get("infrastructure")
-    return "[magenta]infra error[/]" if infra else "[red]error[/]"
+    return "[magenta]infra error[/]" if is_infrastructure_error(result) else "[red]error[/]"
 
 
 def _note(result: dict[str, Any]) -> str:
-    status = result.get("status")
+    from etdeploy.farm.results import error_message, status_of
+
+    status = status_of(result)
     if status == "error":
-        return escape(str((result.get("error") or {}).get("message", "")))
+        return escape(error_message(result))
     if status == "failed":
         from etdeploy.report.common import failure_message
 
@@ -131,7 +136,7 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
             no_wrap=column not in ("job", "note"),
             min_width=12 if column in ("job", "note") else None,
         )
-    from etdeploy.farm import result_key
+    from etdeploy.farm.results import attempts_of, farm_seconds, median_ms, result_key
 
     by_key = {result_key(r): r for r in outcome.results}
     for job in outcome.planned:
@@ -141,15 +146,9 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
         if result is None:
             table.add_row(*cells, "[dim]not run[/]", "", "", "", "")
             continue
-        median = (result.get("latency_ms") or {}).get("median")
-        attempts = result.get("attempts") or []
-        # Every attempt's time: what the job cost the farm, retries included.
-        seconds = (
-            sum(a.get("seconds", 0) for a in attempts) if attempts else result.get("seconds", 0)
-        )
         table.add_row(
-            *cells, _mark(result), str(len(attempts)),
-            format_ms(median), f"{seconds:.1f} s", _note(result),
+            *cells, _mark(result), str(len(attempts_of(result))),
+            format_ms(median_ms(result)), f"{farm_seconds(result):.1f} s", _note(result),
         )  # fmt: skip
     console.print(table)
     from etdeploy.report import summarize

@@ -16,6 +16,7 @@ to a clean state between tests: faults off, online, connected, no etdeploy files
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import threading
@@ -25,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typer.testing import CliRunner
+
+from etdeploy.cli import app
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import ssh_table
 from tests.support.loopback_adb import LoopbackAdbDevice
@@ -32,6 +36,20 @@ from tests.support.sshd import SshServer, start_sshd
 
 MiB = 1 << 20
 PHONES = ("pixel-a", "pixel-b")
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO / "tests" / "data" / "models"
+# Cheap jobs: one timed execution, no warm-up.
+QUICK = {"iterations": 1, "warmup": 0}
+
+
+def farm(*args: str | Path) -> Any:
+    """`etdeploy farm ARGS...` in this process."""
+    return CliRunner().invoke(app, ["farm", *map(str, args)], catch_exceptions=False)
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    """The results of a results.jsonl."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @dataclass

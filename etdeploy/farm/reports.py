@@ -1,0 +1,74 @@
+"""The farm's reports and its exit code.
+
+OUT/farm.json (etdeploy.farm/1) is always written; JSON, JUnit and HTML copies
+where asked; a baseline's regressions go into them and into the exit code. The
+formats themselves are etdeploy.report's: this module only chooses what to write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from etdeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INFRA, EXIT_OK
+from etdeploy.farm.results import is_infrastructure_error, status_of
+
+if TYPE_CHECKING:
+    from etdeploy.farm.scheduler import FarmOutcome
+
+FARM_DOC_NAME = "farm.json"
+
+
+def exit_code(results: Sequence[Mapping[str, Any]], regressions: Sequence[Any] = ()) -> int:
+    """0 every job passed; 1 a job failed a check (numerics, size, or a regression
+    against the baseline); else 2 a job had bad input; else 3 only infrastructure
+    errors. A failed check outranks errors: it is the news a nightly run exists for."""
+    statuses = [status_of(r) for r in results]
+    if "failed" in statuses or regressions:
+        return EXIT_CHECK_FAILED
+    errors = [r for r in results if status_of(r) == "error"]
+    if any(not is_infrastructure_error(r) for r in errors):
+        return EXIT_BAD_INPUT
+    if errors:
+        return EXIT_INFRA
+    return EXIT_OK
+
+
+def write_reports(
+    outcome: FarmOutcome,
+    *,
+    json_path: Path | None = None,
+    junit_path: Path | None = None,
+    html_path: Path | None = None,
+    baseline_path: Path | None = None,
+) -> list[Any]:
+    """OUT/farm.json always, and the reports asked for; returns the regressions
+    against the baseline (empty without one)."""
+    from etdeploy.report import (
+        compare_to_baseline,
+        farm_document,
+        load_results,
+        write_html,
+        write_json,
+        write_junit,
+    )
+
+    baseline = load_results(baseline_path) if baseline_path is not None else None
+    regressions = compare_to_baseline(outcome.results, baseline) if baseline is not None else []
+    doc = farm_document(
+        outcome.results,
+        started_at=outcome.started_at,
+        finished_at=outcome.finished_at,
+        matrix=[job.key_json() for job in outcome.planned],
+    )
+    doc["shard"] = {"index": outcome.shard[0], "count": outcome.shard[1]}
+    doc["spec"] = str(outcome.spec.path)
+    write_json(doc, outcome.out_dir / FARM_DOC_NAME)
+    if json_path is not None:
+        write_json(doc, json_path)
+    if junit_path is not None:
+        write_junit(outcome.results, junit_path, regressions=regressions)
+    if html_path is not None:
+        write_html(outcome.results, html_path, baseline=baseline, regressions=regressions)
+    return regressions

@@ -1,0 +1,221 @@
+"""Running a farm: this shard's jobs over every device at once, with retries.
+
+- One thread per device (times --jobs-per-device), taking that device's jobs in
+  spec order; devices work in parallel, and the device lock (Device.lock) keeps
+  one job per device across processes, including other farms and `etdeploy run`.
+- Each attempt runs in a worker process of its own (etdeploy.farm.attempt),
+  stopped at the job's timeout.
+- Retries: only results whose error is an InfraError with retryable=True (a
+  dropped connection, a device gone offline, a restarted server), at most
+  `retries` more attempts, waiting backoff_s, 2*backoff_s, ... (capped at
+  backoff_max_s) between them. Every attempt is kept in the result's
+  "attempts". A numeric mismatch is a result with status "failed", never an
+  error, so it is never retried; a job timeout or a crashed worker is not
+  retried either (a retry would most likely hang or crash again).
+- Each finished job goes to the results log (etdeploy.farm.store) before the
+  next job starts on that device.
+
+Nothing here prints: progress goes through an event callback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from etdeploy.errors import InfraError
+from etdeploy.farm.attempt import WorkerProcesses, run_attempt
+from etdeploy.farm.results import (
+    Result,
+    annotate,
+    attempt_record,
+    attempts_of,
+    error_result,
+    is_retryable,
+    set_attempts,
+    timestamp,
+)
+from etdeploy.farm.spec import FarmJob, FarmSpec
+from etdeploy.farm.store import (
+    RESULTS_NAME,
+    ResultsLog,
+    claim_out_dir,
+    finished_results,
+    select_shard,
+)
+from etdeploy.farm.worker import TERMINATE_GRACE_S
+
+# Worker logs and requests: OUT/work/JOB_ID/.
+WORK_DIR_NAME = "work"
+
+
+@dataclass(frozen=True)
+class FarmEvent:
+    """What the farm tells its caller: a job started, will be retried, finished,
+    or was skipped (finished by an earlier run)."""
+
+    kind: str  # start | retry | finish | skip
+    job: FarmJob
+    attempt: int = 0
+    result: Result | None = None
+    wait_s: float = 0.0
+
+
+EventCallback = Callable[[FarmEvent], None]
+
+
+@dataclass
+class FarmOutcome:
+    """What run_farm did: the shard's plan and every result it has."""
+
+    spec: FarmSpec
+    planned: list[FarmJob]
+    # One per planned job that finished (now or in an earlier run), in plan order.
+    results: list[Result]
+    resumed: int
+    started_at: str
+    finished_at: str | None
+    out_dir: Path
+    shard: tuple[int, int]
+
+    @property
+    def results_path(self) -> Path:
+        return self.out_dir / RESULTS_NAME
+
+
+def run_farm(
+    spec: FarmSpec,
+    out_dir: Path,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    resume: bool = False,
+    jobs_per_device: int | None = None,
+    on_event: EventCallback | None = None,
+) -> FarmOutcome:
+    """Run this shard of the matrix; return every result (earlier ones too on --resume).
+
+    Results are appended to OUT/results.jsonl as each job finishes. Raises
+    UsageError when OUT holds an earlier run and resume is off, or when another
+    farm writes to OUT. KeyboardInterrupt stops the workers (what finished stays).
+    """
+    planned = select_shard(spec.jobs, *shard)
+    out_dir = Path(out_dir)
+    with claim_out_dir(out_dir):
+        log = ResultsLog(out_dir / RESULTS_NAME)
+        finished = finished_results(log, resume)
+        emit = on_event or (lambda _event: None)
+        todo = [job for job in planned if job.key not in finished]
+        for job in planned:
+            if job.key in finished:
+                emit(FarmEvent("skip", job, result=finished[job.key]))
+        started_at = timestamp()
+        runner = _FarmRunner(
+            spec, out_dir, log, emit, shard, jobs_per_device or spec.jobs_per_device
+        )
+        fresh = runner.run(todo)
+        results = [fresh.get(job.key) or finished.get(job.key) for job in planned]
+        return FarmOutcome(
+            spec=spec,
+            planned=planned,
+            results=[r for r in results if r is not None],
+            resumed=sum(1 for job in planned if job.key in finished),
+            started_at=started_at,
+            finished_at=timestamp(),
+            out_dir=out_dir,
+            shard=shard,
+        )
+
+
+class _FarmRunner:
+    """One run's device threads, its results so far, and its worker processes."""
+
+    def __init__(
+        self, spec: FarmSpec, out_dir: Path, log: ResultsLog, emit: EventCallback,
+        shard: tuple[int, int], slots: int,
+    ) -> None:  # fmt: skip
+        self.spec = spec
+        self.work = out_dir / WORK_DIR_NAME
+        self.log = log
+        self.emit = emit
+        self.shard = shard
+        self.slots = max(1, slots)
+        self.stop = threading.Event()
+        self.results: dict[str, Result] = {}
+        self._lock = threading.Lock()
+        self._processes = WorkerProcesses()
+
+    def run(self, jobs: list[FarmJob]) -> dict[str, Result]:
+        queues: dict[str, deque[FarmJob]] = {}
+        for job in jobs:
+            queues.setdefault(job.device, deque()).append(job)
+        threads = [
+            threading.Thread(
+                target=self._device_loop, args=(queue,), name=f"farm-{device}-{slot}", daemon=True
+            )
+            for device, queue in queues.items()
+            for slot in range(self.slots)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+        except BaseException:
+            # Ctrl-C (or the CLI being told to stop): end every worker, keep what finished.
+            self.stop.set()
+            self._processes.terminate_all()
+            for thread in threads:
+                thread.join(TERMINATE_GRACE_S + 5)
+            raise
+        return self.results
+
+    def _device_loop(self, queue: deque[FarmJob]) -> None:
+        while not self.stop.is_set():
+            with self._lock:
+                if not queue:
+                    return
+                job = queue.popleft()
+            try:
+                result = self._run_with_retries(job)
+            except Exception as exc:  # a bug of ours: the job gets an error, the farm goes on
+                result = error_result(job, InfraError(
+                    f"internal error in the farm: {type(exc).__name__}: {exc}",
+                    "rerun with --verbose and report the traceback", device=job.device,
+                ), time.time(), None)  # fmt: skip
+                set_attempts(result, [])
+            if result is None:
+                return  # stopped
+            annotate(result, job, self.shard, str(self.spec.path))
+            self.log.append(result)
+            with self._lock:
+                self.results[job.key] = result
+            self.emit(FarmEvent("finish", job, attempt=len(attempts_of(result)), result=result))
+            if self.spec.cooldown_s and queue:
+                self.stop.wait(self.spec.cooldown_s)
+
+    def _run_with_retries(self, job: FarmJob) -> Result | None:
+        attempts: list[dict[str, Any]] = []
+        attempt = 0
+        while True:
+            attempt += 1
+            self.emit(FarmEvent("start", job, attempt=attempt))
+            started = time.time()
+            result = run_attempt(job, self.spec, self.work, self._processes, self.stop)
+            if result is None:
+                return None
+            record = attempt_record(result, attempt, started)
+            attempts.append(record)
+            if not is_retryable(result) or attempt > job.retries:
+                set_attempts(result, attempts)
+                return result
+            wait = min(self.spec.backoff_max_s, self.spec.backoff_s * 2 ** (attempt - 1))
+            record["backoff_s"] = wait
+            self.emit(FarmEvent("retry", job, attempt=attempt, result=result, wait_s=wait))
+            if self.stop.wait(wait):
+                return None

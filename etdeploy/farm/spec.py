@@ -1,0 +1,436 @@
+"""A farm spec: the TOML file that names a matrix of models x backends x
+quantization x devices, read into a FarmSpec of FarmJobs.
+
+The spec names the matrix in [farm] and the devices in the same [devices.NAME]
+tables etdeploy.toml takes (see FARM_KEYS and the README):
+
+    [farm]
+    models = ["digits", "models/kws.py:build"]
+    backends = ["xnnpack"]
+    quantize = ["none", "int8"]          # "none": the float build
+    devices = ["local", "pixel8", "mac"]
+    iterations = 10
+    retries = 2                          # extra attempts, infrastructure faults only
+
+    [[farm.job]]                         # explicit entries, beside the matrix
+    model = "models/big.py:build"
+    devices = ["pixel8"]
+    job_timeout_s = 3600
+
+    [devices.pixel8]
+    transport = "adb"
+    serial = "..."
+
+A job's settings are, in order of precedence: a [[farm.job]] entry, a model entry
+of farm.models, [farm], the spec's [run] and [build], etdeploy run's defaults.
+Each job has a stable key, `model|backend|quant|device`, that shards, resume and
+reports key on. Every value is checked here (etdeploy.farm.checks); a bad one is
+a UsageError naming its key.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from etdeploy.config import RUN_DEFAULTS, Config, parse_config, run_settings
+from etdeploy.errors import UsageError
+from etdeploy.farm.checks import (
+    NO_QUANT,
+    NUMBER,
+    check_backend,
+    check_device_tables,
+    check_model_ref,
+    check_settings,
+    expect,
+    parse_quant,
+    strings,
+)
+
+if TYPE_CHECKING:
+    from etdeploy.pipeline import RunJob
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - 3.10
+    import tomli as tomllib
+
+
+# The whole attempt, build included: a cold int8 build of a large model takes
+# minutes, so the default is generous; nightly specs set their own.
+DEFAULT_JOB_TIMEOUT_S = 1800.0
+DEFAULT_RETRIES = 2
+DEFAULT_BACKOFF_S = 5.0
+DEFAULT_BACKOFF_MAX_S = 60.0
+
+# Knobs of one job (RunJob fields, plus how the farm treats the job). [run] in the
+# spec, then [farm], then a model entry, then a [[farm.job]] entry may set them.
+JOB_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
+    "iterations": int,
+    "warmup": int,
+    "deadline_s": NUMBER,
+    "idle_timeout_s": NUMBER,
+    "atol": NUMBER,
+    "rtol": NUMBER,
+    "inputs": list,
+    "preprocess": str,
+    "calibration": list,
+    "dynamic": list,
+    "host_check": bool,
+    "runner": str,
+    "profile": bool,
+    "job_timeout_s": NUMBER,
+    "retries": int,
+}
+
+# Keys of [farm] beyond the job settings.
+FARM_KEYS: dict[str, type | tuple[type, ...]] = {
+    "models": list,
+    "backends": list,
+    "quantize": list,
+    "devices": list,
+    "backoff_s": NUMBER,
+    "backoff_max_s": NUMBER,
+    "lock_timeout_s": NUMBER,
+    "cooldown_s": NUMBER,
+    "jobs_per_device": int,
+    "job": list,
+    "exclude": list,
+    **JOB_SETTING_TYPES,
+}
+
+# Keys of a [[farm.job]] entry beyond the job settings.
+_ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
+    "model": str,
+    "backend": str,
+    "quantize": str,
+    "device": str,
+    "devices": list,
+    **JOB_SETTING_TYPES,
+}
+_EXCLUDE_KEYS = ("model", "backend", "quantize", "device")
+_SECTIONS = ("farm", "build", "run", "devices", "limits", "sizecheck")
+
+
+def job_key(model: str, backend: str, quantize: str | None, device: str) -> str:
+    """The stable name of one job: what shards, resume and reports key on."""
+    return f"{model}|{backend}|{quantize or NO_QUANT}|{device}"
+
+
+@dataclass(frozen=True)
+class FarmJob:
+    """One cell of the matrix: a model built for a backend (and quantization),
+    run on one device, with its resolved settings."""
+
+    model: str
+    backend: str
+    quantize: str | None
+    device: str
+    # RunJob keyword arguments besides model/device/backend/quantize.
+    settings: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    retries: int = DEFAULT_RETRIES
+
+    @property
+    def key(self) -> str:
+        return job_key(self.model, self.backend, self.quantize, self.device)
+
+    @property
+    def label(self) -> str:
+        variant = f"{self.backend}+{self.quantize}" if self.quantize else self.backend
+        return f"{self.model}[{variant}] on {self.device}"
+
+    def run_job(self) -> RunJob:
+        """The pipeline's RunJob (its checks run here: bad values fail at parse time)."""
+        from etdeploy.pipeline import RunJob
+
+        return RunJob(
+            model=self.model, device=self.device, backend=self.backend,
+            quantize=self.quantize, **self.settings,
+        )  # fmt: skip
+
+    def key_json(self) -> dict[str, str | None]:
+        """The key as the report package spells it (etdeploy.report.JobKey)."""
+        return {"model": self.model, "backend": self.backend,
+                "quantization": self.quantize, "device": self.device}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FarmSpec:
+    """A whole spec: its jobs in spec order, its devices and defaults, and how
+    the farm paces them."""
+
+    path: Path
+    # Devices, [run]/[build] defaults, size limits: what etdeploy.toml would hold.
+    config: Config
+    jobs: tuple[FarmJob, ...]
+    backoff_s: float = DEFAULT_BACKOFF_S
+    backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
+    lock_timeout_s: float = float(RUN_DEFAULTS["lock_timeout_s"])
+    jobs_per_device: int = 1
+    # A pause on a device after each of its jobs, so a phone that heated up and
+    # throttled under one job does not slow the next one's latency figures.
+    cooldown_s: float = 0.0
+
+    @property
+    def devices(self) -> list[str]:
+        return list(dict.fromkeys(job.device for job in self.jobs))
+
+
+def load_farm_spec(path: Path) -> FarmSpec:
+    """Read and check a farm spec; a bad key or value is a UsageError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"farm spec not found: {path}", "give the path of a farm .toml file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(
+            f"{path.name}: not valid TOML: {exc}", "fix the syntax at that line"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}", "check the file") from None
+    return parse_farm_spec(data, path.resolve())
+
+
+def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
+    """The spec of a parsed TOML document; path is where it was read (relative
+    model paths are relative to its folder, and errors name its file)."""
+    label = path.name
+    for key in data:
+        if key not in _SECTIONS:
+            raise UsageError(
+                f"{label}: unknown section [{key}]", f"a farm spec has: {', '.join(_SECTIONS)}"
+            )
+    farm = data.get("farm")
+    if not isinstance(farm, dict):
+        raise UsageError(
+            f"{label}: no [farm] table", "add [farm] with models = [...] and devices = [...]"
+        )
+    # Devices and defaults are etdeploy.toml's tables, read by its own parser.
+    config = parse_config({k: v for k, v in data.items() if k != "farm"}, path)
+    check_device_tables(config, label)
+    for key, value in farm.items():
+        if key not in FARM_KEYS:
+            raise UsageError(
+                f"{label}: unknown key farm.{key}", f"keys of [farm]: {', '.join(FARM_KEYS)}"
+            )
+        expect(value, FARM_KEYS[key], f"farm.{key}", label)
+
+    check_settings(config.run, "run.", label)
+    check_settings(farm, "farm.", label)
+    base = _base_settings(config)
+    base.update({k: v for k, v in farm.items() if k in JOB_SETTING_TYPES})
+    default_backend = str(config.build.get("backend", RUN_DEFAULTS["backend"]))
+    default_quant = config.build.get("quantize") or NO_QUANT
+    backends = strings(farm.get("backends", [default_backend]), "farm.backends", label)
+    quantize = strings(farm.get("quantize", [default_quant]), "farm.quantize", label)
+    devices = strings(farm.get("devices", []), "farm.devices", label)
+    for i, backend in enumerate(backends):
+        check_backend(backend, f"farm.backends[{i}]", label)
+    quants = [parse_quant(q, f"farm.quantize[{i}]", label) for i, q in enumerate(quantize)]
+    excludes = _excludes(farm.get("exclude", []), label)
+    if farm.get("models") and not devices:
+        raise UsageError(
+            f"{label}: farm.models is given but farm.devices is not", "list the devices to run on"
+        )
+
+    jobs: dict[str, FarmJob] = {}
+    models = farm.get("models", [])
+    for m, entry in enumerate(models):
+        where = f"farm.models[{m}]"
+        model, overrides = _model_entry(entry, where, label, path.parent)
+        for backend in backends:
+            for quant in quants:
+                for device in devices:
+                    if any(_excluded(rule, model, backend, quant, device) for rule in excludes):
+                        continue
+                    job = _make_job(
+                        model, backend, quant, device, {**base, **overrides}, where, label
+                    )
+                    jobs.setdefault(job.key, job)
+    explicit: dict[str, str] = {}
+    for j, entry in enumerate(farm.get("job", [])):
+        where = f"farm.job[{j}]"
+        for job in _explicit_jobs(entry, where, label, path.parent, base, devices, default_backend):
+            if job.key in explicit:
+                raise UsageError(
+                    f"{label}: {where} repeats {explicit[job.key]} ({job.label})",
+                    "give each model, backend, quantization and device once",
+                )
+            explicit[job.key] = where
+            jobs[job.key] = job  # an explicit entry overrides the matrix's cell
+    if not jobs:
+        raise UsageError(
+            f"{label}: the matrix is empty",
+            "list farm.models and farm.devices, or add [[farm.job]] entries",
+        )
+    jobs_per_device = farm.get("jobs_per_device", 1)
+    if jobs_per_device < 1:
+        raise UsageError(f"{label}: farm.jobs_per_device: must be at least 1, got {jobs_per_device}",
+                         f"fix farm.jobs_per_device in {label}")  # fmt: skip
+    for key in ("backoff_s", "backoff_max_s", "lock_timeout_s", "cooldown_s"):
+        if key in farm and farm[key] < 0:
+            raise UsageError(
+                f"{label}: farm.{key}: must not be negative, got {farm[key]}",
+                f"fix farm.{key} in {label}",
+            )
+    return FarmSpec(
+        path=path,
+        config=config,
+        jobs=tuple(jobs.values()),
+        backoff_s=float(farm.get("backoff_s", DEFAULT_BACKOFF_S)),
+        backoff_max_s=float(farm.get("backoff_max_s", DEFAULT_BACKOFF_MAX_S)),
+        lock_timeout_s=float(
+            farm.get(
+                "lock_timeout_s", config.run.get("lock_timeout_s", RUN_DEFAULTS["lock_timeout_s"])
+            )
+        ),
+        jobs_per_device=int(jobs_per_device),
+        cooldown_s=float(farm.get("cooldown_s", 0.0)),
+    )
+
+
+def _base_settings(config: Config) -> dict[str, Any]:
+    """[run] and [build] of the spec over etdeploy run's defaults (the same merge
+    `etdeploy run` makes), as job settings."""
+    return {k: v for k, v in run_settings(config).items() if k in JOB_SETTING_TYPES}
+
+
+def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[str, dict[str, Any]]:
+    """A models[] item: "ref", or {model = "ref", <job settings>...}."""
+    if isinstance(entry, str):
+        model, overrides = entry, {}
+    elif isinstance(entry, dict):
+        for key, value in entry.items():
+            if key != "model" and key not in JOB_SETTING_TYPES:
+                raise UsageError(
+                    f"{label}: unknown key {where}.{key}",
+                    f"a model entry takes model and: {', '.join(JOB_SETTING_TYPES)}",
+                )
+            expect(
+                value, str if key == "model" else JOB_SETTING_TYPES[key], f"{where}.{key}", label
+            )
+        if "model" not in entry:
+            raise UsageError(
+                f"{label}: {where}: model is required", 'add model = "file.py:factory"'
+            )
+        model = entry["model"]
+        overrides = {k: v for k, v in entry.items() if k != "model"}
+        check_settings(overrides, f"{where}.", label)
+    else:
+        raise UsageError(
+            f"{label}: {where}: expected a model reference or a table, got {entry!r}",
+            'write "file.py:factory", or {model = "file.py:factory", inputs = [...]}',
+        )
+    check_model_ref(model, f"{where}", label, base_dir)
+    return model, overrides
+
+
+def _explicit_jobs(
+    entry: Any,
+    where: str,
+    label: str,
+    base_dir: Path,
+    base: dict[str, Any],
+    farm_devices: list[str],
+    default_backend: str,
+) -> list[FarmJob]:
+    """A [[farm.job]] entry: one job per device it names (else per farm.devices)."""
+    if not isinstance(entry, dict):
+        raise UsageError(
+            f"{label}: {where}: expected a table", "write [[farm.job]] with keys below it"
+        )
+    for key, value in entry.items():
+        if key not in _ENTRY_KEYS:
+            raise UsageError(
+                f"{label}: unknown key {where}.{key}",
+                f"keys of [[farm.job]]: {', '.join(_ENTRY_KEYS)}",
+            )
+        expect(value, _ENTRY_KEYS[key], f"{where}.{key}", label)
+    check_settings(entry, f"{where}.", label)
+    if "model" not in entry:
+        raise UsageError(f"{label}: {where}: model is required", 'add model = "file.py:factory"')
+    if "device" in entry and "devices" in entry:
+        raise UsageError(f"{label}: {where}: both device and devices given", "give one of them")
+    check_model_ref(entry["model"], f"{where}.model", label, base_dir)
+    backend = entry.get("backend", default_backend)
+    check_backend(backend, f"{where}.backend", label)
+    quant = parse_quant(entry.get("quantize", NO_QUANT), f"{where}.quantize", label)
+    if "device" in entry:
+        devices = [entry["device"]]
+    else:
+        devices = strings(entry.get("devices", farm_devices), f"{where}.devices", label)
+    if not devices:
+        raise UsageError(
+            f"{label}: {where}: no devices", 'give device = "NAME", or list farm.devices'
+        )
+    settings = {**base, **{k: v for k, v in entry.items() if k in JOB_SETTING_TYPES}}
+    return [_make_job(entry["model"], backend, quant, d, settings, where, label) for d in devices]
+
+
+def _make_job(
+    model: str, backend: str, quant: str | None, device: str,
+    settings: Mapping[str, Any], where: str, label: str,
+) -> FarmJob:  # fmt: skip
+    """A job with its merged settings typed as RunJob takes them; RunJob's own
+    checks run here, so a bad value fails the spec, named where it was written."""
+    run_settings = {k: v for k, v in settings.items() if k not in ("job_timeout_s", "retries")}
+    for key in ("inputs", "calibration", "dynamic"):
+        if key in run_settings:
+            items = run_settings[key]
+            for i, item in enumerate(items):
+                expect(item, str, f"{where}.{key}[{i}]", label)
+            run_settings[key] = tuple(items)
+    if "runner" in run_settings:
+        run_settings["runner"] = Path(run_settings["runner"])
+    for key in ("deadline_s", "idle_timeout_s", "atol", "rtol"):
+        if key in run_settings:
+            run_settings[key] = float(run_settings[key])
+    timeout = float(settings.get("job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
+    retries = int(settings.get("retries", DEFAULT_RETRIES))
+    job = FarmJob(model, backend, quant, device, run_settings, timeout, retries)
+    try:
+        job.run_job()
+    except UsageError as exc:
+        raise UsageError(f"{label}: {where}: {exc.message}", exc.hint) from None
+    return job
+
+
+def _excludes(rules: list[Any], label: str) -> list[dict[str, list[str]]]:
+    """farm.exclude rules: for each key, the values a cell must have to be dropped."""
+    parsed = []
+    for r, rule in enumerate(rules):
+        where = f"farm.exclude[{r}]"
+        if not isinstance(rule, dict) or not rule:
+            raise UsageError(
+                f"{label}: {where}: expected a table of model/backend/quantize/device",
+                'write [[farm.exclude]] with e.g. backend = "coreml" and device = "pixel8"',
+            )
+        entry: dict[str, list[str]] = {}
+        for key, value in rule.items():
+            if key not in _EXCLUDE_KEYS:
+                raise UsageError(
+                    f"{label}: unknown key {where}.{key}",
+                    f"keys of [[farm.exclude]]: {', '.join(_EXCLUDE_KEYS)}",
+                )
+            values = [value] if isinstance(value, str) else value
+            if not isinstance(values, list):
+                raise UsageError(
+                    f"{label}: {where}.{key}: expected str or list, got {value!r}",
+                    f"fix {where}.{key}",
+                )
+            entry[key] = strings(values, f"{where}.{key}", label)
+        parsed.append(entry)
+    return parsed
+
+
+def _excluded(
+    rule: Mapping[str, list[str]], model: str, backend: str, quant: str | None, device: str
+) -> bool:
+    """The cell matches every key of the rule."""
+    actual = {"model": model, "backend": backend, "quantize": quant or NO_QUANT, "device": device}
+    return all(actual[key] in values for key, values in rule.items())

@@ -1,0 +1,134 @@
+"""etdeploy.farm.scheduler: whole farms on real transports: devices in parallel,
+retries of infrastructure faults only, jobs in flight taking turns on a device,
+and a cooldown between a device's jobs."""
+
+from __future__ import annotations
+
+import json
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from etdeploy.farm import RESULTS_NAME
+from tests.support.farm_fixtures import (
+    QUICK,
+    FarmTestbed,
+    MiB,
+    farm,
+    keep_dropping,
+    lines_of,
+    write_spec,
+)
+
+
+@pytest.mark.slow
+def test_four_devices_finish_while_one_phone_keeps_dropping(
+    bed: FarmTestbed, tmp_path: Path
+) -> None:
+    spec = write_spec(
+        tmp_path / "nightly.toml",
+        {"models": ["digits"], "devices": ["pixel-a", "pixel-b", "local", "mac"], **QUICK,
+         "retries": 2, "backoff_s": 0.5},
+        bed.device_tables(tmp_path),
+    )  # fmt: skip
+    out = tmp_path / "out"
+    # pixel-a drops once and recovers on the retry; pixel-b drops on every push.
+    bed.phone("pixel-a").faults.drop_after_send_bytes = 1 * MiB
+    started = time.monotonic()
+    with keep_dropping(bed.phone("pixel-b")) as drops:
+        done = farm(spec, "--out", out, "--junit", tmp_path / "junit.xml", "--json", tmp_path / "farm.json",
+                    "--html", tmp_path / "report.html")  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert done.exit_code == 3, done.output  # only infrastructure errors
+    assert len(drops) == 3  # each of pixel-b's three attempts was cut
+
+    results = {r["device"]["name"]: r for r in lines_of(out / RESULTS_NAME)}
+    assert sorted(results) == ["local", "mac", "pixel-a", "pixel-b"]
+    broken = results["pixel-b"]
+    assert broken["status"] == "error" and broken["exit_code"] == 3
+    assert broken["error"]["infrastructure"] and broken["error"]["retryable"]
+    assert [a["attempt"] for a in broken["attempts"]] == [1, 2, 3]
+    assert all(a["error"]["retryable"] for a in broken["attempts"])
+    assert [a.get("backoff_s") for a in broken["attempts"]] == [0.5, 1.0, None]
+    assert (
+        broken["job"]["backend"] == "xnnpack"
+        and broken["farm"]["key"] == "digits|xnnpack|none|pixel-b"
+    )
+
+    recovered = results["pixel-a"]
+    assert recovered["status"] == "passed" and [a["status"] for a in recovered["attempts"]] == [
+        "error",
+        "passed",
+    ]
+    for name in ("local", "mac", "pixel-a"):
+        result = results[name]
+        assert result["status"] == "passed", result.get("error")
+        assert result["latency_ms"]["n"] == 1 and result["verdict"]["passed"]
+    assert results["mac"]["device"]["transport"] == "ssh"
+    assert results["pixel-a"]["device"]["transport"] == "adb"
+
+    suites = ET.parse(tmp_path / "junit.xml").getroot()
+    suite = suites.find("testsuite")
+    assert suite is not None and suite.get("tests") == "4" and suite.get("errors") == "1"
+    errors = [
+        case.find("error") for case in suite.iter("testcase") if case.find("error") is not None
+    ]
+    assert len(errors) == 1 and errors[0].get("type", "").startswith("infrastructure.")
+
+    from etdeploy.report import validate_farm
+
+    doc = json.loads((tmp_path / "farm.json").read_text())
+    validate_farm(doc)
+    assert doc["summary"]["infrastructure_errors"] == 1 and doc["summary"]["passed"] == 3
+    assert (tmp_path / "report.html").read_text().count("pixel-b") >= 1
+    assert elapsed < 120
+
+
+@pytest.mark.slow
+def test_a_numeric_mismatch_fails_the_farm_and_is_never_retried(tmp_path: Path) -> None:
+    # Tolerances no float32 lowering can meet: the verdict fails, nothing raises.
+    spec = write_spec(tmp_path / "n.toml", {"models": ["digits"], "devices": ["local"], **QUICK,
+                                            "atol": 1e-12, "rtol": 0.0, "retries": 3, "backoff_s": 5})  # fmt: skip
+    done = farm(spec, "--out", tmp_path / "out")
+    assert done.exit_code == 1, done.output
+    (result,) = lines_of(tmp_path / "out" / RESULTS_NAME)
+    assert result["status"] == "failed" and len(result["attempts"]) == 1
+    assert "FAIL" in done.output
+
+
+@pytest.mark.slow
+def test_two_jobs_in_flight_on_one_device_still_take_turns_on_it(tmp_path: Path) -> None:
+    from etdeploy.builder import BuildOptions, build
+
+    # Built first, so both jobs reach the device together rather than one building
+    # while the other runs.
+    for backend in ("xnnpack", "portable"):
+        build("digits", BuildOptions(backend=backend))
+    # About a second on the device each (portable kernels are ~20x slower than XNNPACK's).
+    spec = write_spec(tmp_path / "n.toml", {"devices": ["local"], "warmup": 0}, jobs=[
+        {"model": "digits", "backend": "xnnpack", "iterations": 100000},
+        {"model": "digits", "backend": "portable", "iterations": 5000},
+    ])  # fmt: skip
+    done = farm(spec, "--out", tmp_path / "out", "--jobs-per-device", "2")
+    assert done.exit_code == 0, done.output
+    results = lines_of(tmp_path / "out" / RESULTS_NAME)
+    assert sorted(r["artifact"]["backend"] for r in results) == ["portable", "xnnpack"]
+    first, second = sorted((r["device_lock"] for r in results), key=lambda lock: lock["held_from"])
+    assert first["held_to"] <= second["held_from"]
+    # Both were in flight: the second waited at the lock while the first held the device.
+    assert second["waited_s"] > 0.2
+
+
+@pytest.mark.slow
+def test_a_cooldown_leaves_the_device_idle_between_its_jobs(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "n.toml", {"devices": ["local"], **QUICK, "cooldown_s": 2}, jobs=[
+        {"model": "digits", "backend": "xnnpack"},
+        {"model": "digits", "backend": "xnnpack", "quantize": "int8"},
+    ])  # fmt: skip
+    done = farm(spec, "--out", tmp_path / "out")
+    assert done.exit_code == 0, done.output
+    first, second = sorted((r["device_lock"] for r in lines_of(tmp_path / "out" / RESULTS_NAME)),
+                           key=lambda lock: lock["held_from"])  # fmt: skip
+    assert second["held_from"] - first["held_to"] >= 2
