@@ -15,6 +15,7 @@ from etdeploy.errors import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from etdeploy.farm import FarmEvent, FarmOutcome
+    from etdeploy.report.result import RunResult
 
 
 @command("farm")
@@ -77,9 +78,8 @@ def _render_event(event: FarmEvent) -> None:
         again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
         err_console.print(f"[dim]start[/] {label}{again}", highlight=False)
     elif event.kind == "retry":
-        from etdeploy.farm.results import error_message
-
-        message = error_message(event.result or {})
+        error = event.result.error if event.result is not None else None
+        message = error.message if error is not None else ""
         err_console.print(
             f"[yellow]retry[/] {label} in {event.wait_s:g} s: {escape(message)}",
             highlight=False, soft_wrap=True,
@@ -95,24 +95,18 @@ def _render_event(event: FarmEvent) -> None:
         )
 
 
-def _mark(result: dict[str, Any]) -> str:
-    from etdeploy.farm.results import is_infrastructure_error, status_of
-
-    status = status_of(result)
-    if status == "passed":
+def _mark(result: RunResult) -> str:
+    if result.status == "passed":
         return "[green]pass[/]"
-    if status == "failed":
+    if result.status == "failed":
         return "[red]FAIL[/]"
-    return "[magenta]infra error[/]" if is_infrastructure_error(result) else "[red]error[/]"
+    return "[magenta]infra error[/]" if result.is_infrastructure else "[red]error[/]"
 
 
-def _note(result: dict[str, Any]) -> str:
-    from etdeploy.farm.results import error_message, status_of
-
-    status = status_of(result)
-    if status == "error":
-        return escape(error_message(result))
-    if status == "failed":
+def _note(result: RunResult) -> str:
+    if result.status == "error":
+        return escape(result.error.message if result.error else "")
+    if result.status == "failed":
         from etdeploy.report.common import failure_message
 
         return escape(failure_message(result))
@@ -136,7 +130,7 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
             no_wrap=column not in ("job", "note"),
             min_width=12 if column in ("job", "note") else None,
         )
-    from etdeploy.farm.results import attempts_of, farm_seconds, median_ms, result_key
+    from etdeploy.farm.results import farm_seconds, result_key
 
     by_key = {result_key(r): r for r in outcome.results}
     for job in outcome.planned:
@@ -147,8 +141,9 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
             table.add_row(*cells, "[dim]not run[/]", "", "", "", "")
             continue
         table.add_row(
-            *cells, _mark(result), str(len(attempts_of(result))),
-            format_ms(median_ms(result)), f"{farm_seconds(result):.1f} s", _note(result),
+            *cells, _mark(result), str(len(result.attempts or ())),
+            format_ms(result.latency_ms.median if result.latency_ms else None),
+            f"{farm_seconds(result):.1f} s", _note(result),
         )  # fmt: skip
     console.print(table)
     from etdeploy.report import summarize

@@ -7,12 +7,12 @@ formats themselves are etdeploy.report's: this module only chooses what to write
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INFRA, EXIT_OK
-from etdeploy.farm.results import is_infrastructure_error, status_of
+from etdeploy.report.result import RunResult
 
 if TYPE_CHECKING:
     from etdeploy.farm.scheduler import FarmOutcome
@@ -20,15 +20,15 @@ if TYPE_CHECKING:
 FARM_DOC_NAME = "farm.json"
 
 
-def exit_code(results: Sequence[Mapping[str, Any]], regressions: Sequence[Any] = ()) -> int:
+def exit_code(results: Sequence[RunResult], regressions: Sequence[Any] = ()) -> int:
     """0 every job passed; 1 a job failed a check (numerics, size, or a regression
     against the baseline); else 2 a job had bad input; else 3 only infrastructure
     errors. A failed check outranks errors: it is the news a nightly run exists for."""
-    statuses = [status_of(r) for r in results]
+    statuses = [r.status for r in results]
     if "failed" in statuses or regressions:
         return EXIT_CHECK_FAILED
-    errors = [r for r in results if status_of(r) == "error"]
-    if any(not is_infrastructure_error(r) for r in errors):
+    errors = [r for r in results if r.status == "error"]
+    if any(not r.is_infrastructure for r in errors):
         return EXIT_BAD_INPUT
     if errors:
         return EXIT_INFRA

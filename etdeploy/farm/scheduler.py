@@ -20,13 +20,13 @@ Nothing here prints: progress goes through an event callback.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from etdeploy.errors import InfraError
 from etdeploy.farm.attempt import WorkerProcesses, run_attempt
@@ -34,11 +34,9 @@ from etdeploy.farm.results import (
     Result,
     annotate,
     attempt_record,
-    attempts_of,
     error_result,
-    is_retryable,
-    set_attempts,
     timestamp,
+    with_attempts,
 )
 from etdeploy.farm.spec import FarmJob, FarmSpec
 from etdeploy.farm.store import (
@@ -49,6 +47,7 @@ from etdeploy.farm.store import (
     select_shard,
 )
 from etdeploy.farm.worker import TERMINATE_GRACE_S
+from etdeploy.report.result import Attempt
 
 # Worker logs and requests: OUT/work/JOB_ID/.
 WORK_DIR_NAME = "work"
@@ -188,19 +187,19 @@ class _FarmRunner:
                     f"internal error in the farm: {type(exc).__name__}: {exc}",
                     "rerun with --verbose and report the traceback", device=job.device,
                 ), time.time(), None)  # fmt: skip
-                set_attempts(result, [])
+                result = with_attempts(result, [])
             if result is None:
                 return  # stopped
-            annotate(result, job, self.shard, str(self.spec.path))
+            result = annotate(result, job, self.shard, str(self.spec.path))
             self.log.append(result)
             with self._lock:
                 self.results[job.key] = result
-            self.emit(FarmEvent("finish", job, attempt=len(attempts_of(result)), result=result))
+            self.emit(FarmEvent("finish", job, attempt=len(result.attempts or ()), result=result))
             if self.spec.cooldown_s and queue:
                 self.stop.wait(self.spec.cooldown_s)
 
     def _run_with_retries(self, job: FarmJob) -> Result | None:
-        attempts: list[dict[str, Any]] = []
+        attempts: list[Attempt] = []
         attempt = 0
         while True:
             attempt += 1
@@ -210,12 +209,10 @@ class _FarmRunner:
             if result is None:
                 return None
             record = attempt_record(result, attempt, started)
-            attempts.append(record)
-            if not is_retryable(result) or attempt > job.retries:
-                set_attempts(result, attempts)
-                return result
+            if not result.retryable or attempt > job.retries:
+                return with_attempts(result, [*attempts, record])
             wait = min(self.spec.backoff_max_s, self.spec.backoff_s * 2 ** (attempt - 1))
-            record["backoff_s"] = wait
+            attempts.append(dataclasses.replace(record, backoff_s=wait))
             self.emit(FarmEvent("retry", job, attempt=attempt, result=result, wait_s=wait))
             if self.stop.wait(wait):
                 return None

@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
 from etdeploy.farm.results import Result, result_key
@@ -68,14 +68,14 @@ class ResultsLog:
         self._lock = threading.Lock()
         self.dropped_partial = 0  # bytes of a cut last line removed on open
 
-    def read(self) -> list[dict[str, Any]]:
+    def read(self) -> list[Result]:
         """Every complete result in the file; repairs a cut last line."""
         if not self.path.exists():
             return []
         data = self.path.read_bytes()
         end = data.rfind(b"\n") + 1
         tail = data[end:]
-        results: list[dict[str, Any]] = []
+        results: list[Result] = []
         lines = data[:end].splitlines()
         if tail.strip():
             try:
@@ -98,12 +98,17 @@ class ResultsLog:
                     "only a farm killed mid-write damages a results file, and only its last line; "
                     "start over with another --out",
                 ) from None
-            if isinstance(doc, dict):
-                results.append(doc)
+            try:
+                results.append(Result.from_json(doc))
+            except (TypeError, ValueError) as exc:
+                raise UsageError(
+                    f"{self.path}:{number}: not an etdeploy result ({exc})",
+                    "a results file holds what `etdeploy farm` wrote; start over with another --out",
+                ) from None
         return results
 
-    def append(self, result: dict[str, Any]) -> None:
-        line = json.dumps(result, default=str) + "\n"
+    def append(self, result: Result) -> None:
+        line = json.dumps(result.to_json()) + "\n"
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as handle:

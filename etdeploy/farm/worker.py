@@ -20,24 +20,23 @@ The whole protocol between the farm (etdeploy.farm.attempt) and a worker:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import etdeploy
 from etdeploy.errors import EXIT_INFRA, EtdeployError, InfraError
-from etdeploy.farm.results import status_of
 from etdeploy.farm.spec import load_farm_spec
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
+    from etdeploy.report.result import RunResult
 
 REQUEST_NAME = "request.json"
 RESULT_NAME = "result.json"
@@ -50,10 +49,6 @@ EXIT_TERMINATED = 143
 # Names this module, so the command follows it if it moves. `-c`, not `-m`: the
 # package imports this module, and runpy would run a second copy as __main__.
 WORKER_CODE = f"import sys; from {__name__} import worker_main; sys.exit(worker_main(sys.argv[1:]))"
-
-# RunJob fields that are paths or tuples in the dataclass and lists/strings in JSON.
-_PATH_FIELDS = ("pte", "reference", "runner")
-_TUPLE_FIELDS = ("calibration", "dynamic", "inputs")
 
 
 # -- the farm's side ----------------------------------------------------------------------
@@ -72,7 +67,7 @@ def write_request(
     request = {
         "spec": str(spec_path),
         "device": device,
-        "job": run_job_to_json(job),
+        "job": job.to_json(),
         "job_id": job_id,
         "lock_timeout_s": lock_timeout_s,
         "parent_pid": os.getpid(),
@@ -103,41 +98,18 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def read_result(folder: Path) -> dict[str, Any] | None:
+def read_result(folder: Path) -> RunResult | None:
     """The worker's result; None when it wrote none (it crashed or was killed)."""
+    from etdeploy.report.result import RunResult
+
     try:
-        result = json.loads((folder / RESULT_NAME).read_text())
-    except (OSError, ValueError):
+        result = RunResult.from_json(json.loads((folder / RESULT_NAME).read_text()))
+    except (OSError, ValueError, TypeError):
         return None
     # The result goes on to results.jsonl; the worker's log stays in FOLDER.
     for name in (REQUEST_NAME, RESULT_NAME):
         (folder / name).unlink(missing_ok=True)
     return result
-
-
-def run_job_to_json(job: RunJob) -> dict[str, Any]:
-    out = {}
-    for f in dataclasses.fields(job):
-        value = getattr(job, f.name)
-        if isinstance(value, Path):
-            value = str(value)
-        elif isinstance(value, tuple):
-            value = list(value)
-        out[f.name] = value
-    return out
-
-
-def run_job_from_json(data: Mapping[str, Any]) -> RunJob:
-    from etdeploy.pipeline import RunJob
-
-    values = dict(data)
-    for name in _PATH_FIELDS:
-        if values.get(name) is not None:
-            values[name] = Path(values[name])
-    for name in _TUPLE_FIELDS:
-        if name in values:
-            values[name] = tuple(values[name])
-    return RunJob(**values)
 
 
 # -- the worker's side --------------------------------------------------------------------
@@ -160,9 +132,9 @@ def worker_main(argv: Sequence[str]) -> int:
     _watch_parent(int(request["parent_pid"]))
 
     from etdeploy.devices.registry import open_device
-    from etdeploy.pipeline import RunContext, error_result, run_job, write_result_json
+    from etdeploy.pipeline import RunContext, RunJob, error_result, run_job, write_result_json
 
-    job = run_job_from_json(request["job"])
+    job = RunJob.from_json(request["job"])
     device_name, job_id = request["device"], request["job_id"]
     started = time.time()
 
@@ -196,7 +168,7 @@ def worker_main(argv: Sequence[str]) -> int:
             log=traceback.format_exc(),
         )
         result = error_result(job, device_name, wrapped, started, job_id)
-    say(f"done: {status_of(result)}")
+    say(f"done: {result.status}")
     write_result_json(result, result_path)
     return 0
 

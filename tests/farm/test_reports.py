@@ -10,14 +10,13 @@ from pathlib import Path
 import pytest
 
 from etdeploy.farm import RESULTS_NAME, exit_code
-from tests.support.farm_fixtures import QUICK, farm, lines_of, write_spec
+from tests.support.farm_fixtures import QUICK, farm, lines_of, tiny_result, write_spec
 
 
 def test_exit_codes_rank_a_failed_check_over_bad_input_over_infrastructure() -> None:
-    passed = {"status": "passed"}
-    failed = {"status": "failed"}
-    infra = {"status": "error", "error": {"infrastructure": True}}
-    bad = {"status": "error", "error": {"infrastructure": False}}
+    passed, failed = tiny_result("passed"), tiny_result("failed")
+    infra = tiny_result("error", infrastructure=True)
+    bad = tiny_result("error", infrastructure=False)
     assert exit_code([passed, passed]) == 0
     assert exit_code([passed, infra]) == 3
     assert exit_code([infra, bad]) == 2

@@ -21,6 +21,7 @@ from tests.support.farm_fixtures import (
     MiB,
     farm,
     lines_of,
+    tiny_result,
     wait_for,
     worker_pids,
     write_spec,
@@ -52,14 +53,15 @@ def test_shards_partition_the_matrix_and_a_new_job_moves_no_other(tmp_path: Path
 
 def test_the_results_log_cuts_a_torn_last_line_and_refuses_a_damaged_one(tmp_path: Path) -> None:
     path = tmp_path / RESULTS_NAME
-    good = json.dumps({"status": "passed", "farm": {"key": "a"}})
-    path.write_text(good + "\n" + good.replace('"a"', '"b"') + "\n" + good[:17])
+    good = json.dumps(tiny_result("passed", "a").to_json())
+    other = json.dumps(tiny_result("passed", "b").to_json())
+    path.write_text(good + "\n" + other + "\n" + good[:17])
     log = ResultsLog(path)
-    assert [r["farm"]["key"] for r in log.read()] == ["a", "b"]
+    assert [r.farm.key for r in log.read()] == ["a", "b"]
     # The torn line is cut, so the next line starts clean.
     assert log.dropped_partial == 17 and path.read_text().endswith("}\n")
-    log.append({"status": "error", "farm": {"key": "c"}})
-    assert [r["farm"]["key"] for r in ResultsLog(path).read()] == ["a", "b", "c"]
+    log.append(tiny_result("error", "c"))
+    assert [r.farm.key for r in ResultsLog(path).read()] == ["a", "b", "c"]
 
     path.write_text(good + "\n" + good)  # whole, only the newline missing: kept
     assert len(ResultsLog(path).read()) == 2 and path.read_text().count("\n") == 2

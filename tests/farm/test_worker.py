@@ -14,11 +14,11 @@ import etdeploy.farm.worker
 from etdeploy.farm import RESULTS_NAME, FarmJob, load_farm_spec
 from etdeploy.farm.worker import (
     read_result,
-    run_job_from_json,
     worker_command,
     worker_env,
     write_request,
 )
+from etdeploy.pipeline import RunJob
 from tests.support.farm_fixtures import QUICK, farm, lines_of, write_spec
 
 
@@ -30,7 +30,7 @@ def test_a_job_comes_through_the_request_file_unchanged(tmp_path: Path) -> None:
         lock_timeout_s=5.0,
     )  # fmt: skip
     request = json.loads((tmp_path / "request.json").read_text())
-    assert run_job_from_json(request["job"]) == job
+    assert RunJob.from_json(request["job"]) == job
 
 
 def test_a_worker_imports_the_etdeploy_of_its_farm_wherever_it_starts(

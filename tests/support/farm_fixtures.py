@@ -181,3 +181,30 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -
             return
         time.sleep(interval)
     raise TimeoutError(f"{what} within {timeout} s")
+
+
+def tiny_result(status: str, key: str | None = None, *, infrastructure: bool = False) -> Any:
+    """The smallest RunResult of a status: what a farm's log and exit code read."""
+    from etdeploy.report.result import (
+        DeviceSummary,
+        ErrorInfo,
+        FarmPlacement,
+        JobInfo,
+        RunResult,
+        Shard,
+    )
+
+    error = None
+    if status == "error":
+        error = ErrorInfo(kind="InfraError" if infrastructure else "InputError",
+                          message="it broke", infrastructure=infrastructure)  # fmt: skip
+    return RunResult(
+        status=status,  # type: ignore[arg-type]
+        exit_code={"passed": 0, "failed": 1}.get(status, 3 if infrastructure else 2),
+        job=JobInfo(id="j", model="digits"),
+        device=DeviceSummary(name="local"),
+        error=error,
+        started_at="2026-12-03T00:00:00Z",
+        seconds=1.0,
+        farm=FarmPlacement(key, Shard(0, 1), "n.toml") if key else None,
+    )
