@@ -65,7 +65,8 @@ def test_a_worker_whose_job_cannot_start_writes_an_error_result_and_exits_0(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "error: farm spec not found" in done.stderr  # its log says why
-    result = read_result(folder)
+    read = read_result(folder)
+    result = read.to_json() if read is not None else None
     assert result is not None and result["status"] == "error"
     assert result["error"]["kind"] == "UsageError" and not result["error"]["infrastructure"]
     assert result["job"]["id"] == "job-1" and result["device"]["name"] == "local"
