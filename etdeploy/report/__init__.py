@@ -23,12 +23,11 @@ from etdeploy.report.common import JobKey, job_key
 from etdeploy.report.html import write_html
 from etdeploy.report.junit import write_junit
 from etdeploy.report.record import JsonObject
-from etdeploy.report.result import RunResult
+from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
 from etdeploy.report.schema import (
     FARM_SCHEMA,
     FARM_SCHEMA_ID,
     RESULT_SCHEMA,
-    RESULT_SCHEMA_ID,
     farm_document,
     summarize,
     validate_farm,

@@ -193,7 +193,7 @@ def _matrix(jobs: Sequence[Job], flagged: dict[JobKey, list[Regression]]) -> str
             out.append(
                 f'<td class="{classes}" data-status="{_e(found.result.status)}" '
                 f'data-key="{_e(found.key.label)}" title="{_e(found.key.label)}">'
-                f'<a href="#job-{found.index}">{_e(label)}<small>{_e(detail)}</small></a></td>'
+                f'<a href="#job-{found.position}">{_e(label)}<small>{_e(detail)}</small></a></td>'
             )
         out.append("</tr>")
     out.append("</tbody></table>")
@@ -220,7 +220,7 @@ def _regression_table(regressions: Sequence[Regression]) -> str:
 def _job_section(job: Job, regressions: list[Regression], base: RunResult | None) -> str:
     result = job.result
     out = [
-        f'<section class="job {_status_class(result)}" id="job-{job.index}">',
+        f'<section class="job {_status_class(result)}" id="job-{job.position}">',
         f'<h3>{_e(job.key.label)}<span class="badge {_status_class(result)}">{_e(result.status)}</span></h3>',
     ]
     if result.status == "failed":

@@ -105,12 +105,9 @@ def _outcome(result: RunResult, regressions: list[Regression]) -> tuple[str, str
     if result.status == "error":
         error = result.error
         lines = [error.message if error is not None else "error"]
-        if error is not None and error.hint:
-            lines.append(f"hint: {error.hint}")
-        if error is not None and error.device:
-            lines.append(f"device: {error.device}")
-        if error is not None and error.command:
-            lines.append(f"command: {error.command}")
+        if error is not None:
+            where = (("hint", error.hint), ("device", error.device), ("command", error.command))
+            lines += [f"{label}: {value}" for label, value in where if value]
         retryable = error is not None and error.retryable
         lines.append(f"exit code {result.exit_code}; retryable: {retryable}")
         return "error", lines[0], error_type(result), "\n".join([*lines, *notes])

@@ -32,9 +32,9 @@ T = TypeVar("T")
 
 
 class Job(NamedTuple):
-    """One result of the report, with its place in the page (#job-<index>) and key."""
+    """One result of the report, with its place in the page (#job-<position>) and key."""
 
-    index: int
+    position: int
     result: RunResult
     key: JobKey
 

@@ -36,7 +36,8 @@ def as_results(docs: Iterable[Doc]) -> list[RunResult]:
 
 
 def load_sample(name: str) -> Doc:
-    return json.loads((RESULTS / f"{name}.json").read_text())
+    doc: Doc = json.loads((RESULTS / f"{name}.json").read_text())
+    return doc
 
 
 def on_device(doc: Doc, device: str) -> Doc:
