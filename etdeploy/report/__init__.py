@@ -1,10 +1,11 @@
-"""Reports from result documents (etdeploy.result/1): the JSON schema and its
-validator, JUnit XML, one self-contained HTML file, and a comparison with a
-baseline run.
+"""Reports from typed results (RunResult, etdeploy.report.result): the JSON
+schema and its validator, JUnit XML, one self-contained HTML file, and a
+comparison with a baseline run.
 
-Every format reads the same documents that etdeploy.pipeline writes; nothing
-here runs a job or prints. matplotlib is imported only by write_html, so the
-CLI can import this package at start-up.
+Every format reads the RunResult that etdeploy.pipeline returns, or one read
+back from its etdeploy.result/1 document by load_results; nothing here runs a
+job or prints. matplotlib is imported only by write_html, so the CLI can import
+this package at start-up.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from etdeploy.atomic import write_json
 from etdeploy.errors import UsageError
@@ -21,11 +22,12 @@ from etdeploy.report.baseline import Regression, compare_to_baseline
 from etdeploy.report.common import JobKey, job_key
 from etdeploy.report.html import write_html
 from etdeploy.report.junit import write_junit
+from etdeploy.report.record import JsonObject
+from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
 from etdeploy.report.schema import (
     FARM_SCHEMA,
     FARM_SCHEMA_ID,
     RESULT_SCHEMA,
-    RESULT_SCHEMA_ID,
     farm_document,
     summarize,
     validate_farm,
@@ -39,6 +41,7 @@ __all__ = [
     "RESULT_SCHEMA_ID",
     "JobKey",
     "Regression",
+    "RunResult",
     "compare_to_baseline",
     "farm_document",
     "job_key",
@@ -54,10 +57,8 @@ __all__ = [
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
-def load_results(
-    path: Path, *, on_warning: Callable[[str], None] | None = None
-) -> list[dict[str, Any]]:
-    """The result documents in `path`, each validated.
+def load_results(path: Path, *, on_warning: Callable[[str], None] | None = None) -> list[RunResult]:
+    """The results in `path`, each document validated, then read as a RunResult.
 
     `path` is a farm's JSON-lines stream (.jsonl/.ndjson: one result per line;
     a line holding a farm document adds its results), a farm document
@@ -101,9 +102,9 @@ def _first_line_is_json(text: str) -> bool:
         return False
 
 
-def _load_lines(path: Path, text: str, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+def _load_lines(path: Path, text: str, warn: Callable[[str], None]) -> list[RunResult]:
     lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    results: list[dict[str, Any]] = []
+    results: list[RunResult] = []
     for position, (number, line) in enumerate(lines):
         try:
             doc = json.loads(line)
@@ -122,23 +123,25 @@ def _load_lines(path: Path, text: str, warn: Callable[[str], None]) -> list[dict
     return results
 
 
-def _results_of(doc: Any, where: str) -> list[dict[str, Any]]:
+def _results_of(doc: object, where: str) -> list[RunResult]:
+    """The results of one parsed document (a list, a farm document or a result),
+    each validated; the schema requires what RunResult.from_json needs, so a
+    document that validates reads."""
     try:
         if isinstance(doc, list):
             for i, item in enumerate(doc):
                 _validate_item(item, i)
-            return list(doc)
-        schema = doc.get("schema") if isinstance(doc, dict) else None
-        if schema == FARM_SCHEMA_ID:
+            return [RunResult.from_json(cast(JsonObject, item)) for item in doc]
+        if isinstance(doc, dict) and doc.get("schema") == FARM_SCHEMA_ID:
             validate_farm(doc)
-            return list(doc["results"])
+            return [RunResult.from_json(item) for item in doc["results"]]
         validate_result(doc)
-        return [doc]
+        return [RunResult.from_json(cast(JsonObject, doc))]
     except UsageError as exc:
         raise UsageError(f"{where}: {exc.message}", exc.hint) from None
 
 
-def _validate_item(item: Any, index: int) -> None:
+def _validate_item(item: object, index: int) -> None:
     try:
         validate_result(item)
     except UsageError as exc:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from etdeploy.report.common import JobKey, error_type, failure_message, job_key
+from etdeploy.report.record import JsonObject, finite_or_none
+from etdeploy.report.result import OutputMetrics, RunResult
 
 # Above this, SQNR differences are float32 rounding (an fp32 lowering lands at
 # 120-140 dB against eager), not drift: both sides are capped here before the
@@ -45,10 +46,10 @@ class Regression:
     message: str
     output: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         def plain(value: float | str | None) -> float | str | None:
             # JSON has no Infinity; an exact match (inf dB) or a NaN output becomes null.
-            return None if isinstance(value, float) and not math.isfinite(value) else value
+            return finite_or_none(value) if isinstance(value, float) else value
 
         return {
             "key": self.key.to_json(),
@@ -62,8 +63,8 @@ class Regression:
 
 
 def compare_to_baseline(
-    results: Iterable[dict[str, Any]],
-    baseline: Iterable[dict[str, Any]],
+    results: Iterable[RunResult],
+    baseline: Iterable[RunResult],
     *,
     latency_threshold: float = 0.10,
     sqnr_drop_db: float = 3.0,
@@ -74,11 +75,13 @@ def compare_to_baseline(
 
     Latency is flagged when the median grew by more than `latency_threshold`
     (a fraction) and also beyond the baseline's own spread: above its p90 and
-    above its median plus one stdev, so a noisy device does not raise alarms. Numerics are compared per output over the
-    samples both runs share: the worst SQNR dropping by more than `sqnr_drop_db`,
-    the worst max-abs error growing by more than `abs_error_factor` (and past
-    `abs_error_floor`, with the SQNR below SQNR_CEILING_DB: under float rounding
-    no growth counts).
+    above its median plus one stdev, so a noisy device does not raise alarms.
+    Numerics are compared per output over the samples both runs share: the
+    worst SQNR dropping by more than `sqnr_drop_db`, the worst max-abs error
+    growing by more than `abs_error_factor` (and past `abs_error_floor`, with
+    the SQNR below SQNR_CEILING_DB: under float rounding no growth counts).
+    An exact match's SQNR is +inf and a non-finite output's max abs +inf
+    (OutputMetrics reads the document's nulls back as those).
     """
     before = {job_key(r): r for r in baseline}
     now = {job_key(r): r for r in results}
@@ -88,34 +91,32 @@ def compare_to_baseline(
         if old is None:
             continue
         found.extend(_status(key, old, current))
-        if current.get("status") == "error" or old.get("status") == "error":
+        if current.status == "error" or old.status == "error":
             continue  # an error has no latency or outputs to compare
         found.extend(_latency(key, old, current, latency_threshold))
         found.extend(_numerics(key, old, current, sqnr_drop_db, abs_error_factor, abs_error_floor))
     return found
 
 
-def _status(key: JobKey, old: dict[str, Any], current: dict[str, Any]) -> list[Regression]:
-    was, now = old.get("status"), current.get("status")
+def _status(key: JobKey, old: RunResult, current: RunResult) -> list[Regression]:
+    was, now = old.status, current.status
     if was != "passed" or now == "passed":
         return []
     if now == "failed":
         why = failure_message(current)
     else:
-        error = current.get("error") or {}
-        why = f"{error_type(current)}: {error.get('message', '')}"
+        message = current.error.message if current.error is not None else ""
+        why = f"{error_type(current)}: {message}"
     return [Regression(key, "status", was, now, f"passed in the baseline, now {now}: {why}")]
 
 
-def _latency(
-    key: JobKey, old: dict[str, Any], current: dict[str, Any], threshold: float
-) -> list[Regression]:
-    a, b = old.get("latency_ms") or {}, current.get("latency_ms") or {}
-    if not a.get("n") or not b.get("n") or a.get("median") is None or b.get("median") is None:
+def _latency(key: JobKey, old: RunResult, current: RunResult, threshold: float) -> list[Regression]:
+    a, b = old.latency_ms, current.latency_ms
+    if a is None or b is None or not a.n or not b.n or a.median is None or b.median is None:
         return []
-    base, now = float(a["median"]), float(b["median"])
-    stdev = float(a.get("stdev") or 0.0)
-    p90 = float(a.get("p90") if a.get("p90") is not None else base)
+    base, now = a.median, b.median
+    stdev = a.stdev or 0.0
+    p90 = a.p90 if a.p90 is not None else base
     # A median the baseline would have counted among its slowest tenth, or more
     # than a stdev off, is not noise; below both it may be, whatever the threshold.
     limit = max(base * (1 + threshold), p90, base + stdev)
@@ -131,13 +132,13 @@ def _latency(
 
 def _numerics(
     key: JobKey,
-    old: dict[str, Any],
-    current: dict[str, Any],
+    old: RunResult,
+    current: RunResult,
     sqnr_drop_db: float,
     abs_error_factor: float,
     abs_error_floor: float,
 ) -> list[Regression]:
-    was, now = _by_output(old), _by_output(current)
+    was, now = by_output(old), by_output(current)
     found: list[Regression] = []
     for output, old_rows in was.items():
         new_rows = now.get(output)
@@ -149,8 +150,8 @@ def _numerics(
         news = [new_rows[s] for s in shared] if shared else list(new_rows.values())
         name = output[1]
 
-        sqnr_before = min(sqnr_of(m) for m in olds)
-        sqnr_now = min(sqnr_of(m) for m in news)
+        sqnr_before = min(m.sqnr_db for m in olds)
+        sqnr_now = min(m.sqnr_db for m in news)
         drop = min(sqnr_before, SQNR_CEILING_DB) - min(sqnr_now, SQNR_CEILING_DB)
         if drop > sqnr_drop_db:
             found.append(
@@ -166,8 +167,8 @@ def _numerics(
                 )
             )
 
-        abs_before = max(max_abs_of(m) for m in olds)
-        abs_now = max(max_abs_of(m) for m in news)
+        abs_before = max(m.max_abs for m in olds)
+        abs_now = max(m.max_abs for m in news)
         # Growth while the output still sits at float rounding (SQNR over the
         # ceiling) is not drift: an exact baseline against 1e-5 of fp32 rounding.
         rounding = sqnr_now >= SQNR_CEILING_DB
@@ -191,29 +192,12 @@ def _numerics(
     return found
 
 
-def _by_output(result: dict[str, Any]) -> dict[tuple[int, str], dict[str, dict[str, Any]]]:
-    """Metrics rows keyed by (output index, name), then by sample."""
-    table: dict[tuple[int, str], dict[str, dict[str, Any]]] = {}
-    for row in (result.get("verdict") or {}).get("metrics") or []:
-        key = (int(row.get("output", 0)), str(row.get("name", "")))
-        table.setdefault(key, {})[str(row.get("sample", ""))] = row
+def by_output(result: RunResult) -> dict[tuple[int, str], dict[str, OutputMetrics]]:
+    """The verdict's metrics keyed by (output index, name), then by sample."""
+    table: dict[tuple[int, str], dict[str, OutputMetrics]] = {}
+    for row in result.verdict.metrics if result.verdict is not None else ():
+        table.setdefault((row.output, row.name), {})[row.sample] = row
     return table
-
-
-def sqnr_of(row: dict[str, Any]) -> float:
-    """SQNR in dB with null read back: verify.py writes every non-finite value as
-    null, and only max_abs tells an exact match (+inf) from a NaN or zero-signal
-    output (treated as -inf, the worst)."""
-    value = row.get("sqnr_db")
-    if value is not None:
-        return float(value)
-    return math.inf if row.get("max_abs") == 0 else -math.inf
-
-
-def max_abs_of(row: dict[str, Any]) -> float:
-    """Max abs error; null (a non-finite output) is the worst, +inf."""
-    value = row.get("max_abs")
-    return math.inf if value is None else float(value)
 
 
 def _ms(value: float) -> str:

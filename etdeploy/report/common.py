@@ -1,5 +1,5 @@
-"""What every report format reads from a result document: the job key, the
-status in words and clipped text (files are written by etdeploy.atomic).
+"""What every report format reads from a result: the job key, why it failed in
+words, and clipped text (files are written by etdeploy.atomic).
 
 Kept free of heavy imports: the CLI imports the report package on every start.
 """
@@ -7,12 +7,17 @@ Kept free of heavy imports: the CLI imports the report package on every start.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
+
+from etdeploy.report.result import OutputMetrics, RunResult, Verdict
 
 # A log in a report is for a reader, not a forensic copy: the full log is in
 # the result JSON. Head and tail keep the command line and the final error.
 LOG_CLIP_CHARS = 8000
+
+FailureKind = Literal["numerics", "size"]
+
+T = TypeVar("T")
 
 
 class JobKey(NamedTuple):
@@ -41,65 +46,41 @@ class JobKey(NamedTuple):
         return dict(self._asdict())
 
 
-def job_key(result: dict[str, Any]) -> JobKey:
-    """The key of one result document.
+def job_key(result: RunResult) -> JobKey:
+    """The key of one result.
 
-    The artifact block says what was built; an error result may have none, so
-    the job block is the fallback (where the pipeline records backend and
-    quantization there too).
+    The artifact says what was built; an error result may have none, so the job
+    block is the fallback (where the pipeline records backend and quantization too).
     """
-    job = result.get("job") or {}
-    artifact = result.get("artifact") or {}
-    device = (result.get("device") or {}).get("name") or "?"
-    model = job.get("model")
-    if not model:
-        # A run of a bare .pte (--pte with --reference) has no model name.
-        pte = artifact.get("pte")
-        model = Path(pte).name if pte else "?"
-    source = artifact if artifact else job
-    return JobKey(str(model), source.get("backend"), source.get("quantization"), str(device))
+    built = result.artifact if result.artifact is not None else result.job
+    return JobKey(result.model_label, built.backend, built.quantization, result.device.name or "?")
 
 
-def is_infrastructure(result: dict[str, Any]) -> bool:
-    """A device, transport or runner failure (exit 3), as opposed to bad input (exit 2)."""
-    error = result.get("error") or {}
-    if "infrastructure" in error:
-        return bool(error["infrastructure"])
-    return result.get("exit_code") == 3
-
-
-def failure_kind(result: dict[str, Any]) -> str:
+def failure_kind(result: RunResult) -> FailureKind:
     """For a failed result: "numerics" when the outputs diverged, "size" when only a
     store limit was exceeded."""
-    verdict = result.get("verdict") or {}
-    if verdict.get("passed", True) is False:
+    if result.verdict is not None and not result.verdict.passed:
         return "numerics"
-    size = result.get("size") or {}
-    if size.get("passed", True) is False:
+    if result.size is not None and not result.size.passed:
         return "size"
     return "numerics"
 
 
-def failure_message(result: dict[str, Any]) -> str:
+def failure_message(result: RunResult) -> str:
     """One line saying why a failed result failed."""
     if failure_kind(result) == "size":
-        over = [
-            f"{v.get('label', v.get('key', '?'))}: {v.get('text', 'over')}"
-            for v in (result.get("size") or {}).get("verdicts", [])
-            if v.get("status") == "over"
-        ]
+        verdicts = result.size.verdicts if result.size is not None else ()
+        over = [f"{v.label}: {v.text or 'over'}" for v in verdicts if v.status == "over"]
         return "size: " + ("; ".join(over) or "a size limit is exceeded")
-    return str(
-        (result.get("verdict") or {}).get("reason") or "the outputs differ from the reference"
-    )
+    reason = result.verdict.reason if result.verdict is not None else ""
+    return reason or "the outputs differ from the reference"
 
 
-def error_type(result: dict[str, Any]) -> str:
+def error_type(result: RunResult) -> str:
     """The error's type as a report names it, infrastructure.<Kind> or
     input.<Kind>: a CI reader sees at once whether the phone or the model is to blame."""
-    error = result.get("error") or {}
-    kind = error.get("kind") or "Error"
-    return f"{'infrastructure' if is_infrastructure(result) else 'input'}.{kind}"
+    kind = (result.error.kind if result.error is not None else "") or "Error"
+    return f"{'infrastructure' if result.is_infrastructure else 'input'}.{kind}"
 
 
 def clip(text: str, limit: int = LOG_CLIP_CHARS) -> str:
@@ -111,10 +92,18 @@ def clip(text: str, limit: int = LOG_CLIP_CHARS) -> str:
     return f"{text[:half]}\n[... {omitted} characters omitted ...]\n{text[-half:]}"
 
 
-def joined_logs(result: dict[str, Any], limit: int = LOG_CLIP_CHARS) -> str:
-    return clip("\n".join(str(log) for log in result.get("logs") or []), limit)
+def joined_logs(result: RunResult, limit: int = LOG_CLIP_CHARS) -> str:
+    return clip("\n".join(result.logs), limit)
 
 
-def unique(items: Iterable[Any]) -> list[Any]:
+def unique(items: Iterable[T]) -> list[T]:
     """Items in first-seen order, each once."""
     return list(dict.fromkeys(items))
+
+
+def metrics_by_output(verdict: Verdict | None) -> dict[tuple[int, str], list[OutputMetrics]]:
+    """The verdict's metrics rows grouped by output (index, name), in their order."""
+    table: dict[tuple[int, str], list[OutputMetrics]] = {}
+    for row in verdict.metrics if verdict is not None else ():
+        table.setdefault((row.output, row.name), []).append(row)
+    return table

@@ -17,7 +17,6 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from etdeploy.atomic import atomic_write
 from etdeploy.report.baseline import Regression
@@ -30,18 +29,19 @@ from etdeploy.report.common import (
     job_key,
     joined_logs,
 )
+from etdeploy.report.result import RunResult
 
 # XML 1.0 cannot hold most control characters, not even escaped; runner logs
 # carry them (ANSI colours, a NUL from a crashed process).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
-def _xml_text(text: Any) -> str:
+def _xml_text(text: object) -> str:
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def write_junit(
-    results: Sequence[dict[str, Any]],
+    results: Sequence[RunResult],
     path: Path,
     *,
     suite_name: str = "etdeploy",
@@ -64,7 +64,7 @@ def write_junit(
     total_seconds = 0.0
     for result in results:
         key = job_key(result)
-        seconds = float(result.get("seconds") or 0.0)
+        seconds = result.seconds
         total_seconds += seconds
         counts["tests"] += 1
         case = ET.SubElement(
@@ -80,9 +80,8 @@ def write_junit(
         logs = joined_logs(result)
         if logs:
             ET.SubElement(case, "system-out").text = _xml_text(logs)
-        warnings = [str(w) for w in result.get("warnings") or []]
-        if warnings:
-            ET.SubElement(case, "system-err").text = _xml_text(clip("\n".join(warnings)))
+        if result.warnings:
+            ET.SubElement(case, "system-err").text = _xml_text(clip("\n".join(result.warnings)))
 
     _add_properties(properties, results)
     for element in (suites, suite):
@@ -100,25 +99,19 @@ def write_junit(
     atomic_write(Path(path), ('<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n").encode())
 
 
-def _outcome(
-    result: dict[str, Any], regressions: list[Regression]
-) -> tuple[str, str, str, str] | None:
+def _outcome(result: RunResult, regressions: list[Regression]) -> tuple[str, str, str, str] | None:
     """(tag, message, type, text) of the testcase's failure or error, or None."""
     notes = [f"regression ({r.kind}): {r.message}" for r in regressions]
-    status = result.get("status")
-    if status == "error":
-        error = result.get("error") or {}
-        lines = [str(error.get("message", "error"))]
-        if error.get("hint"):
-            lines.append(f"hint: {error['hint']}")
-        for field in ("device", "command"):
-            if error.get(field):
-                lines.append(f"{field}: {error[field]}")
-        lines.append(
-            f"exit code {result.get('exit_code')}; retryable: {bool(error.get('retryable'))}"
-        )
+    if result.status == "error":
+        error = result.error
+        lines = [error.message if error is not None else "error"]
+        if error is not None:
+            where = (("hint", error.hint), ("device", error.device), ("command", error.command))
+            lines += [f"{label}: {value}" for label, value in where if value]
+        retryable = error is not None and error.retryable
+        lines.append(f"exit code {result.exit_code}; retryable: {retryable}")
         return "error", lines[0], error_type(result), "\n".join([*lines, *notes])
-    if status == "failed":
+    if result.status == "failed":
         kind = failure_kind(result)
         return (
             "failure",
@@ -131,27 +124,25 @@ def _outcome(
     return None
 
 
-def _failure_details(result: dict[str, Any]) -> list[str]:
-    verdict = result.get("verdict") or {}
-    lines = [str(verdict.get("reason", ""))]
-    worst = verdict.get("worst")
-    if worst:
+def _failure_details(result: RunResult) -> list[str]:
+    verdict = result.verdict
+    lines = [verdict.reason if verdict is not None else ""]
+    worst = verdict.worst if verdict is not None else None
+    if worst is not None:
         lines.append(
-            f"worst: {worst.get('name')} (sample {worst.get('sample')}): max abs {worst.get('max_abs')}, "
-            f"SQNR {worst.get('sqnr_db')} dB, cosine {worst.get('cosine')}, allclose {worst.get('allclose')}"
+            f"worst: {worst.name} (sample {worst.sample}): max abs {worst.max_abs}, "
+            f"SQNR {worst.sqnr_db} dB, cosine {worst.cosine}, allclose {worst.allclose}"
         )
-    if verdict.get("top1_agreement") is not None:
-        lines.append(f"top-1 agreement: {verdict['top1_agreement']:.3f}")
-    for v in (result.get("size") or {}).get("verdicts", []):
-        if v.get("status") == "over":
-            lines.append(
-                f"size: {v.get('label')}: {v.get('text')} (limit {v.get('limit_bytes')} bytes)"
-            )
+    if verdict is not None and verdict.top1_agreement is not None:
+        lines.append(f"top-1 agreement: {verdict.top1_agreement:.3f}")
+    for v in result.size.verdicts if result.size is not None else ():
+        if v.status == "over":
+            lines.append(f"size: {v.label}: {v.text} (limit {v.limit_bytes} bytes)")
     return lines
 
 
-def _add_properties(properties: ET.Element, results: Sequence[dict[str, Any]]) -> None:
-    versions = sorted({str(r["etdeploy"]) for r in results if r.get("etdeploy")})
+def _add_properties(properties: ET.Element, results: Sequence[RunResult]) -> None:
+    versions = sorted({r.etdeploy for r in results if r.etdeploy})
     if versions:
         ET.SubElement(properties, "property", name="etdeploy", value=", ".join(versions))
     devices = sorted({job_key(r).device for r in results})
@@ -159,9 +150,9 @@ def _add_properties(properties: ET.Element, results: Sequence[dict[str, Any]]) -
         ET.SubElement(properties, "property", name="devices", value=_xml_text(", ".join(devices)))
 
 
-def _first_start(results: Sequence[dict[str, Any]]) -> str:
+def _first_start(results: Sequence[RunResult]) -> str:
     """The earliest job start, as the Ant schema's timestamp (no zone; it is UTC)."""
-    starts = sorted(str(r["started_at"]) for r in results if r.get("started_at"))
+    starts = sorted(r.started_at for r in results if r.started_at)
     if starts:
         return starts[0].removesuffix("Z")[:19]
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())

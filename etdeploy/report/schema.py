@@ -1,31 +1,30 @@
 """The result document `etdeploy.result/1` and the farm document `etdeploy.farm/1`
-as JSON Schema (draft 2020-12), and a validator for the part of the draft they use.
+as JSON Schema (draft 2020-12), their validation, and the farm document built
+from typed results.
 
-The schemas describe what etdeploy.pipeline.run_job and error_result write.
+The schemas describe what RunResult.to_json writes (etdeploy.report.result).
 Objects allow keys beyond the listed ones: a reader of /1 must accept additions,
-and only a removal or a change of meaning makes /2.
-
-The validator covers exactly the keywords below (type, const, enum, required,
-properties, additionalProperties, items, minItems, minimum, maximum, pattern,
-$ref into $defs, allOf, anyOf, if/then/else); `jsonschema` is not a dependency.
-It stops at the first problem and names its key path (`verdict.metrics[3].sqnr_db`).
+and only a removal or a change of meaning makes /2. The validator is
+etdeploy.report.validator (the part of the draft these schemas use).
 """
 
 from __future__ import annotations
 
-import json
-import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from etdeploy.errors import UsageError
+from etdeploy.report.common import JobKey, job_key, unique
+from etdeploy.report.record import JsonObject
+from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
+from etdeploy.report.validator import Invalid, Schema, check, show
 
-RESULT_SCHEMA_ID = "etdeploy.result/1"
 FARM_SCHEMA_ID = "etdeploy.farm/1"
 
 _TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?$"
 
 
-def _nullable(type_name: str, **more: Any) -> dict[str, Any]:
+def _nullable(type_name: str, **more: Any) -> Schema:
     return {"type": [type_name, "null"], **more}
 
 
@@ -39,9 +38,22 @@ _OPT_MS = _nullable("number", minimum=0)
 # output) as null, since JSON has no Infinity.
 _METRIC = _nullable("number")
 
+# `required` throughout is what RunResult.from_json needs (the fields of
+# etdeploy.report.result without a default): a document that validates reads.
 _OUTPUT_METRICS = {
     "type": "object",
-    "required": ["output", "name", "sample", "max_abs", "sqnr_db", "allclose"],
+    "required": [
+        "output",
+        "name",
+        "sample",
+        "shape",
+        "max_abs",
+        "max_rel",
+        "mean_abs",
+        "sqnr_db",
+        "cosine",
+        "allclose",
+    ],
     "properties": {
         "output": _COUNT,
         "name": _STR,
@@ -150,16 +162,99 @@ _ERROR = {
     },
 }
 
+_PROFILE_EVENT = {
+    "type": "object",
+    "required": [
+        "name",
+        "delegated",
+        "backend",
+        "op_types",
+        "module",
+        "count",
+        "p50_ms",
+        "avg_ms",
+        "max_ms",
+    ],
+    "properties": {
+        "name": _STR,
+        "delegated": {"type": "boolean"},
+        "backend": _OPT_STR,
+        "op_types": {"type": "array", "items": _STR},
+        "module": _OPT_STR,
+        "count": _COUNT,
+        # null: the ETDump had no usable time for the event (NaN).
+        "p50_ms": _nullable("number", minimum=0),
+        "avg_ms": _nullable("number", minimum=0),
+        "max_ms": _nullable("number", minimum=0),
+        "share": _nullable("number", minimum=0),
+    },
+}
+
+_PROFILE = {
+    "description": "run --profile: the slowest operators and delegate calls (etdeploy.profile)",
+    "type": "object",
+    "required": ["executions_ms", "events", "delegate_calls", "etrecord"],
+    "properties": {
+        "executions_ms": {
+            "type": "object",
+            "required": ["count", "median"],
+            "properties": {"count": _COUNT, "median": _OPT_MS},
+        },
+        "events": {"type": "array", "items": {"$ref": "#/$defs/profile_event"}},
+        "delegate_calls": {"type": "array", "items": {"$ref": "#/$defs/profile_event"}},
+        "etrecord": {"type": "boolean"},
+    },
+}
+
+_ATTEMPT = {
+    "description": "one attempt of a farm job",
+    "type": "object",
+    "required": ["attempt", "job_id", "status", "started_at", "seconds"],
+    "properties": {
+        "attempt": {"type": "integer", "minimum": 1},
+        "job_id": _OPT_STR,
+        "status": _OPT_STR,
+        "started_at": {"type": "string", "pattern": _TIMESTAMP},
+        "seconds": _MS,
+        "error": {
+            "type": "object",
+            "properties": {
+                "kind": _OPT_STR,
+                "message": _OPT_STR,
+                "infrastructure": _nullable("boolean"),
+                "retryable": _nullable("boolean"),
+                "device": _OPT_STR,
+            },
+        },
+        "backoff_s": _MS,
+    },
+}
+
+_FARM_PLACEMENT = {
+    "description": "where in a farm the result came from",
+    "type": "object",
+    "required": ["key", "shard", "spec"],
+    "properties": {
+        "key": _STR,
+        "shard": {
+            "type": "object",
+            "required": ["index", "count"],
+            "properties": {"index": _COUNT, "count": {"type": "integer", "minimum": 1}},
+        },
+        "spec": _STR,
+    },
+}
+
 # The blocks a run that got as far as a verdict always has.
 _RAN = ["artifact", "runner", "inputs", "deploy", "latency_ms", "memory", "verdict"]
 
 
-def _when(condition: dict[str, Any], then: dict[str, Any], why: str) -> dict[str, Any]:
+def _when(condition: Schema, then: Schema, why: str) -> Schema:
     # `description` of the `if` is what the validator quotes when `then` fails.
     return {"if": {"description": why, **condition}, "then": then}
 
 
-RESULT_SCHEMA: dict[str, Any] = {
+RESULT_SCHEMA: Schema = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": RESULT_SCHEMA_ID,
     "title": "etdeploy result: one job (model x backend x device)",
@@ -225,8 +320,19 @@ RESULT_SCHEMA: dict[str, Any] = {
                 "reference": _STR,
             },
         },
+        "device_lock": {
+            "description": "when the job held its device (seconds; epoch times)",
+            "type": "object",
+            "required": ["waited_s", "held_from", "held_to"],
+            "properties": {
+                "waited_s": _MS,
+                "held_from": {"type": "number"},
+                "held_to": {"type": "number"},
+            },
+        },
         "deploy": {
             "type": "object",
+            "required": ["bytes_sent", "files_sent", "files_skipped", "seconds"],
             "properties": {
                 "bytes_sent": _COUNT,
                 "files_sent": _COUNT,
@@ -256,6 +362,7 @@ RESULT_SCHEMA: dict[str, Any] = {
         "verdict": {"$ref": "#/$defs/verdict"},
         "host_check": _nullable(
             "object",
+            required=["device_vs_host", "host_vs_reference"],
             properties={
                 "device_vs_host": {"$ref": "#/$defs/verdict"},
                 "host_vs_reference": {"$ref": "#/$defs/verdict"},
@@ -263,11 +370,14 @@ RESULT_SCHEMA: dict[str, Any] = {
         ),
         "size": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/size"}]},
         "etdump": _OPT_STR,
+        "profile": {"$ref": "#/$defs/profile"},
         "warnings": {"type": "array", "items": _STR},
         "error": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/error"}]},
         "started_at": {"type": "string", "pattern": _TIMESTAMP},
         "seconds": _MS,
         "logs": {"type": "array", "items": _STR},
+        "attempts": {"type": "array", "items": {"$ref": "#/$defs/attempt"}},
+        "farm": _FARM_PLACEMENT,
     },
     # What the status promises: exit codes per design.md, the blocks a reader may
     # rely on, and errors that say whether the device or the input is at fault.
@@ -324,6 +434,9 @@ RESULT_SCHEMA: dict[str, Any] = {
         "size_verdict": _SIZE_VERDICT,
         "delegation": _DELEGATION,
         "error": _ERROR,
+        "profile": _PROFILE,
+        "profile_event": _PROFILE_EVENT,
+        "attempt": _ATTEMPT,
     },
 }
 
@@ -338,7 +451,7 @@ _JOB_KEY = {
     },
 }
 
-FARM_SCHEMA: dict[str, Any] = {
+FARM_SCHEMA: Schema = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": FARM_SCHEMA_ID,
     "title": "etdeploy farm: a matrix of jobs and their results",
@@ -374,149 +487,6 @@ FARM_SCHEMA: dict[str, Any] = {
 }
 
 
-# -- the validator --------------------------------------------------------------------
-
-
-class _Invalid(Exception):
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path or '(top level)'}: {problem}")
-        self.path = path
-        self.problem = problem
-
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list, tuple),
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
-
-
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    for name in ("object", "array", "string", "integer", "number"):
-        if isinstance(value, _JSON_TYPES[name]):
-            return name
-    return type(value).__name__
-
-
-def _is_type(value: Any, name: str) -> bool:
-    # bool is an int in Python but never a number in JSON.
-    if isinstance(value, bool):
-        return name == "boolean"
-    return isinstance(value, _JSON_TYPES[name])
-
-
-def _show(value: Any) -> str:
-    # Values as JSON spells them (true, null), short enough for one line.
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _child(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
-
-
-def _check(value: Any, schema: dict[str, Any], path: str, root: dict[str, Any]) -> None:
-    if "$ref" in schema:
-        ref = schema["$ref"]
-        if not ref.startswith("#/$defs/"):
-            raise ValueError(f"unsupported $ref {ref}")
-        _check(value, root["$defs"][ref.removeprefix("#/$defs/")], path, root)
-    if "type" in schema:
-        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_is_type(value, n) for n in names):
-            raise _Invalid(path, f"expected {' or '.join(names)}, got {_type_name(value)}")
-    if "const" in schema and not _same(value, schema["const"]):
-        raise _Invalid(path, f"must be {_show(schema['const'])}, got {_show(value)}")
-    if "enum" in schema and not any(_same(value, option) for option in schema["enum"]):
-        options = ", ".join(_show(o) for o in schema["enum"])
-        raise _Invalid(path, f"must be one of {options}, got {_show(value)}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            raise _Invalid(path, f"must be >= {schema['minimum']}, got {_show(value)}")
-        if "maximum" in schema and value > schema["maximum"]:
-            raise _Invalid(path, f"must be <= {schema['maximum']}, got {_show(value)}")
-    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
-        raise _Invalid(path, f"{_show(value)} does not match {schema['pattern']}")
-    if isinstance(value, dict):
-        _check_object(value, schema, path, root)
-    if isinstance(value, (list, tuple)):
-        if len(value) < schema.get("minItems", 0):
-            raise _Invalid(path, f"needs at least {schema['minItems']} item(s)")
-        if "items" in schema:
-            for i, item in enumerate(value):
-                _check(item, schema["items"], _child(path, i), root)
-    for sub in schema.get("allOf", ()):
-        _check(value, sub, path, root)
-    if "anyOf" in schema:
-        problems = []
-        for sub in schema["anyOf"]:
-            try:
-                _check(value, sub, path, root)
-                break
-            except _Invalid as exc:
-                problems.append(exc)
-        else:
-            # The deepest problem is the most specific one to show.
-            raise max(reversed(problems), key=lambda e: len(e.path))
-    if "if" in schema and _matches(value, schema["if"], path, root):
-        if "then" in schema:
-            try:
-                _check(value, schema["then"], path, root)
-            except _Invalid as exc:
-                why = schema["if"].get("description")
-                raise _Invalid(exc.path, f"{exc.problem} ({why})" if why else exc.problem) from None
-    elif "if" in schema and "else" in schema:
-        _check(value, schema["else"], path, root)
-
-
-def _check_object(
-    value: dict[str, Any], schema: dict[str, Any], path: str, root: dict[str, Any]
-) -> None:
-    for key in schema.get("required", ()):
-        if key not in value:
-            raise _Invalid(_child(path, key), "is missing")
-    properties = schema.get("properties", {})
-    for key, sub in properties.items():
-        if key in value:
-            _check(value[key], sub, _child(path, key), root)
-    extra = schema.get("additionalProperties", True)
-    if extra is not True:
-        for key in value:
-            if key in properties:
-                continue
-            if extra is False:
-                raise _Invalid(_child(path, key), "is not allowed here")
-            _check(value[key], extra, _child(path, str(key)), root)
-
-
-def _matches(value: Any, schema: dict[str, Any], path: str, root: dict[str, Any]) -> bool:
-    try:
-        _check(value, schema, path, root)
-    except _Invalid:
-        return False
-    return True
-
-
-def _same(a: Any, b: Any) -> bool:
-    # JSON equality: true is not 1.
-    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
-
-
-def check(doc: Any, schema: dict[str, Any]) -> None:
-    """Raise _Invalid at the first problem of `doc` under `schema`."""
-    _check(doc, schema, "", schema)
-
-
 def validate_result(doc: Any) -> None:
     """Raise UsageError naming the first bad key when `doc` is not a valid
     etdeploy.result/1 document."""
@@ -527,7 +497,7 @@ def validate_farm(doc: Any) -> None:
     """Raise UsageError naming the first bad key when `doc` is not a valid
     etdeploy.farm/1 document, including a summary that disagrees with its results."""
     _validate(doc, FARM_SCHEMA, FARM_SCHEMA_ID)
-    expected = summarize(doc["results"])
+    expected = summarize([RunResult.from_json(result) for result in doc["results"]])
     for key in ("passed", "failed", "errors", "infrastructure_errors", "total"):
         if key in doc["summary"] and doc["summary"][key] != expected[key]:
             raise UsageError(
@@ -537,15 +507,15 @@ def validate_farm(doc: Any) -> None:
             )
 
 
-def _validate(doc: Any, schema: dict[str, Any], schema_id: str) -> None:
+def _validate(doc: Any, schema: Schema, schema_id: str) -> None:
     if isinstance(doc, dict) and isinstance(doc.get("schema"), str) and doc["schema"] != schema_id:
         raise UsageError(
-            f"not a {schema_id} document: schema is {_show(doc['schema'])}",
+            f"not a {schema_id} document: schema is {show(doc['schema'])}",
             f"this etdeploy reads {schema_id}; a newer etdeploy may have written it",
         )
     try:
         check(doc, schema)
-    except _Invalid as exc:
+    except Invalid as exc:
         raise UsageError(
             f"not a valid {schema_id} document: {exc}",
             "results are written by `etdeploy run --json` and `etdeploy farm`; "
@@ -553,11 +523,12 @@ def _validate(doc: Any, schema: dict[str, Any], schema_id: str) -> None:
         ) from None
 
 
-def summarize(results: list[dict[str, Any]]) -> dict[str, int]:
+# -- the farm document --------------------------------------------------------------------
+
+
+def summarize(results: Sequence[RunResult]) -> dict[str, int]:
     """Counts by status. `errors` counts every status "error"; `infrastructure_errors`
     is the part of them that a device, transport or runner caused (exit code 3)."""
-    from etdeploy.report.common import is_infrastructure
-
     summary = {
         "total": len(results),
         "passed": 0,
@@ -566,29 +537,29 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, int]:
         "infrastructure_errors": 0,
     }
     for result in results:
-        status = result.get("status")
-        if status == "passed":
+        if result.status == "passed":
             summary["passed"] += 1
-        elif status == "failed":
+        elif result.status == "failed":
             summary["failed"] += 1
         else:
             summary["errors"] += 1
-            if is_infrastructure(result):
+            if result.is_infrastructure:
                 summary["infrastructure_errors"] += 1
     return summary
 
 
 def farm_document(
-    results: list[dict[str, Any]],
+    results: Sequence[RunResult],
     *,
     started_at: str,
     finished_at: str | None,
-    matrix: list[Any] | None = None,
-) -> dict[str, Any]:
-    """An etdeploy.farm/1 document. `matrix` is the planned jobs (JobKey or dicts
-    with model, backend, quantization, device); by default the keys of `results`."""
+    matrix: Sequence[JobKey | Mapping[str, str | None]] | None = None,
+) -> JsonObject:
+    """The etdeploy.farm/1 document of `results`, as written to farm.json.
+
+    `matrix` is the planned jobs (JobKey, or mappings with model, backend,
+    quantization and device); by default the keys of `results`."""
     import etdeploy
-    from etdeploy.report.common import JobKey, job_key, unique
 
     if matrix is None:
         matrix = unique(job_key(r) for r in results)
@@ -599,6 +570,6 @@ def farm_document(
         "started_at": started_at,
         "finished_at": finished_at,
         "matrix": planned,
-        "results": list(results),
+        "results": [r.to_json() for r in results],
         "summary": summarize(results),
     }

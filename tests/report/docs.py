@@ -1,22 +1,43 @@
 """Result documents for the report tests: the real ones in tests/data/results/,
 and variants of them for the statuses a single local run did not produce
-(a numeric failure, a size failure, a bad-input error)."""
+(a numeric failure, a size failure, a bad-input error).
+
+The tests build and change documents (JSON, as a run or a farm writes them)
+and hand the report writers what they take, typed results, through as_result:
+each document is validated first, so a variant the schema rejects fails here,
+not as a puzzling report.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from etdeploy.report import RunResult, validate_result
+
 RESULTS = Path(__file__).resolve().parent.parent / "data" / "results"
 
+# A result document as json.loads gives it.
 Doc = dict[str, Any]
 
 
+def as_result(doc: Doc) -> RunResult:
+    """The typed result of a valid document."""
+    validate_result(doc)
+    return RunResult.from_json(doc)
+
+
+def as_results(docs: Iterable[Doc]) -> list[RunResult]:
+    return [as_result(doc) for doc in docs]
+
+
 def load_sample(name: str) -> Doc:
-    return json.loads((RESULTS / f"{name}.json").read_text())
+    doc: Doc = json.loads((RESULTS / f"{name}.json").read_text())
+    return doc
 
 
 def on_device(doc: Doc, device: str) -> Doc:

@@ -5,15 +5,22 @@ from __future__ import annotations
 import json
 import random
 
-from etdeploy.report import compare_to_baseline, job_key
+from etdeploy.report import Regression, compare_to_baseline, job_key
 from tests.report.docs import (
     Doc,
+    as_result,
+    as_results,
     input_error,
     numeric_failure,
     on_device,
     scale_error,
     with_latency,
 )
+
+
+def compare(results: list[Doc], baseline: list[Doc], **thresholds: float) -> list[Regression]:
+    """compare_to_baseline of these documents, read as the typed results it takes."""
+    return compare_to_baseline(as_results(results), as_results(baseline), **thresholds)
 
 
 def _noisy(median: float, spread: float, n: int = 50, seed: int = 0) -> list[float]:
@@ -30,15 +37,15 @@ def test_identical_runs_have_no_regressions(
     passed: Doc, passed_portable: Doc, infra_error: Doc
 ) -> None:
     results = [passed, passed_portable, infra_error]
-    assert compare_to_baseline(results, json.loads(json.dumps(results))) == []
+    assert compare(results, json.loads(json.dumps(results))) == []
 
 
 def test_latency_regression_is_flagged(passed: Doc) -> None:
     baseline = with_latency(passed, _noisy(2.0, 0.05, seed=1))
     slower = with_latency(passed, _noisy(2.6, 0.05, seed=2))  # +30%
-    (found,) = compare_to_baseline([slower], [baseline])
+    (found,) = compare([slower], [baseline])
     assert found.kind == "latency"
-    assert found.key == job_key(passed)
+    assert found.key == job_key(as_result(passed))
     assert 1.9 < found.baseline < 2.1 and 2.5 < found.current < 2.7
     assert "+30%" in found.message or "+29%" in found.message or "+31%" in found.message
 
@@ -49,29 +56,29 @@ def test_latency_noise_is_not_flagged(passed: Doc) -> None:
     noisy = with_latency(passed, _noisy(2.3, 0.4, seed=4))
     assert noisy["latency_ms"]["median"] > baseline["latency_ms"]["median"] * 1.10
     assert noisy["latency_ms"]["median"] < baseline["latency_ms"]["p90"]
-    assert compare_to_baseline([noisy], [baseline]) == []
+    assert compare([noisy], [baseline]) == []
     # A slowdown past the noise on the same device is flagged.
     much_slower = with_latency(passed, _noisy(3.2, 0.4, seed=4))
-    assert [r.kind for r in compare_to_baseline([much_slower], [baseline])] == ["latency"]
+    assert [r.kind for r in compare([much_slower], [baseline])] == ["latency"]
     # The same shift on a quiet device is real.
     quiet_base = with_latency(passed, _noisy(2.0, 0.02, seed=3))
     quiet_now = with_latency(passed, _noisy(2.3, 0.02, seed=4))
-    assert [r.kind for r in compare_to_baseline([quiet_now], [quiet_base])] == ["latency"]
+    assert [r.kind for r in compare([quiet_now], [quiet_base])] == ["latency"]
     # And a small shift on a quiet device is under the threshold.
     small = with_latency(passed, _noisy(2.1, 0.02, seed=4))
-    assert compare_to_baseline([small], [quiet_base]) == []
+    assert compare([small], [quiet_base]) == []
 
 
 def test_faster_is_not_a_regression(passed: Doc) -> None:
     baseline = with_latency(passed, _noisy(2.0, 0.02))
-    assert compare_to_baseline([with_latency(passed, _noisy(1.0, 0.02))], [baseline]) == []
+    assert compare([with_latency(passed, _noisy(1.0, 0.02))], [baseline]) == []
 
 
 def test_numeric_drift_is_flagged(passed: Doc) -> None:
     # 10x the error: SQNR down 20 dB (from ~125 dB, capped at 100 before comparing)
     # and max abs x10; still passing, but a lowering changed.
     drifted = scale_error(passed, 1e3)
-    found = compare_to_baseline([drifted], [passed])
+    found = compare([drifted], [passed])
     kinds = {r.kind: r for r in found}
     assert set(kinds) == {"sqnr", "max_abs"}
     assert kinds["sqnr"].output == "logits"
@@ -86,21 +93,17 @@ def test_float_rounding_is_not_drift(passed: Doc, passed_portable: Doc) -> None:
     portable_as_xnnpack = json.loads(json.dumps(passed_portable))
     portable_as_xnnpack["artifact"]["backend"] = "xnnpack"
     portable_as_xnnpack["latency_ms"] = passed["latency_ms"]  # numerics only here
-    assert compare_to_baseline([passed], [portable_as_xnnpack]) == []
-    assert compare_to_baseline([portable_as_xnnpack], [passed]) == []
+    assert compare([passed], [portable_as_xnnpack]) == []
+    assert compare([portable_as_xnnpack], [passed]) == []
     # Doubling a tiny error (under the floor) is rounding too.
-    assert compare_to_baseline([scale_error(passed, 1.5)], [passed]) == []
+    assert compare([scale_error(passed, 1.5)], [passed]) == []
 
 
 def test_sqnr_drop_in_the_quantized_range(passed: Doc) -> None:
     # An int8 build at ~35 dB that loses 4 dB is flagged; one that loses 1 dB is not.
     baseline = scale_error(passed, 10 ** ((125 - 35) / 20))
-    assert [
-        r.kind for r in compare_to_baseline([scale_error(baseline, 10 ** (1 / 20))], [baseline])
-    ] == []
-    found = compare_to_baseline(
-        [scale_error(baseline, 10 ** (4 / 20))], [baseline], abs_error_factor=10
-    )
+    assert [r.kind for r in compare([scale_error(baseline, 10 ** (1 / 20))], [baseline])] == []
+    found = compare([scale_error(baseline, 10 ** (4 / 20))], [baseline], abs_error_factor=10)
     assert [r.kind for r in found] == ["sqnr"]
     assert "more than 3 dB" in found[0].message
 
@@ -110,11 +113,11 @@ def test_exact_baseline(passed: Doc) -> None:
     exact = json.loads(json.dumps(passed))
     for row in [*exact["verdict"]["metrics"], exact["verdict"]["worst"]]:
         row.update(max_abs=0.0, sqnr_db=None)
-    assert compare_to_baseline([passed], [exact]) == []
+    assert compare([passed], [exact]) == []
     # NaN in the output now: null SQNR with a null (non-finite) max abs.
     broken = json.loads(json.dumps(passed))
     broken["verdict"]["metrics"][0].update(max_abs=None, sqnr_db=None)
-    kinds = sorted(r.kind for r in compare_to_baseline([broken], [exact]))
+    kinds = sorted(r.kind for r in compare([broken], [exact]))
     assert kinds == ["max_abs", "sqnr"]
 
 
@@ -125,7 +128,7 @@ def test_pass_that_became_fail_or_error(
     error = on_device(infra_error, "local")
     error["artifact"] = {**passed["artifact"]}  # same key as the passing xnnpack job
     del error["artifact"]["delegation"]
-    found = compare_to_baseline([failed, error], [passed_portable, passed])
+    found = compare([failed, error], [passed_portable, passed])
     status = [r for r in found if r.kind == "status"]
     assert [(r.key.backend, r.baseline, r.current) for r in status] == [
         ("portable", "passed", "failed"),
@@ -134,23 +137,23 @@ def test_pass_that_became_fail_or_error(
     assert "passed in the baseline, now failed: max abs error" in status[0].message
     assert "infrastructure.RunnerFailure" in status[1].message
     # A failure that was already failing is not a new status regression.
-    assert [r for r in compare_to_baseline([failed], [failed]) if r.kind == "status"] == []
+    assert [r for r in compare([failed], [failed]) if r.kind == "status"] == []
 
 
 def test_jobs_are_matched_by_key(passed: Doc, infra_error: Doc) -> None:
     slower = with_latency(passed, _noisy(3.0, 0.01))
     baseline = with_latency(passed, _noisy(1.0, 0.01))
     # Another device, another backend: not the same job, nothing to compare.
-    assert compare_to_baseline([on_device(slower, "pixel8")], [baseline]) == []
+    assert compare([on_device(slower, "pixel8")], [baseline]) == []
     other_backend = json.loads(json.dumps(slower))
     other_backend["artifact"]["quantization"] = "int8"
-    assert compare_to_baseline([other_backend], [baseline]) == []
+    assert compare([other_backend], [baseline]) == []
     # Errors on both sides: nothing to compare, no crash.
-    assert compare_to_baseline([input_error(infra_error)], [infra_error]) == []
+    assert compare([input_error(infra_error)], [infra_error]) == []
 
 
 def test_regression_to_json(passed: Doc) -> None:
-    found = compare_to_baseline([scale_error(passed, 1e3)], [passed])
+    found = compare([scale_error(passed, 1e3)], [passed])
     doc = json.loads(json.dumps([r.to_json() for r in found]))
     assert doc[0]["label"] == "digits[xnnpack] on local"
     assert doc[0]["key"] == {

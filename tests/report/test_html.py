@@ -14,6 +14,8 @@ import pytest
 from etdeploy.report import compare_to_baseline, write_html
 from tests.report.docs import (
     Doc,
+    as_result,
+    as_results,
     input_error,
     numeric_failure,
     on_device,
@@ -118,7 +120,7 @@ def test_self_contained_and_escaped(
 ) -> None:
     results, baseline = _farm(passed, passed_portable, infra_error)
     out = tmp_path / "report.html"
-    write_html(results, out, baseline=baseline, title="nightly <farm>")
+    write_html(as_results(results), out, baseline=as_results(baseline), title="nightly <farm>")
     html = out.read_text()
 
     assert "<title>nightly &lt;farm&gt;</title>" in html
@@ -148,7 +150,7 @@ def test_self_contained_and_escaped(
 def test_matrix_cells(tmp_path: Path, passed: Doc, passed_portable: Doc, infra_error: Doc) -> None:
     results, baseline = _farm(passed, passed_portable, infra_error)
     out = tmp_path / "report.html"
-    write_html(results, out, baseline=baseline)
+    write_html(as_results(results), out, baseline=as_results(baseline))
     _check_matrix(_read(out.read_text()))
 
 
@@ -178,7 +180,7 @@ def _check_matrix(reader: MatrixReader) -> None:
 
 def test_nothing_to_plot(tmp_path: Path, infra_error: Doc) -> None:
     out = tmp_path / "errors.html"
-    write_html([infra_error], out)
+    write_html([as_result(infra_error)], out)
     html = out.read_text()
     assert html.count("no data") == 4
     assert "ERROR infra" in html
@@ -188,10 +190,10 @@ def test_nothing_to_plot(tmp_path: Path, infra_error: Doc) -> None:
 
 def test_regressions_given_directly(tmp_path: Path, passed: Doc) -> None:
     drifted = scale_error(passed, 1e3)
-    regressions = compare_to_baseline([drifted], [passed], sqnr_drop_db=100.0)
+    regressions = compare_to_baseline([as_result(drifted)], [as_result(passed)], sqnr_drop_db=100.0)
     assert [r.kind for r in regressions] == ["max_abs"]
     out = tmp_path / "r.html"
-    write_html([drifted], out, regressions=regressions)
+    write_html([as_result(drifted)], out, regressions=regressions)
     html = out.read_text()
     assert "max_abs: logits: worst max abs error" in html
     assert "regressed" in _read(html).cells[("digits", "xnnpack", "local")][0]
@@ -219,7 +221,7 @@ def test_matrix_in_a_real_browser(
 
     results, baseline = _farm(passed, passed_portable, infra_error)
     out = tmp_path / "report.html"
-    write_html(results, out, baseline=baseline)
+    write_html(as_results(results), out, baseline=as_results(baseline))
 
     dom = _chromium(tmp_path, "--dump-dom", out.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -254,7 +256,7 @@ def test_a_large_farm_is_capped_in_the_plots(tmp_path: Path, passed: Doc) -> Non
         doc["job"]["model"] = f"model{i:03d}"
         results.append(on_device(doc, f"phone{i % 4}"))
     out = tmp_path / "big.html"
-    write_html(results, out)
+    write_html(as_results(results), out)
     html = out.read_text()
     assert "showing the 80 slowest jobs of 100" in html
     assert "showing the 80 outputs with the lowest SQNR of 100" in html

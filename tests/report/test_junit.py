@@ -7,7 +7,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from etdeploy.report import Regression, job_key, write_junit
-from tests.report.docs import Doc, input_error, numeric_failure, on_device, size_failure
+from tests.report.docs import (
+    Doc,
+    as_result,
+    as_results,
+    input_error,
+    numeric_failure,
+    on_device,
+    size_failure,
+)
 
 SUITE_ATTRS = ("name", "tests", "failures", "errors", "skipped", "time", "timestamp", "hostname")
 
@@ -52,7 +60,7 @@ def test_counts_and_outcomes(
         input_error(infra_error),
     ]
     out = tmp_path / "junit.xml"
-    write_junit(results, out, suite_name="nightly")
+    write_junit(as_results(results), out, suite_name="nightly")
     root = ET.parse(out).getroot()
     _check_structure(root)
     suite = root.find("testsuite")
@@ -97,7 +105,7 @@ def test_warnings_and_unprintable_log(tmp_path: Path, passed: Doc) -> None:
     passed["warnings"] = ["backend claimed 40% of the graph"]
     passed["logs"] = ["\x1b[31mred\x1b[0m and a NUL \x00 from a crash & <tag>"]
     out = tmp_path / "junit.xml"
-    write_junit([passed], out)
+    write_junit([as_result(passed)], out)
     case = ET.parse(out).getroot().find("testsuite/testcase")
     assert case.find("system-err").text == "backend claimed 40% of the graph"
     assert (
@@ -109,12 +117,22 @@ def test_regressions_fail_a_passing_job(tmp_path: Path, passed: Doc, passed_port
     failing = numeric_failure(passed_portable)
     regressions = [
         Regression(
-            job_key(passed), "latency", 0.0033, 0.0066, "median latency 0.0033 ms -> 0.0066 ms"
+            job_key(as_result(passed)),
+            "latency",
+            0.0033,
+            0.0066,
+            "median latency 0.0033 ms -> 0.0066 ms",
         ),
-        Regression(job_key(failing), "sqnr", 128.0, 34.0, "logits: worst SQNR 128.0 dB -> 34.0 dB"),
+        Regression(
+            job_key(as_result(failing)),
+            "sqnr",
+            128.0,
+            34.0,
+            "logits: worst SQNR 128.0 dB -> 34.0 dB",
+        ),
     ]
     out = tmp_path / "junit.xml"
-    write_junit([passed, failing], out, regressions=regressions)
+    write_junit(as_results([passed, failing]), out, regressions=regressions)
     root = ET.parse(out).getroot()
     _check_structure(root)
     first, second = root.findall("testsuite/testcase")
@@ -130,7 +148,7 @@ def test_regressions_fail_a_passing_job(tmp_path: Path, passed: Doc, passed_port
 
 def test_atomic_and_replaces(tmp_path: Path, passed: Doc) -> None:
     out = tmp_path / "reports" / "junit.xml"
-    write_junit([passed], out)
+    write_junit([as_result(passed)], out)
     write_junit([], out)
     assert ET.parse(out).getroot().get("tests") == "0"
     assert sorted(p.name for p in out.parent.iterdir()) == ["junit.xml"]  # no temp left

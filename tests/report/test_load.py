@@ -9,7 +9,7 @@ import pytest
 
 from etdeploy.errors import UsageError
 from etdeploy.report import farm_document, load_results, write_json
-from tests.report.docs import RESULTS, Doc, on_device
+from tests.report.docs import RESULTS, Doc, as_results, on_device
 
 
 def _jsonl(path: Path, docs: list[Doc]) -> str:
@@ -28,7 +28,7 @@ def test_truncated_last_line_is_skipped_with_a_warning(
     stream.write_text(text[:cut])
     seen: list[str] = []
     results = load_results(stream, on_warning=seen.append)
-    assert [r["status"] for r in results] == ["passed", "error"]
+    assert [r.status for r in results] == ["passed", "error"]
     assert len(seen) == 1 and "farm.jsonl:3: skipped a truncated last line" in seen[0]
     # Without a callback it is a Python warning, not an exception.
     with pytest.warns(UserWarning, match="truncated last line"):
@@ -58,7 +58,7 @@ def test_an_invalid_result_names_its_line_and_key(tmp_path: Path, passed: Doc) -
 def test_blank_lines_and_complete_stream(tmp_path: Path, passed: Doc, infra_error: Doc) -> None:
     stream = tmp_path / "farm.ndjson"
     stream.write_text(json.dumps(passed) + "\n\n" + json.dumps(infra_error) + "\n")
-    assert [r["status"] for r in load_results(stream)] == ["passed", "error"]
+    assert [r.status for r in load_results(stream)] == ["passed", "error"]
     # A stream under a .json name is still read line by line.
     renamed = tmp_path / "farm.json"
     renamed.write_text(stream.read_text() + json.dumps(passed)[:200])
@@ -69,14 +69,16 @@ def test_blank_lines_and_complete_stream(tmp_path: Path, passed: Doc, infra_erro
 def test_farm_document_and_single_result(tmp_path: Path, passed: Doc, infra_error: Doc) -> None:
     farm = tmp_path / "farm.json"
     write_json(
-        farm_document([passed, infra_error], started_at="2026-12-03T08:05:00Z", finished_at=None),
+        farm_document(
+            as_results([passed, infra_error]), started_at="2026-12-03T08:05:00Z", finished_at=None
+        ),
         farm,
     )
-    assert [r["status"] for r in load_results(farm)] == ["passed", "error"]
+    assert [r.status for r in load_results(farm)] == ["passed", "error"]
     assert farm.read_text().startswith("{\n  ")  # indented
     single = RESULTS / "passed_xnnpack.json"
     (result,) = load_results(single)
-    assert result["job"]["id"] == passed["job"]["id"]
+    assert result.job.id == passed["job"]["id"]
     listed = tmp_path / "list.json"
     write_json([passed, infra_error], listed)
     assert len(load_results(listed)) == 2

@@ -20,7 +20,15 @@ from etdeploy.report import (
     validate_farm,
     validate_result,
 )
-from tests.report.docs import Doc, input_error, numeric_failure, on_device, size_failure
+from tests.report.docs import (
+    Doc,
+    as_result,
+    as_results,
+    input_error,
+    numeric_failure,
+    on_device,
+    size_failure,
+)
 
 
 def test_real_results_are_valid(passed: Doc, passed_portable: Doc, infra_error: Doc) -> None:
@@ -120,7 +128,7 @@ def test_summarize_counts_errors_by_fault(passed: Doc, infra_error: Doc) -> None
         infra_error,
         input_error(infra_error),
     ]
-    assert summarize(results) == {
+    assert summarize(as_results(results)) == {
         "total": 5, "passed": 1, "failed": 2, "errors": 2, "infrastructure_errors": 1,
     }  # fmt: skip
     assert summarize([]) == {
@@ -135,29 +143,31 @@ def test_summarize_counts_errors_by_fault(passed: Doc, infra_error: Doc) -> None
 def test_farm_document_round_trip(passed: Doc, passed_portable: Doc, infra_error: Doc) -> None:
     results = [passed, on_device(passed, "pixel8"), passed_portable, infra_error]
     doc = farm_document(
-        results, started_at="2026-12-03T08:05:00Z", finished_at="2026-12-03T08:06:00Z"
+        as_results(results), started_at="2026-12-03T08:05:00Z", finished_at="2026-12-03T08:06:00Z"
     )
     validate_farm(json.loads(json.dumps(doc)))
     assert doc["summary"]["passed"] == 3 and doc["summary"]["infrastructure_errors"] == 1
     assert [m["device"] for m in doc["matrix"]] == ["local", "pixel8", "local", "local"]
-    assert doc["matrix"][0] == job_key(passed).to_json()
+    assert doc["matrix"][0] == job_key(as_result(passed)).to_json()
     assert doc["matrix"][2]["backend"] == "portable"
 
 
 def test_farm_summary_must_match_results(passed: Doc, infra_error: Doc) -> None:
-    doc = farm_document([passed, infra_error], started_at="2026-12-03T08:05:00Z", finished_at=None)
+    doc = farm_document(
+        as_results([passed, infra_error]), started_at="2026-12-03T08:05:00Z", finished_at=None
+    )
     doc["summary"]["errors"] = 0
     with pytest.raises(UsageError, match=r"summary.errors: is 0, but the results count 1"):
         validate_farm(doc)
 
 
 def test_farm_results_are_checked_as_results(passed: Doc) -> None:
-    doc = farm_document([passed], started_at="2026-12-03T08:05:00Z", finished_at=None)
+    doc = farm_document([as_result(passed)], started_at="2026-12-03T08:05:00Z", finished_at=None)
     doc["results"][0] = copy.deepcopy(passed)
     doc["results"][0]["latency_ms"]["n"] = -1
     with pytest.raises(UsageError, match=r"results\[0\].latency_ms.n: must be >= 0"):
         validate_farm(doc)
-    doc = farm_document([passed], started_at="2026-12-03T08:05:00Z", finished_at=None)
+    doc = farm_document([as_result(passed)], started_at="2026-12-03T08:05:00Z", finished_at=None)
     del doc["matrix"][0]["device"]
     with pytest.raises(UsageError, match=r"matrix\[0\].device: is missing"):
         validate_farm(doc)

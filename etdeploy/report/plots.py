@@ -1,0 +1,267 @@
+"""The plots of the HTML report (etdeploy.report.html): latency per iteration,
+error per output, delegation coverage and size against store limits, each a PNG
+in a data: URI.
+
+matplotlib is imported inside plots_html only, and drawn with its Agg canvas
+(no pyplot, so a caller's own backend is left alone): the CLI imports the
+report package on every start and must not pay for matplotlib there.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+from etdeploy.report.common import JobKey, metrics_by_output
+from etdeploy.report.result import Delegation, Latency, RunResult, SizeSummary
+
+_PLOT_LABEL_CHARS = 48
+# Rows per plot; past this a plot shows the worst rows (a PNG over 2**16 pixels
+# tall cannot be drawn, and nobody reads 500 bars).
+_MAX_PLOT_ROWS = 80
+# The colours of the report's matrix (its CSS), reused here so a reader maps one
+# to the other.
+COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "infra": "#e65100", "input": "#6a1b9a"}
+
+T = TypeVar("T")
+
+
+class Job(NamedTuple):
+    """One result of the report, with its place in the page (#job-<position>) and key."""
+
+    position: int
+    result: RunResult
+    key: JobKey
+
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from matplotlib.figure import Figure
+
+    # A plot: the figure and a note (what a capped plot left out), or None
+    # when no job has anything to show.
+    Drawn: TypeAlias = tuple[Figure, str | None] | None
+    Drawing: TypeAlias = Callable[[Sequence[Job], type[Figure]], Drawn]
+
+
+def plots_html(jobs: Sequence[Job]) -> str:
+    """The four plots, each under its title, or "no data" where nothing applies."""
+    out = []
+    for title, draw in (
+        ("Latency per iteration", _plot_latency),
+        ("Error against the reference, per output", _plot_errors),
+        ("Delegation coverage", _plot_delegation),
+        ("Size against store limits", _plot_size),
+    ):
+        drawn = _render(draw, jobs)
+        out.append(f"<h3>{_e(title)}</h3>")
+        if drawn is None:
+            out.append('<p class="muted">no data</p>')
+            continue
+        uri, note = drawn
+        if note:
+            out.append(f'<p class="muted">{_e(note)}</p>')
+        out.append(f'<img class="plot" alt="{_e(title)}" src="{uri}">')
+    return "\n".join(out)
+
+
+def _render(draw: Drawing, jobs: Sequence[Job]) -> tuple[str, str | None] | None:
+    """Draw with `draw(jobs, Figure)` -> (figure, note) or None when it has
+    nothing to show; the figure as a PNG data: URI, and the note."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    with warnings.catch_warnings():
+        # A model name with a glyph DejaVu lacks draws as a box; not worth a warning.
+        warnings.filterwarnings("ignore", message="Glyph .* missing")
+        drawn = draw(jobs, Figure)
+        if drawn is None:
+            return None
+        fig, note = drawn
+        FigureCanvasAgg(fig)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=96, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"), note
+
+
+def _plot_latency(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
+    timed: list[tuple[Latency, Job]] = [
+        (latency, job)
+        for job in jobs
+        if (latency := job.result.latency_ms) is not None and latency.iterations
+    ]
+    if not timed:
+        return None
+    timed, note = _cap(timed, lambda row: row[0].median or 0.0, "slowest jobs")
+    fig = figure(figsize=(9, _height(len(timed))))
+    ax = fig.add_subplot()
+    everything: list[float] = []
+    for y, (latency, job) in enumerate(timed):
+        times = list(latency.iterations)
+        # A strip of every iteration shows outliers and bimodality a box hides;
+        # thinned evenly past 400 points so a long run stays readable.
+        step = max(1, len(times) // 400)
+        shown = times[::step]
+        jitter = [((i * 0.618) % 1 - 0.5) * 0.5 for i in range(len(shown))]
+        ax.scatter(
+            shown,
+            [y + j for j in jitter],
+            s=14,
+            alpha=0.6,
+            color=status_colour(job.result),
+            linewidths=0,
+        )
+        if latency.median is not None:
+            ax.plot([latency.median] * 2, [y - 0.35, y + 0.35], color="black", linewidth=2)
+        everything += times
+    positive = [t for t in everything if t > 0]
+    if positive and max(positive) / min(positive) > 30:
+        ax.set_xscale("log")  # jobs from microseconds to seconds on one axis
+    ax.set_yticks(range(len(timed)), [_short(job.key.label) for _, job in timed])
+    ax.set_ylim(len(timed) - 0.5, -0.5)
+    ax.set_xlabel("ms per iteration (black bar: median)")
+    ax.grid(axis="x", alpha=0.3)
+    return fig, note
+
+
+def _plot_errors(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
+    rows: list[tuple[str, float, float, str]] = []
+    for job in jobs:
+        verdict = job.result.verdict
+        # Coloured by the numerics verdict: a job failed on size had fine outputs.
+        good = verdict is not None and verdict.passed
+        colour = COLOURS["passed"] if good else COLOURS["failed"]
+        for (_, name), metrics in metrics_by_output(verdict).items():
+            worst_abs = max(m.max_abs for m in metrics)
+            worst_sqnr = min(m.sqnr_db for m in metrics)
+            rows.append((_short(f"{job.key.label}: {name}"), worst_abs, worst_sqnr, colour))
+    if not rows:
+        return None
+    rows, note = _cap(rows, lambda row: -row[2], "outputs with the lowest SQNR")
+    fig = figure(figsize=(11, _height(len(rows))))
+    left, right = fig.subplots(1, 2, sharey=True)
+    ys = list(range(len(rows)))
+    finite_abs = [a for _, a, _, _ in rows if 0 < a < math.inf]
+    floor = min(finite_abs) / 10 if finite_abs else 1e-9
+    top = max(finite_abs) if finite_abs else 1.0
+    for y, (_, err, _, colour) in zip(ys, rows, strict=True):
+        if err == 0:
+            left.text(floor, y, " exact (0)", va="center", fontsize=8)
+        elif math.isinf(err):
+            left.barh(y, top * 10, color="#b71c1c", left=floor)
+            left.text(floor, y, " non-finite", va="center", fontsize=8, color="white")
+        else:
+            left.barh(y, err - floor, left=floor, color=colour)
+    left.set_xscale("log")
+    left.set_xlabel("worst max abs error (log)")
+    finite_sqnr = [s for _, _, s, _ in rows if math.isfinite(s)]
+    cap = max([*finite_sqnr, 0.0]) + 10
+    for y, (_, _, sqnr, colour) in zip(ys, rows, strict=True):
+        if math.isinf(sqnr) and sqnr > 0:
+            right.text(0, y, " exact (∞ dB)", va="center", fontsize=8)
+        elif not math.isfinite(sqnr):
+            right.text(0, y, " non-finite output", va="center", fontsize=8, color="#b71c1c")
+        else:
+            right.barh(y, sqnr, color=colour)
+    right.set_xlim(min([*finite_sqnr, 0.0]), cap)
+    right.set_xlabel("worst SQNR (dB, higher is better)")
+    left.set_yticks(ys, [label for label, _, _, _ in rows])
+    left.set_ylim(len(rows) - 0.5, -0.5)
+    for ax in (left, right):
+        ax.grid(axis="x", alpha=0.3)
+    return fig, note
+
+
+def _plot_delegation(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
+    # One bar per program, not per device: the same .pte has the same coverage everywhere.
+    seen: dict[tuple[str, str], Delegation] = {}
+    for job in jobs:
+        artifact = job.result.artifact
+        if artifact is not None and artifact.delegation is not None:
+            seen[(job.key.model, job.key.variant)] = artifact.delegation
+    if not seen:
+        return None
+    shown, note = _cap(list(seen.items()), lambda item: -item[1].share, "programs least delegated")
+    fig = figure(figsize=(8, _height(len(shown))))
+    ax = fig.add_subplot()
+    for y, (_, d) in enumerate(shown):
+        share = d.share * 100
+        ax.barh(y, 100, color="#eeeeee")
+        ax.barh(y, share, color="#1565c0")
+        total = d.delegated_nodes + d.non_delegated_nodes
+        label = f"{share:.0f}% ({d.delegated_nodes}/{total} nodes)"
+        ax.text(101, y, label, va="center", fontsize=8)
+    ax.set_yticks(range(len(shown)), [_short(f"{m}[{v}]") for (m, v), _ in shown])
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.set_xlim(0, 130)
+    ax.set_xticks([0, 25, 50, 75, 100])
+    ax.set_xlabel("share of graph nodes the backend claimed (%)")
+    return fig, note
+
+
+def _plot_size(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
+    # One program's size is the same on every device.
+    programs: dict[tuple[str, str], SizeSummary] = {}
+    for job in jobs:
+        if job.result.size is not None:
+            programs[(job.key.model, job.key.variant)] = job.result.size
+    rows: list[tuple[str, float, str]] = []
+    for (model, variant), size in programs.items():
+        for v in size.verdicts:
+            if v.limit_bytes > 0:
+                share = 100.0 * v.measured_bytes / v.limit_bytes
+                colour = {"fits": COLOURS["passed"], "over": COLOURS["failed"]}.get(
+                    v.status, COLOURS["infra"]
+                )
+                rows.append((_short(f"{model}[{variant}]: {v.label}"), share, colour))
+    if not rows:
+        return None
+    rows, note = _cap(rows, lambda row: row[1], "limits closest to full")
+    fig = figure(figsize=(9, _height(len(rows))))
+    ax = fig.add_subplot()
+    smallest = min([s for _, s, _ in rows if s > 0] or [1.0])
+    base = 10 ** math.floor(math.log10(smallest) - 1)
+    for y, (_, share, colour) in enumerate(rows):
+        ax.barh(y, max(share, base) - base, left=base, color=colour)
+        ax.text(max(share, base), y, f" {share:.3g}%", va="center", fontsize=8)
+    ax.axvline(100, color="#b71c1c", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlim(base, max(1000.0, max(s for _, s, _ in rows) * 3))
+    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("measured size as % of the limit (log; dashed: the limit)")
+    return fig, note
+
+
+def status_colour(result: RunResult) -> str:
+    if result.status == "error":
+        return COLOURS["infra" if result.is_infrastructure else "input"]
+    return COLOURS.get(result.status, "#555")
+
+
+def _cap(rows: list[T], badness: Callable[[T], float], what: str) -> tuple[list[T], str | None]:
+    """At most _MAX_PLOT_ROWS of `rows`: the worst by `badness` (higher is worse),
+    in their original order, and a note saying what was left out."""
+    if len(rows) <= _MAX_PLOT_ROWS:
+        return rows, None
+    ranked = sorted(range(len(rows)), key=lambda i: badness(rows[i]), reverse=True)
+    keep = sorted(ranked[:_MAX_PLOT_ROWS])
+    return [rows[i] for i in keep], f"showing the {_MAX_PLOT_ROWS} {what} of {len(rows)}"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _PLOT_LABEL_CHARS else text[: _PLOT_LABEL_CHARS - 1] + "…"
+
+
+def _height(rows: int) -> float:
+    return 1.2 + 0.32 * rows
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
