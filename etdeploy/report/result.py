@@ -335,9 +335,9 @@ class ProfileEvent(Record):
     op_types: tuple[str, ...]
     module: str | None
     count: int
-    p50_ms: float
-    avg_ms: float
-    max_ms: float
+    p50_ms: float | None  # null: the profiler measured nothing
+    avg_ms: float | None
+    max_ms: float | None
     share: float | None = None  # of the median execution
 
 

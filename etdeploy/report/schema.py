@@ -68,6 +68,63 @@ _OUTPUT_METRICS = {
         "top1_agree": _nullable("boolean"),
         "top5_agree": _nullable("boolean"),
         "tightest_atol": _METRIC,
+        # The error in steps of the output's quantization scale (a stage judged in steps).
+        "steps": _METRIC,
+    },
+}
+
+# One stage of the error budget (etdeploy.verify.judge_stage).
+_BUDGET_STAGE = {
+    "type": "object",
+    "required": [
+        "stage",
+        "measured",
+        "rule",
+        "limit",
+        "passed",
+        "reason",
+        "max_abs",
+        "sqnr_db",
+        "cosine",
+    ],
+    "properties": {
+        "stage": {"enum": ["quantization", "lowering", "device"]},
+        "measured": _STR,
+        "rule": {"enum": ["allclose", "steps", "accuracy"]},
+        "limit": _STR,
+        "passed": {"type": "boolean"},
+        "reason": _STR,
+        "max_abs": _METRIC,
+        "sqnr_db": _METRIC,
+        "cosine": _METRIC,
+        "top1_agreement": _nullable("number", minimum=0, maximum=1),
+        "steps": _METRIC,
+        "worst": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/output_metrics"}]},
+        "metrics": {"type": "array", "items": {"$ref": "#/$defs/output_metrics"}},
+    },
+}
+
+_THRESHOLDS = {
+    "type": "object",
+    "required": [
+        "atol",
+        "rtol",
+        "min_sqnr_db",
+        "min_top1",
+        "min_cosine",
+        "max_abs",
+        "quant_steps",
+        "quant_rtol",
+    ],
+    "properties": {
+        "atol": {"type": "number", "minimum": 0},
+        "rtol": {"type": "number", "minimum": 0},
+        "min_sqnr_db": {"type": "number"},
+        "min_top1": {"type": "number", "minimum": 0, "maximum": 1},
+        "min_cosine": {"type": "number", "minimum": 0, "maximum": 1},
+        "max_abs": _nullable("number", minimum=0),
+        "quant_steps": {"type": "number", "minimum": 0},
+        "quant_rtol": {"type": "number", "minimum": 0},
     },
 }
 
@@ -81,6 +138,23 @@ _VERDICT = {
         "top1_agreement": _nullable("number", minimum=0, maximum=1),
         "worst": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/output_metrics"}]},
         "metrics": {"type": "array", "items": {"$ref": "#/$defs/output_metrics"}},
+        # What `metrics` compare with: "float eager" or "reference file".
+        "reference": _STR,
+        # The error budget: every stage within its limit is a pass.
+        "budget": {"type": "array", "items": _BUDGET_STAGE},
+        "kinds": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "kind", "declared"],
+                "properties": {
+                    "name": _STR,
+                    "kind": {"enum": ["classifier", "regression", "embedding", "mask", "other"]},
+                    "declared": {"type": "boolean"},
+                },
+            },
+        },
+        "thresholds": _THRESHOLDS,
     },
 }
 

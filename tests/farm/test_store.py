@@ -74,7 +74,7 @@ def test_an_earlier_run_in_out_is_kept_unless_resume_is_asked_for(tmp_path: Path
     spec = write_spec(tmp_path / "n.toml", {"models": ["digits"], "devices": ["nowhere"]})
     out = tmp_path / "out"
     out.mkdir()
-    (out / RESULTS_NAME).write_text(json.dumps({"status": "passed", "farm": {"key": "x"}}) + "\n")
+    (out / RESULTS_NAME).write_text(json.dumps(tiny_result("passed", "x").to_json()) + "\n")
     done = farm(spec, "--out", out)
     assert done.exit_code == 2 and "--resume" in done.output
     assert not (out / "work").exists()

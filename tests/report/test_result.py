@@ -69,10 +69,11 @@ def test_fixtures_round_trip(name: str) -> None:
     }
     assert changed == {}
     # What is added is the job's backend and quantization where the fixture
-    # (written before the job block carried them) has none: null, not invented.
+    # (written before the job block carried them) has none: null, not invented;
+    # and an empty error budget and kinds list for a verdict written before them.
     added = {p: after[p] for p in after.keys() - before.keys()}
-    assert set(added) <= {"job.backend", "job.quantization"}
-    assert all(value is None for value in added.values())
+    assert set(added) <= {"job.backend", "job.quantization", "verdict.budget", "verdict.kinds"}
+    assert all(value in (None, []) for value in added.values())
     # And the document reads back as the same result.
     assert RunResult.from_json(written) == result
 
