@@ -107,3 +107,19 @@ def metrics_by_output(verdict: Verdict | None) -> dict[tuple[int, str], list[Out
     for row in verdict.metrics if verdict is not None else ():
         table.setdefault((row.output, row.name), []).append(row)
     return table
+
+
+def budget_lines(verdict: Verdict | None) -> list[str]:
+    """The error budget, a line per stage: what it measured, its numbers, its verdict."""
+    lines = []
+    for stage in verdict.budget if verdict is not None else ():
+        numbers = [f"max abs {stage.max_abs:.3g}", f"SQNR {stage.sqnr_db:.1f} dB"]
+        if stage.top1_agreement is not None:
+            numbers.append(f"top-1 {stage.top1_agreement:.0%}")
+        if stage.steps is not None:
+            numbers.append(f"{stage.steps:.1f} step(s)")
+        mark = "within limit" if stage.passed else "OVER LIMIT"
+        lines.append(
+            f"budget: {stage.stage} ({stage.measured}): {', '.join(numbers)}; {mark} ({stage.limit})"
+        )
+    return lines

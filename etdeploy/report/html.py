@@ -72,6 +72,7 @@ pre { background: #f6f6f6; padding: 8px; overflow-x: auto; max-height: 420px; fo
 ul.regressions li { color: #b71c1c; }
 img.plot { max-width: 100%; border: 1px solid #eee; }
 .muted { color: #777; }
+span.pass { color: #1b5e20; font-weight: 600; } span.fail { color: #b71c1c; font-weight: 600; }
 """
 
 
@@ -369,6 +370,7 @@ def _verdict_block(verdict: Verdict) -> str:
             f"max abs {_e(_num(worst.max_abs))}, SQNR {_e(_db(worst.sqnr_db))}, "
             f"cosine {_e(_num(worst.cosine))}</p>"
         )
+    out.append(_budget_block(verdict))
     metrics = verdict.metrics
     out.append(
         "<table class=outputs><thead><tr><th>output</th><th>samples</th><th>worst max abs</th>"
@@ -408,6 +410,34 @@ def _verdict_block(verdict: Verdict) -> str:
             )
         out.append("</tbody></table></details>")
     return "\n".join(out)
+
+
+def _budget_block(verdict: Verdict) -> str:
+    """The error budget: each stage, its numbers, its limit; the one that broke it marked."""
+    if not verdict.budget:
+        return ""
+    out = [
+        "<table class=budget><thead><tr><th>stage</th><th>measured</th><th>max abs</th>"
+        "<th>SQNR</th><th>top-1</th><th>steps</th><th>limit</th><th></th></tr></thead><tbody>"
+    ]
+    for stage in verdict.budget:
+        top1 = "-" if stage.top1_agreement is None else f"{stage.top1_agreement:.0%}"
+        steps = "-" if stage.steps is None else f"{stage.steps:.1f}"
+        mark = "<span class=pass>within</span>" if stage.passed else "<span class=fail>over</span>"
+        out.append(
+            f"<tr><td>{_e(stage.stage)}</td><td>{_e(stage.measured)}</td>"
+            f"<td class=num>{_e(_num(stage.max_abs))}</td><td class=num>{_e(_db(stage.sqnr_db))}</td>"
+            f"<td class=num>{top1}</td><td class=num>{steps}</td>"
+            f"<td class=muted>{_e(stage.limit)}</td><td>{mark}</td></tr>"
+        )
+    out.append("</tbody></table>")
+    kinds = ", ".join(
+        f"{k.name}: {k.kind}{'' if k.declared else ' (guessed from its shape)'}"
+        for k in verdict.kinds
+    )
+    if kinds:
+        out.append(f"<p class=muted>output kinds: {_e(kinds)}</p>")
+    return "<h4>Error budget</h4>" + "\n".join(out)
 
 
 def _size_block(size: SizeSummary) -> str:

@@ -22,6 +22,7 @@ from etdeploy.atomic import atomic_write
 from etdeploy.report.baseline import Regression
 from etdeploy.report.common import (
     JobKey,
+    budget_lines,
     clip,
     error_type,
     failure_kind,
@@ -77,9 +78,9 @@ def write_junit(
             counts["failures" if tag == "failure" else "errors"] += 1
             node = ET.SubElement(case, tag, message=_xml_text(message), type=_xml_text(kind))
             node.text = _xml_text(text)
-        logs = joined_logs(result)
-        if logs:
-            ET.SubElement(case, "system-out").text = _xml_text(logs)
+        out = "\n".join([*budget_lines(result.verdict), joined_logs(result)]).strip()
+        if out:
+            ET.SubElement(case, "system-out").text = _xml_text(out)
         if result.warnings:
             ET.SubElement(case, "system-err").text = _xml_text(clip("\n".join(result.warnings)))
 
@@ -135,6 +136,7 @@ def _failure_details(result: RunResult) -> list[str]:
         )
     if verdict is not None and verdict.top1_agreement is not None:
         lines.append(f"top-1 agreement: {verdict.top1_agreement:.3f}")
+    lines += budget_lines(verdict)
     for v in result.size.verdicts if result.size is not None else ():
         if v.status == "over":
             lines.append(f"size: {v.label}: {v.text} (limit {v.limit_bytes} bytes)")

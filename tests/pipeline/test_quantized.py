@@ -176,3 +176,22 @@ def test_a_malformed_output_kind_is_bad_input(tmp_path: Path) -> None:
     assert done.exit_code == 2 and "NAME=KIND" in done.output
     done = CliRunner().invoke(app, ["run", "digits", "--output-kind", "logits=probabilities"])
     assert done.exit_code == 2 and "classifier" in done.output
+
+
+def test_junit_and_html_carry_the_budget_and_the_calibration_warning(
+    int8_digits: dict[str, Any], tmp_path: Path
+) -> None:
+    from etdeploy.report import RunResult, write_html, write_junit
+
+    doc = json.loads(json.dumps(int8_digits["result"]))
+    doc["warnings"] = ["int8 calibrated on noise (--random-calibration): ..."]
+    result = RunResult.from_json(doc)
+    write_junit([result], tmp_path / "r.xml")
+    write_html([result], tmp_path / "r.html")
+    junit = (tmp_path / "r.xml").read_text()
+    assert "budget: quantization (quantized eager vs float eager)" in junit
+    assert "budget: device (device vs quantized eager)" in junit
+    assert "calibrated on noise" in junit
+    page = (tmp_path / "r.html").read_text()
+    assert "Error budget" in page and "device vs quantized eager" in page
+    assert "calibrated on noise" in page
