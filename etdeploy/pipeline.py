@@ -761,6 +761,9 @@ def run_job(
     info = device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     bundle = runner_for(job, device, info, say)
+    from etdeploy.preflight import preflight
+
+    checked = preflight(device, bundle, program.pte, program.manifest, status=say)
 
     say(f"waiting for {info.name}")
     waited_from = time.time()
@@ -803,7 +806,7 @@ def run_job(
                                         output_names, tolerance).to_json(),
         }  # fmt: skip
     size = _size_verdict(program.pte, context.size_config)
-    warnings = [*program.warnings, *staged.warnings, *profile_warnings]
+    warnings = [*program.warnings, *staged.warnings, *checked.warnings, *profile_warnings]
     if program.quantization and job.atol is not None:
         warnings.append("--atol is not used for a quantized build; it is judged by SQNR and top-1")
     # A check failed when the numbers diverge or the file will not ship.
@@ -859,6 +862,7 @@ def run_job(
             "held_from": held_from,
             "held_to": held_to,
         },
+        "preflight": checked.to_json(),
         "deploy": {
             "bytes_sent": deployed.bytes_sent,
             "files_sent": deployed.files_sent,
