@@ -48,6 +48,7 @@ from etdeploy.preflight.compare import (
 from etdeploy.preflight.describe import (
     Described,
     Status,
+    built_runner_for,
     describe_runner,
     remote_runner_dir,
     runs_here,
@@ -57,7 +58,7 @@ from etdeploy.runner_build import RunnerBundle
 
 __all__ = [
     "Described", "KernelProvider", "MissingBackend", "MissingOperator", "PreflightError", "PreflightReport",
-    "ProgramNeeds", "VersionVerdict", "check", "compare", "describe_runner", "preflight",
+    "ProgramNeeds", "VersionVerdict", "built_runner_for", "check", "compare", "describe_runner", "preflight",
     "program_needs", "remote_runner_dir", "runs_here", "version_verdict",
 ]  # fmt: skip
 

@@ -149,6 +149,16 @@ class MissingBackend:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One line of a report: what was compared, ok | warn | fail, and a hint."""
+
+    subject: str
+    status: str
+    detail: str
+    hint: str
+
+
+@dataclass(frozen=True)
 class PreflightReport:
     """The comparison, or why there was none. status: passed | failed | skipped."""
 
@@ -192,8 +202,8 @@ class PreflightReport:
 
     def hint(self) -> str:
         """How to get a runner that has what is missing."""
-        hints = [_operator_hint(m, self.needs) for m in self.missing_operators]
-        hints += [_backend_hint(m) for m in self.missing_backends]
+        hints = [operator_hint(m, self.needs) for m in self.missing_operators]
+        hints += [backend_hint(m) for m in self.missing_backends]
         hints = list(dict.fromkeys(h for h in hints if h))
         return "; ".join(hints) + (
             "; then run with --runner DIR (the directory `etdeploy runner build` prints)"
@@ -209,6 +219,45 @@ class PreflightReport:
             self.hint(),
             report=self,
         )
+
+    def findings(self) -> list[Finding]:
+        """The comparison one line per subject, as `doctor --pte --device` shows it."""
+        if self.status == "skipped" or self.runner is None or self.needs is None:
+            return [Finding("runner", "warn", self.reason, "")]
+        runner, needs = self.runner, self.needs
+        count = sum(len(keys) for keys in runner.kernels.values())
+        found = [
+            Finding("runner", "ok", f"etdeploy_runner {runner.runner_version} (executorch "
+                    f"{runner.executorch_version}, {runner.kind} {runner.abi}): {count} kernels, "
+                    f"backends: {', '.join(runner.backends) or 'none'}; described {self.source}", ""),
+        ]  # fmt: skip
+        for op in self.missing_operators:
+            found.append(Finding(f"operator {op.name}", "fail", f"missing{_dtype_text(op)}; "
+                                 f"called by {', '.join(op.methods)}", operator_hint(op, needs)))  # fmt: skip
+        for backend in self.missing_backends:
+            found.append(Finding(f"backend {backend.name}", "fail", "not registered; delegated "
+                                 f"to by {', '.join(backend.methods)}", backend_hint(backend)))  # fmt: skip
+        if not self.missing_operators:
+            text = (
+                f"all {len(needs.operators)} operator(s) the program calls have kernels"
+                if needs.operators
+                else "the program calls no operator outside its delegates"
+            )
+            found.append(Finding("operators", "ok", text, ""))
+        if not self.missing_backends:
+            names = ", ".join(sorted(needs.backends)) or "none needed"
+            found.append(Finding("backends", "ok", f"registered: {names}", ""))
+        if self.version is not None:
+            status = "ok" if self.version.status == "ok" else "warn"
+            hint = (
+                "build it with `etdeploy build`, which records the version in model.pte.json"
+                if self.version.status == "unknown"
+                else ""
+            )
+            found.append(Finding("version", status, self.version.text, hint))
+        if needs.operators:
+            found.append(Finding("selective build", "ok", needs.selective_build_flag(), ""))
+        return found
 
     def to_json(self) -> dict[str, Any]:
         runner = None
@@ -252,7 +301,7 @@ def _dtype_text(missing: MissingOperator) -> str:
     return " (for " + "; ".join(", ".join(d) or "no tensors" for d in missing.dtypes) + ")"
 
 
-def _operator_hint(missing: MissingOperator, needs: ProgramNeeds | None) -> str:
+def operator_hint(missing: MissingOperator, needs: ProgramNeeds | None) -> str:
     selective = needs.selective_build_flag() if needs else "-DEXECUTORCH_SELECT_OPS_MODEL=<pte>"
     linkable = [p for p in missing.providers if p.linkable]
     if missing.dtypes:
@@ -293,7 +342,7 @@ def _operator_hint(missing: MissingOperator, needs: ProgramNeeds | None) -> str:
     )
 
 
-def _backend_hint(missing: MissingBackend) -> str:
+def backend_hint(missing: MissingBackend) -> str:
     if missing.option and missing.in_wheel:
         return f"{missing.name}: etdeploy runner build --backends {missing.option}"
     return (

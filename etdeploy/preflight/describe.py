@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from etdeploy.devices.base import Device
+from etdeploy.devices.base import Device, DeviceInfo
 from etdeploy.errors import EtdeployError
 from etdeploy.runner import (
     RunnerDescription,
@@ -219,3 +219,40 @@ def _text(value: str | bytes | None) -> str:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return value or ""
+
+
+def built_runner_for(
+    device: Device, info: DeviceInfo
+) -> tuple[RunnerBundle | None, tuple[str, str]]:
+    """The bundle `run` would use on the device if it is already built (picked as
+    pipeline.runner_for picks it, but never building), else None and (why, hint)."""
+    import platform
+
+    from etdeploy.devices.registry import split_abi
+    from etdeploy.runner_build import cached_runner, host_abi, runner_from_path
+
+    if device.runner_path is not None:
+        return runner_from_path(Path(device.runner_path)), ("", "")
+    if info.os == "android":
+        abi, flag = info.abi, f" --abi {info.abi}"
+    elif (
+        info.os == platform.system().lower() and split_abi(info.abi)[1] == split_abi(host_abi())[1]
+    ):
+        abi, flag = "host", ""
+    else:
+        return None, (
+            f"no runner for {info.os} {info.abi}: etdeploy builds runners for this machine and "
+            "for Android",
+            f'build one on that machine and set runner = "PATH" in [devices.{info.name}]',
+        )
+    try:
+        bundle = cached_runner(abi)
+    except EtdeployError as exc:
+        return None, (exc.message, exc.hint or "")
+    if bundle is None:
+        return None, (
+            f"the {abi} runner is not built yet, so there is nothing to compare against "
+            "(`run` builds it on first use)",
+            f"build it: etdeploy runner build{flag}, then run doctor again",
+        )
+    return bundle, ("", "")
