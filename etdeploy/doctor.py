@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import platform
-import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -474,9 +473,11 @@ def ssh_checks(config: Config) -> list[Check]:
 def pte_checks(pte: Path, config: Config) -> list[Check]:
     """What the runtime checks at load (the file identifier), what the schema
     version is, and the executorch that built it against this machine's and the
-    runners' (a program from a newer executorch can name operators an older
-    runtime lacks; an older one loads in a newer runtime)."""
+    runners', judged by ExecuTorch's compatibility policy: a pairing it does not
+    promise is a warning (which operators and delegates are really missing is
+    what --device checks)."""
     from etdeploy.builder.manifest import read_manifest
+    from etdeploy.preflight.needs import version_verdict
     from etdeploy.sizecheck.pte import read_pte
 
     name = Path(pte).name
@@ -511,19 +512,11 @@ def pte_checks(pte: Path, config: Config) -> list[Check]:
     for label, version in runtimes:
         if version is None:
             continue
-        if _release(version) == _release(built):
-            checks.append(Check("pte", f"{name}: vs {label}", OK, f"executorch {version}"))
-        elif _newer(_release(built), _release(version)):
-            checks.append(Check(
-                "pte", f"{name}: vs {label}", FAIL,
-                f"built with executorch {built}, newer than {label} ({version}): it may use operators "
-                "or a schema that runtime does not have",
-                "rebuild the .pte with that executorch, or update the runtime",
-            ))  # fmt: skip
-        else:
-            checks.append(Check("pte", f"{name}: vs {label}", WARN,
-                                f"built with executorch {built}; {label} is {version} (newer, which loads "
-                                "older programs)", "rebuild with the runtime's executorch for exact kernels"))  # fmt: skip
+        # ExecuTorch's compatibility policy decides (etdeploy.preflight.needs cites it).
+        verdict = version_verdict(str(built), version)
+        status = OK if verdict.status == "ok" else WARN
+        hint = "" if status == OK else "rebuild the .pte with that runtime's executorch"
+        checks.append(Check("pte", f"{name}: vs {label}", status, verdict.text, hint))
     return checks
 
 
@@ -559,15 +552,6 @@ def _runner_versions(config: Config) -> list[tuple[str, str | None]]:
         if version:
             found.append((f"{name}'s runner", str(version)))
     return found
-
-
-def _newer(a: str, b: str) -> bool:
-    """Whether release a is newer than release b ("1.10.0" > "1.9.2")."""
-
-    def parts(v: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
-
-    return parts(a) > parts(b)
 
 
 # -- a .pte against a device's runner (preflight) -------------------------------------------------

@@ -14,7 +14,7 @@ from etdeploy.errors import EtdeployError, InputError
 from etdeploy.preflight.needs import (
     ProgramNeeds,
     VersionVerdict,
-    key_dtypes,
+    key_tensors,
     version_verdict,
 )
 from etdeploy.runner import RunnerDescription
@@ -118,16 +118,19 @@ def backend_in_wheel(option: str) -> bool:
 class MissingOperator:
     name: str
     methods: tuple[str, ...]
-    # When the runner has kernels for this operator, but only for other dtypes:
-    # the dtypes of the calls it cannot serve. Empty when it has none at all.
-    dtypes: tuple[tuple[str, ...], ...]
+    # When the runner has kernels for this operator, but each only for certain
+    # dtypes and dim orders: the tensors of the calls none serves, and what the
+    # runner's kernels take. Both empty when it has no kernel for it at all.
+    tensors: tuple[tuple[str, ...], ...]
+    available: tuple[tuple[str, ...], ...]
     providers: tuple[KernelProvider, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "methods": list(self.methods),
-            "dtypes": [list(d) for d in self.dtypes],
+            "tensors": [list(t) for t in self.tensors],
+            "available": [list(t) for t in self.available],
             "providers": [p.to_json() for p in self.providers],
         }
 
@@ -296,18 +299,23 @@ class PreflightError(InputError):
 
 
 def _dtype_text(missing: MissingOperator) -> str:
-    if not missing.dtypes:
+    if not missing.tensors:
         return ""
-    return " (for " + "; ".join(", ".join(d) or "no tensors" for d in missing.dtypes) + ")"
+    calls = "; ".join(", ".join(t) or "no tensors" for t in missing.tensors)
+    return f" (for tensors {calls})"
 
 
 def operator_hint(missing: MissingOperator, needs: ProgramNeeds | None) -> str:
     selective = needs.selective_build_flag() if needs else "-DEXECUTORCH_SELECT_OPS_MODEL=<pte>"
     linkable = [p for p in missing.providers if p.linkable]
-    if missing.dtypes:
+    if missing.tensors:
+        available = "; ".join(", ".join(t) for t in missing.available)
         return (
-            f"{missing.name} has kernels in this runner, but not for those dtypes: build "
-            f"ExecuTorch's kernels without dtype selection, or with {selective}"
+            f"the runner's kernels for {missing.name} take only other dtypes or dim orders "
+            f"({available}): rebuild that kernel library for these, e.g. ExecuTorch's "
+            f"selective build with -DEXECUTORCH_SELECT_OPS_MODEL={needs.pte if needs else '<pte>'} "
+            "-DEXECUTORCH_DTYPE_SELECTIVE_BUILD=ON, which specialises kernels for exactly the "
+            "program's dtypes"
         )
     if linkable:
         provider = linkable[0]
@@ -360,15 +368,16 @@ def compare(needs: ProgramNeeds, runner: RunnerDescription, device: str) -> Pref
         keys = runner.kernels.get(need.name)
         if keys is None:
             missing_ops.append(
-                MissingOperator(need.name, need.methods, (), tuple(kernel_providers(need.name)))
+                MissingOperator(need.name, need.methods, (), (), tuple(kernel_providers(need.name)))
             )
             continue
         if None in keys:
             continue
         unserved = [k for k in need.kernel_keys if k not in keys]
         if unserved:
-            dtypes = tuple(key_dtypes(k) for k in unserved)
-            missing_ops.append(MissingOperator(need.name, need.methods, dtypes, ()))
+            tensors = tuple(key_tensors(k) for k in unserved)
+            available = tuple(key_tensors(k) for k in sorted(k for k in keys if k is not None))
+            missing_ops.append(MissingOperator(need.name, need.methods, tensors, available, ()))
     missing_backends = []
     for backend, methods in needs.backends.items():
         if backend not in runner.backends:

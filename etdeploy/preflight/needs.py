@@ -84,18 +84,18 @@ def kernel_key(tensors: Iterable[tuple[int, tuple[int, ...]]]) -> str:
     return "v1/" + "|".join(parts) if parts else ""
 
 
-def key_dtypes(key: str) -> tuple[str, ...]:
-    """The tensor dtypes a kernel key names, numpy-style ("float32")."""
+def key_tensors(key: str) -> tuple[str, ...]:
+    """The tensors a kernel key names, each as dtype and dim order ("float32 (0,1)")."""
     from etdeploy.sizecheck.pte import scalar_type_name
 
     if not key.startswith("v1/"):
         return ()
-    names = []
+    described = []
     for meta in key[3:].split("|"):
-        code = meta.split(";", 1)[0]
+        code, _, order = meta.partition(";")
         name = scalar_type_name(int(code)) if code.isdigit() else code
-        names.append(_NUMPY_NAMES.get(name, name))
-    return tuple(names)
+        described.append(f"{_NUMPY_NAMES.get(name, name)} ({order})")
+    return tuple(described)
 
 
 def program_needs(pte: Path, manifest: Mapping[str, Any] | None = None) -> ProgramNeeds:

@@ -1,13 +1,22 @@
 // The ExecuTorch kernel for etdeploy_custom::triple.out (tests/data/models/
-// custom_op.py): out = 3 * x for float32 tensors. A user's custom-operator kernel
-// library in miniature: built against the installed executorch's headers and
-// runtime, it registers itself from a static initializer when loaded, and
+// custom_op.py): out = 3 * x. A user's custom-operator kernel library in
+// miniature: built against the installed executorch's headers and runtime, it
+// registers itself from a static initializer when loaded, and
 // `etdeploy runner build --kernels PATH` links it into the runner.
+//
+// It registers the kernel for one kernel key only, float32 in and out with a
+// 2-D contiguous dim order, as a dtype-selective build would (KernelKey in
+// runtime/kernel/operator_registry.h: "v1/<dtype>;<dim order>|..." per tensor
+// argument, ScalarType::Float = 6). The runtime then serves a call only when
+// the key it computes for the call's tensors equals this one, so tests can hold
+// preflight's kernel keys against the runtime's: a 2-D float program loads, a
+// 3-D one is refused by both.
 
 #include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/kernel/kernel_runtime_context.h>
+#include <executorch/runtime/kernel/operator_registry.h>
 
 namespace {
 
@@ -30,6 +39,13 @@ Tensor& triple_out(KernelRuntimeContext& context, const Tensor& x, Tensor& out) 
   return out;
 }
 
-}  // namespace
+constexpr char kName[] = "etdeploy_custom::triple.out";
+// x, out, and the returned value (the same tensor as out): three tensor args.
+constexpr char kFloat2d[] = "v1/6;0,1|6;0,1|6;0,1";
 
-EXECUTORCH_LIBRARY(etdeploy_custom, "triple.out", triple_out);
+const auto registered = executorch::runtime::register_kernel(executorch::runtime::Kernel(
+    kName, executorch::runtime::KernelKey(kFloat2d),
+    executorch::extension::WrapUnboxedIntoFunctor<
+        decltype(EXECUTORCH_FN(triple_out, kName))>::call));
+
+}  // namespace
