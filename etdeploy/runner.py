@@ -443,7 +443,7 @@ _OUR_ERROR = re.compile(r"^error: (.+)$", re.MULTILINE)
 _NAMED_CODE = re.compile(r"\b([A-Z][A-Za-z]+) \(0x([0-9a-fA-F]+)\)")
 # Upstream: "... failed with status 0x14", "Could not prepare inputs: 0x12".
 _UPSTREAM_CODE = re.compile(
-    r"(?P<what>[A-Za-z][^\]\n]*?(?:failed|Could not [a-z ]+))(?: with status)?:? 0x(?P<code>[0-9a-fA-F]+)"
+    r"(?P<what>(?:[A-Za-z][^\]\n]*?)?(?:failed|Could not [a-z ]+))(?: with status)?:? 0x(?P<code>[0-9a-fA-F]+)"
 )
 _MISSING_OPERATOR = re.compile(r"Missing operator: \[\d+\] (\S+)")
 _MISSING_BACKEND = re.compile(r"Backend (\S+) is not registered")

@@ -7,11 +7,10 @@ the LLM custom ops kernel library to load it, which the wheel does not ship in
 a form a runner can link.
 """
 
+# Registers torch.ops.llama.* (the export-time plugin): needed to trace the call.
+import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
 import torch
 from torch import nn
-
-# Registers torch.ops.llama.* (the export-time plugin): needed to trace the call.
-import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401,E402
 
 HEADS = 2
 HEAD_DIM = 4
