@@ -404,10 +404,10 @@ def _bad_description(problem: str) -> RunnerError:
     )
 
 
-def parse_describe(text: str | bytes) -> RunnerDescription:
-    """Read our runner's --describe document (the JSON on its stdout)."""
+def parse_describe(text: str | bytes | dict[str, Any]) -> RunnerDescription:
+    """Read our runner's --describe document (the JSON on its stdout, or parsed)."""
     try:
-        raw = json.loads(text)
+        raw = text if isinstance(text, dict) else json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _bad_description(f"not JSON ({exc})") from exc
     if not isinstance(raw, dict) or raw.get("schema") != DESCRIBE_SCHEMA:

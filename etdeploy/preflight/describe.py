@@ -95,7 +95,7 @@ def _read_cache(bundle: RunnerBundle) -> RunnerDescription | None:
         # A rebuild under the same key (--rebuild) is described afresh.
         if entry.get("build_id") != bundle.info.get("build_id"):
             return None
-        return parse_describe(json.dumps(entry["describe"]))
+        return parse_describe(entry["describe"])
     except (OSError, ValueError, KeyError, TypeError, EtdeployError):
         return None
 
