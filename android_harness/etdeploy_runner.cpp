@@ -6,8 +6,9 @@
 //   Model loaded in X ms.
 //   Iteration i of N: X ms
 //   Model executed successfully N time(s) in X ms.
-// It adds --warmup (untimed runs first) and --result_json (the same facts as a
-// document, plus each output's dtype and shape). Unlike upstream it never
+// It adds --warmup (untimed runs first), --result_json (the same facts as a
+// document, plus each output's dtype and shape) and --describe (the kernels,
+// backends and versions it was built with, as JSON). Unlike upstream it never
 // aborts: every failure is one line "error: <what> failed: <Error> (0x..)" on
 // stderr and a non-zero exit status (see usage_text() in src/flags.cpp).
 //
@@ -43,6 +44,7 @@
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include "src/describe.h"
 #include "src/flags.h"
 #include "src/json_writer.h"
 #include "src/names.h"
@@ -53,6 +55,18 @@
 #endif
 #ifndef ETDEPLOY_EXECUTORCH_VERSION
 #define ETDEPLOY_EXECUTORCH_VERSION "unknown"
+#endif
+#ifndef ETDEPLOY_BUNDLE_KIND
+#define ETDEPLOY_BUNDLE_KIND "unknown"
+#endif
+#ifndef ETDEPLOY_BUNDLE_ABI
+#define ETDEPLOY_BUNDLE_ABI "unknown"
+#endif
+#ifndef ETDEPLOY_KERNEL_LIBRARIES
+#define ETDEPLOY_KERNEL_LIBRARIES ""
+#endif
+#ifndef ETDEPLOY_BACKEND_LIBRARIES
+#define ETDEPLOY_BACKEND_LIBRARIES ""
 #endif
 
 namespace {
@@ -387,6 +401,16 @@ int main(int argc, char** argv) {
   if (flags.version) {
     std::printf("etdeploy_runner %s (executorch %s)\n", ETDEPLOY_RUNNER_VERSION,
                 ETDEPLOY_EXECUTORCH_VERSION);
+    return 0;
+  }
+  if (flags.describe) {
+    // Before the thread pool or any program: this answers what the registries
+    // hold, which static initializers filled before main().
+    const std::string document = etdeploy_runner::describe_json(
+        {ETDEPLOY_RUNNER_VERSION, ETDEPLOY_EXECUTORCH_VERSION, ETDEPLOY_BUNDLE_KIND,
+         ETDEPLOY_BUNDLE_ABI, ETDEPLOY_KERNEL_LIBRARIES, ETDEPLOY_BACKEND_LIBRARIES});
+    std::fputs(document.c_str(), stdout);
+    std::fflush(stdout);
     return 0;
   }
 

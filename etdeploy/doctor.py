@@ -17,7 +17,10 @@ fail), with a detail and, when something is wrong, a hint. The checks:
 - ssh: each SSH host's key is in the known_hosts etdeploy reads (a strict host
   key policy refuses unknown hosts);
 - with --pte: the file identifier and schema version the runtime needs, and the
-  executorch version recorded at build against this machine's and the runners'.
+  executorch version recorded at build against this machine's and the runners';
+- with --pte and --device: the preflight `run` makes before pushing (the
+  program's operators, delegates and version against what that device's runner
+  describes), against the runner the device would get if it is built.
 
 Nothing here prints; the CLI renders the rows.
 """
@@ -27,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import platform
-import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -57,7 +59,7 @@ RUNTIME_FILE_IDENTIFIER = "ET12"
 # Where etdeploy starts an adb server on demand (etdeploy.devices.adb does the same).
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
-AREAS = ("environment", "runner", "adb", "device", "ssh", "pte")
+AREAS = ("environment", "runner", "adb", "device", "ssh", "pte", "preflight")
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,10 @@ def run_doctor(
     adb_host: str | None = None,
     adb_port: int | None = None,
     devices: bool = True,
+    device: str | None = None,
 ) -> list[Check]:
     """Every check, in the order a reader fixes things: environment, runner, adb,
-    devices, ssh, then the .pte."""
+    devices, ssh, then the .pte and, with `device`, its preflight there."""
     checks = [*environment_checks(), *host_runner_checks()]
     checks += adb_checks(config, adb_host=adb_host, adb_port=adb_port)
     if devices:
@@ -89,14 +92,17 @@ def run_doctor(
         checks += ssh_checks(config)
     if pte is not None:
         checks += pte_checks(pte, config)
+        if device is not None:
+            checks += preflight_checks(pte, device, config, adb_host=adb_host, adb_port=adb_port)
     return checks
 
 
 def exit_code(checks: Sequence[Check]) -> int:
-    """2 when the .pte is bad; else 3 when anything else failed (a device, a
-    transport, the installation a job needs); else 0. Warnings never fail."""
+    """2 when the .pte is bad or its device's runner lacks what it needs; else 3
+    when anything else failed (a device, a transport, the installation a job
+    needs); else 0. Warnings never fail."""
     failed = [c for c in checks if c.status == FAIL]
-    if any(c.area == "pte" for c in failed):
+    if any(c.area in ("pte", "preflight") for c in failed):
         return EXIT_BAD_INPUT
     return EXIT_INFRA if failed else EXIT_OK
 
@@ -467,9 +473,11 @@ def ssh_checks(config: Config) -> list[Check]:
 def pte_checks(pte: Path, config: Config) -> list[Check]:
     """What the runtime checks at load (the file identifier), what the schema
     version is, and the executorch that built it against this machine's and the
-    runners' (a program from a newer executorch can name operators an older
-    runtime lacks; an older one loads in a newer runtime)."""
+    runners', judged by ExecuTorch's compatibility policy: a pairing it does not
+    promise is a warning (which operators and delegates are really missing is
+    what --device checks)."""
     from etdeploy.builder.manifest import read_manifest
+    from etdeploy.preflight.needs import version_verdict
     from etdeploy.sizecheck.pte import read_pte
 
     name = Path(pte).name
@@ -504,19 +512,11 @@ def pte_checks(pte: Path, config: Config) -> list[Check]:
     for label, version in runtimes:
         if version is None:
             continue
-        if _release(version) == _release(built):
-            checks.append(Check("pte", f"{name}: vs {label}", OK, f"executorch {version}"))
-        elif _newer(_release(built), _release(version)):
-            checks.append(Check(
-                "pte", f"{name}: vs {label}", FAIL,
-                f"built with executorch {built}, newer than {label} ({version}): it may use operators "
-                "or a schema that runtime does not have",
-                "rebuild the .pte with that executorch, or update the runtime",
-            ))  # fmt: skip
-        else:
-            checks.append(Check("pte", f"{name}: vs {label}", WARN,
-                                f"built with executorch {built}; {label} is {version} (newer, which loads "
-                                "older programs)", "rebuild with the runtime's executorch for exact kernels"))  # fmt: skip
+        # ExecuTorch's compatibility policy decides (etdeploy.preflight.needs cites it).
+        verdict = version_verdict(str(built), version)
+        status = OK if verdict.status == "ok" else WARN
+        hint = "" if status == OK else "rebuild the .pte with that runtime's executorch"
+        checks.append(Check("pte", f"{name}: vs {label}", status, verdict.text, hint))
     return checks
 
 
@@ -554,10 +554,41 @@ def _runner_versions(config: Config) -> list[tuple[str, str | None]]:
     return found
 
 
-def _newer(a: str, b: str) -> bool:
-    """Whether release a is newer than release b ("1.10.0" > "1.9.2")."""
+# -- a .pte against a device's runner (preflight) -------------------------------------------------
 
-    def parts(v: str) -> tuple[int, ...]:
-        return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
-    return parts(a) > parts(b)
+def preflight_checks(
+    pte: Path, device_name: str, config: Config, *, adb_host: str | None, adb_port: int | None
+) -> list[Check]:
+    """`--pte X --device NAME`: the comparison `run` makes before pushing, against
+    the runner that device would get. Doctor never builds one: a runner not built
+    yet is a warning saying how to build it."""
+    from etdeploy.builder.manifest import read_manifest
+    from etdeploy.devices.base import sha256_file
+    from etdeploy.devices.registry import check_runner_abi, open_device
+    from etdeploy.preflight import built_runner_for, check
+
+    try:
+        device = open_device(device_name, config, adb_host=adb_host, adb_port=adb_port)
+    except EtdeployError as exc:
+        return [Check("device", device_name, FAIL, exc.message, exc.hint or "")]
+    with device:
+        try:
+            info = device.info()
+            bundle, why = built_runner_for(device, info)
+            if bundle is None:
+                return [Check("preflight", f"{device_name}: runner", WARN, why[0], why[1])]
+            check_runner_abi(info, bundle.abi)
+            manifest = read_manifest(Path(pte))
+            if manifest is not None and manifest.get("sha256") != sha256_file(Path(pte)):
+                manifest = None  # it describes another file (run ignores it too)
+            report = check(device, bundle, Path(pte), manifest)
+        except EtdeployError as exc:
+            # A bad .pte is the pte rows' failure (exit 2); a device or runner that
+            # does not answer is infrastructure (exit 3).
+            area = "pte" if exc.exit_code == EXIT_BAD_INPUT else "runner"
+            return [Check(area, f"{device_name}: preflight", FAIL, exc.message, exc.hint or "")]
+    return [
+        Check("preflight", f"{device_name}: {f.subject}", f.status, f.detail, f.hint)
+        for f in report.findings()
+    ]

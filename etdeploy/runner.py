@@ -1,7 +1,8 @@
 """The runner contract: how etdeploy invokes a runner and reads back what it did.
 
 Two runners speak it. Ours (android_harness/, flavor "etdeploy") takes
-upstream executor_runner's flags plus `--warmup` and `--result_json`; upstream's
+upstream executor_runner's flags plus `--warmup`, `--result_json` and
+`--describe` (what it can run, for preflight); upstream's
 (flavor "upstream") takes only its own flags, so its warm-up runs are folded into
 the timed loop and dropped again when the log is read, and shapes come from the
 reference instead of a result document.
@@ -23,6 +24,7 @@ from pathlib import PurePath
 from typing import Any
 
 from etdeploy.errors import RunnerError, UsageError
+from etdeploy.et_errors import ET_ERROR_INFO, ET_ERRORS, EtErrorInfo
 
 FLAVORS = ("etdeploy", "upstream")
 
@@ -30,32 +32,8 @@ FLAVORS = ("etdeploy", "upstream")
 # (android_harness/etdeploy_runner.cpp).
 RESULT_SCHEMA = "etdeploy.runner_result/1"
 
-# executorch::runtime::Error (runtime/core/error.h in the executorch 1.5.1
-# wheel, read 2026-12-02). Upstream's runner prints only the hex code
-# ("failed with status 0x14"), so the name is looked up here.
-ET_ERRORS: dict[int, str] = {
-    0x00: "Ok",
-    0x01: "Internal",
-    0x02: "InvalidState",
-    0x03: "EndOfMethod",
-    0x04: "AlreadyLoaded",
-    0x10: "NotSupported",
-    0x11: "NotImplemented",
-    0x12: "InvalidArgument",
-    0x13: "InvalidType",
-    0x14: "OperatorMissing",
-    0x15: "RegistrationExceedingMaxKernels",
-    0x16: "RegistrationAlreadyRegistered",
-    0x20: "NotFound",
-    0x21: "MemoryAllocationFailed",
-    0x22: "AccessFailed",
-    0x23: "InvalidProgram",
-    0x24: "InvalidExternalData",
-    0x25: "OutOfResources",
-    0x30: "DelegateInvalidCompatibility",
-    0x31: "DelegateMemoryAllocationFailed",
-    0x32: "DelegateInvalidHandle",
-}
+# The schema tag of our runner's --describe document (android_harness/src/describe.cpp).
+DESCRIBE_SCHEMA = "etdeploy.runner_describe/1"
 
 
 @dataclass(frozen=True)
@@ -363,6 +341,101 @@ def result_from_log(log: RunnerLog | str, invocation: RunnerInvocation) -> Runne
     )
 
 
+# --- the runner's self-description (--describe) ----------------------------------
+
+
+@dataclass(frozen=True)
+class RunnerDescription:
+    """What a runner can run, from its --describe document: the ExecuTorch it was
+    built against, its operator registry and its registered backends."""
+
+    runner_version: str
+    executorch_version: str
+    kind: str  # host, android-ndk, cross-linux, ...
+    abi: str
+    kernel_libraries: tuple[str, ...]
+    backend_libraries: tuple[str, ...]
+    # Operator ("aten::add.out") -> its kernels' keys; None is a fallback kernel,
+    # which serves any dtype; a key ("v1/6;0,1|6;0,1") serves only those dtypes
+    # and dim orders (runtime/kernel/operator_registry.h).
+    kernels: dict[str, frozenset[str | None]]
+    backends: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The --describe document this was read from (its schema)."""
+        return {
+            "schema": DESCRIBE_SCHEMA,
+            "runner_version": self.runner_version,
+            "executorch_version": self.executorch_version,
+            "bundle": {
+                "kind": self.kind,
+                "abi": self.abi,
+                "kernel_libraries": list(self.kernel_libraries),
+                "backend_libraries": list(self.backend_libraries),
+            },
+            "kernels": [
+                {"op": op, "key": key}
+                for op in sorted(self.kernels)
+                for key in sorted(self.kernels[op], key=lambda k: (k is not None, k or ""))
+            ],
+            "backends": list(self.backends),
+        }
+
+
+def describe_argv(executable: str | PurePath) -> list[str]:
+    return [_path_text(executable), "--describe"]
+
+
+# A runner that does not know --describe: ours before it (our flag parser) or
+# upstream's executor_runner (gflags: "ERROR: unknown command line flag 'describe'").
+_NO_DESCRIBE = re.compile(r"unknown (?:command line )?flag '?-{0,2}describe")
+
+
+def describe_unsupported(stdout: str, stderr: str) -> bool:
+    """Whether a failed --describe means the runner lacks the flag (not that it broke)."""
+    return _NO_DESCRIBE.search(f"{stdout}\n{stderr}") is not None
+
+
+def _bad_description(problem: str) -> RunnerError:
+    return RunnerError(
+        f"runner --describe output is not usable: {problem}",
+        "the runner and etdeploy disagree on the describe format; rebuild the runner "
+        "with `etdeploy runner build --rebuild`",
+    )
+
+
+def parse_describe(text: str | bytes | dict[str, Any]) -> RunnerDescription:
+    """Read our runner's --describe document (the JSON on its stdout, or parsed)."""
+    try:
+        raw = text if isinstance(text, dict) else json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad_description(f"not JSON ({exc})") from exc
+    if not isinstance(raw, dict) or raw.get("schema") != DESCRIBE_SCHEMA:
+        schema = raw.get("schema") if isinstance(raw, dict) else None
+        raise _bad_description(f"schema is {schema!r}, expected {DESCRIBE_SCHEMA!r}")
+    bundle = raw.get("bundle") if isinstance(raw.get("bundle"), dict) else {}
+    entries = raw.get("kernels")
+    backends = raw.get("backends")
+    if not isinstance(entries, list) or not isinstance(backends, list):
+        raise _bad_description("kernels and backends must be lists")
+    kernels: dict[str, set[str | None]] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("op"), str):
+            raise _bad_description(f"a kernel entry has no operator name: {entry!r}")
+        key = entry.get("key")
+        kernels.setdefault(entry["op"], set()).add(key if isinstance(key, str) else None)
+    return RunnerDescription(
+        runner_version=str(raw.get("runner_version", "")),
+        executorch_version=str(raw.get("executorch_version", "")),
+        kind=str(bundle.get("kind", "")),
+        abi=str(bundle.get("abi", "")),
+        kernel_libraries=tuple(str(x) for x in bundle.get("kernel_libraries", ())),
+        backend_libraries=tuple(str(x) for x in bundle.get("backend_libraries", ())),
+        kernels={op: frozenset(keys) for op, keys in kernels.items()},
+        backends=tuple(str(b) for b in backends),
+    )
+
+
 # --- failures -------------------------------------------------------------------
 
 # Our runner: "error: method load failed: OperatorMissing (0x14)".
@@ -370,7 +443,7 @@ _OUR_ERROR = re.compile(r"^error: (.+)$", re.MULTILINE)
 _NAMED_CODE = re.compile(r"\b([A-Z][A-Za-z]+) \(0x([0-9a-fA-F]+)\)")
 # Upstream: "... failed with status 0x14", "Could not prepare inputs: 0x12".
 _UPSTREAM_CODE = re.compile(
-    r"(?P<what>[A-Za-z][^\]\n]*?(?:failed|Could not [a-z ]+))(?: with status)?:? 0x(?P<code>[0-9a-fA-F]+)"
+    r"(?P<what>(?:[A-Za-z][^\]\n]*?)?(?:failed|Could not [a-z ]+))(?: with status)?:? 0x(?P<code>[0-9a-fA-F]+)"
 )
 _MISSING_OPERATOR = re.compile(r"Missing operator: \[\d+\] (\S+)")
 _MISSING_BACKEND = re.compile(r"Backend (\S+) is not registered")
@@ -388,6 +461,21 @@ class EtError:
 
     def __str__(self) -> str:
         return f"{self.name} (0x{self.code:x})"
+
+    @property
+    def info(self) -> EtErrorInfo | None:
+        return ET_ERROR_INFO.get(self.code)
+
+    @property
+    def cause(self) -> str | None:
+        return self.info.cause if self.info else None
+
+    @property
+    def hint(self) -> str | None:
+        return self.info.hint if self.info else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "code": self.code, "cause": self.cause, "hint": self.hint}
 
 
 class RunnerFailure(RunnerError):
@@ -499,6 +587,8 @@ def runner_failure(
         message += f"; backend not linked: {', '.join(backends)}"
     if et_error is not None and str(et_error) not in message:
         message += f" [{et_error}]"
+    if et_error is not None and et_error.cause and not timed_out and library is None:
+        message += f"; likely cause: {et_error.cause}"
 
     hint: str
     if timed_out:
@@ -511,25 +601,22 @@ def runner_failure(
     elif backends:
         hint = (
             f"the program was lowered for {', '.join(backends)}, which this runner does not "
-            "link; build the .pte for a backend the runner has (xnnpack, portable)"
+            "link; build the .pte for a backend the runner has (xnnpack, portable), or build "
+            "the runner with it (etdeploy runner build --backends ...)"
         )
     elif operators or (et_error is not None and et_error.name == "OperatorMissing"):
         hint = (
-            "the runner has no kernel for that operator; lower with a partitioner that "
-            "covers it, or link a kernel library that registers it"
+            "the runner has no kernel for that operator; build the runner with the library "
+            "that registers it (etdeploy runner build --kernels ...), or lower with a "
+            "partitioner that covers it"
         )
     elif _INPUT_SIZE.search(text) or "--inputs has" in text:
         hint = (
             "each input file must hold exactly the tensor's bytes in its default dim "
             "order; re-stage the inputs from the model's example shapes"
         )
-    elif et_error is not None and et_error.name in ("InvalidProgram", "InvalidExternalData"):
-        hint = (
-            "the .pte is truncated, corrupt, or from another ExecuTorch version; rebuild "
-            "it, and check the copy on the device is whole"
-        )
-    elif et_error is not None and et_error.name == "MemoryAllocationFailed":
-        hint = "the device ran out of memory loading or running the method"
+    elif et_error is not None and et_error.hint:
+        hint = et_error.hint
     elif exit_code is not None and _signal_name(exit_code) is not None:
         hint = "the runner crashed; the log below shows how far it got"
     else:

@@ -10,6 +10,7 @@ version, the compiler and the ABI. A hit costs a stat and a small JSON read.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -205,6 +206,10 @@ class _Plan:
     cmake_defines: tuple[str, ...]
     compiler: str
     environment_notes: tuple[str, ...]
+    # "wheel" (the executorch wheel's CMake package) or "source" (a source install).
+    package_kind: str = "wheel"
+    kernels: tuple[str, ...] = ()
+    backends: tuple[str, ...] = ("xnnpack",)
 
 
 def _plan(abi: str) -> _Plan:
@@ -273,6 +278,7 @@ def _android_plan(abi: str) -> _Plan:
         ),
         compiler=f"android-ndk {revision}",
         environment_notes=(f"ndk={ndk}", f"executorch_prefix={prefix}"),
+        package_kind="source",
     )
 
 
@@ -284,9 +290,89 @@ def _source_files(harness: Path) -> list[Path]:
     return sorted(set(files))
 
 
-def bundle_key(abi: str) -> str:
-    """The cache key of the bundle `ensure_runner(abi)` would build."""
-    plan = _plan(abi)
+# --- what the runner registers (`--kernels`, `--backends`) ------------------------------
+
+# Kernel libraries by name (anything else in `kernels` is a library's path); the
+# optimized and quantized kernels are always linked, so "quantized" is accepted
+# for a runner that must surely carry them. "llm": ExecuTorch's LLM custom ops
+# (llama::custom_sdpa, update_cache, ...), which only a source install links.
+KERNEL_LIBRARIES = ("quantized", "llm")
+DEFAULT_BACKENDS = ("xnnpack",)
+BACKENDS = ("xnnpack", "openvino", "qnn", "coreml", "mlx", "vulkan")
+_KERNEL_SUFFIXES = (".so", ".a", ".dylib")
+
+
+def _with_components(plan: _Plan, kernels: Sequence[str], backends: Sequence[str]) -> _Plan:
+    """The plan plus CMake's ETDEPLOY_KERNELS and ETDEPLOY_BACKENDS. A library
+    given by path is keyed by its bytes, so a rebuilt kernel library rebuilds
+    the runner."""
+    chosen: list[str] = []
+    notes: list[str] = []
+    for entry in kernels:
+        if entry in KERNEL_LIBRARIES:
+            if entry == "llm" and plan.package_kind == "wheel":
+                # executorch 1.5.1 wheel, read 2026-12-03: the LLM custom ops ship
+                # only in extension/llm/custom_ops/libcustom_ops_aot_lib.so, which
+                # needs libtorch and the Python extension _C (NEEDED entries).
+                raise UsageError(
+                    "the installed executorch wheel has no LLM custom ops a runner can "
+                    "link: it ships them only as the export-time plugin "
+                    "libcustom_ops_aot_lib.so, which needs libtorch and Python",
+                    "build ExecuTorch from source with -DEXECUTORCH_BUILD_KERNELS_LLM=ON "
+                    "(its custom_ops library), then pass that library: --kernels PATH; an "
+                    "Android or arm64 source install takes --kernels llm",
+                )
+            chosen.append(entry)
+            continue
+        path = Path(entry).expanduser().resolve()
+        if not path.is_file() or not path.name.endswith(_KERNEL_SUFFIXES):
+            raise UsageError(
+                f"--kernels {entry}: not a kernel library name or a library file",
+                f"name one of {', '.join(KERNEL_LIBRARIES)}, or give the path of a .so, .dylib "
+                "or .a built against the same ExecuTorch",
+            )
+        chosen.append(str(path))
+        notes.append(f"kernels:{path.name}={hashlib.sha256(path.read_bytes()).hexdigest()}")
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise UsageError(
+            f"unknown backend(s) {', '.join(unknown)}", f"use any of: {', '.join(BACKENDS)}"
+        )
+    chosen = list(dict.fromkeys(chosen))
+    wanted = list(dict.fromkeys(backends))
+    return dataclasses.replace(
+        plan,
+        cmake_defines=(
+            *plan.cmake_defines,
+            f"-DETDEPLOY_KERNELS={';'.join(chosen)}",
+            f"-DETDEPLOY_BACKENDS={';'.join(wanted)}",
+            f"-DETDEPLOY_BUNDLE_ABI={plan.abi}",
+        ),
+        environment_notes=(
+            *plan.environment_notes,
+            f"kernels={','.join(chosen)}",
+            f"backends={','.join(wanted)}",
+            *notes,
+        ),
+        kernels=tuple(chosen),
+        backends=tuple(wanted),
+    )
+
+
+def cached_runner(
+    abi: str = "host", *, kernels: Sequence[str] = (), backends: Sequence[str] = DEFAULT_BACKENDS
+) -> RunnerBundle | None:
+    """The bundle `ensure_runner` would return, if it is already built; never builds."""
+    plan = _with_components(_plan(abi), kernels, backends)
+    key = _key(plan, harness_dir())
+    return _read_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}", fresh=False)
+
+
+def bundle_key(
+    abi: str, *, kernels: Sequence[str] = (), backends: Sequence[str] = DEFAULT_BACKENDS
+) -> str:
+    """The cache key of the bundle `ensure_runner(abi, ...)` would build."""
+    plan = _with_components(_plan(abi), kernels, backends)
     return _key(plan, harness_dir())
 
 
@@ -398,6 +484,8 @@ def _build(plan: _Plan, harness: Path, key: str, staging: Path, progress: Progre
         "files": files,
         "flavor": "etdeploy",
         "executorch_version": executorch_version(),
+        "kernels": list(plan.kernels),
+        "backends": list(plan.backends),
         "compiler": plan.compiler,
         "cmake_version": cmake_version,
         "build_seconds": round(time.monotonic() - started, 3),
@@ -451,17 +539,24 @@ def _build_lock(root: Path, name: str, progress: Progress) -> Iterator[None]:
 
 
 def ensure_runner(
-    abi: str = "host", *, rebuild: bool = False, progress: Progress | None = None
+    abi: str = "host",
+    *,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+    kernels: Sequence[str] = (),
+    backends: Sequence[str] = DEFAULT_BACKENDS,
 ) -> RunnerBundle:
     """The runner bundle for `abi`, built if the cache lacks it.
 
     abi: "host" (this machine), or an Android ABI, "arm64-v8a" or "x86_64" (both
-    need ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX). A build runs
+    need ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX). `kernels` adds kernel
+    libraries (KERNEL_LIBRARIES names or paths), `backends` picks the delegates
+    (() for none); each choice is its own cached bundle. A build runs
     in a temporary directory renamed into place, under a lock, so concurrent
     callers build once and nobody sees half a bundle.
     """
     report: Progress = progress or (lambda _message: None)
-    plan = _plan(abi)
+    plan = _with_components(_plan(abi), kernels, backends)
     harness = harness_dir()
     key = _key(plan, harness)
     root = cache_dir("runners")

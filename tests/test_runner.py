@@ -163,6 +163,49 @@ def test_find_et_error_names_upstream_hex_statuses() -> None:
     assert failure.exit_code == EXIT_INFRA
 
 
+def test_every_error_code_of_the_installed_runtime_is_named_and_explained() -> None:
+    """The table against runtime/core/error.h as the installed wheel ships it."""
+    import re
+
+    from etdeploy.runner import ET_ERROR_INFO
+    from etdeploy.runner_build import executorch_package_dir
+
+    header = (executorch_package_dir() / "include/executorch/runtime/core/error.h").read_text()
+    enum = header[
+        header.index("enum class Error") : header.index("};", header.index("enum class Error"))
+    ]
+    declared = {
+        int(code, 0): name for name, code in re.findall(r"(\w+) = (0x[0-9a-fA-F]+|\d+),", enum)
+    }
+    assert declared and {c: i.name for c, i in ET_ERROR_INFO.items()} == declared
+    for code, info in ET_ERROR_INFO.items():
+        assert code == 0 or (info.cause and info.hint), info
+
+
+def test_a_bare_hex_status_is_translated_to_its_name_cause_and_hint() -> None:
+    # Upstream's runner prints only the code.
+    text = "F executorch:executor_runner.cpp:301] Could not prepare inputs: 0x12\n"
+    failure = runner_failure(-6, "", text)
+    assert failure.et_error == EtError("InvalidArgument", 0x12)
+    assert "InvalidArgument (0x12)" in failure.message
+    assert "likely cause: an argument was rejected" in failure.message
+    assert failure.hint is not None and "dynamic dims" in failure.hint
+    assert failure.et_error.to_json()["cause"] == failure.et_error.cause
+
+
+def test_describe_output_is_read_and_a_runner_without_it_is_recognised() -> None:
+    from etdeploy.runner import describe_unsupported, parse_describe
+
+    with pytest.raises(RunnerError, match="schema"):
+        parse_describe(json.dumps({"schema": "etdeploy.runner_result/1"}))
+    with pytest.raises(RunnerError, match="not JSON"):
+        parse_describe("{cut")
+    # Ours before --describe existed, and upstream's gflags.
+    assert describe_unsupported("", "error: unknown flag --describe (see --help)\n")
+    assert describe_unsupported("", "ERROR: unknown command line flag 'describe'\n")
+    assert not describe_unsupported("", "error: unknown flag --descriptor (see --help)\n")
+
+
 def test_runner_failure_says_timeout_and_signal() -> None:
     timed_out = runner_failure(None, "Iteration 1 of 9: 5.0 ms\n", "", timed_out=True)
     assert timed_out.message == "runner timed out after 1 iteration(s)"
@@ -548,6 +591,7 @@ def test_missing_operator_is_named(
     assert isinstance(failure, RunnerFailure)
     assert failure.missing_operators == ("etdeploy_test::twice.out",)
     assert "etdeploy_test::twice.out" in failure.message
+    assert "likely cause:" in failure.message and "--kernels" in (failure.hint or "")
     assert failure.command == "etdeploy_runner"
 
 
@@ -622,6 +666,31 @@ def test_bundle_runs_from_a_copy_with_its_own_libraries(
     done = run_runner(moved, f"--model_path={program.path}", f"--inputs={program.input_files[0]}")
     assert done.returncode == 0, done.stderr
     assert parse_log(done.stdout).completed
+
+
+@pytest.mark.slow
+def test_describe_lists_the_kernel_registry_the_backends_and_the_build(
+    runner_bundle: RunnerBundle,
+) -> None:
+    from importlib import metadata
+
+    from etdeploy.runner import parse_describe
+
+    done = run_runner(runner_bundle, "--describe")
+    assert done.returncode == 0, done.stderr
+    described = parse_describe(done.stdout)
+    assert (
+        described.executorch_version.split("+")[0] == metadata.version("executorch").split("+")[0]
+    )
+    assert (described.kind, described.abi) == ("host", runner_bundle.abi)
+    assert described.backends == ("XnnpackBackend",)
+    assert described.kernel_libraries == ("optimized", "quantized")
+    # The optimized and quantized kernels and the runtime's primitive operators,
+    # each a fallback kernel (no dtype specialisation in the wheel's libraries).
+    for op in ("aten::add.out", "aten::convolution.out", "quantized_decomposed::quantize_per_tensor.out",
+               "aten::sym_size.int"):  # fmt: skip
+        assert described.kernels.get(op) == frozenset({None}), op
+    assert parse_describe(json.dumps(described.to_json())) == described
 
 
 @pytest.mark.slow

@@ -42,6 +42,7 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
   std::map<std::string, bool*> bool_flags = {
       {"help", &flags.help},
       {"version", &flags.version},
+      {"describe", &flags.describe},
   };
 
   for (int i = 1; i < argc; ++i) {
@@ -139,6 +140,9 @@ std::string usage_text(const char* program) {
       "  --input_shapes S,S,... each input's shape as AxBxC (empty: the method's);\n"
       "                         for inputs exported with dynamic dims\n"
       "  --version              print the runner and ExecuTorch versions\n"
+      "  --describe             print, as JSON, the ExecuTorch version, every\n"
+      "                         registered kernel and backend, and the bundle's\n"
+      "                         kind and ABI; runs no program\n"
       "\n"
       "Exit status: 0 ok, 1 ExecuTorch runtime error, 2 bad command line or input\n"
       "file, 3 an output could not be written.\n";

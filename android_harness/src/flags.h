@@ -1,7 +1,7 @@
 // Command-line flags of the runner: upstream executor_runner's names, plus
-// --warmup and --result_json. The wheel ships no gflags, so this is a small
-// parser that accepts the same spellings gflags does for these flags:
-// --name=value, --name value, and a single leading dash.
+// --warmup, --result_json, --input_shapes and --describe. The wheel ships no
+// gflags, so this is a small parser that accepts the same spellings gflags does
+// for these flags: --name=value, --name value, and a single leading dash.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,8 @@ struct Flags {
   std::string input_shapes;
   bool help = false;
   bool version = false;
+  // Ours: print what this runner can run (kernels, backends, versions) as JSON.
+  bool describe = false;
 };
 
 // Fills `flags` from argv. On a bad command line returns false and sets `error`

@@ -1,5 +1,5 @@
-"""`etdeploy doctor`: versions, adb, devices, runners, SSH host keys and a .pte's
-compatibility, one row each. Parses and renders; etdeploy.doctor checks. Starts
+"""`etdeploy doctor`: versions, adb, devices, runners, SSH host keys, a .pte's
+compatibility and, with --device, its preflight there, one row each. Parses and renders; etdeploy.doctor checks. Starts
 without torch or executorch."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ _STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]fa
 @command("doctor")
 def doctor_command(
     pte: Path = typer.Option(None, "--pte", help="Also check that this .pte loads in the runtimes here (identifier, schema, executorch versions)."),
+    device: str = typer.Option(None, "--device", "-d", help="With --pte: compare what the program needs with what this device's runner has (operators, backends, version), as run does before pushing."),
     adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
     adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
     config_path: Path = typer.Option(None, "--config", help="etdeploy.toml (or a farm spec) to read (default: the nearest etdeploy.toml)."),
@@ -31,16 +32,20 @@ def doctor_command(
     as_json: bool = typer.Option(False, "--json", help=f"Print the checks as JSON ({SCHEMA})."),
 ) -> None:  # fmt: skip
     """Check that this machine and its devices are ready: exit 0 when nothing
-    failed, 3 when a device, transport or the installation did, 2 for a bad --pte.
+    failed, 3 when a device, transport or the installation did, 2 for a bad --pte
+    or one the --device's runner cannot run.
 
     Listing devices starts a local adb server if none runs, as `adb devices` does.
     """
     from etdeploy.doctor import exit_code, run_doctor
 
+    if device is not None and pte is None:
+        raise typer.BadParameter("--device needs --pte (the program to check there)")
     config = _load(config_path)
     checks = run_doctor(
-        config, pte=pte, adb_host=adb_host, adb_port=adb_port, devices=not no_devices
-    )
+        config, pte=pte, adb_host=adb_host, adb_port=adb_port, devices=not no_devices,
+        device=device,
+    )  # fmt: skip
     code = exit_code(checks)
     if as_json:
         doc = {"schema": SCHEMA, "exit_code": code, "checks": [c.to_json() for c in checks]}

@@ -23,9 +23,16 @@ def runner_build_command(
         help="host (this machine), or an Android ABI: arm64-v8a, x86_64 (need the Android NDK).",
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build even when the cache has it."),
-) -> None:
+    kernels: list[str] = typer.Option([], "--kernels", help="Extra kernel libraries, comma-separated or repeated: quantized, llm (a source install's LLM custom ops), or the path of a kernel library (.so, .dylib, .a)."),
+    backends: str = typer.Option("xnnpack", "--backends", help="Delegates to link, comma-separated: xnnpack (default), openvino, qnn, ...; none for none."),
+) -> None:  # fmt: skip
     """Build the runner for ABI and print the bundle directory (cached after the first build)."""
     from etdeploy.runner_build import ensure_runner
+
+    extra = [k.strip() for item in kernels for k in item.split(",") if k.strip()]
+    chosen = (
+        [] if backends.strip() == "none" else [b.strip() for b in backends.split(",") if b.strip()]
+    )
 
     def progress(message: str) -> None:
         err_console.print(f"[dim]{message}[/]", highlight=False, soft_wrap=True)
@@ -33,7 +40,9 @@ def runner_build_command(
     # The shared `command` decorator registers on the root app; a sub-app's
     # command translates errors the same way here.
     try:
-        bundle = ensure_runner(abi, rebuild=rebuild, progress=progress)
+        bundle = ensure_runner(
+            abi, rebuild=rebuild, progress=progress, kernels=extra, backends=chosen
+        )
     except EtdeployError as exc:
         render_error(exc)
         raise typer.Exit(exc.exit_code) from None

@@ -4,7 +4,10 @@
     build.py       build     the .pte (cached build, or --pte) and what it says of itself
     stage.py       stage     real inputs checked against the method, encoded for the runner
     references.py            what each sample should give (eager model, file, host runtime)
-    deploy.py      deploy    the runner that fits the device; runner, .pte, inputs pushed
+    deploy.py      deploy    the runner that fits the device (runner_for); then runner, .pte
+                             and inputs pushed, each skipped when unchanged
+    (etdeploy.preflight)     between the two: can that runner run the program? (asked
+                             before anything of the program is pushed)
     execute.py     execute   the runner per sample under a deadline; outputs, timings, logs
     verify.py      verify    metrics and verdict per output, host check, the size verdict
     run.py         run_job   the stages composed into one RunResult (etdeploy.report.result)

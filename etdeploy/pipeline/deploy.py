@@ -19,6 +19,7 @@ from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.pipeline.stage import Staged, staged_input_file
+from etdeploy.preflight.describe import remote_runner_dir
 from etdeploy.runner_build import RunnerBundle
 
 
@@ -64,11 +65,6 @@ class Deployed:
     seconds: float
 
 
-def runner_dir(device: Device, bundle: RunnerBundle) -> str:
-    """Where a bundle lives on a device: named by its build key, shared by jobs."""
-    return f"{device.workdir.rstrip('/')}/runners/{bundle.abi}-{(bundle.key or 'external')[:16]}"
-
-
 def deploy(
     device: Device,
     bundle: RunnerBundle,
@@ -81,7 +77,7 @@ def deploy(
     already holds the same bytes under that name."""
     started = time.perf_counter()
     base = device.workdir.rstrip("/")
-    runners = runner_dir(device, bundle)
+    runners = remote_runner_dir(device, bundle)  # where preflight may have put it already
     inputs_dir = f"{base}/inputs"
     jdir = job_dir(device, job_id)
     for directory in (runners, f"{base}/programs", inputs_dir, jdir):

@@ -35,6 +35,7 @@ from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import Staged, stage
 from etdeploy.pipeline.verify import Judged, judge
+from etdeploy.preflight import PreflightReport, preflight
 from etdeploy.report.result import (
     Artifact,
     DeployStats,
@@ -44,6 +45,7 @@ from etdeploy.report.result import (
     InputsInfo,
     JobInfo,
     Memory,
+    Preflight,
     Profile,
     RunnerInfo,
     RunResult,
@@ -81,6 +83,8 @@ def run_job(
     info = device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     bundle = runner_for(job, device, info, say)
+    say(f"checking that the runner for {info.name} can run the program")
+    checked = preflight(device, bundle, program.pte, program.manifest, status=say)
 
     say(f"waiting for {info.name}")
     waited_from = time.time()
@@ -110,9 +114,10 @@ def run_job(
             profile_warnings = (f"no profile: {exc.message}",)
 
     judged = judge(job, program, staged, executed.outputs, host_outputs, context.size_config)
+    warnings = (*program.warnings, *staged.warnings, *checked.warnings, *profile_warnings)
     return _result(
-        job, job_id, info, program, staged, bundle, deployed, executed, judged, lock,
-        etdump, profile, (*program.warnings, *staged.warnings, *profile_warnings), started,
+        job, job_id, info, program, staged, bundle, checked, deployed, executed, judged, lock,
+        etdump, profile, warnings, started,
     )  # fmt: skip
 
 
@@ -123,6 +128,7 @@ def _result(
     program: Program,
     staged: Staged,
     bundle: RunnerBundle,
+    checked: PreflightReport,
     deployed: Deployed,
     executed: Executed,
     judged: Judged,
@@ -179,6 +185,7 @@ def _result(
             reference=staged.reference_kind,
         ),
         device_lock=lock,
+        preflight=Preflight.from_json(checked.to_json()),
         deploy=DeployStats(
             bytes_sent=deployed.bytes_sent,
             files_sent=deployed.files_sent,

@@ -734,3 +734,93 @@ def dtype_bytes(dtype: str) -> float:
     if dtype in _SCALAR_TYPE_BYTES:
         return _SCALAR_TYPE_BYTES[dtype]
     return _XNN_DTYPE_BYTES.get(dtype, 1)
+
+
+# --- what a program calls (preflight) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperatorCall:
+    """One KernelCall instruction: the operator ("aten::add.out") and each tensor
+    argument's ScalarType code and dim order, in argument order: what the runtime
+    builds the kernel key from when it loads the method (Method::resolve_operator)."""
+
+    method: str
+    operator: str
+    tensors: tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class ProgramCalls:
+    file_identifier: str
+    schema_version: int
+    calls: tuple[OperatorCall, ...]
+    # (method, backend id) for each BackendDelegate of each execution plan.
+    delegates: tuple[tuple[str, str], ...]
+
+
+def read_program_calls(path: str | os.PathLike[str]) -> ProgramCalls:
+    """The operators each method's instructions call and the delegates it needs,
+    without reading constants or delegate blobs; UsageError if not a program."""
+    p = Path(path)
+    size = check_readable_file(p).st_size
+    if size < 8:
+        raise _bad(p, f"truncated or not a program: {size} bytes, a .pte has at least 8")
+    with _mapped(p, size) as mm:
+        ident = bytes(mm[4:8]).decode("ascii", errors="replace")
+        if not (ident.startswith("ET") and ident[2:4].isalnum()):
+            raise _bad(p, f"not an ExecuTorch program (file identifier {ident!r}, want 'ET..')")
+        try:
+            program = fb.Program.GetRootAs(mm, 0)
+            calls: list[OperatorCall] = []
+            delegates: list[tuple[str, str]] = []
+            for pi in range(program.ExecutionPlanLength()):
+                plan = program.ExecutionPlan(pi)
+                method = _str(plan.Name())
+                calls += _kernel_calls(plan, method)
+                delegates += [(method, _str(plan.Delegates(j).Id())) for j in range(plan.DelegatesLength())]  # fmt: skip
+            return ProgramCalls(ident, program.Version(), tuple(calls), tuple(delegates))
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
+            raise _bad(
+                p,
+                f"truncated or corrupt program flatbuffer ({type(exc).__name__})",
+                "the file was cut short or damaged; rebuild or copy it again",
+            ) from None
+
+
+def _kernel_calls(plan: fb.ExecutionPlan, method: str) -> list[OperatorCall]:
+    names = []
+    for j in range(plan.OperatorsLength()):
+        op = plan.Operators(j)
+        overload = _str(op.Overload())
+        names.append(_str(op.Name()) + (f".{overload}" if overload else ""))
+    tensors: dict[int, tuple[int, tuple[int, ...]] | None] = {}
+
+    def meta(index: int) -> tuple[int, tuple[int, ...]] | None:
+        if index not in tensors:
+            t = _evalue_tensor(plan.Values(index))
+            # A tensor without a dim order is contiguous (the runtime's default).
+            order = (
+                () if t is None else tuple(int(t.DimOrder(d)) for d in range(t.DimOrderLength()))
+            )
+            tensors[index] = None if t is None else (t.ScalarType(), order or tuple(range(t.SizesLength())))  # fmt: skip
+        return tensors[index]
+
+    calls = []
+    for c in range(plan.ChainsLength()):
+        chain = plan.Chains(c)
+        for i in range(chain.InstructionsLength()):
+            instruction = chain.Instructions(i)
+            if instruction.InstrArgsType() != fb.InstructionArguments.KernelCall:
+                continue
+            table = instruction.InstrArgs()
+            call = fb.KernelCall()
+            call.Init(table.Bytes, table.Pos)
+            metas = [m for a in range(call.ArgsLength()) if (m := meta(call.Args(a))) is not None]
+            calls.append(OperatorCall(method, names[call.OpIndex()], tuple(metas)))
+    return calls
+
+
+def scalar_type_name(code: int) -> str:
+    """The schema's name of a ScalarType code ("float" for 6)."""
+    return _SCALAR_TYPE_NAMES.get(code, f"scalar_type_{code}")

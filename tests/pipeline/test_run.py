@@ -239,30 +239,39 @@ def test_a_truncated_pte_is_bad_input(tmp_path: Path) -> None:
     assert "truncated.pte" in _one_line_error(done)
 
 
-def test_a_missing_operator_is_a_runner_failure_naming_it(tmp_path: Path) -> None:
-    (tmp_path / "x.npy").write_bytes(b"")
+def test_a_missing_operator_at_load_is_a_runner_failure_naming_and_explaining_it(
+    tmp_path: Path,
+) -> None:
+    # etdeploy's runner is refused before pushing (tests/test_preflight.py); with
+    # upstream's (no --describe, so no preflight) the runtime's own refusal at
+    # load is what the user sees, translated.
+    from etdeploy.runner_build import ensure_runner
+
+    bundle = ensure_runner()
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    for path in bundle.files:
+        name = "executor_runner" if path.name == bundle.executable else path.name
+        (upstream / name).write_bytes(path.read_bytes())
+        (upstream / name).chmod(0o755)
     np.save(tmp_path / "x.npy", np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4))
     done = cli(
-        "run",
-        CUSTOM_OP,
-        "--backend",
-        "portable",
-        "--inputs",
-        tmp_path / "x.npy",
-        "--json",
-        tmp_path / "r.json",
-    )
+        "run", CUSTOM_OP, "--backend", "portable", "--inputs", tmp_path / "x.npy",
+        "--runner", upstream / "executor_runner", "--json", tmp_path / "r.json",
+    )  # fmt: skip
     assert done.exit_code == 3, done.output
     line = _one_line_error(done)
     assert "OperatorMissing" in line and "etdeploy_custom::triple.out" in line
+    assert "likely cause: the program calls an operator no kernel library" in line
+    assert "--kernels" in done.output  # the hint
     document = json.loads((tmp_path / "r.json").read_text())
     assert document["status"] == "error" and document["error"]["infrastructure"]
     assert "etdeploy_custom::triple.out" in document["logs"][0]
 
 
-def test_a_backend_the_runner_lacks_is_named(tmp_path: Path) -> None:
+def test_a_backend_the_runner_lacks_is_named_before_pushing(tmp_path: Path) -> None:
     done = cli("run", "digits", "--backend", "vulkan", "-n", "1")
-    assert done.exit_code == 3, done.output
+    assert done.exit_code == 2, done.output
     assert "VulkanBackend" in _one_line_error(done)
 
 

@@ -28,3 +28,8 @@ class UsesCustomOp(torch.nn.Module):
 
 def build():
     return UsesCustomOp().eval(), (torch.zeros(1, 4),)
+
+
+def build_3d():
+    """The same operator on a 3-D input: another kernel key (dim order 0,1,2)."""
+    return UsesCustomOp().eval(), (torch.zeros(1, 2, 4),)
