@@ -37,6 +37,12 @@ from etdeploy.runner_build import RunnerBundle, ensure_runner, executorch_packag
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.farm_fixtures import write_spec
 
+
+def run_document(job: RunJob, device: Any) -> dict[str, Any]:
+    """run_job's result as the document a user reads."""
+    return run_job(job, device).to_json()
+
+
 MODELS = Path(__file__).parent / "data" / "models"
 CUSTOM_OP = f"{MODELS / 'custom_op.py'}:build"
 CUSTOM_OP_3D = f"{MODELS / 'custom_op.py'}:build_3d"
@@ -218,7 +224,7 @@ def test_a_custom_op_is_refused_then_runs_once_the_runner_links_its_kernel_libra
     assert not (tmp_path / "device").exists()
 
     assert custom_kernels.name in {p.name for p in custom_runner.libraries}
-    result = run_job(dataclasses.replace(job, runner=custom_runner.directory), device)
+    result = run_document(dataclasses.replace(job, runner=custom_runner.directory), device)
     assert result["status"] == "passed", result["verdict"]["reason"]
     assert result["preflight"]["status"] == "passed"
     # 3 * x + 1 on the device equals eager.
@@ -277,8 +283,8 @@ def test_a_warm_run_reads_the_description_from_the_cache(
 ) -> None:
     device = LocalDevice(workdir=tmp_path / "device")
     forget_description(host_runner)
-    first = run_job(RunJob(model="digits", **QUICK), device)
-    second = run_job(RunJob(model="digits", **QUICK), device)
+    first = run_document(RunJob(model="digits", **QUICK), device)
+    second = run_document(RunJob(model="digits", **QUICK), device)
     assert first["preflight"]["source"] == "host" and second["preflight"]["source"] == "cache"
     assert second["preflight"]["status"] == "passed"
     assert second["preflight"]["runner"]["backends"] == ["XnnpackBackend"]
@@ -295,7 +301,7 @@ def test_with_upstreams_runner_preflight_is_skipped_with_a_note(
     for path in host_runner.files:
         name = "executor_runner" if path.name == host_runner.executable else path.name
         shutil.copy2(path, upstream / name)
-    result = run_job(
+    result = run_document(
         RunJob(model="digits", runner=upstream / "executor_runner", **QUICK),
         LocalDevice(workdir=tmp_path / "device"),
     )
@@ -408,7 +414,7 @@ def test_over_adb_the_runner_preflight_pushed_is_not_pushed_again(
 
     wrapped = runner_from_path(loader_bundle(host_runner, tmp_path / "wrapped"))
     forget_description(wrapped)
-    result = run_job(RunJob(model="digits", runner=wrapped.directory, **QUICK), phone_device)
+    result = run_document(RunJob(model="digits", runner=wrapped.directory, **QUICK), phone_device)
     assert result["status"] == "passed", result["verdict"]["reason"]
     assert result["preflight"]["source"] == "device"
     # Deploy found every runner file where preflight put it.
