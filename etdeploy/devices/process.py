@@ -62,8 +62,9 @@ class BoundedOutput:
         marker = (
             f"[... {self._dropped} characters of output dropped ...]\n" if self._dropped else ""
         )
-        middle = marker.encode() if isinstance(self._empty, bytes) else marker
-        return self._empty.join([*self._head, middle, *self._tail])  # type: ignore[arg-type]
+        if isinstance(self._empty, bytes):
+            return b"".join([*self._head, marker.encode(), *self._tail])
+        return "".join([*self._head, marker, *self._tail])
 
     def text(self) -> str:
         joined = self._joined()
@@ -137,8 +138,8 @@ class OutputPump(threading.Thread, Generic[AnyStr]):
         on_end: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
-        self._read = read
-        self._write = write
+        self._read: Callable[[], AnyStr] = read
+        self._write: Callable[[AnyStr], None] = write
         self._clock = clock
         self._on_end = on_end
         self.error: BaseException | None = None

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import filelock
 import paramiko
@@ -192,10 +192,11 @@ def resolve_target(settings: SshSettings) -> SshTarget:
     if settings.key_filename:
         keys: tuple[str, ...] = (_expand_local(settings.key_filename),)
     else:
-        configured = options.get("identityfile") or []
+        configured = cast("list[str]", options.get("identityfile") or [])
         keys = tuple(
             _expand_local(str(k)) for k in configured if Path(_expand_local(str(k))).exists()
         )
+    known: tuple[Path, ...]
     if settings.known_hosts:
         known = (Path(_expand_local(settings.known_hosts)),)
     elif options.get("userknownhostsfile"):
