@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from etdeploy.devices.base import sha256_file
 from etdeploy.devices.ssh import SshDevice, SshSettings
+from etdeploy.devices.transfer import sha256_file
 from tests.support.sshd import start_sshd
 
 SIZE_MB = 256

@@ -1,4 +1,4 @@
-"""The Device protocol every transport implements.
+"""The Device protocol every transport implements, and what they share.
 
 A Device is a small controller (Mobly's shape): it knows how to put files in its
 work dir, run a command there under a deadline, and get files back. It never
@@ -17,31 +17,55 @@ Contract (design.md):
   when the deadline passes.
 - lock(): one job per device across processes.
 - close(): release connections.
+
+`Device` is that contract as a typing.Protocol: what the pipeline, the farm and
+the registry hold. `DeviceBase` is the one implementation of what the contract
+says regardless of transport (the push decision, temporary names, the checks on
+a command, the lock); local, adb, ssh and the simulator fill in its hooks.
 """
 
 from __future__ import annotations
 
 import abc
-import collections
 import contextlib
 import hashlib
-import os
 import shlex
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol, TypeVar, runtime_checkable
 
 import filelock
 
-from etdeploy.errors import DeviceError
+from etdeploy.devices.process import RunClock, check_env_names
+from etdeploy.devices.transfer import (
+    Download,
+    LocalDigests,
+    ProgressCallback,
+    RemoteFile,
+    TransferProgress,
+    Upload,
+    local_partial,
+    sha256_file,
+)
+from etdeploy.errors import DeviceError, UsageError
 from etdeploy.paths import cache_dir
 
-# Called with (path being transferred, bytes done, bytes total).
-ProgressCallback = Callable[[str, int, int], None]
-
-HASH_CHUNK = 1 << 20
+# sha256_file is named from here by the pipeline; ProgressCallback is part of push's signature.
+__all__ = [
+    "Command",
+    "Device",
+    "DeviceBase",
+    "DeviceInfo",
+    "ProgressCallback",
+    "PushResult",
+    "RunOutput",
+    "job_dir",
+    "sha256_file",
+]
 
 
 @dataclass(frozen=True)
@@ -85,77 +109,130 @@ class PushResult:
     skipped: bool
 
 
-class BoundedOutput:
-    """A command's output (text or bytes) kept within `limit` characters: the
-    head and the tail, with a marker for what was dropped between. A runner
-    stuck printing a line per iteration must not fill this machine's memory
-    before its deadline; the tail keeps what a shell wrapper prints last."""
+@runtime_checkable
+class Device(Protocol):
+    """What every device offers; see the module docstring for the contract."""
 
-    def __init__(self, limit: int = 16 << 20) -> None:
-        self._half = limit // 2
-        self._head: list[Any] = []
-        self._head_size = 0
-        self._tail: collections.deque[Any] = collections.deque()
-        self._tail_size = 0
-        self._dropped = 0
-        self._empty: str | bytes = ""
+    #: The name the user gave it (--device NAME), in every error about it.
+    name: str
+    #: The transport's name as used in etdeploy.toml (`transport = "adb"`).
+    transport: str
+    #: A runner built elsewhere for this device (`runner = "PATH"` in its
+    #: [devices] table, set by the registry); None: etdeploy picks or builds one.
+    runner_path: Path | None
 
-    def append(self, chunk: str | bytes) -> None:
-        if not chunk:
-            return
-        self._empty = chunk[:0]
-        if self._head_size < self._half:
-            self._head.append(chunk)
-            self._head_size += len(chunk)
-            return
-        self._tail.append(chunk)
-        self._tail_size += len(chunk)
-        while self._tail_size > self._half and len(self._tail) > 1:
-            dropped = self._tail.popleft()
-            self._tail_size -= len(dropped)
-            self._dropped += len(dropped)
+    def info(self) -> DeviceInfo: ...
 
-    def _joined(self) -> Any:
-        marker = (
-            f"[... {self._dropped} characters of output dropped ...]\n" if self._dropped else ""
+    @property
+    def workdir(self) -> str:
+        """The base directory etdeploy owns on the device (jobs live below it)."""
+        ...
+
+    def sha256(self, remote: str) -> str | None: ...
+
+    def push(
+        self,
+        local: Path,
+        remote: str,
+        *,
+        progress: ProgressCallback | None = None,
+        mode: int = 0o644,
+    ) -> PushResult: ...
+
+    def pull(
+        self, remote: str, local: Path, *, progress: ProgressCallback | None = None
+    ) -> Path: ...
+
+    def exists(self, remote: str) -> bool: ...
+
+    def makedirs(self, remote: str) -> None: ...
+
+    def remove(self, remote: str, *, recursive: bool = False) -> None: ...
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        deadline_s: float,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        idle_timeout_s: float | None = None,
+    ) -> RunOutput:
+        """Run argv on the device; kill it when deadline_s (seconds from now) passes.
+
+        A timeout is not an exception here: the RunOutput says timed_out and carries
+        whatever output arrived, so the caller can attach it to its error.
+        """
+        ...
+
+    def lock(self, timeout_s: float | None = None) -> AbstractContextManager[None]:
+        """Hold this device for one job, across processes on this host."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. Safe to call twice."""
+        ...
+
+
+@dataclass(frozen=True)
+class Command:
+    """One run() request, checked: argv is not empty and env's names are a shell's."""
+
+    argv: tuple[str, ...]
+    deadline_s: float
+    cwd: str | None
+    env: Mapping[str, str]
+    idle_timeout_s: float | None
+
+    def clock(self) -> RunClock:
+        """Start the deadline and idle timeout now."""
+        return RunClock(self.deadline_s, self.idle_timeout_s)
+
+    def output(
+        self,
+        exit_code: int,
+        stdout: str,
+        stderr: str,
+        *,
+        elapsed_s: float,
+        timed_out: bool,
+        device_log: str = "",
+    ) -> RunOutput:
+        return RunOutput(
+            argv=self.argv,
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=stderr,
+            elapsed_s=elapsed_s,
+            timed_out=timed_out,
+            device_log=device_log,
         )
-        middle = marker.encode() if isinstance(self._empty, bytes) else marker
-        return self._empty.join([*self._head, middle, *self._tail])  # type: ignore[arg-type]
-
-    def text(self) -> str:
-        joined = self._joined()
-        return joined.decode(errors="replace") if isinstance(joined, bytes) else joined
-
-    def data(self) -> bytes:
-        joined = self._joined()
-        return joined if isinstance(joined, bytes) else joined.encode()
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a local file, streamed in constant memory."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+_D = TypeVar("_D", bound="DeviceBase")
 
 
 def lock_dir() -> Path:
     return cache_dir("locks")
 
 
-class Device(abc.ABC):
-    """Base class of every transport (local, adb, ssh, simulator)."""
+class DeviceBase(abc.ABC):
+    """What all four devices do the same way. A transport implements the identity,
+    the file helpers and the hooks below (_prepare_push, _upload, _download, _run);
+    push, pull, run, lock and close are here."""
 
-    #: The transport's name as used in etdeploy.toml (`transport = "adb"`).
     transport: str = ""
-    #: A runner built elsewhere for this device (`runner = "PATH"` in its
-    #: [devices] table, set by the registry); None: etdeploy picks or builds one.
     runner_path: Path | None = None
 
     def __init__(self, name: str, *, lock_timeout_s: float = 600.0) -> None:
         self.name = name
         self.lock_timeout_s = lock_timeout_s
+        #: How long the last lock() waited for another job (seconds).
+        self.lock_waited_s = 0.0
+        self._digests = LocalDigests()
+        # One transfer at a time per device object: a push's look-then-write must
+        # not interleave with another's.
+        self._transfer_lock = threading.RLock()
 
     # -- identity ---------------------------------------------------------------
 
@@ -171,26 +248,15 @@ class Device(abc.ABC):
     def lock_key(self) -> str:
         """A string naming this physical device uniquely on this host (server+serial)."""
 
+    def resolve(self, remote: str) -> str:
+        """The path a remote name means: relative names are below the work dir."""
+        return remote if remote.startswith("/") else f"{self.workdir.rstrip('/')}/{remote}"
+
     # -- files ------------------------------------------------------------------
 
     @abc.abstractmethod
     def sha256(self, remote: str) -> str | None:
         """The remote file's sha256 hex digest, or None when it does not exist."""
-
-    @abc.abstractmethod
-    def push(
-        self,
-        local: Path,
-        remote: str,
-        *,
-        progress: ProgressCallback | None = None,
-        mode: int = 0o644,
-    ) -> PushResult: ...
-
-    @abc.abstractmethod
-    def pull(
-        self, remote: str, local: Path, *, progress: ProgressCallback | None = None
-    ) -> Path: ...
 
     @abc.abstractmethod
     def exists(self, remote: str) -> bool: ...
@@ -201,9 +267,72 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def remove(self, remote: str, *, recursive: bool = False) -> None: ...
 
-    # -- processes ---------------------------------------------------------------
+    def push(
+        self,
+        local: Path,
+        remote: str,
+        *,
+        progress: ProgressCallback | None = None,
+        mode: int = 0o644,
+    ) -> PushResult:
+        """Skip a file the device already has (same size, then same sha256), else
+        write it under a temporary name and rename it into place."""
+        local = Path(local)
+        if not local.is_file():
+            raise UsageError(f"no such file to push: {local}", "build or stage it first")
+        target = self.resolve(remote)
+        size = local.stat().st_size
+        report = TransferProgress(progress, target, size)
+        with self._transfer_lock:
+            # The local digest is computed while the device looks at its end.
+            digest = self._digests.start(local)
+            found = self._prepare_push(target)
+            # Sizes first: a differing size needs no hashing on either side.
+            if (
+                found is not None
+                and found.size in (None, size)
+                and self._holds(target, found, digest.result())
+            ):
+                self._keep(target, found, digest.result(), mode)
+                report.update(size)
+                return PushResult(target, 0, True)
+            sent = self._upload(Upload(local, target, size, mode, report, digest))
+        return PushResult(target, sent, False)
+
+    def pull(self, remote: str, local: Path, *, progress: ProgressCallback | None = None) -> Path:
+        """Bring a file back under a temporary local name, then rename it."""
+        source = self.resolve(remote)
+        local = Path(local)
+        with self._transfer_lock, local_partial(local) as partial:
+            self._download(Download(source, local, partial, progress))
+        return local
 
     @abc.abstractmethod
+    def _prepare_push(self, target: str) -> RemoteFile | None:
+        """Make target's directory, drop partials earlier cut pushes of it left, and
+        say what is there now (None: nothing)."""
+
+    def _holds(self, target: str, found: RemoteFile, digest: str) -> bool:
+        """Whether the file at target (its size matching) has this digest."""
+        return (found.sha256 or self.sha256(target)) == digest
+
+    def _keep(self, target: str, found: RemoteFile, digest: str, mode: int) -> None:  # noqa: B027
+        """A push was skipped: bring what else the push asks for (its mode) up to date.
+        Nothing by default: a transport whose probe does not read the mode (ssh)
+        leaves it as the first push set it."""
+
+    @abc.abstractmethod
+    def _upload(self, upload: Upload) -> int:
+        """Write the file under upload.partial, then rename it to upload.target;
+        the bytes sent. A failure leaves nothing under the real name."""
+
+    @abc.abstractmethod
+    def _download(self, download: Download) -> None:
+        """Write the remote file to download.partial (pull renames it); a missing
+        file is a DeviceError that says "no such file"."""
+
+    # -- processes ---------------------------------------------------------------
+
     def run(
         self,
         argv: Sequence[str],
@@ -213,11 +342,15 @@ class Device(abc.ABC):
         env: dict[str, str] | None = None,
         idle_timeout_s: float | None = None,
     ) -> RunOutput:
-        """Run argv on the device; kill it when deadline_s (seconds from now) passes.
+        """Device.run: argv must not be empty, env's names must be a shell's."""
+        if not argv:
+            raise UsageError("nothing to run: empty argv", "pass the command and its arguments")
+        check_env_names(env or {})
+        return self._run(Command(tuple(argv), deadline_s, cwd, dict(env or {}), idle_timeout_s))
 
-        A timeout is not an exception here: the RunOutput says timed_out and carries
-        whatever output arrived, so the caller can attach it to its error.
-        """
+    @abc.abstractmethod
+    def _run(self, command: Command) -> RunOutput:
+        """Run a checked command: its clock starts when the transport starts it."""
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -246,7 +379,7 @@ class Device(abc.ABC):
     def close(self) -> None:  # noqa: B027 - transports with no connection need nothing
         """Release connections. Safe to call twice."""
 
-    def __enter__(self) -> Device:
+    def __enter__(self: _D) -> _D:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -256,25 +389,3 @@ class Device(abc.ABC):
 def job_dir(device: Device, job_id: str) -> str:
     """The remote directory for one job, below the device's work dir."""
     return f"{device.workdir.rstrip('/')}/{job_id}"
-
-
-# What every partial file's name carries, so a later transfer can find and drop
-# the leftovers of a cut one.
-PARTIAL_MARKER = ".etdeploy-partial-"
-
-
-def partial_prefix(path: str) -> str:
-    """The start of every temporary name for `path` (any process)."""
-    head, _, tail = path.rpartition("/")
-    prefix = f".{tail}{PARTIAL_MARKER}"
-    return f"{head}/{prefix}" if head else prefix
-
-
-def temporary_name(remote: str) -> str:
-    """The name a file is written under before its rename into place."""
-    return f"{partial_prefix(remote)}{os.getpid()}"
-
-
-def temporary_path(local: Path) -> Path:
-    """temporary_name for a local file: the same directory, so the rename is atomic."""
-    return Path(temporary_name(str(local)))

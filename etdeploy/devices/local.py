@@ -8,23 +8,25 @@ import os
 import platform
 import shutil
 import signal
+import stat
 import subprocess
-import threading
-import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
-from etdeploy.devices.base import (
+from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
+from etdeploy.devices.process import (
     BoundedOutput,
-    Device,
-    DeviceInfo,
-    ProgressCallback,
-    PushResult,
-    RunOutput,
+    OutputPump,
+    killed_if_interrupted,
+    wait_until_ended,
+)
+from etdeploy.devices.transfer import (
+    Download,
+    RemoteFile,
+    Upload,
+    copy_stream,
+    drop_local_partials,
+    local_partial,
     sha256_file,
-    temporary_name,
-    temporary_path,
 )
 from etdeploy.errors import DeviceError, RunnerError
 from etdeploy.paths import cache_dir
@@ -35,7 +37,7 @@ COPY_CHUNK = 8 << 20
 _POLL_S = 0.05
 
 
-class LocalDevice(Device):
+class LocalDevice(DeviceBase):
     transport = "local"
 
     def __init__(
@@ -63,87 +65,75 @@ class LocalDevice(Device):
     def lock_key(self) -> str:
         return f"local:{platform.node()}"
 
+    # -- files ------------------------------------------------------------------
+
     def sha256(self, remote: str) -> str | None:
-        path = Path(remote)
+        path = Path(self.resolve(remote))
         return sha256_file(path) if path.is_file() else None
 
-    def push(
-        self,
-        local: Path,
-        remote: str,
-        *,
-        progress: ProgressCallback | None = None,
-        mode: int = 0o644,
-    ) -> PushResult:
-        if self.sha256(remote) == sha256_file(local):
-            os.chmod(remote, mode)
-            return PushResult(remote, 0, True)
-        target = Path(remote)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(temporary_name(remote))
-        total = local.stat().st_size
-        done = 0
-        try:
-            with open(local, "rb") as src, open(tmp, "wb") as dst:
-                while chunk := src.read(COPY_CHUNK):
-                    dst.write(chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(remote, done, total)
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise DeviceError(
-                f"cannot write {remote}: {exc.strerror}", "check free space", device=self.name
-            ) from exc
-        return PushResult(remote, done, False)
+    def _prepare_push(self, target: str) -> RemoteFile | None:
+        path = Path(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        drop_local_partials(path)
+        if not path.is_file():
+            return None
+        st = path.stat()
+        return RemoteFile(size=st.st_size, mode=stat.S_IMODE(st.st_mode))
 
-    def pull(self, remote: str, local: Path, *, progress: ProgressCallback | None = None) -> Path:
-        source = Path(remote)
+    def _keep(self, target: str, found: RemoteFile, digest: str, mode: int) -> None:
+        if found.mode != mode & 0o7777:
+            os.chmod(target, mode)
+
+    def _upload(self, upload: Upload) -> int:
+        try:
+            with local_partial(Path(upload.target)) as partial:
+                with open(upload.local, "rb") as src, open(partial, "wb") as dst:
+                    sent = copy_stream(src, dst, upload.progress, COPY_CHUNK)
+                os.chmod(partial, upload.mode)
+        except OSError as exc:
+            raise DeviceError(
+                f"cannot write {upload.target}: {exc.strerror}",
+                "check free space",
+                device=self.name,
+            ) from exc
+        return sent
+
+    def _download(self, download: Download) -> None:
+        source = Path(download.source)
         if not source.is_file():
             raise DeviceError(
-                f"no such file on the device: {remote}",
+                f"no such file on the device: {download.source}",
                 "did the runner write it?",
                 device=self.name,
             )
-        tmp = temporary_path(local)
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, local)
-        if progress:
-            size = local.stat().st_size
-            progress(remote, size, size)
-        return local
+        progress = download.progress(source.stat().st_size)
+        with open(source, "rb") as src, open(download.partial, "wb") as dst:
+            copy_stream(src, dst, progress, COPY_CHUNK)
 
     def exists(self, remote: str) -> bool:
-        return Path(remote).exists()
+        return Path(self.resolve(remote)).exists()
 
     def makedirs(self, remote: str) -> None:
-        Path(remote).mkdir(parents=True, exist_ok=True)
+        Path(self.resolve(remote)).mkdir(parents=True, exist_ok=True)
 
     def remove(self, remote: str, *, recursive: bool = False) -> None:
-        path = Path(remote)
+        path = Path(self.resolve(remote))
         if path.is_dir() and recursive:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        deadline_s: float,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        idle_timeout_s: float | None = None,
-    ) -> RunOutput:
-        started = time.monotonic()
+    # -- processes ---------------------------------------------------------------
+
+    def _run(self, command: Command) -> RunOutput:
+        argv = command.argv
+        clock = command.clock()
         try:
             # A new session so a timeout kills the runner and anything it spawned.
             process = subprocess.Popen(
                 list(argv),
-                cwd=cwd,
-                env={**os.environ, **(env or {})},
+                cwd=command.cwd,
+                env={**os.environ, **command.env},
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -157,48 +147,38 @@ class LocalDevice(Device):
                 device=self.name,
                 command=" ".join(argv),
             ) from exc
-        # Both pipes are drained by threads so neither can fill and block the
-        # runner; the last time either said something marks it alive.
-        chunks = {"stdout": BoundedOutput(), "stderr": BoundedOutput()}
-        last_output = [time.monotonic()]
-
-        def drain(name: str, pipe: IO[str]) -> None:
-            for line in pipe:
-                chunks[name].append(line)
-                last_output[0] = time.monotonic()
-
-        readers = [
-            threading.Thread(target=drain, args=(name, pipe), daemon=True)
-            for name, pipe in (("stdout", process.stdout), ("stderr", process.stderr))
+        assert process.stdout is not None and process.stderr is not None
+        stdout, stderr = BoundedOutput(), BoundedOutput()
+        pumps = [
+            OutputPump(process.stdout.readline, stdout.append, clock, name="local-stdout"),
+            OutputPump(process.stderr.readline, stderr.append, clock, name="local-stderr"),
         ]
-        for reader in readers:
-            reader.start()
-        timed_out = False
-        try:
-            while process.poll() is None:
-                now = time.monotonic()
-                idle = idle_timeout_s is not None and now - last_output[0] > idle_timeout_s
-                if now - started > deadline_s or idle:
-                    timed_out = True
-                    break
-                # Returns the moment the runner exits: no poll interval added to each run.
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=_POLL_S)
-        finally:
-            # A deadline, or our own caller dying (Ctrl-C, a farm's job timeout):
-            # either way the runner's whole session goes with it.
+        for pump in pumps:
+            pump.start()
+
+        def ended(timeout: float) -> bool:
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+
+        def kill() -> None:
+            # The runner's whole session goes, whatever it spawned.
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-            for reader in readers:
-                reader.join(timeout=5)
-        stdout, stderr = chunks["stdout"].text(), chunks["stderr"].text()
-        return RunOutput(
-            argv=tuple(argv),
-            exit_code=process.returncode,
-            stdout=stdout,
-            stderr=stderr,
-            elapsed_s=time.monotonic() - started,
+
+        with killed_if_interrupted(kill):
+            timed_out = wait_until_ended(ended, clock, poll_s=_POLL_S)
+        kill()
+        for pump in pumps:
+            pump.join(timeout=5)
+        return command.output(
+            process.returncode,
+            stdout.text(),
+            stderr.text(),
+            elapsed_s=clock.elapsed_s,
             timed_out=timed_out,
         )

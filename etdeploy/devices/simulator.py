@@ -15,17 +15,11 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from etdeploy.devices.base import (
-    Device,
-    DeviceInfo,
-    ProgressCallback,
-    PushResult,
-    RunOutput,
-)
+from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.ssh import SshDevice, SshSettings, check_setting_types
+from etdeploy.devices.transfer import Download, RemoteFile, Upload
 from etdeploy.errors import DeviceError, UsageError
 
 # Runtime identifiers look like com.apple.CoreSimulator.SimRuntime.iOS-17-5; Xcode
@@ -252,7 +246,7 @@ SIMULATOR_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-class SimulatorDevice(Device):
+class SimulatorDevice(DeviceBase):
     """An iOS simulator, driven by simctl on a Mac over SSH."""
 
     transport = "ios-simulator"
@@ -374,63 +368,56 @@ class SimulatorDevice(Device):
         return f"ios-simulator:{self.mac.lock_key()}:{self.simulator.udid}"
 
     # -- files: the simulator sees the Mac's file system -------------------------
+    # The Mac does the transfers; its hooks serve the shared push and pull.
 
-    def sha256(self, remote: str) -> str | None:
-        return self.mac.sha256(self._path(remote))
-
-    def push(
-        self,
-        local: Path,
-        remote: str,
-        *,
-        progress: ProgressCallback | None = None,
-        mode: int = 0o644,
-    ) -> PushResult:
-        return self.mac.push(local, self._path(remote), progress=progress, mode=mode)
-
-    def pull(self, remote: str, local: Path, *, progress: ProgressCallback | None = None) -> Path:
-        return self.mac.pull(self._path(remote), local, progress=progress)
-
-    def exists(self, remote: str) -> bool:
-        return self.mac.exists(self._path(remote))
-
-    def makedirs(self, remote: str) -> None:
-        self.mac.makedirs(self._path(remote))
-
-    def remove(self, remote: str, *, recursive: bool = False) -> None:
-        self.mac.remove(self._path(remote), recursive=recursive)
-
-    def _path(self, remote: str) -> str:
+    def resolve(self, remote: str) -> str:
         """Relative paths are below this device's work dir, as for every device."""
         if remote.startswith("/") or remote.startswith("~"):
-            return remote
-        return f"{self.workdir}/{remote}"
+            return self.mac.resolve(remote)
+        return self.mac.resolve(f"{self.workdir}/{remote}")
+
+    def sha256(self, remote: str) -> str | None:
+        return self.mac.sha256(self.resolve(remote))
+
+    def exists(self, remote: str) -> bool:
+        return self.mac.exists(self.resolve(remote))
+
+    def makedirs(self, remote: str) -> None:
+        self.mac.makedirs(self.resolve(remote))
+
+    def remove(self, remote: str, *, recursive: bool = False) -> None:
+        self.mac.remove(self.resolve(remote), recursive=recursive)
+
+    def _prepare_push(self, target: str) -> RemoteFile | None:
+        return self.mac._prepare_push(target)
+
+    def _holds(self, target: str, found: RemoteFile, digest: str) -> bool:
+        return self.mac._holds(target, found, digest)
+
+    def _keep(self, target: str, found: RemoteFile, digest: str, mode: int) -> None:
+        self.mac._keep(target, found, digest, mode)
+
+    def _upload(self, upload: Upload) -> int:
+        return self.mac._upload(upload)
+
+    def _download(self, download: Download) -> None:
+        self.mac._download(download)
 
     # -- processes ---------------------------------------------------------------
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        deadline_s: float,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        idle_timeout_s: float | None = None,
-    ) -> RunOutput:
-        if not argv:
-            raise UsageError("nothing to run: empty argv", "pass the runner and its arguments")
+    def _run(self, command: Command) -> RunOutput:
         simulator = self.ensure_booted()
-        program = argv[0]
+        program = command.argv[0]
         if "/" in program and not program.startswith("/"):
-            program = self.mac.resolve(self._path(program))
-        spawn = [self.settings.xcrun, "simctl", "spawn", simulator.udid, program, *argv[1:]]
-        child_env = {f"{_CHILD_ENV_PREFIX}{k}": v for k, v in (env or {}).items()}
+            program = self.resolve(program)
+        spawn = [self.settings.xcrun, "simctl", "spawn", simulator.udid, program, *command.argv[1:]]
+        child_env = {f"{_CHILD_ENV_PREFIX}{k}": v for k, v in command.env.items()}
         out = self.mac.run(
             spawn,
-            deadline_s=deadline_s,
-            cwd=self._path(cwd) if cwd else None,
+            deadline_s=command.deadline_s,
+            cwd=self.resolve(command.cwd) if command.cwd else None,
             env=child_env,
-            idle_timeout_s=idle_timeout_s,
+            idle_timeout_s=command.idle_timeout_s,
         )
         if out.timed_out and program.startswith(self.mac.workdir.rstrip("/") + "/"):
             # The spawned process belongs to the simulator's launchd, not to simctl,
@@ -440,14 +427,7 @@ class SimulatorDevice(Device):
                 ["pkill", "-KILL", "-f", "--", "^" + _ere_escape(program)],
                 deadline_s=15,
             )
-        return RunOutput(
-            argv=tuple(spawn),
-            exit_code=out.exit_code,
-            stdout=out.stdout,
-            stderr=out.stderr,
-            elapsed_s=out.elapsed_s,
-            timed_out=out.timed_out,
-        )
+        return out
 
     def close(self) -> None:
         if self._owns_mac:

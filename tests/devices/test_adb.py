@@ -27,7 +27,7 @@ from etdeploy.devices.adb import (
     list_attached,
     resolve_serial,
 )
-from etdeploy.devices.base import sha256_file, temporary_name
+from etdeploy.devices.transfer import sha256_file, temporary_name
 from etdeploy.errors import DeviceError, TransportError, UsageError
 from tests.support.adb_server import AdbServer, AdbTestbed, adb_server_pids, adb_testbed, free_port
 from tests.support.loopback_adb import LoopbackAdbDevice, LoopbackFaults

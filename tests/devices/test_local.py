@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from etdeploy.devices.base import sha256_file
 from etdeploy.devices.local import LocalDevice
+from etdeploy.devices.transfer import sha256_file, temporary_name
+from etdeploy.errors import DeviceError
 from tests.support.interrupt import interrupted_after
 
 
@@ -79,12 +80,47 @@ def test_the_runner_dies_with_its_caller(tmp_path: Path) -> None:
         os.kill(pid, 0)
 
 
-def test_a_flood_of_output_is_kept_as_its_head_and_tail_within_bounds() -> None:
-    from etdeploy.devices.base import BoundedOutput
+def test_a_partial_left_by_a_cut_push_is_dropped_by_the_next_push(tmp_path: Path) -> None:
+    device = LocalDevice(workdir=tmp_path / "dev")
+    src = tmp_path / "model.pte"
+    src.write_bytes(b"m" * 5000)
+    remote = f"{device.workdir}/job/model.pte"
+    Path(remote).parent.mkdir(parents=True)
+    stale = Path(temporary_name(remote) + "0")  # what a killed process left
+    stale.write_bytes(b"m" * 100)
+    device.push(src, remote)
+    assert [p.name for p in Path(remote).parent.iterdir()] == ["model.pte"]
 
-    kept = BoundedOutput(limit=1000)
-    for i in range(10_000):
-        kept.append(f"line {i}\n")
-    text = kept.text()
-    assert text.startswith("line 0\n") and text.endswith("line 9999\n")
-    assert "characters of output dropped" in text and len(text) < 1200
+
+def test_progress_ends_at_the_total_and_a_skip_reports_the_file_done(tmp_path: Path) -> None:
+    device = LocalDevice(workdir=tmp_path / "dev")
+    src = tmp_path / "inputs.bin"
+    src.write_bytes(os.urandom(20 << 20))
+    seen: list[tuple[str, int, int]] = []
+    device.push(src, "job/inputs.bin", progress=lambda *a: seen.append(a))
+    size = src.stat().st_size
+    assert seen[-1] == (f"{device.workdir}/job/inputs.bin", size, size) and len(seen) > 1
+    seen.clear()
+    assert device.push(src, "job/inputs.bin", progress=lambda *a: seen.append(a)).skipped
+    assert seen == [(f"{device.workdir}/job/inputs.bin", size, size)]
+
+
+def test_a_skipped_push_still_applies_the_mode(tmp_path: Path) -> None:
+    device = LocalDevice(workdir=tmp_path / "dev")
+    src = tmp_path / "runner"
+    src.write_bytes(b"#!/bin/sh\n")
+    first = device.push(src, "job/runner")
+    assert device.push(src, "job/runner", mode=0o755).skipped
+    assert os.stat(first.remote).st_mode & 0o777 == 0o755
+
+
+def test_pull_writes_the_whole_file_or_nothing(tmp_path: Path) -> None:
+    device = LocalDevice(workdir=tmp_path / "dev")
+    src = tmp_path / "out.bin"
+    src.write_bytes(b"o" * 1000)
+    device.push(src, "job/out-0.bin")
+    back = device.pull("job/out-0.bin", tmp_path / "back" / "out-0.bin")
+    assert back.read_bytes() == src.read_bytes()
+    with pytest.raises(DeviceError, match="no such file"):
+        device.pull("job/absent.bin", tmp_path / "back" / "absent.bin")
+    assert sorted(p.name for p in back.parent.iterdir()) == ["out-0.bin"]

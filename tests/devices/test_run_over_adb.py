@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from etdeploy.cli import app
-from etdeploy.devices.base import PARTIAL_MARKER
+from etdeploy.devices.transfer import PARTIAL_MARKER
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import write_config
 

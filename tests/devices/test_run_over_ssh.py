@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from etdeploy.cli import app
-from etdeploy.devices.base import PARTIAL_MARKER
+from etdeploy.devices.transfer import PARTIAL_MARKER
 from tests.support.device_config import ssh_table, write_config
 from tests.support.sshd import CuttingProxy, SshServer
 

@@ -1,0 +1,273 @@
+"""Reaching the adb server: where it is (AdbSettings), connecting to it without
+adbutils' fallback of starting one on 5037, starting one on a local port when
+none answers, and turning adbutils and socket failures into InfraError kinds.
+
+A running server is never killed: one too old for this client is a DeviceError
+that says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import adbutils
+from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
+
+from etdeploy.errors import DeviceError, InfraError, TransportError, UsageError
+
+# adb's default server port and the variables its client reads (adb --help,
+# platform-tools 36.0.0, read 2026-12-02).
+DEFAULT_ADB_HOST = "127.0.0.1"
+DEFAULT_ADB_PORT = 5037
+ENV_HOST = "ANDROID_ADB_SERVER_HOST"
+ENV_PORT = "ANDROID_ADB_SERVER_PORT"
+ENV_SERIAL = "ANDROID_SERIAL"
+# adbutils 2.12 speaks to servers from protocol version 39 on (its open_transport
+# notes servers 39 and 40 as tested; 41 is platform-tools 29 and later), read 2026-12-02.
+MIN_SERVER_VERSION = 39
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True)
+class AdbSettings:
+    """Where the adb server is and which phone to use.
+
+    host and port left empty take ANDROID_ADB_SERVER_HOST / ANDROID_ADB_SERVER_PORT,
+    else 127.0.0.1:5037, as adb itself does; after construction they are always set.
+    """
+
+    host: str = ""
+    port: int = 0
+    serial: str | None = None
+    # Connecting to the server and each short request (state, features, stat).
+    connect_timeout_s: float = 5.0
+    # A push or pull with no progress for this long is a dropped transfer.
+    transfer_idle_timeout_s: float = 30.0
+    # Start a server (local hosts only) when none answers.
+    start_server: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            object.__setattr__(self, "host", os.environ.get(ENV_HOST) or DEFAULT_ADB_HOST)
+        if not self.port:
+            raw = os.environ.get(ENV_PORT, "")
+            try:
+                port = int(raw) if raw else DEFAULT_ADB_PORT
+            except ValueError:
+                raise UsageError(
+                    f"{ENV_PORT}={raw!r} is not a port number",
+                    f"unset {ENV_PORT} or set it to a number",
+                ) from None
+            object.__setattr__(self, "port", port)
+        if not 0 < self.port < 65536:
+            raise UsageError(
+                f"adb server port {self.port} is out of range", "use a port from 1 to 65535"
+            )
+
+    @classmethod
+    def from_config(cls, settings: Mapping[str, Any], *, where: str = "device") -> AdbSettings:
+        """From a [devices.NAME] table: serial, adb_host, adb_port, connect_timeout_s,
+        transfer_idle_timeout_s, start_server (other keys belong to other layers)."""
+        known: dict[str, tuple[str, type | tuple[type, ...]]] = {
+            "serial": ("serial", str),
+            "adb_host": ("host", str),
+            "adb_port": ("port", int),
+            "connect_timeout_s": ("connect_timeout_s", (int, float)),
+            "transfer_idle_timeout_s": ("transfer_idle_timeout_s", (int, float)),
+            "start_server": ("start_server", bool),
+        }
+        values: dict[str, Any] = {}
+        for key, (attr, kind) in known.items():
+            if key not in settings:
+                continue
+            value = settings[key]
+            if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+                names = " or ".join(
+                    t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,))
+                )
+                raise UsageError(
+                    f"{where}.{key}: expected {names}, got {value!r}", f"fix {key} in etdeploy.toml"
+                )
+            values[attr] = value
+        return cls(**values)
+
+    @property
+    def server(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class ServerConnection(adbutils.AdbConnection):
+    """adbutils' connection without its fallback of starting a server on 5037."""
+
+    def __init__(self, host: str, port: int, connect_timeout_s: float) -> None:
+        self._target = (host, port)
+        self._connect_timeout_s = connect_timeout_s
+        super().__init__(host, port)
+
+    def _safe_connect(self) -> socket.socket:
+        return self._create_socket()
+
+    def close(self) -> None:
+        # adbutils' close() half-closes and sleeps 10 ms; a plain close is enough
+        # for the server to end the stream, and runs on every request.
+        with contextlib.suppress(AdbError, OSError):
+            self.conn.close()
+
+    def _create_socket(self) -> socket.socket:
+        try:
+            sock = socket.create_connection(self._target, timeout=self._connect_timeout_s)
+        except TimeoutError:
+            raise AdbTimeout(
+                f"connecting to the adb server at {self._target[0]}:{self._target[1]} timed out"
+            ) from None
+        except OSError as exc:
+            raise AdbConnectionError(f"cannot connect to the adb server: {exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+
+class ServerClient(adbutils.AdbClient):
+    """An AdbClient for one explicit server, with tight timeouts."""
+
+    def __init__(self, settings: AdbSettings) -> None:
+        super().__init__(settings.host, settings.port, socket_timeout=settings.connect_timeout_s)
+        self.settings = settings
+        self._version: int | None = None
+
+    def make_connection(self, timeout: float | None = None) -> adbutils.AdbConnection:
+        connection = ServerConnection(
+            self.settings.host, self.settings.port, self.settings.connect_timeout_s
+        )
+        connection.conn.settimeout(timeout or self.settings.connect_timeout_s)
+        return connection
+
+    def server_version(self) -> int:
+        # adbutils asks for the version before every transport; it does not change
+        # while the server runs.
+        if self._version is None:
+            with self.make_connection() as c:
+                c.send_command("host:version")
+                c.check_okay()
+                self._version = int(c.read_string_block(), 16)
+        return self._version
+
+
+def start_local_server(settings: AdbSettings) -> None:
+    binary = adbutils.adb_path()
+    env = {**os.environ, ENV_PORT: str(settings.port)}
+    # Output to a file, not a pipe: the server it forks must not hold our pipe open.
+    with tempfile.TemporaryFile() as out:
+        try:
+            result = subprocess.run(
+                [binary, "-P", str(settings.port), "start-server"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise DeviceError(
+                f"could not start an adb server on port {settings.port}: {exc}",
+                "start one yourself: adb -P PORT start-server",
+                command="adb start-server",
+            ) from exc
+        out.seek(0)
+        log = out.read().decode(errors="replace")
+    if result.returncode != 0:
+        raise DeviceError(
+            f"adb start-server on port {settings.port} failed (exit {result.returncode})",
+            "see the log; another program may hold the port",
+            command="adb start-server",
+            log=log,
+        )
+
+
+def connect_server(settings: AdbSettings) -> ServerClient:
+    """A client for the configured server, starting a local one if none answers."""
+    client = ServerClient(settings)
+    try:
+        version = client.server_version()
+    except AdbConnectionError:
+        if not settings.start_server or settings.host not in _LOCAL_HOSTS:
+            raise DeviceError(
+                f"no adb server answers at {settings.server}",
+                f"start it on that host (adb -P {settings.port} start-server) or fix {ENV_HOST}/{ENV_PORT}",
+                retryable=True,
+            ) from None
+        start_local_server(settings)
+        try:
+            version = client.server_version()
+        except (AdbError, OSError, ValueError) as exc:
+            raise DeviceError(
+                f"started an adb server on port {settings.port} but it does not answer: {exc}",
+                "run `adb -P PORT start-server` by hand to see why",
+            ) from exc
+    except AdbTimeout:
+        raise DeviceError(
+            f"the adb server at {settings.server} does not answer within {settings.connect_timeout_s:g} s",
+            "is the host reachable? raise connect_timeout_s for slow links",
+            retryable=True,
+        ) from None
+    except (AdbError, ValueError, OSError) as exc:
+        raise DeviceError(
+            f"something answers at {settings.server} but it is not an adb server ({exc})",
+            f"point {ENV_PORT} at an adb server's port",
+        ) from exc
+    if version < MIN_SERVER_VERSION:
+        raise DeviceError(
+            f"the adb server at {settings.server} speaks protocol 1.0.{version}; "
+            f"etdeploy needs 1.0.{MIN_SERVER_VERSION} or newer",
+            "update platform-tools and restart that server yourself (etdeploy never kills a running server)",
+        )
+    return client
+
+
+def infra_error(
+    exc: BaseException, what: str, *, device: str | None = None, command: str | None = None
+) -> InfraError:
+    """An adbutils or socket failure as the InfraError kind a caller can act on."""
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, (AdbTimeout, socket.timeout)):
+        return TransportError(
+            f"adb timed out while {what}",
+            "is the device responsive? check `adb devices`",
+            device=device,
+            command=command,
+            retryable=True,
+        )
+    if isinstance(exc, AdbError) and not isinstance(exc, AdbConnectionError):
+        lowered = text.lower()
+        if "unauthorized" in lowered:
+            return DeviceError(
+                f"device is unauthorized while {what}",
+                "unlock the phone and accept the USB debugging prompt",
+                device=device,
+                command=command,
+            )
+        if "offline" in lowered or "not found" in lowered or "no devices" in lowered:
+            return DeviceError(
+                f"device is offline or gone while {what} ({text})",
+                "check the cable or Wi-Fi and `adb devices`; a retry may succeed",
+                device=device,
+                command=command,
+                retryable=True,
+            )
+        return DeviceError(
+            f"adb refused while {what}: {text}", None, device=device, command=command
+        )
+    return TransportError(
+        f"connection to the adb server dropped while {what} ({text})",
+        "check `adb devices`; a retry may succeed",
+        device=device,
+        command=command,
+        retryable=True,
+    )

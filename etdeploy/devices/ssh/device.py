@@ -1,0 +1,228 @@
+"""SshDevice: a remote Mac or Linux box over SSH (paramiko), SFTP for files and
+exec channels to run.
+
+The connection (settings, ssh_config, host keys) is connection.py's; the exec
+wrapper, the group kill and the SFTP transfers are wire.py's. Uploads go to a
+temporary name and are renamed into place; a connection cut mid-transfer raises
+TransportError(retryable=True), leaves nothing under the real name, and the next
+call reconnects; the next push of that file drops the cut one's partial.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+
+import paramiko
+
+from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
+from etdeploy.devices.process import CWD_FAILED, env_exports
+from etdeploy.devices.ssh.connection import SshConnection, SshSettings, resolve_target
+from etdeploy.devices.ssh.wire import HostLink
+from etdeploy.devices.transfer import (
+    NO_SUCH_FILE,
+    Download,
+    RemoteFile,
+    Upload,
+    parse_sha256_line,
+    prepare_command,
+    sha256_command,
+)
+from etdeploy.errors import DeviceError, UsageError
+
+
+class SshDevice(DeviceBase):
+    """A host reached over SSH: files by SFTP, commands in exec channels."""
+
+    transport = "ssh"
+
+    def __init__(
+        self,
+        settings: SshSettings,
+        *,
+        name: str | None = None,
+        lock_timeout_s: float = 600.0,
+    ) -> None:
+        super().__init__(name or settings.host, lock_timeout_s=lock_timeout_s)
+        self.settings = settings
+        self.target = resolve_target(settings)
+        self._connection = SshConnection(settings, self.target, self.name)
+        self._link = HostLink(self._connection)
+        self._facts: dict[str, str] | None = None
+        self._workdir: str | None = None
+
+    @property
+    def connects(self) -> int:
+        """How many times a connection was opened (a reconnect adds one)."""
+        return self._connection.connects
+
+    def close(self) -> None:
+        self._connection.close()
+
+    # -- identity ---------------------------------------------------------------
+
+    def facts(self) -> dict[str, str]:
+        """uname and home directory of the remote, read once per device object."""
+        if self._facts is None:
+            out = self._link.checked(
+                'printf "sysname=%s\\n" "$(uname -s)"; printf "machine=%s\\n" "$(uname -m)"; '
+                'printf "release=%s\\n" "$(uname -r)"; printf "home=%s\\n" "$HOME"; '
+                'printf "user=%s\\n" "${USER:-$(id -un)}"; '
+                'if [ -n "$HOME" ] && [ -d "$HOME" ] && [ -w "$HOME" ]; then '
+                'printf "home_writable=1\\n"; fi; '
+                'if [ "$(uname -s)" = Darwin ]; then '
+                'printf "product_version=%s\\n" "$(sw_vers -productVersion 2>/dev/null)"; '
+                'printf "model=%s\\n" "$(sysctl -n hw.model 2>/dev/null)"; fi',
+                "reading uname",
+            )
+            facts: dict[str, str] = {}
+            for line in out.splitlines():
+                key, sep, value = line.partition("=")
+                if sep:
+                    facts[key] = value.strip()
+            self._facts = facts
+        return self._facts
+
+    @property
+    def os_name(self) -> str:
+        """'darwin', 'linux', ... (uname -s, lower case)."""
+        return self.facts().get("sysname", "").lower()
+
+    @property
+    def arch(self) -> str:
+        machine = self.facts().get("machine", "")
+        return {"aarch64": "arm64", "amd64": "x86_64"}.get(machine, machine)
+
+    def info(self) -> DeviceInfo:
+        facts = self.facts()
+        return DeviceInfo(
+            name=self.name,
+            transport=self.transport,
+            serial=self.target.display,
+            os=self.os_name,
+            abi=f"{self.os_name}-{self.arch}",
+            model=facts.get("model", ""),
+            os_version=facts.get("product_version") or facts.get("release", ""),
+            extra={
+                "uname_machine": facts.get("machine", ""),
+                "kernel": facts.get("release", ""),
+                "home": facts.get("home", ""),
+                "workdir": self.workdir,
+            },
+        )
+
+    def lock_key(self) -> str:
+        return f"ssh:{self.target.user}@{self.target.hostname}:{self.target.port}"
+
+    @property
+    def workdir(self) -> str:
+        if self._workdir is None:
+            facts = self.facts()
+            home = facts.get("home", "")
+            configured = self.settings.workdir
+            if configured:
+                if configured == "~" or configured.startswith("~/"):
+                    configured = home + configured[1:]
+                elif not configured.startswith("/"):
+                    configured = f"{home}/{configured}"
+                self._workdir = posixpath.normpath(configured)
+            elif home and facts.get("home_writable"):
+                self._workdir = f"{home.rstrip('/')}/etdeploy"
+            else:
+                self._workdir = f"/tmp/etdeploy-{facts.get('user') or self.target.user}"
+        return self._workdir
+
+    def resolve(self, remote: str) -> str:
+        """An absolute remote path: ~ is the remote home, relative is below workdir."""
+        if remote.startswith("/"):
+            return posixpath.normpath(remote)
+        if remote == "~" or remote.startswith("~/"):
+            return posixpath.normpath(self.facts().get("home", "") + remote[1:])
+        return posixpath.normpath(f"{self.workdir}/{remote}")
+
+    # -- files ------------------------------------------------------------------
+
+    def _sha256_command(self, path: str) -> str:
+        # macOS has no sha256sum; its shasum (perl) has -a 256.
+        return sha256_command(path, "shasum -a 256" if self.os_name == "darwin" else "sha256sum")
+
+    def sha256(self, remote: str) -> str | None:
+        return self._remote_sha256(self.resolve(remote))
+
+    def _remote_sha256(self, path: str, *, prepare: bool = False) -> str | None:
+        script = self._sha256_command(path)
+        if prepare:
+            # One round trip: a push needs the directory (and no stale partials) either way.
+            script = prepare_command(path) + script
+        done = self._link.execute(script, deadline_s=300)
+        if done.exit_code == NO_SUCH_FILE:
+            return None
+        out = done.stdout.decode(errors="replace").strip()
+        if done.timed_out or done.exit_code != 0 or not out:
+            raise DeviceError(
+                f"cannot hash {path} on {self.target.display}: "
+                f"{done.stderr.decode(errors='replace').strip() or f'exit status {done.exit_code}'}",
+                "sha256sum (Linux) or shasum (macOS) must be on the remote PATH",
+                device=self.name,
+            )
+        return parse_sha256_line(out)
+
+    def _prepare_push(self, target: str) -> RemoteFile | None:
+        digest = self._remote_sha256(target, prepare=True)
+        return None if digest is None else RemoteFile(size=None, mode=None, sha256=digest)
+
+    def _upload(self, upload: Upload) -> int:
+        return self._link.upload(upload)
+
+    def _download(self, download: Download) -> None:
+        self._link.download(download)
+
+    def exists(self, remote: str) -> bool:
+        path = self.resolve(remote)
+        sftp = self._connection.sftp()
+        try:
+            sftp.stat(path)
+        except FileNotFoundError:
+            return False
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if not self._connection.alive():
+                raise self._connection.lost(exc, f"stat of {path}") from exc
+            raise DeviceError(
+                f"cannot stat {path} on {self.target.display}: {exc}", None, device=self.name
+            ) from exc
+        return True
+
+    def makedirs(self, remote: str) -> None:
+        path = self.resolve(remote)
+        self._link.checked(f"mkdir -p {shlex.quote(path)}", f"creating {path}")
+
+    def remove(self, remote: str, *, recursive: bool = False) -> None:
+        path = self.resolve(remote)
+        home = self.facts().get("home", "").rstrip("/")
+        if path in ("/", "", home) or path.count("/") < 2:
+            raise UsageError(
+                f"refusing to remove {path} on {self.target.display}",
+                "remove paths below the work dir",
+            )
+        flags = "-rf" if recursive else "-f"
+        self._link.checked(f"rm {flags} {shlex.quote(path)}", f"removing {path}")
+
+    # -- processes ---------------------------------------------------------------
+
+    def _run(self, command: Command) -> RunOutput:
+        parts: list[str] = []
+        if command.cwd is not None:
+            parts.append(f"cd {shlex.quote(self.resolve(command.cwd))} || exit {CWD_FAILED};")
+        if command.env:
+            parts.append(env_exports(command.env).rstrip())
+        parts.append("exec " + shlex.join(command.argv))
+        done = self._link.execute(
+            " ".join(parts), deadline_s=command.deadline_s, idle_timeout_s=command.idle_timeout_s
+        )
+        return command.output(
+            done.exit_code,
+            done.stdout.decode(errors="replace"),
+            done.stderr.decode(errors="replace"),
+            elapsed_s=done.elapsed_s,
+            timed_out=done.timed_out,
+        )

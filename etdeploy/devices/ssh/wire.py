@@ -1,0 +1,311 @@
+"""Commands and files over one SSH connection: exec channels and SFTP.
+
+Commands run under a small POSIX sh wrapper that reports its pid and process group
+on the first stdout line, so a command past its deadline can be killed as a group
+from a second channel. stdout and stderr are drained by two threads, so a command
+writing megabytes to both never blocks on a full window.
+
+Uploads are written pipelined, each SFTP write sized to one SSH packet, to the
+temporary name the caller gives and renamed into place (posix-rename@openssh.com);
+downloads keep up to 64 reads in flight. A connection cut mid-transfer raises
+TransportError(retryable=True) and the next call reconnects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import threading
+import time
+from dataclasses import dataclass
+
+import paramiko
+
+from etdeploy.devices.process import (
+    BoundedOutput,
+    OutputPump,
+    RunClock,
+    killed_if_interrupted,
+    wait_until_ended,
+)
+from etdeploy.devices.ssh.connection import SshConnection
+from etdeploy.devices.transfer import HASH_CHUNK, Download, Upload, copy_stream
+from etdeploy.errors import DeviceError, TransportError
+
+# Marker the wrapper prints first on stdout: "<marker> <pid> <pgid>".
+_PID_MARKER = "ETDEPLOY-PID"
+# How long the wrapper waits after SIGTERM before SIGKILL, in tenths of a second.
+_KILL_GRACE_TENTHS = 20
+# SFTP reads and writes in this many bytes per local read; paramiko splits each
+# write into 32 KiB requests and pipelines them.
+_TRANSFER_CHUNK = 1 << 20
+# Room for the SFTP write header (length, type, id, handle, offset, data length) and
+# the channel framing, so one SFTP write fits one SSH packet instead of two.
+_SFTP_WRITE_HEADROOM = 128
+# How often a running command is checked against its deadline and idle timeout.
+_POLL_S = 0.1
+
+
+@dataclass
+class Completed:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    elapsed_s: float
+    timed_out: bool
+    pid: int | None
+    pgid: int | None
+
+
+def _wrapper(script: str) -> str:
+    # The group kill is only safe when the group is this session's own: sshd
+    # setsid()s each session, so its leader is this sh ($$) or the login shell
+    # that started it ($PPID). Otherwise fall back to killing the pid alone.
+    return (
+        'pg=$(ps -o pgid= -p $$ 2>/dev/null | tr -d " "); '
+        'case "$pg" in "$$"|"$PPID") ;; *) pg="";; esac; '
+        f'printf "%s %s %s\\n" {_PID_MARKER} "$$" "$pg"; ' + script
+    )
+
+
+class _PidHeader:
+    """stdout's writer: takes the wrapper's first line (pid and group) off the
+    stream and passes the rest on."""
+
+    def __init__(self, stdout: BoundedOutput) -> None:
+        self.stdout = stdout
+        self.pid: int | None = None
+        self.pgid: int | None = None
+        self.known = threading.Event()
+        self._header = bytearray()
+
+    def write(self, data: bytes) -> None:
+        if self.known.is_set():
+            self.stdout.append(data)
+            return
+        self._header.extend(data)
+        newline = self._header.find(b"\n")
+        if newline < 0:
+            return
+        fields = self._header[:newline].decode(errors="replace").split()
+        if len(fields) >= 2 and fields[0] == _PID_MARKER:
+            self.pid = int(fields[1])
+            self.pgid = int(fields[2]) if len(fields) > 2 else None
+            self.stdout.append(bytes(self._header[newline + 1 :]))
+        else:
+            self.stdout.append(bytes(self._header))
+        self.known.set()
+
+    def end(self) -> None:
+        if not self.known.is_set():
+            self.stdout.append(bytes(self._header))
+        self.known.set()
+
+
+class HostLink:
+    """Commands and transfers on one host's connection; errors name the device."""
+
+    def __init__(self, connection: SshConnection) -> None:
+        self.connection = connection
+        self.name = connection.name
+        self.target = connection.target
+
+    # -- commands ---------------------------------------------------------------
+
+    def _kill(self, pid: int, pgid: int | None) -> None:
+        targets = f"-{pgid} {pid}" if pgid else str(pid)
+        # Liveness ignores zombies: an orphan whose reaper is slow (or a container
+        # init that never reaps) is dead for our purpose. ps -A -o pgid,stat works
+        # on macOS and procps alike; without ps, kill -0 is the fallback.
+        group = pgid or 0
+        script = (
+            f"alive() {{ if command -v ps >/dev/null 2>&1; then "
+            f"ps -A -o pgid= -o pid= -o stat= 2>/dev/null | awk -v g={group} -v p={pid} "
+            "'($1==g || $2==p) && $3 !~ /^Z/ {n++} END {exit n ? 0 : 1}'; "
+            f"else kill -s 0 -- {pid} 2>/dev/null; fi; }}; "
+            f"for t in {targets}; do kill -s TERM -- $t 2>/dev/null; done; i=0; "
+            f"while [ $i -lt {_KILL_GRACE_TENTHS} ]; do alive || exit 0; "
+            "sleep 0.1; i=$((i+1)); done; "
+            f"for t in {targets}; do kill -s KILL -- $t 2>/dev/null; done; exit 0"
+        )
+        with contextlib.suppress(Exception):
+            self.execute(script, deadline_s=15, kill_on_timeout=False)
+
+    def execute(
+        self,
+        script: str,
+        *,
+        deadline_s: float,
+        idle_timeout_s: float | None = None,
+        kill_on_timeout: bool = True,
+    ) -> Completed:
+        """Run a POSIX sh script remotely; drain both streams; kill the group on timeout."""
+        transport = self.connection.client().get_transport()
+        clock = RunClock(deadline_s, idle_timeout_s)
+        try:
+            assert transport is not None
+            channel = transport.open_session(timeout=self.connection.settings.connect_timeout_s)
+            channel.exec_command("/bin/sh -c " + shlex.quote(_wrapper(script)))
+            channel.shutdown_write()
+        except (paramiko.SSHException, EOFError, OSError, AssertionError) as exc:
+            raise self.connection.lost(exc, "command start") from exc
+
+        stdout = BoundedOutput()
+        stderr = BoundedOutput()
+        header = _PidHeader(stdout)
+        pumps = [
+            OutputPump(
+                lambda: channel.recv(65536),
+                header.write,
+                clock,
+                name="ssh-stdout",
+                on_end=header.end,
+            ),
+            OutputPump(lambda: channel.recv_stderr(65536), stderr.append, clock, name="ssh-stderr"),
+        ]
+        for pump in pumps:
+            pump.start()
+
+        def ended(timeout: float) -> bool:
+            pumps[0].join(timeout=timeout)
+            if not pumps[0].is_alive():
+                pumps[1].join(timeout=timeout)
+            return not any(p.is_alive() for p in pumps)
+
+        def kill() -> None:
+            if kill_on_timeout and header.pid:
+                self._kill(header.pid, header.pgid)
+
+        def kill_and_close() -> None:
+            try:
+                kill()
+            finally:
+                channel.close()
+
+        with killed_if_interrupted(kill_and_close):
+            timed_out = wait_until_ended(ended, clock, poll_s=_POLL_S)
+
+        if timed_out:
+            header.known.wait(timeout=2)
+            kill()
+            for pump in pumps:
+                pump.join(timeout=5)
+            channel.close()
+        exit_code = -1
+        if not timed_out:
+            if channel.status_event.wait(timeout=max(1.0, clock.deadline - time.monotonic())):
+                exit_code = channel.recv_exit_status()
+            channel.close()
+        elif channel.exit_status_ready():
+            exit_code = channel.recv_exit_status()
+        errors = [p.error for p in pumps if p.error is not None]
+        if errors and not timed_out:
+            raise self.connection.lost(errors[0], "a command")
+        if not self.connection.alive() and not timed_out and exit_code == -1:
+            raise self.connection.lost(EOFError("channel closed without exit status"), "a command")
+        return Completed(
+            exit_code=exit_code,
+            stdout=stdout.data(),
+            stderr=stderr.data(),
+            elapsed_s=clock.elapsed_s,
+            timed_out=timed_out,
+            pid=header.pid,
+            pgid=header.pgid,
+        )
+
+    def checked(self, script: str, what: str, *, deadline_s: float = 60) -> str:
+        """Run a short helper script; its stdout, or a DeviceError."""
+        done = self.execute(script, deadline_s=deadline_s)
+        if done.timed_out or done.exit_code != 0:
+            detail = done.stderr.decode(errors="replace").strip().splitlines()
+            reason = detail[-1] if detail else f"exit status {done.exit_code}"
+            if done.timed_out:
+                reason = f"no answer within {deadline_s:.0f} s"
+            raise DeviceError(
+                f"{what} failed on {self.target.display}: {reason}",
+                "check the remote account can do this by hand over ssh",
+                device=self.name,
+                command=script,
+            )
+        return done.stdout.decode(errors="replace")
+
+    # -- files ------------------------------------------------------------------
+
+    def upload(self, upload: Upload) -> int:
+        """Write upload.local to upload.partial by SFTP, check its size, then set its
+        mode and rename it to upload.target; the bytes sent."""
+        local, target, partial, size = upload.local, upload.target, upload.partial, upload.size
+        sftp = self.connection.sftp()
+        try:
+            with open(local, "rb") as src, sftp.open(partial, "wb") as dst:
+                dst.set_pipelined(True)
+                # paramiko writes 32 KiB per request, which with its header overflows
+                # the server's 32 KiB packet into two; size requests to fit one.
+                packet = sftp.get_channel().out_max_packet_size
+                dst.MAX_REQUEST_SIZE = max(4096, min(32768, packet - _SFTP_WRITE_HEADROOM))
+                sent = copy_stream(src, dst, upload.progress, _TRANSFER_CHUNK)
+            landed = sftp.stat(partial).st_size
+            if landed != size:
+                raise TransportError(
+                    f"upload of {local.name} to {target} is short: {landed} of {size} bytes",
+                    "retry the push",
+                    device=self.name,
+                    retryable=True,
+                )
+            sftp.chmod(partial, upload.mode)
+            sftp.posix_rename(partial, target)
+        except TransportError:
+            self._discard(partial)
+            raise
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if not self.connection.alive() or isinstance(exc, (EOFError, TimeoutError)):
+                # The next push of this file drops the partial (transfer.prepare_command).
+                raise self.connection.lost(exc, f"upload of {local.name}") from exc
+            self._discard(partial)
+            raise DeviceError(
+                f"cannot write {target} on {self.target.display}: {exc}",
+                "check the directory is writable and the disk has room",
+                device=self.name,
+            ) from exc
+        return sent
+
+    def _discard(self, partial: str) -> None:
+        if self.connection.alive():
+            with contextlib.suppress(Exception):
+                self.connection.sftp().remove(partial)
+
+    def download(self, download: Download) -> None:
+        """Write the remote download.source to download.partial by SFTP."""
+        source = download.source
+        sftp = self.connection.sftp()
+        try:
+            try:
+                size = sftp.stat(source).st_size or 0
+            except FileNotFoundError as exc:
+                raise DeviceError(
+                    f"no such file on {self.target.display}: {source}",
+                    "check the runner wrote it; its log says why not",
+                    device=self.name,
+                ) from exc
+            progress = download.progress(size)
+            with sftp.open(source, "rb") as src, open(download.partial, "wb") as dst:
+                # OpenSSH's own sftp keeps at most 64 reads in flight; so do we.
+                src.prefetch(size, max_concurrent_requests=64)
+                received = copy_stream(src, dst, progress, HASH_CHUNK)
+            if received != size:
+                raise TransportError(
+                    f"download of {source} is short: {received} of {size} bytes",
+                    "retry the pull",
+                    device=self.name,
+                    retryable=True,
+                )
+        except (DeviceError, TransportError):
+            raise
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if not self.connection.alive() or isinstance(exc, (EOFError, TimeoutError)):
+                raise self.connection.lost(exc, f"download of {source}") from exc
+            raise DeviceError(
+                f"cannot read {source} on {self.target.display}: {exc}",
+                "check the file is readable by the ssh user",
+                device=self.name,
+            ) from exc

@@ -1,0 +1,233 @@
+"""What every device does to move a file: digests, temporary names, progress.
+
+- A file is written under a temporary name beside its real one, then renamed, so
+  a cut transfer never leaves half a file under the real name. Every temporary
+  name of a file starts with partial_prefix(); a push first drops whatever an
+  earlier cut push of the same file left there (any process).
+- A push is skipped when the file at the destination has the local file's sha256.
+  Local digests are kept by (path, size, mtime), so a re-push does not re-read a
+  big file, and computed on a thread while the device looks at its end.
+- Progress is (path, bytes done, bytes total); a skipped push reports once, done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import os
+import shlex
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+# Called with (path being transferred, bytes done, bytes total).
+ProgressCallback = Callable[[str, int, int], None]
+
+HASH_CHUNK = 1 << 20
+# What every partial file's name carries, so a later transfer can find and drop
+# the leftovers of a cut one.
+PARTIAL_MARKER = ".etdeploy-partial-"
+# Exit status of the remote sha256 helper when the file does not exist.
+NO_SUCH_FILE = 44
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a local file, streamed in constant memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# -- temporary names -------------------------------------------------------------------
+
+
+def partial_prefix(path: str) -> str:
+    """The start of every temporary name for `path` (any process)."""
+    head, _, tail = path.rpartition("/")
+    prefix = f".{tail}{PARTIAL_MARKER}"
+    return f"{head}/{prefix}" if head else prefix
+
+
+def temporary_name(remote: str) -> str:
+    """The name a file is written under before its rename into place."""
+    return f"{partial_prefix(remote)}{os.getpid()}"
+
+
+def temporary_path(local: Path) -> Path:
+    """temporary_name for a local file: the same directory, so the rename is atomic."""
+    return Path(temporary_name(str(local)))
+
+
+def prepare_command(remote: str) -> str:
+    """A POSIX shell prefix for a push: make the file's directory and drop what cut
+    pushes of it left; exits 1 when either fails."""
+    head = remote.rpartition("/")[0]
+    stale = shlex.quote(partial_prefix(remote)) + "*"
+    return f"mkdir -p {shlex.quote(head or '/')} && rm -f {stale} || exit 1; "
+
+
+def drop_local_partials(path: Path) -> None:
+    """prepare_command's cleanup for a file on this machine."""
+    for stale in glob.glob(glob.escape(partial_prefix(str(path))) + "*"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
+
+
+@contextlib.contextmanager
+def local_partial(path: Path) -> Iterator[Path]:
+    """A temporary path beside `path` to write; renamed onto `path` when the block
+    ends cleanly, removed when it raises. The directory is made first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = temporary_path(path)
+    try:
+        yield partial
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+# -- remote digests --------------------------------------------------------------------
+
+
+def sha256_command(path: str, tool: str = "sha256sum") -> str:
+    """A POSIX shell command printing `path`'s digest; exits NO_SUCH_FILE without it."""
+    quoted = shlex.quote(path)
+    return f"[ -f {quoted} ] || exit {NO_SUCH_FILE}; {tool} {quoted}"
+
+
+def parse_sha256_line(output: str) -> str:
+    """The digest in a sha256sum (or shasum -a 256) line, lower case; '' when none."""
+    words = output.split()
+    # GNU sha256sum prefixes a backslash when the name needed escaping.
+    return words[0].lstrip("\\").lower() if words else ""
+
+
+# -- the push decision -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """What a push finds at its destination."""
+
+    # None: not read (the digest decides alone).
+    size: int | None
+    mode: int | None
+    # A digest the device had at hand: read with the file, or recorded beside it.
+    sha256: str | None = None
+
+
+class LocalDigests:
+    """Local sha256 by (path, size, mtime), so a re-push does not re-read big files."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, int, int], str] = {}
+        self._lock = threading.Lock()
+
+    def digest(self, path: Path) -> str:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        with self._lock:
+            known = self._entries.get(key)
+        if known is None:
+            known = sha256_file(path)
+            with self._lock:
+                self._entries[key] = known
+        return known
+
+    def start(self, path: Path) -> BackgroundDigest:
+        """The digest computed on a thread (hashlib releases the GIL) while the
+        caller looks at the remote end or sends the file."""
+        return BackgroundDigest(self, path)
+
+
+class BackgroundDigest:
+    """A local file's sha256, computed on a thread; result() waits for it."""
+
+    def __init__(self, digests: LocalDigests, path: Path) -> None:
+        self._value: str | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(digests, path), name="etdeploy-sha256", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, digests: LocalDigests, path: Path) -> None:
+        try:
+            self._value = digests.digest(path)
+        except BaseException as exc:  # handed to the caller in result()
+            self._error = exc
+
+    def result(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+
+@dataclass
+class TransferProgress:
+    """Reports one transfer's progress to the caller's callback, if any."""
+
+    callback: ProgressCallback | None
+    path: str
+    total: int
+    done: int = 0
+
+    def update(self, done: int) -> None:
+        self.done = done
+        if self.callback is not None:
+            self.callback(self.path, done, self.total)
+
+
+@dataclass
+class Upload:
+    """One file on its way to a device: written under `partial`, then renamed to
+    `target` once it is whole."""
+
+    local: Path
+    target: str
+    size: int
+    mode: int
+    progress: TransferProgress
+    digest: BackgroundDigest
+    partial: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.partial = temporary_name(self.target)
+
+
+@dataclass
+class Download:
+    """One file on its way back: written to `partial`, which pull renames to `local`."""
+
+    source: str
+    local: Path
+    partial: Path
+    callback: ProgressCallback | None
+
+    def progress(self, total: int) -> TransferProgress:
+        return TransferProgress(self.callback, self.source, total)
+
+
+class Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+class Writable(Protocol):
+    def write(self, data: bytes, /) -> object: ...
+
+
+def copy_stream(source: Readable, sink: Writable, progress: TransferProgress, chunk: int) -> int:
+    """Copy until source ends, reporting each chunk; the bytes copied."""
+    done = 0
+    while data := source.read(chunk):
+        sink.write(data)
+        done += len(data)
+        progress.update(done)
+    return done
