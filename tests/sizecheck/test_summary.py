@@ -22,12 +22,13 @@ from tests.sizecheck.conftest import BuiltPrograms
 
 SUMMARY_KEYS = {
     "schema", "path", "raw_bytes", "download_bytes", "extra_bytes", "total_raw_bytes",
-    "total_download_bytes", "estimate", "store", "deliveries", "budget_bytes", "verdicts",
+    "total_download_bytes", "estimate", "method", "error_bound", "download_uncertainty_bytes",
+    "cached", "store", "deliveries", "budget_bytes", "verdicts",
     "passed", "config", "notes",
 }  # fmt: skip
 VERDICT_KEYS = {
     "key", "store", "label", "limit_bytes", "inclusive", "measure", "severity",
-    "measured_bytes", "headroom_bytes", "excess_bytes", "status", "text", "source", "read_on",
+    "measured_bytes", "uncertainty_bytes", "headroom_bytes", "excess_bytes", "status", "text", "source", "read_on",
     "note",
 }  # fmt: skip
 
