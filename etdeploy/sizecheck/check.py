@@ -98,7 +98,7 @@ class Verdict:
 
     def describe(self) -> str:
         sampled = (
-            f" (at the top of the sampled ±{format_bytes(self.uncertainty_bytes)})"
+            f" (sampled ±{format_bytes(self.uncertainty_bytes)})"
             if self.uncertainty_bytes
             else ""
         )

@@ -14,19 +14,24 @@ the same file always gets the same chunks). Each chunk is deflated with the 32 K
 as its dictionary, so it costs what its bytes cost inside the whole stream; the chunking
 error of that is under 0.01% on float weights (see compress.py).
 
-The kind's compressed size is the ratio estimator R * X, with R = sum(deflated) / sum(raw)
+The kind's compressed size is the ratio estimator R * X (less the chunk ends the sample
+has and the exact figure has not, see _estimate_kind), with R = sum(deflated) / sum(raw)
 over its chunks and X its bytes. Its standard error is the usual large-sample one of a ratio
 estimator (Cochran, Sampling Techniques, ch. 6, "Ratio estimators"): with residuals
 e_i = y_i - R x_i, SE(R X) = X * sqrt((1 - f) / n * s_e^2) / mean(x), f the sampled
-fraction. Treating the strata as a simple random sample overstates the error when the
-payload drifts along the file (layers of different scales), which is the safe side. The
-kinds' variances add; the stated bound is `z` (3) standard errors of the total, relative to
-it, never below the chunking error. When that bound is over `target_bound`, the sample is
+fraction. With one chunk per stratum, s_e^2 is taken from the differences of neighbouring
+strata's residuals, sum (e_i+1 - e_i)^2 / 2(n - 1), the successive-difference estimator
+for systematic and one-per-stratum samples (Wolter, Introduction to Variance Estimation,
+ch. 8): a payload that changes along the file (layers of other scales, int8 after float)
+then counts as the few steps it is, not as noise everywhere, and a slow drift still
+widens the bound, the safe side. The kinds' variances add; the stated bound is `z` (3) standard errors of the total plus the
+chunk-end model's systematic term, relative to the total, never below the chunking error. When that bound is over `target_bound`, the sample is
 doubled (up to `max_fraction` of each kind) and drawn again.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -48,6 +53,8 @@ from etdeploy.sizecheck.compress import (
 )
 from etdeploy.sizecheck.pte import check_readable_file
 
+# Chunks per sampled kind also deflated as two halves, to measure what a chunk end costs.
+SPLIT_SAMPLES = 8
 # What chunking alone costs against one stream (compress.py, measured on float and int8
 # weights: under 0.01%); a bound never claims better than that.
 CHUNKING_ERROR = 0.0001
@@ -98,10 +105,18 @@ class _Kind:
 
 @dataclass(frozen=True)
 class _KindEstimate:
-    ratio: dict[int, float]  # deflated / raw over the sample, per level
-    variance: dict[int, float]  # of the kind's estimated compressed bytes, per level
+    compressed: dict[int, float]  # the kind's estimated deflated bytes, per level
+    variance: dict[int, float]  # of that estimate, per level
+    systematic: dict[int, float]  # how far the chunk-end model may be off, in bytes
     sampled_bytes: int
     chunks: int
+
+
+@dataclass(frozen=True)
+class _Sample:
+    length: int
+    whole: dict[int, int]  # deflated bytes per level, as one chunk
+    split: dict[int, int] | None  # the same bytes as two chunks, when measured
 
 
 def _read(fd: int, path: Path, offset: int, length: int) -> bytes:
@@ -115,14 +130,31 @@ def _read(fd: int, path: Path, offset: int, length: int) -> bytes:
 
 
 def _chunk_sizes(
-    fd: int, path: Path, offset: int, length: int, levels: tuple[int, ...], mem_level: int
-) -> dict[int, int]:
+    fd: int,
+    path: Path,
+    offset: int,
+    length: int,
+    levels: tuple[int, ...],
+    mem_level: int,
+    split: bool = False,
+) -> _Sample:
     """Deflated bytes of [offset, offset+length) at each level, primed with the 32 KiB before
-    it, as compress.measure primes its chunks."""
+    it, as compress.measure primes its chunks; with `split`, also as two halves (the second
+    primed with the 32 KiB before it): the difference is what one more chunk end costs."""
     start = max(0, offset - DEFLATE_WINDOW_BYTES)
     prefix = _read(fd, path, start, offset - start) if offset > start else b""
     data = _read(fd, path, offset, length)
-    return {lv: compress._deflate_size(prefix, data, lv, mem_level) for lv in levels}
+    whole = {lv: compress._deflate_size(prefix, data, lv, mem_level) for lv in levels}
+    if not split or length < 2:
+        return _Sample(length, whole, None)
+    half = length // 2
+    window = (prefix + data[:half])[-DEFLATE_WINDOW_BYTES:]
+    two = {
+        lv: compress._deflate_size(prefix, data[:half], lv, mem_level)
+        + compress._deflate_size(window, data[half:], lv, mem_level)
+        for lv in levels
+    }
+    return _Sample(length, whole, two)
 
 
 def _positions(kind: _Kind, n: int, chunk: int, rng: random.Random) -> list[tuple[int, int]]:
@@ -146,24 +178,48 @@ def _positions(kind: _Kind, n: int, chunk: int, rng: random.Random) -> list[tupl
     return list(dict.fromkeys(out))
 
 
-def _ratio_estimate(
-    samples: Sequence[tuple[int, dict[int, int]]], total: int, levels: tuple[int, ...]
-) -> tuple[dict[int, float], dict[int, float]]:
-    """Ratio estimator and the variance of R * total (Cochran ch. 6), per level."""
+def _estimate_kind(
+    kind: _Kind, samples: Sequence[_Sample], levels: tuple[int, ...]
+) -> _KindEstimate:
+    """Ratio estimator of the kind's deflated bytes and its variance (Cochran ch. 6), per
+    level, corrected for chunk ends.
+
+    Each chunk ends its own deflate stream, which costs a few bytes (a last, short block)
+    that the same bytes inside a long stream do not: nothing for weights (0.01%), but 5% of
+    a run of zeros, which deflates to almost nothing. Extrapolated, the sample has
+    n * X / sum(x) chunk ends where compress.measure has one per 8 MiB; the cost of one end,
+    h, is measured on some chunks as (two halves) - (whole), and the excess ends are taken
+    off. h's own spread joins the variance. The model is rough where deflate's own blocks are
+    long (a run of zeros fills a 16 Ki-symbol block with 4 MB, so the exact figure has two
+    block ends per 8 MiB, not one): up to two costs of h per 8 MiB piece is added to the
+    bound as a systematic term.
+    """
     n = len(samples)
-    xs = [x for x, _ in samples]
+    xs = [s.length for s in samples]
+    total = kind.total
     sum_x = sum(xs)
     f = min(1.0, sum_x / total)
     mean_x = sum_x / n
-    ratio: dict[int, float] = {}
+    exact_ends = sum(math.ceil((e - s) / DEFAULT_CHUNK_BYTES) for s, e in kind.spans)
+    excess_ends = n * total / sum_x - exact_ends
+    compressed: dict[int, float] = {}
     variance: dict[int, float] = {}
+    systematic: dict[int, float] = {}
     for lv in levels:
-        ys = [sizes[lv] for _, sizes in samples]
+        ys = [s.whole[lv] for s in samples]
         r = sum(ys) / sum_x
-        s2 = sum((y - r * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (n - 1)
-        ratio[lv] = r
-        variance[lv] = total**2 * (1 - f) / n * s2 / mean_x**2
-    return ratio, variance
+        # Residuals in stratum order, their variance from successive differences.
+        e = [y - r * x for x, y in zip(xs, ys, strict=True)]
+        s2 = sum((b - a) ** 2 for a, b in itertools.pairwise(e)) / (2 * (n - 1))
+        ends = [s.split[lv] - s.whole[lv] for s in samples if s.split is not None]
+        h = sum(ends) / len(ends) if ends else 0.0
+        h_var = (
+            sum((e - h) ** 2 for e in ends) / (len(ends) - 1) / len(ends) if len(ends) > 1 else h**2
+        )
+        compressed[lv] = max(0.0, r * total - h * excess_ends)
+        variance[lv] = total**2 * (1 - f) / n * s2 / mean_x**2 + excess_ends**2 * h_var
+        systematic[lv] = 2 * abs(h) * exact_ends
+    return _KindEstimate(compressed, variance, systematic, sum_x, n)
 
 
 def sample_measure(
@@ -234,7 +290,7 @@ def sample_measure(
                             (i, pool.submit(_chunk_sizes, fd, p, off, n, lv, mem_level))
                         )
             for i, fut in exact_jobs:
-                got = fut.result()
+                got = fut.result().whole
                 acc = part_sizes[i] or dict.fromkeys(lv, 0)
                 part_sizes[i] = {level: acc[level] + got[level] for level in lv}
             deflated += sum(e - s for k in kinds if wanted(k, 1) is None for s, e in k.spans)
@@ -249,15 +305,13 @@ def sample_measure(
                         continue
                     rng = random.Random(f"{plan.seed}/{kind.name}/{scale}")
                     where = _positions(kind, n, plan.chunk_bytes, rng)
+                    # Chunk ends are measured on SPLIT_SAMPLES chunks spread over the kind.
+                    every = max(1, len(where) // SPLIT_SAMPLES)
                     futs = [
-                        (length, pool.submit(_chunk_sizes, fd, p, off, length, lv, mem_level))
-                        for off, length in where
+                        pool.submit(_chunk_sizes, fd, p, off, length, lv, mem_level, i % every == 0)
+                        for i, (off, length) in enumerate(where)
                     ]
-                    samples = [(length, fut.result()) for length, fut in futs]
-                    ratio, variance = _ratio_estimate(samples, kind.total, lv)
-                    estimates[kind.name] = _KindEstimate(
-                        ratio, variance, sum(x for x, _ in samples), len(samples)
-                    )
+                    estimates[kind.name] = _estimate_kind(kind, [f.result() for f in futs], lv)
                 bound = _bound(estimates, part_sizes, kinds, lv, plan)
                 scale *= 2
                 if max(bound.values()) <= plan.target_bound:
@@ -275,7 +329,9 @@ def sample_measure(
         if est is None:
             continue
         for i, (start, end) in zip(kind.parts, kind.spans, strict=True):
-            part_sizes[i] = {level: round((end - start) * est.ratio[level]) for level in lv}
+            part_sizes[i] = {
+                level: round((end - start) * est.compressed[level] / kind.total) for level in lv
+            }
     final = [ps if ps is not None else dict.fromkeys(lv, 0) for ps in part_sizes]
     totals = {level: sum(ps[level] for ps in final) for level in lv}
     bound = _bound(estimates, final, kinds, lv, plan) if estimates else dict.fromkeys(lv, 0.0)
@@ -305,15 +361,15 @@ def _bound(
     """z standard errors of the whole file's compressed size, relative to it, per level."""
     out: dict[int, float] = {}
     for level in levels:
-        total = 0.0
-        variance = 0.0
+        total = variance = systematic = 0.0
         for kind in kinds:
             est = estimates.get(kind.name)
             if est is None:
                 total += sum((part_sizes[i] or {}).get(level, 0) for i in kind.parts)
             else:
-                total += est.ratio[level] * kind.total
+                total += est.compressed[level]
                 variance += est.variance[level]
-        rel = plan.z * math.sqrt(variance) / total if total else 0.0
+                systematic += est.systematic[level]
+        rel = (plan.z * math.sqrt(variance) + systematic) / total if total else 0.0
         out[level] = max(CHUNKING_ERROR, rel) if estimates else 0.0
     return out
