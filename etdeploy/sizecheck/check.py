@@ -98,9 +98,7 @@ class Verdict:
 
     def describe(self) -> str:
         sampled = (
-            f" (sampled ±{format_bytes(self.uncertainty_bytes)})"
-            if self.uncertainty_bytes
-            else ""
+            f" (sampled ±{format_bytes(self.uncertainty_bytes)})" if self.uncertainty_bytes else ""
         )
         if self.status == FITS:
             return f"fits, {format_bytes(self.headroom_bytes)} headroom{sampled}"

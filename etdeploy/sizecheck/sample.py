@@ -296,13 +296,14 @@ def sample_measure(
             deflated += sum(e - s for k in kinds if wanted(k, 1) is None for s, e in k.spans)
             chunks += len(exact_jobs)
 
-            sampled = [k for k in kinds if wanted(k, 1) is not None]
+            # Draw from every kind big enough; while the bound is wider than the target, draw
+            # twice as many chunks again from the kinds that make most of its spread.
             scale = 1
-            while sampled:
-                for kind in sampled:
+            redraw = [k for k in kinds if wanted(k, 1) is not None]
+            while redraw:
+                for kind in redraw:
                     n = wanted(kind, scale)
-                    if n is None:  # doubled past max_fraction: settle for the last draw
-                        continue
+                    assert n is not None
                     rng = random.Random(f"{plan.seed}/{kind.name}/{scale}")
                     where = _positions(kind, n, plan.chunk_bytes, rng)
                     # Chunk ends are measured on SPLIT_SAMPLES chunks spread over the kind.
@@ -311,19 +312,24 @@ def sample_measure(
                         pool.submit(_chunk_sizes, fd, p, off, length, lv, mem_level, i % every == 0)
                         for i, (off, length) in enumerate(where)
                     ]
-                    estimates[kind.name] = _estimate_kind(kind, [f.result() for f in futs], lv)
+                    est = _estimate_kind(kind, [f.result() for f in futs], lv)
+                    estimates[kind.name] = est
+                    deflated += est.sampled_bytes  # every draw's work, not only the last
+                    chunks += est.chunks
                 bound = _bound(estimates, part_sizes, kinds, lv, plan)
-                scale *= 2
                 if max(bound.values()) <= plan.target_bound:
                     break
-                if all(wanted(k, scale) is None for k in sampled):
-                    break
+                scale *= 2
+                spread = {k.name: max(estimates[k.name].variance.values()) for k in redraw}
+                widest = max(spread.values())
+                # No spread: the bound is the chunk-end term, which more chunks do not narrow.
+                redraw = [
+                    k
+                    for k in redraw
+                    if widest > 0 and spread[k.name] >= widest / 4 and wanted(k, scale) is not None
+                ]
         finally:
             os.close(fd)
-
-    for est in estimates.values():
-        deflated += est.sampled_bytes
-        chunks += est.chunks
     for kind in kinds:
         est = estimates.get(kind.name)
         if est is None:
