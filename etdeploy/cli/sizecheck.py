@@ -37,6 +37,13 @@ def sizecheck_command(
     any_file: bool = typer.Option(False, "--any-file", help="Size files that are not .pte programs (no breakdown)."),
     top: int = typer.Option(10, "--top", min=0, help="How many of the largest tensors to list."),
     level9: bool = typer.Option(True, "--level9/--no-level9", help="Also measure gzip -9 (Android Studio's figure); costs a second deflate."),
+    estimate: str | None = typer.Option(
+        None, "--estimate",
+        help="exact: deflate every byte (the default; cached by content, so a file measured "
+        "before costs nothing). sample: deflate a spread of chunks per part, for multi-GB files, "
+        "with the error bound it measured; download verdicts are judged at the top of that bound.",
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Measure afresh; neither read nor write the measurement cache."),
     config: Path | None = typer.Option(None, "--config", help="The etdeploy.toml to read sizecheck.* and limits.* from (default: the nearest one)."),
 ) -> None:  # fmt: skip
     """Check files against Google Play and App Store size limits; exit 1 when over.
@@ -50,14 +57,16 @@ def sizecheck_command(
     from etdeploy.sizecheck.summary import resolve_settings
 
     settings = resolve_settings(
-        load_config(config), store=store, deliveries=delivery, budget=budget, extra=extra
-    )
+        load_config(config), store=store, deliveries=delivery, budget=budget, extra=extra,
+        estimate=estimate,
+    )  # fmt: skip
     levels = (PLAY_LEVEL, ANALYZER_LEVEL) if level9 else (PLAY_LEVEL,)
     to_stdout = json_out == "-"
     with err_console.status("measuring..."):
         report = settings.check(
-            paths, any_file=any_file, levels=levels, budget_measure=RAW if budget_raw else DOWNLOAD
-        )
+            paths, any_file=any_file, levels=levels,
+            budget_measure=RAW if budget_raw else DOWNLOAD, use_cache=not no_cache,
+        )  # fmt: skip
     doc = report_to_json(report, top=top, config_path=settings.config_path)
     if json_out is not None:
         text = json.dumps(doc, indent=2) + "\n"
@@ -76,11 +85,15 @@ def sizecheck_command(
     if report.failed:
         over = [v for v in report.verdicts if v.status == "over"]
         first = over[0]
+        sampled = any(v.uncertainty_bytes for v in over)
         raise CheckFailed(
             f"over {first.limit.label} ({format_bytes(first.limit.bytes)}) by "
             f"{format_bytes(first.excess_bytes)}"
-            + (f", and {len(over) - 1} more" if len(over) > 1 else ""),
-            "see the breakdown for what to cut; int8 weights save about three quarters "
+            + (f", and {len(over) - 1} more" if len(over) > 1 else "")
+            + (f" ({report.estimate_label}, judged at the top of its bound)" if sampled else ""),
+            "measure exactly (drop --estimate sample) before cutting anything"
+            if sampled
+            else "see the breakdown for what to cut; int8 weights save about three quarters "
             "of float weight bytes",
         )
 
@@ -105,11 +118,15 @@ def render_report(report: SizeReport, top: int) -> None:
     files.add_column("raw", justify="right")
     files.add_column("download (gzip -6)", justify="right")
     files.add_column("gzip -9", justify="right")
+    sampled = any(f.estimate != "exact" for f in report.files)
+    if sampled:
+        files.add_column("estimate")
     for f in report.files:
-        files.add_row(
+        row = [
             escape(str(f.path)), format_bytes(f.raw_bytes), format_bytes(f.download_bytes),
             format_bytes(f.level9_bytes) if f.level9_bytes is not None else "-",
-        )  # fmt: skip
+        ]  # fmt: skip
+        files.add_row(*row, *([f.estimate_label] if sampled else []))
     if report.extra_bytes:
         files.add_row(
             "--extra", format_bytes(report.extra_bytes), format_bytes(report.extra_bytes), ""
@@ -121,7 +138,7 @@ def render_report(report: SizeReport, top: int) -> None:
         )  # fmt: skip
     console.print(files)
 
-    verdicts = Table(title="verdicts")
+    verdicts = Table(title="verdicts" if not sampled else f"verdicts ({report.estimate_label})")
     verdicts.add_column("target", no_wrap=True)
     verdicts.add_column("limit", justify="right", no_wrap=True)
     verdicts.add_column("measured", justify="right")

@@ -2,10 +2,17 @@
 
 The verdict is for everything passed together, plus `extra_bytes` for the rest of the app,
 so it answers "does this module fit", not only "does this file fit".
+
+Download sizes are measured exactly by default (every byte deflated, or read back from the
+cache of earlier measurements of the same content, cache.py). With `estimate="sample"` they
+are estimated from a sample (sample.py) with a stated error bound, and a download verdict
+is judged at the top of that bound: a sampled estimate never passes a file that might be
+over.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,13 +22,15 @@ from typing import Any
 
 from etdeploy.errors import UsageError
 from etdeploy.sizecheck.breakdown import Breakdown, build_breakdown, layout_parts
+from etdeploy.sizecheck.cache import measure_file
 from etdeploy.sizecheck.compress import (
     ANALYZER_LEVEL,
     BUNDLETOOL_MEM_LEVEL,
+    EXACT,
     GZIP_FRAMING_BYTES,
     PLAY_LEVEL,
     Measurement,
-    measure,
+    estimate_label,
 )
 from etdeploy.sizecheck.limits import (
     DOWNLOAD,
@@ -34,6 +43,7 @@ from etdeploy.sizecheck.limits import (
     select_limits,
 )
 from etdeploy.sizecheck.pte import PteLayout, check_readable_file, read_pte
+from etdeploy.sizecheck.sample import DEFAULT_PLAN, SamplePlan
 
 SCHEMA = "etdeploy.sizecheck/1"
 FITS = "fits"
@@ -50,6 +60,20 @@ class SizedFile:
     kind: str  # pte | file
     layout: PteLayout | None = None
     breakdown: Breakdown | None = None
+    estimate: str = EXACT  # exact | sampled: how download_bytes was made
+    error_bound: float = 0.0  # relative half-width of download_bytes' bound; 0 when exact
+    level9_error_bound: float = 0.0
+    cached: bool = False  # the figures came from the measurement cache
+    deflated_bytes: int | None = None  # bytes deflated to get them (this time or when cached)
+
+    @property
+    def download_uncertainty_bytes(self) -> int:
+        return math.ceil(self.download_bytes * self.error_bound)
+
+    @property
+    def estimate_label(self) -> str:
+        """ "exact" or "sampled ±0.12%"."""
+        return estimate_label(self.estimate, self.error_bound)
 
 
 @dataclass(frozen=True)
@@ -57,11 +81,15 @@ class Verdict:
     limit: Limit
     measured_bytes: int
     status: str  # fits | over | warning
+    # How far a sampled download estimate may be under the truth; the verdict is judged at
+    # measured + uncertainty. 0 when measured exactly.
+    uncertainty_bytes: int = 0
 
     @property
     def headroom_bytes(self) -> int:
-        """Bytes that could still be added and fit; negative when over."""
-        return self.limit.largest_fitting_bytes - self.measured_bytes
+        """Bytes that could still be added and fit (at the top of a sampled estimate's bound);
+        negative when over."""
+        return self.limit.largest_fitting_bytes - self.measured_bytes - self.uncertainty_bytes
 
     @property
     def excess_bytes(self) -> int:
@@ -69,10 +97,13 @@ class Verdict:
         return max(0, -self.headroom_bytes)
 
     def describe(self) -> str:
+        sampled = (
+            f" (sampled ±{format_bytes(self.uncertainty_bytes)})" if self.uncertainty_bytes else ""
+        )
         if self.status == FITS:
-            return f"fits, {format_bytes(self.headroom_bytes)} headroom"
+            return f"fits, {format_bytes(self.headroom_bytes)} headroom{sampled}"
         by = format_bytes(self.excess_bytes)
-        return f"over by {by}" if self.status == OVER else f"warning: over by {by}"
+        return (f"over by {by}" if self.status == OVER else f"warning: over by {by}") + sampled
 
 
 @dataclass(frozen=True)
@@ -85,6 +116,17 @@ class SizeReport:
     verdicts: tuple[Verdict, ...]
     limits: Mapping[str, Limit] = field(repr=False)
     notes: tuple[str, ...] = ()
+    download_uncertainty_bytes: int = 0  # summed over sampled files; 0 when all exact
+
+    @property
+    def estimate_label(self) -> str:
+        """ "exact" when every file was measured exactly, else "sampled ±X%" of the files'
+        download total."""
+        if all(f.estimate == EXACT for f in self.files):
+            return EXACT
+        files = sum(f.download_bytes for f in self.files)
+        bound = self.download_uncertainty_bytes / files if files else 0.0
+        return estimate_label("sampled", bound)
 
     @property
     def failed(self) -> bool:
@@ -95,13 +137,19 @@ class SizeReport:
         return report_to_json(self)
 
 
-def judge(limit: Limit, raw_bytes: int, download_bytes: int) -> Verdict:
+def judge(
+    limit: Limit, raw_bytes: int, download_bytes: int, download_uncertainty_bytes: int = 0
+) -> Verdict:
     """Fits when at or under the limit (decimal bytes), or strictly under an exclusive one
-    (Apple's "less than 4GB"); one byte more is over."""
-    measured = download_bytes if limit.measure == DOWNLOAD else raw_bytes
-    if measured <= limit.largest_fitting_bytes:
-        return Verdict(limit, measured, FITS)
-    return Verdict(limit, measured, OVER if limit.severity == LIMIT else WARN)
+    (Apple's "less than 4GB"); one byte more is over. A sampled download estimate is judged
+    at the top of its bound (download + uncertainty): it fits only if it surely fits."""
+    if limit.measure == DOWNLOAD:
+        measured, margin = download_bytes, download_uncertainty_bytes
+    else:
+        measured, margin = raw_bytes, 0
+    if measured + margin <= limit.largest_fitting_bytes:
+        return Verdict(limit, measured, FITS, margin)
+    return Verdict(limit, measured, OVER if limit.severity == LIMIT else WARN, margin)
 
 
 def _expand(
@@ -136,16 +184,27 @@ def _expand(
     return out
 
 
-def _size_one(path: Path, parse: bool, levels: tuple[int, ...]) -> SizedFile:
+def _size_one(
+    path: Path,
+    parse: bool,
+    levels: tuple[int, ...],
+    *,
+    estimate: str,
+    sha256: str | None,
+    use_cache: bool,
+    plan: SamplePlan,
+) -> SizedFile:
     layout: PteLayout | None = None
-    boundaries: list[int] = []
+    parts: list[tuple[int, int, str]] = []
     if parse:
         layout = read_pte(path)
-        parts = layout_parts(layout)
-        boundaries = [p.offset for p in parts]
+        parts = [(p.offset, p.size, p.kind) for p in layout_parts(layout)]
     else:
         check_readable_file(path)
-    m: Measurement = measure(path, levels=levels, boundaries=boundaries)
+    m: Measurement = measure_file(
+        path, parts=parts, levels=levels, estimate=estimate, sha256=sha256,
+        use_cache=use_cache, plan=plan,
+    )  # fmt: skip
     bd = build_breakdown(layout, m) if layout is not None else None
     return SizedFile(
         path=path,
@@ -155,6 +214,11 @@ def _size_one(path: Path, parse: bool, levels: tuple[int, ...]) -> SizedFile:
         kind="pte" if layout is not None else "file",
         layout=layout,
         breakdown=bd,
+        estimate=m.estimate,
+        error_bound=m.bound(PLAY_LEVEL),
+        level9_error_bound=m.bound(ANALYZER_LEVEL),
+        cached=m.cached,
+        deflated_bytes=m.deflated_bytes,
     )
 
 
@@ -170,6 +234,10 @@ def check_size(
     levels: Sequence[int] = (PLAY_LEVEL, ANALYZER_LEVEL),
     budget_measure: str = DOWNLOAD,
     budget_source: str = "--budget",
+    estimate: str = "exact",
+    digests: Mapping[Path, str] | None = None,
+    use_cache: bool = True,
+    plan: SamplePlan = DEFAULT_PLAN,
 ) -> SizeReport:
     """Measure `paths` together and judge them against the chosen limits and budget.
 
@@ -177,6 +245,11 @@ def check_size(
     recursively, parsing the .pte files found in them. `extra_bytes` (the rest of the app,
     e.g. "12MB") is added as-is to both the raw and the download totals. `budget_source` says
     where the budget came from (the flag, or etdeploy.toml) in its verdict.
+
+    `estimate` is "exact" (every byte deflated) or "sample" (sample.py, with a bound; download
+    verdicts judged at its top). `digests` maps a path as given to its sha256 when the caller
+    knows it, so a file measured before is neither deflated nor read (cache.py);
+    `use_cache=False` measures afresh and stores nothing.
     """
     if not paths:
         raise UsageError("no files to size", "pass a .pte, a directory, or --any-file FILE")
@@ -199,14 +272,23 @@ def check_size(
             notes.append(f"{path} was given twice; counted once")
             continue
         seen.add(real)
-        files.append(_size_one(path, parse, lv))
+        digest = digests.get(path) if digests else None
+        files.append(
+            _size_one(
+                path, parse, lv, estimate=estimate, sha256=digest, use_cache=use_cache,
+                plan=plan,
+            )
+        )  # fmt: skip
     if not files:
         raise UsageError("the directories given hold no files", "pass a .pte or a file")
 
     raw = sum(f.raw_bytes for f in files) + extra
     download = sum(f.download_bytes for f in files) + extra
     level9 = sum(f.level9_bytes or 0 for f in files) + extra if ANALYZER_LEVEL in lv else None
-    verdicts = [judge(limit, raw, download) for limit in chosen]
+    # Each file's bound holds on its own; summed, the total's bound holds whatever their
+    # errors' signs (a wider bound than adding them in quadrature, on the safe side).
+    uncertainty = sum(f.download_uncertainty_bytes for f in files)
+    verdicts = [judge(limit, raw, download, uncertainty) for limit in chosen]
     if budget is not None:
         budget_limit = Limit(
             key="budget",
@@ -218,7 +300,7 @@ def check_size(
             source=budget_source,
             read_on="",
         )
-        verdicts.append(judge(budget_limit, raw, download))
+        verdicts.append(judge(budget_limit, raw, download, uncertainty))
     if len(files) > 1:
         notes.append(
             f"download size sums each file's own gzip ({len(files)} files), as Play gzips each "
@@ -226,6 +308,16 @@ def check_size(
         )
     if extra:
         notes.append(f"--extra {format_bytes(extra)} is added as-is to raw and download totals")
+    sampled = [f for f in files if f.estimate != EXACT]
+    if sampled:
+        share = sum(f.deflated_bytes or 0 for f in sampled) / max(
+            1, sum(f.raw_bytes for f in sampled)
+        )
+        notes.append(
+            f"download sizes sampled ({share:.1%} of the bytes deflated), within "
+            f"±{format_bytes(uncertainty)}; download verdicts are judged at the top of that "
+            "bound; measure exactly (the default) before a release"
+        )
     for limit in chosen:
         if limit.note:
             notes.append(f"{limit.label}: {limit.note}")
@@ -238,13 +330,15 @@ def check_size(
         verdicts=tuple(verdicts),
         limits=table,
         notes=tuple(dict.fromkeys(notes)),
+        download_uncertainty_bytes=uncertainty,
     )
 
 
 def verdict_to_json(v: Verdict) -> dict[str, Any]:
     """One verdict for JSON: the limit (key, label, bytes, what it measures, source, date read),
-    the measured bytes, status, signed headroom (negative when over), excess (0 when it fits)
-    and the sentence the table shows."""
+    the measured bytes, the bound of a sampled estimate (0 when exact), status, signed
+    headroom (negative when over), excess (0 when it fits) and the sentence the table shows.
+    Headroom and excess are at the top of a sampled estimate's bound."""
     return {
         "key": v.limit.key,
         "store": v.limit.store,
@@ -254,6 +348,7 @@ def verdict_to_json(v: Verdict) -> dict[str, Any]:
         "measure": v.limit.measure,
         "severity": v.limit.severity,
         "measured_bytes": v.measured_bytes,
+        "uncertainty_bytes": v.uncertainty_bytes,
         "headroom_bytes": v.headroom_bytes,
         "excess_bytes": v.excess_bytes,
         "status": v.status,
@@ -360,6 +455,7 @@ def report_to_json(
             f"as bundletool computes it, {GZIP_FRAMING_BYTES} bytes of gzip framing per file",
             "level9": "gzip level 9, as Android Studio's APK Analyzer computes it",
             "units": "bytes; limits in decimal MB/GB",
+            "method": report.estimate_label,
         },
         "files": [
             {
@@ -368,6 +464,12 @@ def report_to_json(
                 "raw_bytes": f.raw_bytes,
                 "download_bytes": f.download_bytes,
                 "level9_bytes": f.level9_bytes,
+                "estimate": f.estimate_label,
+                "error_bound": f.error_bound,
+                "level9_error_bound": f.level9_error_bound if f.level9_bytes is not None else None,
+                "download_uncertainty_bytes": f.download_uncertainty_bytes,
+                "deflated_bytes": f.deflated_bytes,
+                "cached": f.cached,
                 "pte": _layout_json(f.layout) if f.layout is not None else None,
                 "breakdown": _breakdown_json(f.breakdown, top) if f.breakdown else None,
             }
@@ -378,6 +480,7 @@ def report_to_json(
             "raw_bytes": report.raw_bytes,
             "download_bytes": report.download_bytes,
             "level9_bytes": report.level9_bytes,
+            "download_uncertainty_bytes": report.download_uncertainty_bytes,
         },
         "verdicts": [verdict_to_json(v) for v in report.verdicts],
         "failed": report.failed,

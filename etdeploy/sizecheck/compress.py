@@ -32,7 +32,7 @@ import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from etdeploy.errors import UsageError
@@ -48,6 +48,9 @@ PLAY_LEVEL = 6  # bundletool / Play Console
 ANALYZER_LEVEL = 9  # Android Studio's APK Analyzer
 # zlib's default memLevel, which java.util.zip.Deflater uses (so bundletool does too).
 BUNDLETOOL_MEM_LEVEL = 8
+# How a Measurement was made: every byte deflated, or a sample extrapolated (sample.py).
+EXACT = "exact"
+SAMPLED = "sampled"
 # zlib.compress() input slice, so the compressed output of a chunk is never held whole.
 _FEED_BYTES = 256 * 1024
 
@@ -65,6 +68,11 @@ class Measurement:
     chunks: int
     workers: int
     mem_level: int
+    estimate: str = EXACT  # exact | sampled
+    # Per level, the relative half-width of the sampled estimate's error bound; 0 when exact.
+    error_bound: dict[int, float] = field(default_factory=dict)
+    deflated_bytes: int | None = None  # bytes actually deflated (all of them when exact)
+    cached: bool = False  # read from the measurement cache, not measured now
 
     def gzip_bytes(self, level: int = PLAY_LEVEL) -> int:
         """The gzip size estimate: deflate bytes plus gzip's header and trailer."""
@@ -72,6 +80,20 @@ class Measurement:
 
     def ratio(self, level: int = PLAY_LEVEL) -> float:
         return self.gzip_bytes(level) / self.raw_bytes if self.raw_bytes else 1.0
+
+    def bound(self, level: int = PLAY_LEVEL) -> float:
+        return self.error_bound.get(level, 0.0)
+
+    def label(self, level: int = PLAY_LEVEL) -> str:
+        """ "exact", or "sampled ±0.12%": what a report says about how a figure was made."""
+        return estimate_label(self.estimate, self.bound(level))
+
+    def as_cached(self) -> Measurement:
+        return replace(self, cached=True)
+
+
+def estimate_label(estimate: str, bound: float) -> str:
+    return EXACT if estimate == EXACT else f"{SAMPLED} ±{bound * 100:.2f}%"
 
 
 def default_workers() -> int:
@@ -110,7 +132,7 @@ def deflate_size(
     return _deflate_size(b"", data, level, mem_level)
 
 
-def _check_levels(levels: Iterable[int]) -> tuple[int, ...]:
+def check_levels(levels: Iterable[int]) -> tuple[int, ...]:
     out = tuple(dict.fromkeys(levels))
     if not out or any(not 0 <= lv <= 9 for lv in out):
         raise UsageError(f"deflate levels must be 0..9, got {out}", "use 6 (Play) and/or 9")
@@ -135,7 +157,7 @@ def measure(
     """
     p = Path(path)
     size = check_readable_file(p).st_size
-    lv = _check_levels(levels)
+    lv = check_levels(levels)
     if not 1 <= mem_level <= 9:
         raise UsageError(f"zlib memLevel must be 1..9, got {mem_level}")
     if chunk_bytes < DEFLATE_WINDOW_BYTES:
@@ -199,6 +221,9 @@ def measure(
         chunks=chunks,
         workers=n_workers,
         mem_level=mem_level,
+        estimate=EXACT,
+        error_bound=dict.fromkeys(lv, 0.0),
+        deflated_bytes=size,
     )
 
 

@@ -8,6 +8,7 @@ etdeploy.toml:
     deliveries = ["base", "app"]    # default: Play base module and App Store app
     budget = "150MB"                # the team's own limit on the download size
     extra = "12MB"                  # the rest of the app, added to the .pte
+    estimate = "exact"              # exact | sample (needs the key in config.py's schema)
 
     [limits]
     "play.base" = "200MB"           # replaces a figure of limits.py
@@ -26,6 +27,7 @@ from typing import Any
 
 from etdeploy.config import CONFIG_NAME, Config
 from etdeploy.errors import UsageError
+from etdeploy.sizecheck.cache import ESTIMATES
 from etdeploy.sizecheck.check import SizeReport, check_size, verdict_to_json
 from etdeploy.sizecheck.compress import BUNDLETOOL_MEM_LEVEL, GZIP_FRAMING_BYTES, PLAY_LEVEL
 from etdeploy.sizecheck.limits import (
@@ -55,10 +57,11 @@ class Settings:
     extra_bytes: int
     limits: dict[str, Limit]  # the built-in table with [limits] applied
     config_path: Path | None
+    estimate: str = "exact"  # exact | sample: how download sizes are measured
 
     def check(self, paths: Sequence[Path], **options: Any) -> SizeReport:
         """check_size of `paths` against these settings; `options` are check_size's
-        own (levels, any_file, budget_measure)."""
+        own (levels, any_file, budget_measure, digests, use_cache)."""
         return check_size(
             paths,
             store=self.store,
@@ -67,6 +70,7 @@ class Settings:
             budget_source=self.budget_source,
             extra_bytes=self.extra_bytes,
             limits=self.limits,
+            estimate=self.estimate,
             **options,
         )
 
@@ -78,6 +82,7 @@ def resolve_settings(
     deliveries: Sequence[str] | None = None,
     budget: str | int | None = None,
     extra: str | int | None = None,
+    estimate: str | None = None,
 ) -> Settings:
     """Flags (the keyword arguments; None or empty when not given) over the config's
     [sizecheck] and [limits] over the built-in defaults.
@@ -114,6 +119,14 @@ def resolve_settings(
         else None
     )
     file_extra = parse_size(section.get("extra", 0), what=f"{label}: sizecheck.extra")
+    file_estimate = section.get("estimate", "exact")
+    if file_estimate not in ESTIMATES:
+        raise bad("estimate", f"{file_estimate!r} is not an estimate", 'use "exact" or "sample"')
+    if estimate is not None and estimate not in ESTIMATES:
+        raise UsageError(
+            f"--estimate {estimate!r}: not an estimate",
+            "use --estimate exact (every byte, the default) or --estimate sample (multi-GB files)",
+        )
 
     if store is not None:
         chosen_store = store
@@ -160,10 +173,17 @@ def resolve_settings(
         extra_bytes=extra_bytes,
         limits=table,
         config_path=config.path,
+        estimate=estimate or file_estimate,
     )
 
 
-def summary_for_result(pte: str | os.PathLike[str], config: Config | None = None) -> dict[str, Any]:
+def summary_for_result(
+    pte: str | os.PathLike[str],
+    config: Config | None = None,
+    *,
+    sha256: str | None = None,
+    estimate: str | None = None,
+) -> dict[str, Any]:
     """The size verdict of one .pte for a run or farm result: the delivery set, budget, extra
     and limit overrides of `config` (the loaded etdeploy.toml, `etdeploy.config.load_config()`;
     None or an empty Config: Play base module and App Store app, no budget, no extra), the
@@ -171,7 +191,12 @@ def summary_for_result(pte: str | os.PathLike[str], config: Config | None = None
 
     Torch-free. Only the level-6 deflate is measured (level 9 decides no verdict), in
     parallel chunks: milliseconds for a small program, about as long as `gzip -6` split
-    over the cores for a multi-GB one.
+    over the cores for a multi-GB one, once per content: a program whose sha256 was measured
+    before is read back from the cache (cache.py). Pass `sha256` when it is known (the
+    pipeline has it from the build): then a warm call reads no byte of the file. Without it,
+    an unchanged file is recognised by its stat, and a changed one is hashed.
+
+    `estimate` ("exact" or "sample") overrides [sizecheck] estimate; exact is the default.
 
     Returns (JSON-ready; all sizes in bytes, limits decimal):
 
@@ -183,7 +208,11 @@ def summary_for_result(pte: str | os.PathLike[str], config: Config | None = None
           "extra_bytes": int,             # [sizecheck] extra: the rest of the app
           "total_raw_bytes": int,         # raw_bytes + extra_bytes: what raw limits judge
           "total_download_bytes": int,    # download_bytes + extra_bytes: what Play judges
-          "estimate": str,                # how download_bytes is computed
+          "estimate": str,                # how download_bytes is computed, after its method
+          "method": str,                  # "exact", or "sampled ±0.12%" (sample.py)
+          "error_bound": float,           # relative half-width of a sampled figure; 0 exact
+          "download_uncertainty_bytes": int,  # download_bytes * error_bound, rounded up
+          "cached": bool,                 # read from the cache of earlier measurements
           "store": str,                   # "play" | "appstore" | "all"
           "deliveries": [str, ...],       # e.g. ["base", "app"]
           "budget_bytes": int | None,     # [sizecheck] budget, when set
@@ -197,6 +226,7 @@ def summary_for_result(pte: str | os.PathLike[str], config: Config | None = None
               "measure": str,             # "download" | "raw": which total is judged
               "severity": str,            # "limit" | "conditional" | "warning"
               "measured_bytes": int,
+              "uncertainty_bytes": int,   # a sampled download's bound; judged at its top
               "headroom_bytes": int,      # bytes that could be added and still fit; < 0 over
               "excess_bytes": int,        # bytes to cut to fit; 0 when it fits
               "status": str,              # "fits" | "over" | "warning"
@@ -215,10 +245,12 @@ def summary_for_result(pte: str | os.PathLike[str], config: Config | None = None
     Raises UsageError (exit 2) when `pte` is not a readable .pte file or etdeploy.toml has
     a bad [sizecheck] or [limits] value.
     """
-    settings = resolve_settings(config)
+    settings = resolve_settings(config, estimate=estimate)
     path = Path(pte)
     check_readable_file(path)  # a directory is a mistake here, never a folder to sum
-    report = settings.check([path], levels=(PLAY_LEVEL,))
+    report = settings.check(
+        [path], levels=(PLAY_LEVEL,), digests={path: sha256} if sha256 else None
+    )
     (sized,) = report.files
     return {
         "schema": SUMMARY_SCHEMA,
@@ -228,8 +260,13 @@ def summary_for_result(pte: str | os.PathLike[str], config: Config | None = None
         "extra_bytes": report.extra_bytes,
         "total_raw_bytes": report.raw_bytes,
         "total_download_bytes": report.download_bytes,
-        "estimate": f"gzip level {PLAY_LEVEL} (zlib memLevel {BUNDLETOOL_MEM_LEVEL}) as "
-        f"bundletool computes it, {GZIP_FRAMING_BYTES} bytes of gzip framing",
+        "estimate": f"{sized.estimate_label}: gzip level {PLAY_LEVEL} (zlib memLevel "
+        f"{BUNDLETOOL_MEM_LEVEL}) as bundletool computes it, {GZIP_FRAMING_BYTES} bytes of gzip "
+        "framing",
+        "method": sized.estimate_label,
+        "error_bound": sized.error_bound,
+        "download_uncertainty_bytes": sized.download_uncertainty_bytes,
+        "cached": sized.cached,
         "store": settings.store,
         "deliveries": list(settings.deliveries),
         "budget_bytes": settings.budget_bytes,

@@ -11,6 +11,7 @@ Weights are the model's own initialisation (torch.manual_seed(0)), real float en
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,83 @@ def programs(tmp_path_factory: pytest.TempPathFactory) -> BuiltPrograms:
         params=params,
         weights=weights,
     )
+
+
+@dataclass(frozen=True)
+class TrainedPrograms:
+    """Real trained weights (tests/sizecheck/weights.py) as real programs and payloads."""
+
+    float_pte: Path  # the trained MLP, not delegated: weights in the constant segment
+    int8_pte: Path  # the same, PT2E int8 per-channel, XNNPACK: qc8 weights in named data
+    float_payload: Path  # 48 MB of the trained float weights (permuted copies)
+    int8_payload: Path  # 48 MB of them as per-channel int8, scales and biases
+
+
+PAYLOAD_BYTES = 48 * 1024 * 1024
+
+
+def _trained_params() -> list[Any]:
+    # Trained once per etdeploy cache (about 10 s); tests/conftest.py gives the test run its
+    # own cache, kept between runs.
+    import numpy as np
+
+    from etdeploy.atomic import atomic_write
+    from etdeploy.paths import cache_dir
+    from tests.sizecheck import weights
+
+    path = cache_dir("test-weights") / f"digits-mlp-{weights.SEED}-{weights.HIDDEN}.npz"
+    try:
+        with np.load(path) as stored:
+            return [stored[f"arr_{i}"] for i in range(len(stored.files))]
+    except (OSError, ValueError):  # not trained yet, or a damaged file: train again
+        pass
+    params = weights.train_digits_mlp()
+    buffer = io.BytesIO()
+    np.savez(buffer, *params)
+    atomic_write(path, buffer.getvalue())
+    return params
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedPrograms:
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from tests.sizecheck import weights
+
+    out = tmp_path_factory.mktemp("sizecheck-trained")
+    params = _trained_params()
+    model = weights.load_into(params)
+    # Real inputs: the digits themselves (calibration for the int8 activations).
+    from sklearn.datasets import load_digits
+
+    digits = torch.tensor(load_digits().images.reshape(-1, 64)[:32] / 16.0, dtype=torch.float32)
+    example = (digits[:4],)
+    with torch.no_grad():
+        exported = torch.export.export(model, example)
+        float_pte = out / "trained-float.pte"
+        float_pte.write_bytes(to_edge_transform_and_lower(exported).to_executorch().buffer)
+        quantizer = XNNPACKQuantizer().set_global(
+            get_symmetric_quantization_config(is_per_channel=True)
+        )
+        prepared = prepare_pt2e(exported.module(), quantizer)
+        for start in range(0, len(digits), 4):
+            prepared(digits[start : start + 4])
+        quantized = torch.export.export(convert_pt2e(prepared), example)
+        int8_pte = out / "trained-int8.pte"
+        int8_pte.write_bytes(
+            to_edge_transform_and_lower(quantized, partitioner=[XnnpackPartitioner()])
+            .to_executorch()
+            .buffer
+        )
+    float_payload = out / "trained-float.bin"
+    weights.write_payload(float_payload, params, PAYLOAD_BYTES)
+    int8_payload = out / "trained-int8.bin"
+    weights.write_payload(int8_payload, params, PAYLOAD_BYTES, int8=True)
+    return TrainedPrograms(float_pte, int8_pte, float_payload, int8_payload)

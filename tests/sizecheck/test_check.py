@@ -108,8 +108,12 @@ def test_the_json_report_is_versioned_and_complete(programs: BuiltPrograms) -> N
         "raw_bytes": report.raw_bytes,
         "download_bytes": report.download_bytes,
         "level9_bytes": report.level9_bytes,
+        "download_uncertainty_bytes": 0,
     }
+    assert doc["estimate"]["method"] == "exact"
     (f,) = doc["files"]
+    assert f["estimate"] == "exact" and f["error_bound"] == 0 and f["level9_error_bound"] == 0
+    assert f["deflated_bytes"] == f["raw_bytes"]
     assert f["pte"]["file_identifier"] == "ET12"
     assert f["pte"]["delegates"][0]["backend_id"] == "XnnpackBackend"
     assert f["pte"]["methods"][0]["planned_arena_bytes"] > 0

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import etdeploy.cli.sizecheck  # noqa: F401  registers the command on the app
 from etdeploy.cli import app
-from tests.sizecheck.conftest import BuiltPrograms
+from tests.sizecheck.conftest import BuiltPrograms, TrainedPrograms
 
 runner = CliRunner()
 
@@ -216,3 +216,42 @@ def test_a_bad_config_value_is_one_line_naming_the_key(
     )
     assert done.exit_code == 2
     _one_error(done.stderr, "config file not found")
+
+
+def test_a_sampled_estimate_says_so_in_the_table_and_the_json(
+    trained: TrainedPrograms, fresh_cache: Path
+) -> None:
+    args = ["sizecheck", str(trained.float_payload), "--any-file", "--estimate", "sample"]
+    done = runner.invoke(app, [*args, "--json", "-"])
+    assert done.exit_code == 0, done.output
+    doc = json.loads(done.stdout)
+    (f,) = doc["files"]
+    assert f["estimate"].startswith("sampled ±") and doc["estimate"]["method"] == f["estimate"]
+    assert 0 < f["error_bound"] < 0.01 and f["deflated_bytes"] < f["raw_bytes"] / 4
+    play = next(v for v in doc["verdicts"] if v["key"] == "play.base")
+    assert play["uncertainty_bytes"] == f["download_uncertainty_bytes"] > 0
+    assert play["headroom_bytes"] == (
+        play["limit_bytes"] - play["measured_bytes"] - play["uncertainty_bytes"]
+    )
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0
+    assert "sampled ±" in table.stdout and "verdicts (sampled ±" in table.stdout
+    assert "download sizes sampled" in table.stderr
+
+
+def test_a_second_run_reads_the_figures_back(programs: BuiltPrograms, fresh_cache: Path) -> None:
+    runs = [
+        json.loads(runner.invoke(app, ["sizecheck", str(programs.portable), "--json", "-"]).stdout)
+        for _ in range(2)
+    ]
+    assert [r["files"][0]["cached"] for r in runs] == [False, True]
+    assert runs[0]["total"] == runs[1]["total"] and runs[0]["verdicts"] == runs[1]["verdicts"]
+    fresh = runner.invoke(app, ["sizecheck", str(programs.portable), "--no-cache", "--json", "-"])
+    assert json.loads(fresh.stdout)["files"][0]["cached"] is False
+
+
+def test_a_bad_estimate_is_one_line_with_a_hint(programs: BuiltPrograms) -> None:
+    done = runner.invoke(app, ["sizecheck", str(programs.portable), "--estimate", "fast"])
+    assert done.exit_code == 2 and done.stdout == ""
+    _one_error(done.stderr, "--estimate 'fast': not an estimate")
+    assert "--estimate sample" in done.stderr

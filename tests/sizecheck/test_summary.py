@@ -22,12 +22,13 @@ from tests.sizecheck.conftest import BuiltPrograms
 
 SUMMARY_KEYS = {
     "schema", "path", "raw_bytes", "download_bytes", "extra_bytes", "total_raw_bytes",
-    "total_download_bytes", "estimate", "store", "deliveries", "budget_bytes", "verdicts",
+    "total_download_bytes", "estimate", "method", "error_bound", "download_uncertainty_bytes",
+    "cached", "store", "deliveries", "budget_bytes", "verdicts",
     "passed", "config", "notes",
 }  # fmt: skip
 VERDICT_KEYS = {
     "key", "store", "label", "limit_bytes", "inclusive", "measure", "severity",
-    "measured_bytes", "headroom_bytes", "excess_bytes", "status", "text", "source", "read_on",
+    "measured_bytes", "uncertainty_bytes", "headroom_bytes", "excess_bytes", "status", "text", "source", "read_on",
     "note",
 }  # fmt: skip
 
@@ -235,3 +236,24 @@ def test_a_program_past_4_gb_is_streamed_in_constant_memory(
     assert app["excess_bytes"] == size - 4_000_000_000 + 1
     parts = layout_parts(read_pte(big))
     assert sum(p.size for p in parts) == size and parts[-1].size == 4_300_000_000
+
+
+def test_the_estimate_comes_from_the_flag_over_the_file(tmp_path: Path) -> None:
+    # [sizecheck] estimate, as resolve_settings reads it (config.py validates the section's
+    # keys; see the report for the one line it needs).
+    sampled = Config(path=tmp_path / "etdeploy.toml", sizecheck={"estimate": "sample"})
+    assert resolve_settings(sampled).estimate == "sample"
+    assert resolve_settings(sampled, estimate="exact").estimate == "exact"
+    assert resolve_settings(Config()).estimate == "exact"
+    with pytest.raises(UsageError) as info:
+        resolve_settings(Config(path=tmp_path / "etdeploy.toml", sizecheck={"estimate": "fast"}))
+    assert info.value.message == "etdeploy.toml: sizecheck.estimate: 'fast' is not an estimate"
+    assert info.value.hint
+
+
+def test_a_program_too_small_to_sample_is_measured_exactly_and_says_so(
+    programs: BuiltPrograms,
+) -> None:
+    s = summary_for_result(programs.portable, Config(), estimate="sample")
+    assert s["method"] == "exact" and s["error_bound"] == 0 and s["estimate"].startswith("exact")
+    assert s["download_uncertainty_bytes"] == 0
