@@ -938,34 +938,18 @@ def as_error(exc: BaseException) -> EtdeployError:
 
 
 def runner_for(job: RunJob, device: Any, info: Any, say: StatusCallback) -> Any:
-    """--runner, else the device's configured runner, else one we build: the host
-    runner for a device that is this kind of machine, the NDK build for Android."""
-    from etdeploy.devices.registry import check_runner_abi, split_abi
-    from etdeploy.runner_build import ensure_runner, host_abi, runner_from_path
+    """--runner, else the device's configured runner, else the one etdeploy builds
+    for it (runner_build.runner_choice: host, NDK or self-contained arm64)."""
+    from etdeploy.devices.registry import check_runner_abi
+    from etdeploy.runner_build import runner_for_device, runner_from_path
 
     explicit = job.runner or getattr(device, "runner_path", None)
     if explicit is not None:
         bundle = runner_from_path(Path(explicit))
-    elif info.os == "android":
-        bundle = ensure_runner(info.abi, progress=say)
-    elif info.os == _host_os() and split_abi(info.abi)[1] == split_abi(host_abi())[1]:
-        # This machine, or one like it over SSH: the host build runs there.
-        bundle = ensure_runner("host", progress=say)
     else:
-        raise UsageError(
-            f"no runner for {info.name} ({info.os} {info.abi}); etdeploy builds runners for "
-            f"this machine ({_host_os()} {host_abi()}) and, with the NDK, for Android",
-            "build the runner on that machine (see ios_harness/README.md for macOS and iOS) "
-            'and pass it with --runner PATH or `runner = "PATH"` in its [devices] table',
-        )
+        bundle = runner_for_device(info, progress=say)
     check_runner_abi(info, bundle.abi)
     return bundle
-
-
-def _host_os() -> str:
-    import platform
-
-    return platform.system().lower()
 
 
 def _remove_quietly(device: Any, path: str) -> None:
