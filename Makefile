@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 # sshd for the SSH transport tests, Chromium for the HTML report's browser test.
 # Best effort: without root or apt those tests skip with a message saying so,
 # everything else still runs.
-SYSTEM_PACKAGES := openssh-server openssh-client chromium
+SYSTEM_PACKAGES := openssh-server openssh-client chromium g++-aarch64-linux-gnu qemu-user
 system-packages:
 	@if [ -x /usr/sbin/sshd ] && [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
