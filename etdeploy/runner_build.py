@@ -3,7 +3,8 @@
 A bundle is one directory: the runner executable and every shared library it
 loads (found through RUNPATH $ORIGIN), so a device can take the directory as it
 is. Its kind says how it was built (KINDS): for this machine, with the Android
-NDK, or cross-compiled for arm64 Linux with its own glibc (runner_arm64.py). Bundles are cached under cache_dir("runners")/<abi>-<key>/, the key hashing
+NDK, or cross-compiled for arm64 Linux with its own glibc (runner_arm64.py).
+Bundles are cached under cache_dir("runners")/<abi>-<key>/, the key hashing
 everything that changes the binary: the harness sources, the ExecuTorch
 version, the compiler and the ABI. A hit costs a stat and a small JSON read.
 """
@@ -597,6 +598,8 @@ def runner_choice(info: DeviceInfo) -> RunnerChoice:
 def runner_for_device(info: DeviceInfo, progress: Progress | None = None) -> RunnerBundle:
     """The bundle `runner_choice` names for the device, built if the cache lacks it."""
     choice = runner_choice(info)
+    if progress is not None:
+        progress(f"runner for {info.name}: {choice.reason}")
     return ensure_runner(choice.abi, progress=progress)
 
 
