@@ -17,14 +17,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -c 'import torch, executorch' # fail here, not in the first test
 	touch $(STAMP)
 
-# sshd for the SSH transport tests, Chromium for the HTML report's browser test.
+# sshd for the SSH transport tests, Chromium for the HTML report's browser test,
+# the aarch64 cross compiler for the arm64 runner and qemu-user to run it in tests.
 # Best effort: without root or apt those tests skip with a message saying so,
 # everything else still runs.
-SYSTEM_PACKAGES := openssh-server openssh-client chromium
+SYSTEM_PACKAGES := openssh-server openssh-client chromium g++-aarch64-linux-gnu qemu-user
 system-packages:
-	@if [ -x /usr/sbin/sshd ] && [ -x /usr/bin/chromium ]; then :; \
+	@if [ -x /usr/sbin/sshd ] && [ -x /usr/bin/chromium ] && [ -x /usr/bin/qemu-aarch64 ] \
+		&& command -v aarch64-linux-gnu-g++ >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing $(SYSTEM_PACKAGES) (SSH transport and HTML report tests)"; \
+		echo "installing $(SYSTEM_PACKAGES) (SSH, HTML report and arm64 tests)"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null) \
 		|| echo "warning: could not install $(SYSTEM_PACKAGES); those tests will skip"; \
 	else echo "note: sshd or chromium missing and cannot apt-get; those tests will skip"; fi

@@ -8,6 +8,9 @@ fail), with a detail and, when something is wrong, a hint. The checks:
   installed pair is one executorch is built for, and executorch's own pinned
   dependencies (torchao);
 - the host runner: built and cached, or built on first use;
+- the arm64 bundle (for arm64 phones without an NDK build, and arm64 Linux
+  hosts): the cross compiler that builds it, the aarch64 wheel it is built from
+  (downloaded once), and the bundle when cached; optional, so a gap only warns;
 - adb: the binary (adbutils ships one) and its version, and each adb server a
   device is configured behind: answering, and the protocol it speaks. Nothing
   is started here;
@@ -85,7 +88,7 @@ def run_doctor(
 ) -> list[Check]:
     """Every check, in the order a reader fixes things: environment, runner, adb,
     devices, ssh, then the .pte and, with `device`, its preflight there."""
-    checks = [*environment_checks(), *host_runner_checks()]
+    checks = [*environment_checks(), *host_runner_checks(), *arm64_runner_checks()]
     checks += adb_checks(config, adb_host=adb_host, adb_port=adb_port)
     if devices:
         checks += device_checks(config, adb_host=adb_host, adb_port=adb_port)
@@ -252,6 +255,83 @@ def host_runner_checks() -> list[Check]:
     ]
 
 
+# -- the arm64 bundle -------------------------------------------------------------------------
+
+_MB = 1024 * 1024
+
+
+def arm64_runner_checks() -> list[Check]:
+    """The cross compiler, the aarch64 wheel and the cached arm64 bundle. Nothing
+    is downloaded or built here; a missing piece warns (only an arm64 device
+    needs it, and its own runner row says so)."""
+    from etdeploy import runner_arm64
+    from etdeploy.paths import cache_dir
+    from etdeploy.runner_build import bundle_key, executorch_version, runner_from_path
+
+    build = "etdeploy runner build --abi aarch64"
+    try:
+        cxx = runner_arm64.cross_compiler()
+        major, minor = runner_arm64.glibc_version(cxx)
+        compiler = runner_arm64.compiler_identity(cxx)
+    except EtdeployError as exc:
+        return [Check("runner", "arm64 cross compiler", WARN, exc.message, exc.hint or "")]
+    checks = [Check("runner", "arm64 cross compiler", OK, f"{compiler}, glibc {major}.{minor}")]
+    try:
+        release = runner_arm64.release_of(executorch_version())
+    except EtdeployError:
+        return checks  # the environment rows already say executorch is missing
+    wheel = runner_arm64.cached_wheel(release)
+    if wheel is None:
+        checks.append(Check("runner", "aarch64 wheel", WARN, f"executorch {release}'s aarch64 wheel is not "
+                            "downloaded yet; the first arm64 build fetches it from PyPI with pip (about 18 MB) "
+                            "and checks its sha256", f"fetch it now: {build}"))  # fmt: skip
+    else:
+        size = wheel.path.stat().st_size / _MB
+        checks.append(Check("runner", "aarch64 wheel", OK, f"{wheel.path.name}, {size:.1f} MB, sha256 "
+                            f"{wheel.sha256[:12]}… as published ({wheel.hash_source})"))  # fmt: skip
+    try:
+        directory = cache_dir("runners") / f"{runner_arm64.ABI}-{bundle_key('aarch64')[:16]}"
+        bundle = runner_from_path(directory) if (directory / "bundle.json").is_file() else None
+    except (EtdeployError, OSError) as exc:
+        return [
+            *checks,
+            Check("runner", "arm64 runner", WARN, f"cannot tell whether it is built: {exc}"),
+        ]
+    if bundle is None:
+        checks.append(Check("runner", "arm64 runner", WARN, "not built yet; an arm64 device builds it on "
+                            "first use (about half a minute)", f"build it now: {build}"))  # fmt: skip
+    else:
+        size = runner_arm64.bundle_size(directory) / _MB
+        version = bundle.info.get("executorch_version", "?")
+        checks.append(Check("runner", "arm64 runner", OK, f"{bundle.kind} bundle, {size:.1f} MB, built "
+                            f"against executorch {version}: {directory}"))  # fmt: skip
+    return checks
+
+
+def _arm64_runner_check(info: Any, name: str) -> Check | None:
+    """A device that gets the arm64 bundle: whether it can be built here. None for
+    any other device."""
+    from etdeploy import runner_arm64
+    from etdeploy.runner_build import KIND_ARM64, runner_choice
+
+    try:
+        if runner_choice(info).kind != KIND_ARM64:
+            return None
+    except EtdeployError:
+        return None  # no bundle of ours runs there: the caller's rows say so
+    if runner_arm64.cross_tool("g++") is None:
+        ndk = " or ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX" if info.os == "android" else ""
+        return Check(
+            "runner", name, FAIL,
+            f"no runner for {info.abi}: none configured, and the arm64 bundle needs "
+            f"{runner_arm64.cross_prefix()}g++",
+            f"apt-get install {runner_arm64.CROSS_PACKAGE}{ndk}, or set runner = \"PATH\" in "
+            f"[devices.{info.name}]",
+        )  # fmt: skip
+    return Check("runner", name, OK, f"the arm64 bundle ({KIND_ARM64}) runs on {info.os} {info.abi}; "
+                 "built on first use from the aarch64 wheel")  # fmt: skip
+
+
 # -- adb ----------------------------------------------------------------------------------------
 
 
@@ -387,6 +467,9 @@ def _runner_check(row: Any, config: Config) -> Check:
             return Check(
                 "runner", name, OK, f"configured runner for {bundle.abi} ({bundle.flavor}{built})"
             )
+        arm64 = _arm64_runner_check(info, name)
+        if arm64 is not None:
+            return arm64
         if row.os == "android":
             missing = [
                 v for v in ("ANDROID_NDK", "EXECUTORCH_ANDROID_PREFIX") if not os.environ.get(v)

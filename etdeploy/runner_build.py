@@ -2,7 +2,9 @@
 
 A bundle is one directory: the runner executable and every shared library it
 loads (found through RUNPATH $ORIGIN), so a device can take the directory as it
-is. Bundles are cached under cache_dir("runners")/<abi>-<key>/, the key hashing
+is. Its kind says how it was built (KINDS): for this machine, with the Android
+NDK, or cross-compiled for arm64 Linux with its own glibc (runner_arm64.py).
+Bundles are cached under cache_dir("runners")/<abi>-<key>/, the key hashing
 everything that changes the binary: the harness sources, the ExecuTorch
 version, the compiler and the ABI. A hit costs a stat and a small JSON read.
 """
@@ -27,13 +29,26 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import filelock
 
 from etdeploy.errors import RunnerError, UsageError
 from etdeploy.paths import cache_dir
 
-ABIS = ("host", "x86_64", "arm64-v8a")
+if TYPE_CHECKING:
+    from etdeploy.devices.base import DeviceInfo
+
+# "aarch64" is arm64 Linux: the same bundle arm64-v8a gets without an NDK build.
+ABIS = ("host", "x86_64", "arm64-v8a", "aarch64")
+# How a bundle was built: against this machine's wheel; with the Android NDK
+# against an ExecuTorch Android install; cross-compiled against the aarch64 wheel
+# with its own glibc (runner_arm64.KIND); or someone else's binary (--runner).
+KIND_HOST = "host"
+KIND_NDK = "android-ndk"
+KIND_ARM64 = "arm64-glibc"
+KIND_EXTERNAL = "external"
+KINDS = (KIND_HOST, KIND_NDK, KIND_ARM64, KIND_EXTERNAL)
 EXECUTABLE = "etdeploy_runner"
 BUNDLE_MANIFEST = "bundle.json"
 BUNDLE_SCHEMA = "etdeploy.runner_bundle/1"
@@ -64,6 +79,7 @@ class RunnerBundle:
     files: tuple[Path, ...]
     flavor: str = "etdeploy"
     key: str = ""
+    kind: str = KIND_HOST
     # True when this call built it; False for a cache hit or an external binary.
     fresh: bool = False
     info: dict[str, object] = field(default_factory=dict, compare=False)
@@ -206,6 +222,7 @@ class _Plan:
     cmake_defines: tuple[str, ...]
     compiler: str
     environment_notes: tuple[str, ...]
+    kind: str = KIND_HOST
     # "wheel" (the executorch wheel's CMake package) or "source" (a source install).
     package_kind: str = "wheel"
     kernels: tuple[str, ...] = ()
@@ -215,9 +232,13 @@ class _Plan:
 def _plan(abi: str) -> _Plan:
     """ "host" is this machine (glibc Linux, macOS); x86_64 and arm64-v8a are
     Android ABIs, built with the NDK against bionic: a host binary does not run
-    on an Android x86_64 emulator even though the CPU matches."""
+    on an Android x86_64 emulator even though the CPU matches. arm64-v8a without
+    an NDK build configured, and aarch64 always, is the self-contained arm64
+    bundle, which runs on Android and arm64 Linux alike."""
     if abi not in ABIS:
         raise UsageError(f"unknown runner ABI {abi!r}", f"use one of: {', '.join(ABIS)}")
+    if abi == "aarch64" or (abi == "arm64-v8a" and not ndk_configured()):
+        return _arm64_plan()
     if abi != "host":
         return _android_plan(abi)
     host = host_abi()
@@ -279,6 +300,27 @@ def _android_plan(abi: str) -> _Plan:
         compiler=f"android-ndk {revision}",
         environment_notes=(f"ndk={ndk}", f"executorch_prefix={prefix}"),
         package_kind="source",
+        kind=KIND_NDK,
+    )
+
+
+def ndk_configured() -> bool:
+    """Whether an NDK build is set up (both variables): then it is preferred for Android."""
+    return bool(os.environ.get("ANDROID_NDK") and os.environ.get("EXECUTORCH_ANDROID_PREFIX"))
+
+
+def _arm64_plan() -> _Plan:
+    # The wheel is fetched at build time; its version and this Python's tag name
+    # it (a PyPI file never changes), so the key needs no download.
+    from etdeploy import runner_arm64
+
+    cxx = runner_arm64.cross_compiler()
+    return _Plan(
+        abi=runner_arm64.ABI,
+        cmake_defines=runner_arm64.toolchain_defines(harness_dir()),
+        compiler=runner_arm64.compiler_identity(cxx),
+        environment_notes=(f"kind={KIND_ARM64}", f"wheel={runner_arm64.python_tag()}-aarch64"),
+        kind=KIND_ARM64,
     )
 
 
@@ -347,6 +389,8 @@ def _with_components(plan: _Plan, kernels: Sequence[str], backends: Sequence[str
             f"-DETDEPLOY_KERNELS={';'.join(chosen)}",
             f"-DETDEPLOY_BACKENDS={';'.join(wanted)}",
             f"-DETDEPLOY_BUNDLE_ABI={plan.abi}",
+            # The kind the bundle records in bundle.json, so --describe says the same.
+            f"-DETDEPLOY_BUNDLE_KIND={plan.kind}",
         ),
         environment_notes=(
             *plan.environment_notes,
@@ -450,6 +494,12 @@ def _build(plan: _Plan, harness: Path, key: str, staging: Path, progress: Progre
     if ninja is not None:
         configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
     configure += list(plan.cmake_defines)
+    sdk = None
+    if plan.kind == KIND_ARM64:
+        from etdeploy import runner_arm64
+
+        sdk = runner_arm64.prepare(executorch_version(), progress)
+        configure.append(f"-DCMAKE_PREFIX_PATH={sdk.prefix}")
     progress(f"configuring the {plan.abi} runner (cmake {cmake_version})")
     _run_step("configuring", configure, staging, transcript, deadline)
     progress("compiling the runner")
@@ -475,6 +525,11 @@ def _build(plan: _Plan, harness: Path, key: str, staging: Path, progress: Progre
             "the CMake project in android_harness/ installs nothing; check it",
             log=_tail(transcript),
         )
+    extra: dict[str, object] = {}
+    if sdk is not None:
+        from etdeploy import runner_arm64
+
+        extra = runner_arm64.make_self_contained(bundle_dir, sdk, progress)
     files = sorted(p.name for p in bundle_dir.iterdir() if p.is_file())
     manifest = {
         "schema": BUNDLE_SCHEMA,
@@ -483,6 +538,7 @@ def _build(plan: _Plan, harness: Path, key: str, staging: Path, progress: Progre
         "executable": EXECUTABLE,
         "files": files,
         "flavor": "etdeploy",
+        "kind": plan.kind,
         "executorch_version": executorch_version(),
         "kernels": list(plan.kernels),
         "backends": list(plan.backends),
@@ -491,6 +547,7 @@ def _build(plan: _Plan, harness: Path, key: str, staging: Path, progress: Progre
         "build_seconds": round(time.monotonic() - started, 3),
         "build_id": uuid.uuid4().hex,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **extra,
     }
     (bundle_dir / BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return bundle_dir
@@ -506,6 +563,9 @@ def _read_bundle(directory: Path, *, fresh: bool) -> RunnerBundle | None:
     files = tuple(directory / name for name in manifest.get("files", ()))
     if not files or not all(path.is_file() for path in files):
         return None
+    # Bundles from before kinds were recorded: an NDK build names its compiler so.
+    ndk = str(manifest.get("compiler", "")).startswith("android-ndk")
+    legacy_kind = KIND_NDK if ndk else KIND_HOST
     return RunnerBundle(
         abi=str(manifest["abi"]),
         directory=directory,
@@ -513,6 +573,7 @@ def _read_bundle(directory: Path, *, fresh: bool) -> RunnerBundle | None:
         files=files,
         flavor=str(manifest.get("flavor", "etdeploy")),
         key=str(manifest["key"]),
+        kind=str(manifest.get("kind") or legacy_kind),
         fresh=fresh,
         info=manifest,
     )
@@ -548,10 +609,11 @@ def ensure_runner(
 ) -> RunnerBundle:
     """The runner bundle for `abi`, built if the cache lacks it.
 
-    abi: "host" (this machine), or an Android ABI, "arm64-v8a" or "x86_64" (both
-    need ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX). `kernels` adds kernel
-    libraries (KERNEL_LIBRARIES names or paths), `backends` picks the delegates
-    (() for none); each choice is its own cached bundle. A build runs
+    abi: "host" (this machine); "x86_64", the Android ABI (needs ANDROID_NDK and
+    EXECUTORCH_ANDROID_PREFIX); "arm64-v8a", the NDK build when both are set, else
+    the self-contained arm64 bundle; "aarch64", that bundle always. `kernels` adds
+    kernel libraries (KERNEL_LIBRARIES names or paths), `backends` picks the
+    delegates (() for none); each choice is its own cached bundle. A build runs
     in a temporary directory renamed into place, under a lock, so concurrent
     callers build once and nobody sees half a bundle.
     """
@@ -582,8 +644,60 @@ def ensure_runner(
     bundle = _read_bundle(final, fresh=True)
     if bundle is None:
         raise RunnerError(f"the runner bundle at {final} is incomplete right after its build")
-    report(f"runner ready in {bundle.info.get('build_seconds')} s: {final}")
+    report(f"{bundle.kind} runner ready in {bundle.info.get('build_seconds')} s: {final}")
     return bundle
+
+
+# --- which bundle a device gets ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunnerChoice:
+    """The bundle etdeploy builds for a device: `ensure_runner(abi)`, of `kind`."""
+
+    abi: str
+    kind: str
+    reason: str
+
+
+def runner_choice(info: DeviceInfo) -> RunnerChoice:
+    """Which bundle a device gets, decided from what it reports, without building.
+
+    This machine, or one like it over SSH: the host build. An arm64 Android phone:
+    the NDK build when ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX are set, else the
+    self-contained arm64 bundle; another Android ABI: the NDK build. An arm64 Linux
+    host (a Raspberry Pi, a Jetson, a Graviton machine): the arm64 bundle.
+    Anything else is a UsageError saying how to bring a runner.
+    """
+    from etdeploy.devices.registry import split_abi
+
+    arch = split_abi(info.abi)[1]
+    system = platform.system().lower()
+    if info.os == "android":
+        if arch == "arm64" and not ndk_configured():
+            return RunnerChoice(
+                "arm64-v8a", KIND_ARM64, "the arm64 bundle with its own glibc (no NDK build set up)"
+            )
+        return RunnerChoice(info.abi, KIND_NDK, "the Android NDK build")
+    if info.os == system and arch == split_abi(host_abi())[1]:
+        return RunnerChoice("host", KIND_HOST, f"the host build ({info.os} {host_abi()})")
+    if info.os == "linux" and arch == "arm64":
+        return RunnerChoice("aarch64", KIND_ARM64, "the arm64 bundle with its own glibc")
+    raise UsageError(
+        f"no runner for {info.name} ({info.os} {info.abi}); etdeploy builds runners for "
+        f"this machine ({system} {host_abi()}), for arm64 Linux and Android, and, with "
+        "the NDK, for other Android ABIs",
+        "build the runner on that machine (see ios_harness/README.md for macOS and iOS) "
+        'and pass it with --runner PATH or `runner = "PATH"` in its [devices] table',
+    )
+
+
+def runner_for_device(info: DeviceInfo, progress: Progress | None = None) -> RunnerBundle:
+    """The bundle `runner_choice` names for the device, built if the cache lacks it."""
+    choice = runner_choice(info)
+    if progress is not None:
+        progress(f"runner for {info.name}: {choice.reason}")
+    return ensure_runner(choice.abi, progress=progress)
 
 
 # --- an upstream runner -----------------------------------------------------------------
@@ -639,6 +753,7 @@ def external_runner(path: str | Path, *, libraries: Sequence[str | Path] = ()) -
         files=tuple(files),
         flavor="upstream",
         key="",
+        kind=KIND_EXTERNAL,
         fresh=False,
         info={"external": str(executable)},
     )

@@ -198,11 +198,12 @@ def test_build_failure_carries_the_compiler_log(
     assert [p.name for p in runners.iterdir() if not p.name.endswith(".lock")] == []
 
 
-def test_arm64_without_the_ndk_names_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ndk_build_names_both_variables_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # x86_64 is only ever an NDK build (arm64-v8a falls back to the arm64 bundle).
     monkeypatch.delenv("ANDROID_NDK", raising=False)
     monkeypatch.delenv("EXECUTORCH_ANDROID_PREFIX", raising=False)
     with pytest.raises(UsageError) as caught:
-        ensure_runner("arm64-v8a")
+        ensure_runner("x86_64")
     assert "ANDROID_NDK" in caught.value.message
     assert "EXECUTORCH_ANDROID_PREFIX" in caught.value.message
     assert "README.md" in (caught.value.hint or "")
@@ -258,12 +259,14 @@ def test_cli_runner_build_prints_the_bundle_directory(
     assert directory == ensure_runner().directory
 
 
-def test_cli_runner_build_for_arm64_without_ndk_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_runner_build_for_android_x86_64_without_ndk_exits_2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import etdeploy.cli.runner  # noqa: F401
     from etdeploy.cli import app
 
     monkeypatch.delenv("ANDROID_NDK", raising=False)
     monkeypatch.delenv("EXECUTORCH_ANDROID_PREFIX", raising=False)
-    result = CliRunner().invoke(app, ["runner", "build", "--abi", "arm64-v8a"])
+    result = CliRunner().invoke(app, ["runner", "build", "--abi", "x86_64"])
     assert result.exit_code == 2
     assert "ANDROID_NDK" in result.output

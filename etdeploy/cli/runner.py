@@ -20,7 +20,9 @@ def runner_build_command(
     abi: str = typer.Option(
         "host",
         "--abi",
-        help="host (this machine), or an Android ABI: arm64-v8a, x86_64 (need the Android NDK).",
+        help="host (this machine); arm64-v8a (the NDK build when ANDROID_NDK and "
+        "EXECUTORCH_ANDROID_PREFIX are set, else the self-contained arm64 bundle); aarch64 "
+        "(that arm64 bundle, for arm64 Linux); x86_64 (Android, needs the NDK).",
     ),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build even when the cache has it."),
     kernels: list[str] = typer.Option([], "--kernels", help="Extra kernel libraries, comma-separated or repeated: quantized, llm (a source install's LLM custom ops), or the path of a kernel library (.so, .dylib, .a)."),
@@ -47,5 +49,5 @@ def runner_build_command(
         render_error(exc)
         raise typer.Exit(exc.exit_code) from None
     if not bundle.fresh:
-        progress(f"cached ({bundle.abi}, key {bundle.key[:16]})")
+        progress(f"cached ({bundle.kind} {bundle.abi}, key {bundle.key[:16]})")
     typer.echo(str(bundle.directory))

@@ -9,13 +9,12 @@ what this run writes, and is removed after it unless --keep.
 from __future__ import annotations
 
 import contextlib
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, PushResult, job_dir
-from etdeploy.errors import EtdeployError, UsageError
+from etdeploy.errors import EtdeployError
 from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.pipeline.stage import Staged, staged_input_file
@@ -24,33 +23,19 @@ from etdeploy.runner_build import RunnerBundle
 
 
 def runner_for(job: RunJob, device: Device, info: DeviceInfo, say: StatusCallback) -> RunnerBundle:
-    """--runner, else the device's configured runner, else one we build: the host
-    runner for a device that is this kind of machine, the NDK build for Android.
-    A runner built for another ABI is refused here, before anything is pushed."""
-    from etdeploy.devices.registry import check_runner_abi, split_abi
-    from etdeploy.runner_build import ensure_runner, host_abi, runner_from_path
+    """--runner, else the device's configured runner, else the one etdeploy builds
+    for it (runner_build.runner_choice: the host build, the NDK build, or the
+    self-contained arm64 bundle). A runner built for another ABI is refused here,
+    before anything is pushed."""
+    from etdeploy.devices.registry import check_runner_abi
+    from etdeploy.runner_build import runner_for_device, runner_from_path
 
-    explicit = job.runner or getattr(device, "runner_path", None)
-    if explicit is not None:
-        bundle = runner_from_path(Path(explicit))
-    elif info.os == "android":
-        bundle = ensure_runner(info.abi, progress=say)
-    elif info.os == _host_os() and split_abi(info.abi)[1] == split_abi(host_abi())[1]:
-        # This machine, or one like it over SSH: the host build runs there.
-        bundle = ensure_runner("host", progress=say)
-    else:
-        raise UsageError(
-            f"no runner for {info.name} ({info.os} {info.abi}); etdeploy builds runners for "
-            f"this machine ({_host_os()} {host_abi()}) and, with the NDK, for Android",
-            "build the runner on that machine (see ios_harness/README.md for macOS and iOS) "
-            'and pass it with --runner PATH or `runner = "PATH"` in its [devices] table',
-        )
+    explicit = job.runner or device.runner_path
+    bundle = (
+        runner_from_path(Path(explicit)) if explicit is not None else runner_for_device(info, say)
+    )
     check_runner_abi(info, bundle.abi)
     return bundle
-
-
-def _host_os() -> str:
-    return platform.system().lower()
 
 
 @dataclass(frozen=True)

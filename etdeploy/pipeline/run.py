@@ -175,6 +175,7 @@ def _result(
         runner=RunnerInfo(
             flavor=bundle.flavor,
             abi=bundle.abi,
+            kind=bundle.kind,
             version=executed.runner_version,
             path=str(bundle.executable_path),
         ),

@@ -88,6 +88,8 @@ class Artifact(Record):
 class RunnerInfo(Record):
     flavor: str  # etdeploy | upstream
     abi: str | None = omitted_if_none()
+    # Which build ran: host | android-ndk | arm64-glibc | external (runner_build).
+    kind: str | None = omitted_if_none()
     version: str | None = None
     path: str | None = omitted_if_none()
 

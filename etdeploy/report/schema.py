@@ -382,7 +382,14 @@ RESULT_SCHEMA: Schema = {
         "runner": {
             "type": "object",
             "required": ["flavor"],
-            "properties": {"flavor": _STR, "abi": _STR, "version": _OPT_STR, "path": _STR},
+            "properties": {
+                "flavor": _STR,
+                "abi": _STR,
+                # host | android-ndk | arm64-glibc | external: which build ran.
+                "kind": _STR,
+                "version": _OPT_STR,
+                "path": _STR,
+            },
         },
         "inputs": {
             "type": "object",

@@ -38,6 +38,15 @@ What stands in, and how:
 - No AUTH (as a userdebug build with ro.adb.secure=0): it answers the host's
   CNXN with its own. No TLS, no pty (pty requests run raw), no compression.
 
+The arm64 phone (`arm64=True`): a Pixel 8 as it is, reporting arm64-v8a
+(ro.product.cpu.abi and abilist). What it is sent runs as ARM code: binfmt_misc
+is not available here, so the phone's shells run with tests/support/arm64.py's
+exec shim, which starts every aarch64 ELF executable under `qemu-aarch64` with an
+empty sysroot (the program brings its own loader and libraries, as on a phone);
+its shell and tools stay this machine's. `uname -m` answers aarch64. It stands
+for the CPU, not for Android's userland: the runner that ran here is the glibc
+bundle, and bionic is not involved.
+
 Faults (`faults`, a LoopbackFaults; each byte count is per SEND):
 `drop_after_send_bytes` cuts the TCP connection after that many bytes of a
 SEND (the partial file stays, as when adbd dies mid-write); `stall_after_send_bytes`
@@ -67,6 +76,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from tests.support.arm64 import Arm64Emulation, arm64_emulation
 
 # --- protocol constants --------------------------------------------------------
 # From AOSP packages/modules/adb: docs/dev/protocol.md (formerly protocol.txt),
@@ -111,7 +122,8 @@ DEFAULT_FEATURES: tuple[str, ...] = (
 
 # A Pixel 8 (codename shiba, Google Tensor G3, platform "zuma": Google's Pixel 8
 # specs and AOSP device/google/shusky, read 2026-12-02) running Android 15 (SDK 35).
-# The ABI is x86_64 because the runner these tests push is built for this machine.
+# The ABI is x86_64 because the runner these tests push is built for this machine;
+# the arm64 phone (ARM64_PROPERTIES over these) reports the Pixel 8's real one.
 DEFAULT_PROPERTIES: dict[str, str] = {
     "ro.product.model": "Pixel 8",
     "ro.product.name": "shiba",
@@ -127,6 +139,13 @@ DEFAULT_PROPERTIES: dict[str, str] = {
     "ro.board.platform": "zuma",
     "ro.debuggable": "1",
     "ro.adb.secure": "0",
+}
+
+# Pixels from the 7 on list arm64-v8a alone (getprop output quoted by XDA
+# Developers, "Google Pixel 7 ... 64-bit only apps", Oct 2022, read 2026-12-03).
+ARM64_PROPERTIES: dict[str, str] = {
+    "ro.product.cpu.abi": "arm64-v8a",
+    "ro.product.cpu.abilist": "arm64-v8a",
 }
 
 DEVICE_TMP = "/data/local/tmp"
@@ -481,6 +500,7 @@ class LoopbackAdbDevice:
         features: Sequence[str] = DEFAULT_FEATURES,
         host: str = "127.0.0.1",
         port: int = 0,
+        arm64: bool = False,
     ) -> None:
         self.root = Path(root)
         self.fs = self.root / "fs"
@@ -488,7 +508,12 @@ class LoopbackAdbDevice:
         self.state_dir = self.root / "state"
         self.tools = self.root / "tools"
         self.properties: dict[str, str] = dict(DEFAULT_PROPERTIES)
+        if arm64:
+            self.properties.update(ARM64_PROPERTIES)
         self.properties.update(properties or {})
+        self.arm64 = arm64
+        # Set up by start() for the arm64 phone: how its shells run ARM code.
+        self.emulation: Arm64Emulation | None = None
         self.features = tuple(features)
         self.faults = LoopbackFaults()
         self.on_stream_close: OnStreamClose = "kill-group"
@@ -512,6 +537,8 @@ class LoopbackAdbDevice:
     def start(self) -> LoopbackAdbDevice:
         for folder in (self.sandbox, self.state_dir, self.tools):
             folder.mkdir(parents=True, exist_ok=True)
+        if self.arm64 and self.emulation is None:
+            self.emulation = arm64_emulation(self.root / "arm64")
         self._write_properties()
         self._install_tools()
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -701,6 +728,11 @@ class LoopbackAdbDevice:
             "TERM": "dumb",
             "LANG": "C.UTF-8",
         }
+        if self.emulation is not None:
+            env.update(self.emulation.env())
+            env["PATH"] = (
+                f"{self.tools}:{self.emulation.path(os.environ.get('PATH', '/usr/bin:/bin'))}"
+            )
         argv = (
             ["bash", "-c", command.replace(DEVICE_TMP, str(self.sandbox))] if command else ["bash"]
         )

@@ -7,6 +7,13 @@ free port, authorising a freshly generated key for the current user. It yields a
 the host key. Teardown terminates the daemon and every per-connection child it
 forked, then waits for them, so no sshd outlives the tests.
 
+`start_sshd(root, arm64=True)` stands for an aarch64 Linux host reached over
+SSH (a Raspberry Pi, a Jetson, a Graviton machine): the same sshd, whose sessions
+run with tests/support/arm64.py's exec shim, so every aarch64 ELF executable a
+session starts runs as ARM code under `qemu-aarch64` with an empty sysroot
+(binfmt_misc is not available here), and whose `uname -m` answers aarch64. The
+shell and its tools stay this machine's x86_64 ones.
+
 `CuttingProxy` is a TCP relay in front of that sshd that, once armed, drops both
 sides of the connection after N more client-to-server bytes: a deterministic way to
 cut an SFTP upload in the middle.
@@ -173,13 +180,27 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def start_sshd(root: Path, *, set_env: Mapping[str, str] | None = None) -> Iterator[SshServer]:
+def start_sshd(
+    root: Path, *, set_env: Mapping[str, str] | None = None, arm64: bool = False
+) -> Iterator[SshServer]:
     """Run a private sshd for the current user; stop it and its children on exit.
 
     set_env becomes sshd_config `SetEnv` (OpenSSH 8.7+): variables every session
     sees, which is how a test puts a stand-in tool first on the remote PATH.
+    arm64: the aarch64 host stand-in (the module docstring); skips when qemu or
+    the cross compiler is missing.
     """
     require_sshd()
+    if arm64:
+        from tests.support.arm64 import arm64_emulation
+
+        emulation = arm64_emulation(root / "arm64")
+        given = dict(set_env or {})
+        set_env = {
+            **emulation.env(),
+            **given,
+            "PATH": emulation.path(given.get("PATH", "/usr/local/bin:/usr/bin:/bin")),
+        }
     root.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0 and not PRIVSEP_DIR.exists():
         PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
