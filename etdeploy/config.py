@@ -60,7 +60,13 @@ _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
         "cpu_threads": int,
     },
     # Sizes are "150MB"-style strings or plain byte counts.
-    "sizecheck": {"store": str, "deliveries": list, "budget": (str, int), "extra": (str, int)},
+    "sizecheck": {
+        "store": str,
+        "deliveries": list,
+        "budget": (str, int),
+        "extra": (str, int),
+        "estimate": str,
+    },
     # How outputs are judged (etdeploy.verify): kinds by output name, the accuracy
     # budget of quantization, and the quantized program's tolerance in steps.
     "verify": {

@@ -126,7 +126,8 @@ def judge(
             + ": its kind-specific metrics are reported, not required; declare it with "
             "--output-kind NAME=KIND or ModelSpec.output_kinds"
         )
-    return Judged(verdict, host, size_verdict(program.pte, size_config), tuple(warnings))
+    size = size_verdict(program.pte, size_config, program.sha256)
+    return Judged(verdict, host, size, tuple(warnings))
 
 
 def budget_chain(
@@ -173,8 +174,9 @@ def budget_chain(
     return chain
 
 
-def size_verdict(pte: Path, config: Config | None) -> SizeSummary:
-    """The store-size verdict for the delivery set in etdeploy.toml (sizecheck)."""
+def size_verdict(pte: Path, config: Config | None, sha256: str) -> SizeSummary:
+    """The store-size verdict for the delivery set in etdeploy.toml (sizecheck):
+    measured once per content, then read back by its sha256 (known since build)."""
     from etdeploy.sizecheck import summary_for_result
 
-    return SizeSummary.from_json(summary_for_result(pte, config))
+    return SizeSummary.from_json(summary_for_result(pte, config, sha256=sha256))

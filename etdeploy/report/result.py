@@ -384,6 +384,8 @@ class SizeVerdict(Record):
     source: str | None = omitted_if_none()
     read_on: str | None = omitted_if_none()
     note: str | None = None
+    # A sampled download figure's bound; the verdict is judged at its top.
+    uncertainty_bytes: int | None = omitted_if_none()
 
 
 @dataclass(frozen=True)
@@ -400,6 +402,10 @@ class SizeSummary(Record):
     total_raw_bytes: int | None = omitted_if_none()
     total_download_bytes: int | None = omitted_if_none()
     estimate: str | None = omitted_if_none()
+    method: str | None = omitted_if_none()  # "exact", or "sampled ±0.12%"
+    error_bound: float | None = omitted_if_none()  # a sampled figure's relative half-width
+    download_uncertainty_bytes: int | None = omitted_if_none()
+    cached: bool | None = omitted_if_none()  # read back from earlier measurements
     store: str | None = omitted_if_none()
     deliveries: tuple[str, ...] = ()
     budget_bytes: int | None = None

@@ -177,6 +177,7 @@ _SIZE_VERDICT = {
         "source": _STR,
         "read_on": _STR,
         "note": _OPT_STR,
+        "uncertainty_bytes": _COUNT,
     },
 }
 
@@ -193,6 +194,10 @@ _SIZE = {
         "total_raw_bytes": _COUNT,
         "total_download_bytes": _COUNT,
         "estimate": _STR,
+        "method": _STR,
+        "error_bound": {"type": "number", "minimum": 0},
+        "download_uncertainty_bytes": _COUNT,
+        "cached": {"type": "boolean"},
         "store": _STR,
         "deliveries": {"type": "array", "items": _STR},
         "budget_bytes": _OPT_COUNT,
