@@ -349,12 +349,20 @@ def check_runner_abi(device_info: DeviceInfo, runner_abi: str) -> None:
 def _abi_hint(info: DeviceInfo) -> str:
     if info.os == "android":
         # The ABIs `etdeploy runner build --abi` knows (runner_build.ABIS).
-        if info.abi in ("arm64-v8a", "x86_64"):
+        if info.abi == "arm64-v8a":
             return (
-                f"build one for it (`etdeploy runner build --abi {info.abi}`, needs the Android "
+                "build one for it (`etdeploy runner build --abi arm64-v8a`: the self-contained "
+                "arm64 bundle, or the NDK build when ANDROID_NDK is set) or pass a matching "
+                "executor_runner with --runner"
+            )
+        if info.abi == "x86_64":
+            return (
+                "build one for it (`etdeploy runner build --abi x86_64`, needs the Android "
                 "NDK) or pass a matching executor_runner with --runner"
             )
         return f"build an executor_runner for {info.abi} with the Android NDK and pass it with --runner"
+    if info.os == "linux" and split_abi(info.abi)[1] == "arm64":
+        return "build one for it (`etdeploy runner build --abi aarch64`) or pass one with --runner"
     if info.transport == LOCAL:
         return (
             "build the runner for this machine (`etdeploy runner build`) or pass one with --runner"

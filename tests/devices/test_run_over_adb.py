@@ -3,7 +3,8 @@
 wire protocol (tests/support/loopback_adb.py). No phone is attached here; the
 loopback phone runs what it is sent on this machine, so the runner pushed to
 it is the host build (named with --runner / the device table's `runner`), where
-a Pixel would get the NDK build for arm64-v8a.
+a Pixel gets the arm64 bundle (tests/devices/test_run_arm64.py runs that one
+under qemu-aarch64) or, with an NDK set up, the NDK build.
 """
 
 from __future__ import annotations
