@@ -1,4 +1,4 @@
-"""The self-contained arm64 bundle (etdeploy/runner_arm64.py) and which bundle a
+"""The self-contained arm64 bundle (etdeploy/runner_build/arm64.py) and which bundle a
 device gets (runner_build.runner_choice).
 
 The build is real: Debian's aarch64 cross compiler, the executorch wheel for
@@ -20,16 +20,6 @@ from typer.testing import CliRunner
 
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import RunnerError, UsageError
-from etdeploy.runner_arm64 import (
-    LOADER,
-    PINNED_SHA256,
-    PROGRAM,
-    Wheel,
-    _fits,
-    cached_wheel,
-    fetch_wheel,
-    python_tag,
-)
 from etdeploy.runner_build import (
     EXECUTABLE,
     KIND_ARM64,
@@ -40,6 +30,16 @@ from etdeploy.runner_build import (
     ensure_runner,
     runner_choice,
     runner_from_path,
+)
+from etdeploy.runner_build.arm64 import (
+    LOADER,
+    PINNED_SHA256,
+    PROGRAM,
+    Wheel,
+    _fits,
+    cached_wheel,
+    fetch_wheel,
+    python_tag,
 )
 from etdeploy.verify import FP32_ATOL, FP32_RTOL
 from tests.support.arm64 import Arm64Emulation, arm64_emulation

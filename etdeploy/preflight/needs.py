@@ -100,7 +100,7 @@ def key_tensors(key: str) -> tuple[str, ...]:
 
 def program_needs(pte: Path, manifest: Mapping[str, Any] | None = None) -> ProgramNeeds:
     """What `pte` needs from a runtime, torch-free; InputError if it is not a program."""
-    from etdeploy.sizecheck.pte import read_program_calls
+    from etdeploy.sizecheck.program_calls import read_program_calls
 
     try:
         calls = read_program_calls(pte)

@@ -28,7 +28,6 @@ import stat
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,19 @@ from etdeploy.errors import UsageError
 from etdeploy.sizecheck._generated import program_generated as fb
 from etdeploy.sizecheck._generated import xnnpack_generated as xfb
 from etdeploy.sizecheck._generated.scalar_type_generated import ScalarType
+from etdeploy.sizecheck.pte_layout import (
+    SCALAR_TYPE_BYTES,
+    ConstantTensor,
+    DelegateConstant,
+    DelegateInfo,
+    ExtendedHeader,
+    MethodInfo,
+    MethodValue,
+    NamedDataEntry,
+    PteLayout,
+    Segment,
+    TensorMeta,
+)
 
 # From _program.py's _ExtendedHeader (executorch 1.5.1, read 2026-12-02).
 EXTENDED_HEADER_MAGIC = b"eh00"
@@ -52,14 +64,6 @@ _UINT64_MAX = 2**64 - 1
 _SCALAR_TYPE_NAMES: dict[int, str] = {
     v: k.lower() for k, v in vars(ScalarType).items() if not k.startswith("_")
 }
-# Bytes per element; sub-byte packed types (QUINT4X2, QUINT2X4) count one byte per stored
-# element, as PyTorch's element_size() does.
-_SCALAR_TYPE_BYTES: dict[str, int] = {
-    "byte": 1, "char": 1, "short": 2, "int": 4, "long": 8, "half": 2, "float": 4,
-    "double": 8, "bool": 1, "qint8": 1, "quint8": 1, "qint32": 4, "bfloat16": 2,
-    "quint4x2": 1, "quint2x4": 1, "bits16": 2, "float8e5m2": 1, "float8e4m3fn": 1,
-    "float8e5m2fnuz": 1, "float8e4m3fnuz": 1, "uint16": 2, "uint32": 4, "uint64": 8,
-}  # fmt: skip
 FLOAT_DTYPES = frozenset({"float", "double", "half", "bfloat16"})
 _KERNEL_TYPE_NAMES: dict[int, str] = {
     v: k.lower() for k, v in vars(fb.KernelTypes).items() if not k.startswith("_")
@@ -77,180 +81,10 @@ _XNN_DTYPE_BYTES: dict[str, float] = {
 XNN_FLOAT_DTYPES = frozenset({"fp32", "fp16", "bf16", "pfp32"})
 
 
-@dataclass(frozen=True)
-class ExtendedHeader:
-    """The "eh00" header executorch inserts after the file identifier."""
-
-    offset: int  # where the header starts in the file (always 8)
-    length: int
-    program_size: int
-    segment_base_offset: int
-    segment_data_size: int  # 0 when the header is the older, 24-byte kind
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One DataSegment: `offset` is absolute in the file, `relative_offset` as stored."""
-
-    index: int
-    offset: int
-    size: int
-    relative_offset: int
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    dtype: str
-    sizes: tuple[int, ...]
-    dim_order: tuple[int, ...]
-    shape_dynamism: str  # static | dynamic_bound | dynamic_unbound
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for s in self.sizes:
-            n *= s
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * _SCALAR_TYPE_BYTES.get(self.dtype, 1)
-
-
-@dataclass(frozen=True)
-class MethodValue:
-    """An input or output of a method: a tensor (with its metadata) or another kind named."""
-
-    index: int
-    kind: str  # tensor, int, bool, double, string, int_list, ..., null
-    tensor: TensorMeta | None = None
-
-
-@dataclass(frozen=True)
-class MethodInfo:
-    name: str
-    inputs: tuple[MethodValue, ...]
-    outputs: tuple[MethodValue, ...]
-    # Planned memory: ExecutionPlan.non_const_buffer_sizes. Entry 0 is reserved by the
-    # schema (the runtime ignores it), so the planned arena is the sum of the rest.
-    non_const_buffer_sizes: tuple[int, ...]
-    operators: tuple[str, ...]
-    num_values: int
-    num_instructions: int
-    delegate_ids: tuple[str, ...]
-
-    @property
-    def planned_arena_bytes(self) -> int:
-        return sum(self.non_const_buffer_sizes[1:])
-
-
-@dataclass(frozen=True)
-class DelegateInfo:
-    method: str
-    index: int  # within the method's delegates
-    backend_id: str
-    location: str  # inline | segment
-    data_index: int  # into Program.backend_delegate_data (inline) or Program.segments
-    offset: int | None  # absolute file offset of the blob; None when it is empty
-    size: int
-    compile_spec_keys: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class NamedDataEntry:
-    key: str
-    segment_index: int
-    offset: int
-    size: int
-
-
-@dataclass(frozen=True)
-class ConstantTensor:
-    """A tensor whose initial data the program carries (or, for external, names).
-
-    `name` is what the file says (ExtraTensorInfo.fully_qualified_name); executorch sets it
-    only for external and (optionally) mutable tensors, so constants in the constant segment
-    are usually unnamed: None.
-    """
-
-    name: str | None
-    methods: tuple[str, ...]
-    dtype: str
-    sizes: tuple[int, ...]
-    nbytes: int  # from dtype and shape
-    stored_bytes: int  # the span the file gives it, alignment padding included
-    location: str  # constant_segment | constant_buffer | mutable_segment | external
-    buffer_index: int
-    offset: int | None  # absolute file offset; None for external data
-
-
-@dataclass(frozen=True)
-class DelegateConstant:
-    """A constant a delegate blob refers to (XNNPACK: weights, biases, scales).
-
-    XNNPACK in executorch 1.5.1 serialises each constant into the program's named data map
-    under the sha256 of its bytes (backends/xnnpack/operators/node_visitor.py), so `key` is a
-    hash, not a parameter name; older blobs keep it inside the blob at `offset`.
-    """
-
-    backend_id: str
-    method: str
-    delegate_index: int
-    key: str | None
-    dtype: str | None  # XNNPACK datatype (fp32, qcint8, ...); None for untyped data (scales)
-    dims: tuple[int, ...] | None
-    nbytes: int
-    location: str  # named_data | delegate_blob | missing
-    offset: int | None  # absolute file offset when known
-
-
-@dataclass(frozen=True)
-class PteLayout:
-    path: Path
-    file_size: int
-    file_identifier: str
-    schema_version: int
-    header: ExtendedHeader | None
-    program_size: int
-    segment_base_offset: int
-    segments: tuple[Segment, ...]
-    methods: tuple[MethodInfo, ...]
-    delegates: tuple[DelegateInfo, ...]
-    # Legacy inline constants (Program.constant_buffer), deprecated since 2024-09.
-    constant_buffer_count: int
-    constant_buffer_bytes: int
-    constant_buffer_spans: tuple[tuple[int, int], ...]  # (offset, size) of each inline buffer
-    # The constant segment (Program.constant_segment); None when the program has none.
-    constant_segment_index: int | None
-    constant_segment_size: int
-    mutable_segment_indices: tuple[int, ...]
-    named_data: tuple[NamedDataEntry, ...]
-    inline_delegate_spans: tuple[tuple[int, int], ...]  # (offset, size) of inline blobs
-    constant_tensors: tuple[ConstantTensor, ...]
-    delegate_constants: tuple[DelegateConstant, ...]
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def constants_named(self) -> bool:
-        """Whether the file names its constant-segment tensors (it usually does not)."""
-        in_segment = [t for t in self.constant_tensors if t.location != "external"]
-        return bool(in_segment) and all(t.name for t in in_segment)
-
-    @property
-    def external_tensors(self) -> tuple[ConstantTensor, ...]:
-        return tuple(t for t in self.constant_tensors if t.location == "external")
-
-    def method(self, name: str) -> MethodInfo:
-        for m in self.methods:
-            if m.name == name:
-                return m
-        raise KeyError(name)
-
-
 # --- opening --------------------------------------------------------------------------------
 
 
-def _bad(path: Path, message: str, hint: str | None = None) -> UsageError:
+def bad_file(path: Path, message: str, hint: str | None = None) -> UsageError:
     return UsageError(
         f"{path}: {message}",
         hint or "pass a .pte written by ExecuTorch's to_executorch(); --any-file sizes other files",
@@ -267,31 +101,31 @@ def check_readable_file(path: Path) -> os.stat_result:
     except FileNotFoundError:
         if os.path.islink(path):
             target = os.readlink(path)
-            raise _bad(
+            raise bad_file(
                 path, f"broken symbolic link (points to {target})", "check the link's target"
             ) from None
-        raise _bad(path, "no such file", "check the path") from None
+        raise bad_file(path, "no such file", "check the path") from None
     except OSError as exc:
-        raise _bad(path, f"cannot be read: {exc.strerror}", "check the path") from None
+        raise bad_file(path, f"cannot be read: {exc.strerror}", "check the path") from None
     if stat.S_ISDIR(st.st_mode):
-        raise _bad(path, "is a directory", "pass the .pte file inside it")
+        raise bad_file(path, "is a directory", "pass the .pte file inside it")
     if not stat.S_ISREG(st.st_mode):
-        raise _bad(path, "is not a regular file (a FIFO, socket or device)", "pass a file")
+        raise bad_file(path, "is not a regular file (a FIFO, socket or device)", "pass a file")
     if not os.access(path, os.R_OK):
-        raise _bad(path, "cannot be read: permission denied", "check the file's permissions")
+        raise bad_file(path, "cannot be read: permission denied", "check the file's permissions")
     return st
 
 
 @contextmanager
-def _mapped(path: Path, size: int) -> Iterator[mmap.mmap]:
+def mapped(path: Path, size: int) -> Iterator[mmap.mmap]:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
-        raise _bad(path, f"cannot be read: {exc.strerror}", "check the path") from None
+        raise bad_file(path, f"cannot be read: {exc.strerror}", "check the path") from None
     try:
         mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as exc:
-        raise _bad(path, f"cannot be mapped: {exc}", "check the path") from None
+        raise bad_file(path, f"cannot be mapped: {exc}", "check the path") from None
     finally:
         os.close(fd)
     try:
@@ -323,17 +157,17 @@ def read_pte(path: str | os.PathLike[str]) -> PteLayout:
     st = check_readable_file(p)
     file_size = st.st_size
     if file_size < 8:
-        raise _bad(p, f"truncated or not a program: {file_size} bytes, a .pte has at least 8")
-    with _mapped(p, file_size) as mm:
+        raise bad_file(p, f"truncated or not a program: {file_size} bytes, a .pte has at least 8")
+    with mapped(p, file_size) as mm:
         ident_raw = bytes(mm[4:8])
         ident = ident_raw.decode("ascii", errors="replace")
         if not (ident_raw[:2] == b"ET" and ident_raw[2:4].isalnum()):
-            raise _bad(p, f"not an ExecuTorch program (file identifier {ident!r}, want 'ET..')")
+            raise bad_file(p, f"not an ExecuTorch program (file identifier {ident!r}, want 'ET..')")
         header = read_extended_header(bytes(mm[:64]))
         if header is not None:
             program_size = header.program_size
             if program_size > file_size:
-                raise _bad(
+                raise bad_file(
                     p,
                     f"truncated: the header says the program is {program_size} bytes, "
                     f"the file has {file_size}",
@@ -346,7 +180,7 @@ def read_pte(path: str | os.PathLike[str]) -> PteLayout:
         try:
             return _parse(p, mm, file_size, ident, header, program_size, segment_base)
         except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
-            raise _bad(
+            raise bad_file(
                 p,
                 f"truncated or corrupt program flatbuffer ({type(exc).__name__})",
                 "the file was cut short or damaged; rebuild or copy it again",
@@ -365,7 +199,7 @@ def _vector_span(table: Any, vtable_offset: int) -> tuple[int, int] | None:
     return tab.Vector(o), tab.VectorLen(o)
 
 
-def _str(raw: bytes | None) -> str:
+def fb_str(raw: bytes | None) -> str:
     return raw.decode("utf-8") if raw else ""
 
 
@@ -377,7 +211,7 @@ def _tensor_meta(t: fb.Tensor) -> TensorMeta:
     return TensorMeta(dtype, sizes, dim_order, dyn)
 
 
-def _evalue_tensor(ev: fb.EValue) -> fb.Tensor | None:
+def evalue_tensor(ev: fb.EValue) -> fb.Tensor | None:
     if ev.ValType() != fb.KernelTypes.Tensor:
         return None
     table = ev.Val()
@@ -393,7 +227,7 @@ def _method_value(plan: fb.ExecutionPlan, index: int) -> MethodValue:
         raise IndexError(f"value index {index} out of range")
     ev = plan.Values(index)
     kind = _KERNEL_TYPE_NAMES.get(ev.ValType(), f"kind_{ev.ValType()}")
-    t = _evalue_tensor(ev)
+    t = evalue_tensor(ev)
     if t is not None:
         return MethodValue(index, "tensor", _tensor_meta(t))
     # Name the other kinds the way the schema does, snake_cased (IntList -> int_list).
@@ -427,7 +261,7 @@ def _parse(
         rel, size = int(s.Offset()), int(s.Size())
         absolute = segment_base + rel
         if absolute + size > file_size:
-            raise _bad(
+            raise bad_file(
                 path,
                 f"truncated: segment {i} ends at byte {absolute + size}, the file has {file_size}",
                 "the file was cut short; rebuild or copy it again",
@@ -436,7 +270,7 @@ def _parse(
     # executorch omits the header when the segment data is empty, yet may still list an
     # empty constant segment; only non-empty segments need the header to be found.
     if header is None and any(seg.size for seg in segments):
-        raise _bad(path, "corrupt: segments listed but no extended header locates them")
+        raise bad_file(path, "corrupt: segments listed but no extended header locates them")
 
     # Inline buffers (legacy constants, and inline delegate data).
     constant_spans: list[tuple[int, int]] = []
@@ -467,26 +301,26 @@ def _parse(
         si = nd.SegmentIndex()
         if si >= len(segments):
             raise ValueError("named data segment index out of range")
-        named.append(NamedDataEntry(_str(nd.Key()), si, segments[si].offset, segments[si].size))
+        named.append(NamedDataEntry(fb_str(nd.Key()), si, segments[si].offset, segments[si].size))
 
     methods: list[MethodInfo] = []
     delegates: list[DelegateInfo] = []
     constants: dict[tuple[str, int, int | str | None], dict[str, Any]] = {}
     for pi in range(program.ExecutionPlanLength()):
         plan = program.ExecutionPlan(pi)
-        name = _str(plan.Name())
+        name = fb_str(plan.Name())
         inputs = tuple(_method_value(plan, plan.Inputs(j)) for j in range(plan.InputsLength()))
         outputs = tuple(_method_value(plan, plan.Outputs(j)) for j in range(plan.OutputsLength()))
         ops = []
         for j in range(plan.OperatorsLength()):
             op = plan.Operators(j)
-            overload = _str(op.Overload())
-            ops.append(_str(op.Name()) + (f".{overload}" if overload else ""))
+            overload = fb_str(op.Overload())
+            ops.append(fb_str(op.Name()) + (f".{overload}" if overload else ""))
         n_instr = sum(plan.Chains(j).InstructionsLength() for j in range(plan.ChainsLength()))
         ids = []
         for j in range(plan.DelegatesLength()):
             d = plan.Delegates(j)
-            backend = _str(d.Id())
+            backend = fb_str(d.Id())
             ids.append(backend)
             ref = d.Processed()
             loc_code = ref.Location() if ref is not None else fb.DataLocation.INLINE
@@ -503,7 +337,7 @@ def _parse(
                     raise ValueError("inline delegate index out of range")
                 offset, size = inline_delegate[data_index]
                 location = "inline"
-            keys = tuple(_str(d.CompileSpecs(k).Key()) for k in range(d.CompileSpecsLength()))
+            keys = tuple(fb_str(d.CompileSpecs(k).Key()) for k in range(d.CompileSpecsLength()))
             delegates.append(
                 DelegateInfo(name, j, backend, location, data_index, offset, size, keys)
             )
@@ -601,7 +435,7 @@ def _collect_constants(
     The rules are the schema's comment on Tensor.data_buffer_idx (program.fbs, 1.5.1).
     """
     for vi in range(plan.ValuesLength()):
-        t = _evalue_tensor(plan.Values(vi))
+        t = evalue_tensor(plan.Values(vi))
         if t is None:
             continue
         idx = t.DataBufferIdx()
@@ -611,7 +445,7 @@ def _collect_constants(
         if idx == 0 and not external:
             continue
         meta = _tensor_meta(t)
-        name = (_str(extra.FullyQualifiedName()) or None) if extra is not None else None
+        name = (fb_str(extra.FullyQualifiedName()) or None) if extra is not None else None
         offset: int | None
         if external:
             key: tuple[str, int, int | str | None] = ("external", 0, name)
@@ -700,7 +534,7 @@ def _xnnpack_constants(
     # Entry 0 is reserved for non-constant values (runtime_schema.fbs).
     for ci in range(1, n_data):
         cd = graph.ConstantData(ci)
-        key = _str(cd.NamedKey()) or None
+        key = fb_str(cd.NamedKey()) or None
         size = int(cd.Size())
         dtype, dims = typed.get(ci, (None, None))
         if key is not None:
@@ -731,94 +565,9 @@ def xnnpack_float_elements(c: DelegateConstant) -> int:
 
 def dtype_bytes(dtype: str) -> float:
     """Bytes per element of an ExecuTorch ScalarType or XNNPACK datatype name."""
-    if dtype in _SCALAR_TYPE_BYTES:
-        return _SCALAR_TYPE_BYTES[dtype]
+    if dtype in SCALAR_TYPE_BYTES:
+        return SCALAR_TYPE_BYTES[dtype]
     return _XNN_DTYPE_BYTES.get(dtype, 1)
-
-
-# --- what a program calls (preflight) -----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OperatorCall:
-    """One KernelCall instruction: the operator ("aten::add.out") and each tensor
-    argument's ScalarType code and dim order, in argument order: what the runtime
-    builds the kernel key from when it loads the method (Method::resolve_operator)."""
-
-    method: str
-    operator: str
-    tensors: tuple[tuple[int, tuple[int, ...]], ...]
-
-
-@dataclass(frozen=True)
-class ProgramCalls:
-    file_identifier: str
-    schema_version: int
-    calls: tuple[OperatorCall, ...]
-    # (method, backend id) for each BackendDelegate of each execution plan.
-    delegates: tuple[tuple[str, str], ...]
-
-
-def read_program_calls(path: str | os.PathLike[str]) -> ProgramCalls:
-    """The operators each method's instructions call and the delegates it needs,
-    without reading constants or delegate blobs; UsageError if not a program."""
-    p = Path(path)
-    size = check_readable_file(p).st_size
-    if size < 8:
-        raise _bad(p, f"truncated or not a program: {size} bytes, a .pte has at least 8")
-    with _mapped(p, size) as mm:
-        ident = bytes(mm[4:8]).decode("ascii", errors="replace")
-        if not (ident.startswith("ET") and ident[2:4].isalnum()):
-            raise _bad(p, f"not an ExecuTorch program (file identifier {ident!r}, want 'ET..')")
-        try:
-            program = fb.Program.GetRootAs(mm, 0)
-            calls: list[OperatorCall] = []
-            delegates: list[tuple[str, str]] = []
-            for pi in range(program.ExecutionPlanLength()):
-                plan = program.ExecutionPlan(pi)
-                method = _str(plan.Name())
-                calls += _kernel_calls(plan, method)
-                delegates += [(method, _str(plan.Delegates(j).Id())) for j in range(plan.DelegatesLength())]  # fmt: skip
-            return ProgramCalls(ident, program.Version(), tuple(calls), tuple(delegates))
-        except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
-            raise _bad(
-                p,
-                f"truncated or corrupt program flatbuffer ({type(exc).__name__})",
-                "the file was cut short or damaged; rebuild or copy it again",
-            ) from None
-
-
-def _kernel_calls(plan: fb.ExecutionPlan, method: str) -> list[OperatorCall]:
-    names = []
-    for j in range(plan.OperatorsLength()):
-        op = plan.Operators(j)
-        overload = _str(op.Overload())
-        names.append(_str(op.Name()) + (f".{overload}" if overload else ""))
-    tensors: dict[int, tuple[int, tuple[int, ...]] | None] = {}
-
-    def meta(index: int) -> tuple[int, tuple[int, ...]] | None:
-        if index not in tensors:
-            t = _evalue_tensor(plan.Values(index))
-            # A tensor without a dim order is contiguous (the runtime's default).
-            order = (
-                () if t is None else tuple(int(t.DimOrder(d)) for d in range(t.DimOrderLength()))
-            )
-            tensors[index] = None if t is None else (t.ScalarType(), order or tuple(range(t.SizesLength())))  # fmt: skip
-        return tensors[index]
-
-    calls = []
-    for c in range(plan.ChainsLength()):
-        chain = plan.Chains(c)
-        for i in range(chain.InstructionsLength()):
-            instruction = chain.Instructions(i)
-            if instruction.InstrArgsType() != fb.InstructionArguments.KernelCall:
-                continue
-            table = instruction.InstrArgs()
-            call = fb.KernelCall()
-            call.Init(table.Bytes, table.Pos)
-            metas = [m for a in range(call.ArgsLength()) if (m := meta(call.Args(a))) is not None]
-            calls.append(OperatorCall(method, names[call.OpIndex()], tuple(metas)))
-    return calls
 
 
 def scalar_type_name(code: int) -> str:

@@ -145,7 +145,7 @@ def faulty_runners(
     tmp_path_factory: pytest.TempPathFactory, arm64_bundle: RunnerBundle
 ) -> dict[str, Path]:
     """Static aarch64 builds of FAULTY_RUNNER_C: "crash" and "hang"."""
-    from etdeploy.runner_arm64 import cross_tool
+    from etdeploy.runner_build.arm64 import cross_tool
 
     gcc = cross_tool("gcc")
     assert gcc is not None

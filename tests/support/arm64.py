@@ -113,7 +113,7 @@ _UNAME = """#!/bin/sh
 
 def arm64_missing_reason() -> str | None:
     """Why ARM code cannot run here, or None when it can."""
-    from etdeploy.runner_arm64 import cross_tool
+    from etdeploy.runner_build.arm64 import cross_tool
 
     if shutil.which("qemu-aarch64") is None:
         return (

@@ -86,7 +86,7 @@ Progress = Callable[[str], None]
 # read 2026-12-03). --library-path takes a colon-separated list, so a directory
 # with a colon cannot be named. --argv0 needs glibc 2.33 (the bundled one is newer).
 _LAUNCHER = """#!/bin/sh
-# etdeploy runner: the arm64 bundle with its own glibc (etdeploy/runner_arm64.py).
+# etdeploy runner: the arm64 bundle with its own glibc (etdeploy/runner_build/arm64.py).
 # {program} is linked against the glibc in this directory; running it through
 # that loader makes it independent of the device's libc and loader.
 case $0 in */*) here=${{0%/*}} ;; *) here=. ;; esac

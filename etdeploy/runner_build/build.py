@@ -1,0 +1,233 @@
+"""Building a planned runner into the cache: configure, compile, install into a
+staging directory, then rename into place under a lock."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import filelock
+
+from etdeploy.errors import RunnerError
+from etdeploy.paths import cache_dir
+from etdeploy.runner_build.bundle import (
+    BUNDLE_MANIFEST,
+    BUNDLE_SCHEMA,
+    EXECUTABLE,
+    KIND_ARM64,
+    Progress,
+    RunnerBundle,
+    read_bundle,
+)
+from etdeploy.runner_build.plans import DEFAULT_BACKENDS, Plan, plan_for, plan_key, with_components
+from etdeploy.runner_build.toolchain import cmake_tool, executorch_version, find_tool, harness_dir
+
+if TYPE_CHECKING:
+    pass
+
+
+BUILD_TIMEOUT_S = 900.0
+LOCK_TIMEOUT_S = 1200.0
+LOG_TAIL_LINES = 60
+
+
+def cached_runner(
+    abi: str = "host", *, kernels: Sequence[str] = (), backends: Sequence[str] = DEFAULT_BACKENDS
+) -> RunnerBundle | None:
+    """The bundle `ensure_runner` would return, if it is already built; never builds."""
+    plan = with_components(plan_for(abi), kernels, backends)
+    key = plan_key(plan, harness_dir())
+    return read_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}", fresh=False)
+
+
+# --- building -------------------------------------------------------------------------
+
+
+def _run_step(
+    step: str, argv: Sequence[str], cwd: Path, transcript: list[str], deadline: float
+) -> None:
+    transcript.append(f"$ {' '.join(argv)}")
+    remaining = max(1.0, deadline - time.monotonic())
+    try:
+        done = subprocess.run(
+            list(argv),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=remaining,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        transcript.append(out)
+        raise RunnerError(
+            f"runner build timed out while {step}",
+            "the machine may be overloaded; retry with `etdeploy runner build`",
+            command=" ".join(argv),
+            log=_tail(transcript),
+        ) from exc
+    transcript.append(done.stdout)
+    transcript.append(done.stderr)
+    if done.returncode != 0:
+        raise RunnerError(
+            f"runner build failed while {step} (exit {done.returncode})",
+            "the compiler output is attached (--verbose shows all of it); check the "
+            "compiler and the ExecuTorch install",
+            command=" ".join(argv),
+            log=_tail(transcript),
+        )
+
+
+def _tail(transcript: list[str]) -> str:
+    lines = "\n".join(part.rstrip() for part in transcript if part.strip()).splitlines()
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _build(plan: Plan, harness: Path, key: str, staging: Path, progress: Progress) -> Path:
+    cmake, cmake_version = cmake_tool()
+    ninja = find_tool("ninja")
+    build_dir = staging / "build"
+    bundle_dir = staging / "bundle"
+    transcript: list[str] = []
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    started = time.monotonic()
+
+    configure = [cmake, "-S", str(harness), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"]
+    if ninja is not None:
+        configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+    configure += list(plan.cmake_defines)
+    sdk = None
+    if plan.kind == KIND_ARM64:
+        from etdeploy.runner_build import arm64 as runner_arm64
+
+        sdk = runner_arm64.prepare(executorch_version(), progress)
+        configure.append(f"-DCMAKE_PREFIX_PATH={sdk.prefix}")
+    progress(f"configuring the {plan.abi} runner (cmake {cmake_version})")
+    _run_step("configuring", configure, staging, transcript, deadline)
+    progress("compiling the runner")
+    jobs = str(os.cpu_count() or 2)
+    _run_step(
+        "compiling",
+        [cmake, "--build", str(build_dir), "--parallel", jobs],
+        staging,
+        transcript,
+        deadline,
+    )
+    progress("collecting the runner bundle")
+    _run_step(
+        "installing",
+        [cmake, "--install", str(build_dir), "--prefix", str(bundle_dir)],
+        staging,
+        transcript,
+        deadline,
+    )
+    if not (bundle_dir / EXECUTABLE).is_file():
+        raise RunnerError(
+            f"runner build produced no {EXECUTABLE}",
+            "the CMake project in android_harness/ installs nothing; check it",
+            log=_tail(transcript),
+        )
+    extra: dict[str, object] = {}
+    if sdk is not None:
+        from etdeploy.runner_build import arm64 as runner_arm64
+
+        extra = runner_arm64.make_self_contained(bundle_dir, sdk, progress)
+    files = sorted(p.name for p in bundle_dir.iterdir() if p.is_file())
+    manifest = {
+        "schema": BUNDLE_SCHEMA,
+        "abi": plan.abi,
+        "key": key,
+        "executable": EXECUTABLE,
+        "files": files,
+        "flavor": "etdeploy",
+        "kind": plan.kind,
+        "executorch_version": executorch_version(),
+        "kernels": list(plan.kernels),
+        "backends": list(plan.backends),
+        "compiler": plan.compiler,
+        "cmake_version": cmake_version,
+        "build_seconds": round(time.monotonic() - started, 3),
+        "build_id": uuid.uuid4().hex,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **extra,
+    }
+    (bundle_dir / BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return bundle_dir
+
+
+@contextlib.contextmanager
+def _build_lock(root: Path, name: str, progress: Progress) -> Iterator[None]:
+    lock = filelock.FileLock(str(root / f".{name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        progress("waiting for another process building the same runner")
+        try:
+            lock.acquire(timeout=LOCK_TIMEOUT_S)
+        except filelock.Timeout as exc:
+            raise RunnerError(
+                f"another process has held the runner build lock for {LOCK_TIMEOUT_S:.0f} s",
+                f"if no build is running, delete {lock.lock_file}",
+            ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def ensure_runner(
+    abi: str = "host",
+    *,
+    rebuild: bool = False,
+    progress: Progress | None = None,
+    kernels: Sequence[str] = (),
+    backends: Sequence[str] = DEFAULT_BACKENDS,
+) -> RunnerBundle:
+    """The runner bundle for `abi`, built if the cache lacks it.
+
+    abi: "host" (this machine); "x86_64", the Android ABI (needs ANDROID_NDK and
+    EXECUTORCH_ANDROID_PREFIX); "arm64-v8a", the NDK build when both are set, else
+    the self-contained arm64 bundle; "aarch64", that bundle always. `kernels` adds
+    kernel libraries (KERNEL_LIBRARIES names or paths), `backends` picks the
+    delegates (() for none); each choice is its own cached bundle. A build runs
+    in a temporary directory renamed into place, under a lock, so concurrent
+    callers build once and nobody sees half a bundle.
+    """
+    report: Progress = progress or (lambda _message: None)
+    plan = with_components(plan_for(abi), kernels, backends)
+    harness = harness_dir()
+    key = plan_key(plan, harness)
+    root = cache_dir("runners")
+    name = f"{plan.abi}-{key[:16]}"
+    final = root / name
+
+    if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
+        return hit
+
+    with _build_lock(root, name, report):
+        # Another process may have finished the same build while this one waited.
+        if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
+            return hit
+        staging = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
+        try:
+            built = _build(plan, harness, key, staging, report)
+            if final.exists():
+                # A rebuild, or a damaged entry: move it aside, then swap in.
+                final.rename(staging / "previous")
+            built.rename(final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    bundle = read_bundle(final, fresh=True)
+    if bundle is None:
+        raise RunnerError(f"the runner bundle at {final} is incomplete right after its build")
+    report(f"{bundle.kind} runner ready in {bundle.info.get('build_seconds')} s: {final}")
+    return bundle
