@@ -102,7 +102,9 @@ def test_runner_build_for_arm64_prints_a_self_contained_aarch64_bundle(
 def test_digits_runs_as_arm_code_with_an_empty_sysroot_and_matches_the_host_runner(
     bundle: RunnerBundle, emulation: Arm64Emulation, tmp_path: Path
 ) -> None:
-    from etdeploy.pipeline import RunJob, build_program, stage, staged_input_file
+    from etdeploy.pipeline import RunJob
+    from etdeploy.pipeline.build import build_program
+    from etdeploy.pipeline.stage import stage, staged_input_file
 
     job = RunJob(model="digits")
     program = build_program(job)
