@@ -36,7 +36,9 @@ def harness_dir() -> Path:
     override = os.environ.get("ETDEPLOY_HARNESS_DIR")
     if override:
         candidates.append(Path(override))
-    candidates.append(Path(__file__).resolve().parent.parent / "android_harness")
+    import etdeploy
+
+    candidates.append(Path(etdeploy.__file__).resolve().parent.parent / "android_harness")
     source = _installed_source_tree()
     if source is not None:
         candidates.append(source / "android_harness")
