@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INFRA, EXIT_OK
+from etdeploy.report.baseline import Regression
 from etdeploy.report.result import RunResult
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 FARM_DOC_NAME = "farm.json"
 
 
-def exit_code(results: Sequence[RunResult], regressions: Sequence[Any] = ()) -> int:
+def exit_code(results: Sequence[RunResult], regressions: Sequence[Regression] = ()) -> int:
     """0 every job passed; 1 a job failed a check (numerics, size, or a regression
     against the baseline); else 2 a job had bad input; else 3 only infrastructure
     errors. A failed check outranks errors: it is the news a nightly run exists for."""
@@ -42,7 +43,7 @@ def write_reports(
     junit_path: Path | None = None,
     html_path: Path | None = None,
     baseline_path: Path | None = None,
-) -> list[Any]:
+) -> list[Regression]:
     """OUT/farm.json always, and the reports asked for; returns the regressions
     against the baseline (empty without one)."""
     from etdeploy.report import (
