@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from etdeploy.errors import InfraError
@@ -81,6 +81,8 @@ class FarmOutcome:
     finished_at: str | None
     out_dir: Path
     shard: tuple[int, int]
+    # What the device sources did (claims and releases), a line each, for the log.
+    source_notes: list[str] = field(default_factory=list)
 
     @property
     def results_path(self) -> Path:
