@@ -327,3 +327,36 @@ def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Any]) -> No
         parts.append(f"{len(outcome.duplicates)} duplicate(s) dropped")
     console.print(f"{', '.join(parts)}; merged into {escape(str(out))}", highlight=False)
     _render_regressions(regressions)
+
+
+# -- export ------------------------------------------------------------------------------
+
+
+@_farm_command("export")
+def farm_export_command(
+    target: str = typer.Argument(..., metavar="TARGET", help="Where to: aws-device-farm."),
+    spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec to export."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the test spec, the test package and its zip."),
+    device: str = typer.Option(None, "--device", help="The spec's device whose jobs run on each Device Farm phone (default: its only adb device)."),
+) -> None:  # fmt: skip
+    """Write what a device-farm service needs to run SPEC.toml's jobs on its hosts.
+
+    aws-device-farm: a custom-environment test spec (testspec.yml) and a test
+    package (etdeploy-farm-tests.zip) that install etdeploy on the Device Farm
+    host and run --device's jobs on the attached phone, the results kept as the
+    run's artifacts.
+    """
+    from etdeploy.farm.export import EXPORTERS
+
+    exporter = EXPORTERS.get(target)
+    if exporter is None:
+        raise UsageError(f"unknown export target {target!r}", f"targets: {', '.join(EXPORTERS)}")
+    done = exporter(spec_path, out, device)
+    console.print(
+        f"{len(done.jobs)} job(s) of {escape(done.device)} exported for {escape(target)}:",
+        highlight=False,
+    )
+    for label, path in (("test spec", done.test_spec), ("test package", done.package_zip)):
+        console.print(f"  {label}: {escape(str(path))}", highlight=False)
+    for note in done.notes:
+        err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
