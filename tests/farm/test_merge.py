@@ -42,9 +42,10 @@ WORKFLOW = REPO / "examples" / "ci" / "github-actions-nightly-farm.yml"
 
 def quick_nightly(root: Path, bed: FarmTestbed) -> Path:
     """The example nightly spec with its matrix, excludes and explicit job as
-    written, on this machine's devices (pixel8: a loopback phone, mac: the sshd,
-    local: here) and with one timed iteration, no warm-up and no cooldown.
-    Its folder layout is the example's, so "../models/two_io.py:build" still reads."""
+    written, on this machine's devices (pixel8 and mac: the two loopback phones,
+    local: here; the sshd would cost a minute more and adds nothing to a merge)
+    and with one timed iteration, no warm-up and no cooldown. Its folder layout
+    is the example's, so "../models/two_io.py:build" still reads."""
     data = tomllib.loads(NIGHTLY.read_text())
     settings = dict(data["farm"])
     jobs = [{**job, "iterations": 1, "job_timeout_s": 600} for job in settings.pop("job")]
@@ -61,7 +62,7 @@ def quick_nightly(root: Path, bed: FarmTestbed) -> Path:
         ["", "[sizecheck]", *(f'{k} = "{v}"' for k, v in data["sizecheck"].items())]
     )
     return write_spec(root / "farm" / "nightly.toml", settings,
-                      {"pixel8": tables["pixel-a"], "mac": tables["mac"]}, jobs=jobs,
+                      {"pixel8": tables["pixel-a"], "mac": tables["pixel-b"]}, jobs=jobs,
                       extra=sizecheck + "\n")  # fmt: skip
 
 
