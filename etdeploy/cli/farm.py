@@ -1,25 +1,84 @@
-"""`etdeploy farm SPEC.toml`: run a matrix of jobs on many devices. Parses and renders;
-etdeploy.farm runs. Starts without torch (each job's worker imports it if needed)."""
+"""`etdeploy farm`: a matrix of jobs on many devices, and farms beyond one host.
+
+    etdeploy farm run SPEC.toml [--shard-index I --shard-count N]   (or: etdeploy farm SPEC.toml)
+    etdeploy farm merge OUT... --out MERGED                         one report from every shard
+    etdeploy farm export aws-device-farm SPEC.toml --out DIR        a Device Farm test spec + package
+
+`farm` is a group so that merge and export sit beside run; a first argument that
+is not a subcommand means `run`, so `etdeploy farm SPEC.toml` keeps working (a
+spec file literally named "merge" or "export" needs `farm run`). Parses and
+renders; etdeploy.farm does the work. Starts without torch (each job's worker
+imports it if needed).
+"""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
-from etdeploy.cli._app import command, console, err_console, format_ms
-from etdeploy.errors import EXIT_OK, UsageError
+from etdeploy.cli._app import app, console, err_console, format_ms, render_error
+from etdeploy.errors import EXIT_OK, EtdeployError, UsageError
 
 if TYPE_CHECKING:
+    # typer vendors click; its Context is the one a group's parse_args receives.
+    from typer._click import Context
+
     from etdeploy.farm import FarmEvent, FarmOutcome
+    from etdeploy.farm.merge import MergeOutcome
     from etdeploy.report.result import RunResult
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-@command("farm")
-def farm_command(
+
+class _FarmGroup(TyperGroup):
+    """`farm`'s subcommands, with `run` taken when the first word names none."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+farm_app = typer.Typer(
+    cls=_FarmGroup,
+    no_args_is_help=True,
+    help="Run a farm spec's matrix (`farm run SPEC.toml`, or `farm SPEC.toml`), merge "
+    "the results of its shards, or export it to a device-farm service.",
+)
+app.add_typer(farm_app, name="farm")
+
+
+def _farm_command(name: str) -> Callable[[F], F]:
+    """A `farm` subcommand whose EtdeployErrors become one line + exit code (as
+    etdeploy.cli._app.command does for top-level commands)."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            try:
+                return fn(*args, **kw)
+            except EtdeployError as exc:
+                render_error(exc)
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                err_console.print("[bold red]interrupted[/]")
+                raise typer.Exit(130) from None
+
+        farm_app.command(name)(wrapper)
+        return fn
+
+    return decorate
+
+
+@_farm_command("run")
+def farm_run_command(
     spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec: its farm matrix and devices.NAME tables."),
     out: Path = typer.Option(None, "--out", "-o", help="Folder for results.jsonl, farm.json and worker logs (default: SPEC-out)."),
     json_path: Path = typer.Option(None, "--json", help="Also write the farm document (etdeploy.farm/1) here."),
@@ -119,8 +178,13 @@ def _short_model(model: str) -> str:
     return f"{Path(path).name}{sep}{factory}" if sep and "/" in path else model
 
 
-def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
-    table = Table(title=f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard))
+# A row of the farm table: a job's model reference, backend, quantization,
+# device, and its result (None: not run).
+Row = tuple[str, str | None, str | None, str, "RunResult | None"]
+
+
+def _render_table(title: str, rows: list[Row]) -> None:
+    table = Table(title=title)
     for column in ("job", "device", "status", "tries", "median", "time", "note"):
         # Short columns never wrap; the job and the note take what is left.
         table.add_column(
@@ -130,13 +194,11 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
             no_wrap=column not in ("job", "note"),
             min_width=12 if column in ("job", "note") else None,
         )
-    from etdeploy.farm.results import farm_seconds, result_key
+    from etdeploy.farm.results import farm_seconds
 
-    by_key = {result_key(r): r for r in outcome.results}
-    for job in outcome.planned:
-        result = by_key.get(job.key)
-        variant = job.backend + (f"+{job.quantize}" if job.quantize else "")
-        cells = [escape(f"{_short_model(job.model)}[{variant}]"), escape(job.device)]
+    for model, backend, quantize, device, result in rows:
+        variant = (backend or "?") + (f"+{quantize}" if quantize else "")
+        cells = [escape(f"{_short_model(model)}[{variant}]"), escape(device)]
         if result is None:
             table.add_row(*cells, "[dim]not run[/]", "", "", "", "")
             continue
@@ -146,12 +208,37 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
             f"{farm_seconds(result):.1f} s", _note(result),
         )  # fmt: skip
     console.print(table)
+
+
+def _summary_parts(results: list[RunResult]) -> list[str]:
     from etdeploy.report import summarize
 
-    s = summarize(outcome.results)
+    s = summarize(results)
     parts = [f"{s['passed']} passed", f"{s['failed']} failed", f"{s['errors']} error(s)"]
     if s["infrastructure_errors"]:
         parts[-1] += f" ({s['infrastructure_errors']} infrastructure)"
+    return parts
+
+
+def _render_regressions(regressions: list[Any]) -> None:
+    for regression in regressions:
+        console.print(
+            f"[red]regression:[/] {escape(regression.message)}", highlight=False, soft_wrap=True
+        )
+
+
+def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
+    from etdeploy.farm.results import result_key
+
+    by_key = {result_key(r): r for r in outcome.results}
+    rows: list[Row] = [
+        (job.model, job.backend, job.quantize, job.device, by_key.get(job.key))
+        for job in outcome.planned
+    ]
+    _render_table(f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard), rows)
+    for line in outcome.source_notes:
+        err_console.print(f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)
+    parts = _summary_parts(outcome.results)
     if outcome.resumed:
         parts.append(f"{outcome.resumed} from the earlier run")
     missing = len(outcome.planned) - len(outcome.results)
@@ -160,13 +247,116 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
     console.print(
         f"{', '.join(parts)}; results in {escape(str(outcome.results_path))}", highlight=False
     )
-    for regression in regressions:
-        console.print(
-            f"[red]regression:[/] {escape(regression.message)}", highlight=False, soft_wrap=True
-        )
+    _render_regressions(regressions)
     if not outcome.planned:
         err_console.print("[yellow]warning:[/] this shard has no jobs", highlight=False)
 
 
 def _shard_title(shard: tuple[int, int]) -> str:
     return "" if shard[1] == 1 else f" (shard {shard[0]} of {shard[1]})"
+
+
+# -- merge -------------------------------------------------------------------------------
+
+
+@_farm_command("merge")
+def farm_merge_command(
+    sources: list[Path] = typer.Argument(..., metavar="OUT...", help="The --out folders of the shards (or their results.jsonl / farm.json)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the merged results.jsonl and farm.json."),
+    spec_path: Path = typer.Option(None, "--spec", help="The farm spec the shards ran: its whole matrix is the plan, so a shard that never reported shows as jobs not run."),
+    json_path: Path = typer.Option(None, "--json", help="Also write the merged farm document (etdeploy.farm/1) here."),
+    junit_path: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per job; jobs not run are skipped testcases)."),
+    html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
+    baseline: Path = typer.Option(None, "--baseline", help="A previous run's results (farm.json or results.jsonl) to compare with."),
+) -> None:  # fmt: skip
+    """Merge the results of a farm's shards (or hosts) into one farm.json and reports.
+
+    A job found in several sources keeps the result that started last; a planned
+    job with no result is listed as not run. Exit codes as `farm run`, and 3 when
+    jobs were not run and nothing worse happened.
+    """
+    from etdeploy.farm import load_farm_spec
+    from etdeploy.farm.merge import merge_sources, write_merged
+
+    spec = load_farm_spec(spec_path) if spec_path is not None else None
+    outcome = merge_sources(sources, spec=spec)
+    regressions = write_merged(
+        outcome, out, json_path=json_path, junit_path=junit_path, html_path=html_path,
+        baseline_path=baseline,
+    )  # fmt: skip
+    render_merge(outcome, out, regressions)
+    code = outcome.exit_code
+    if regressions and code in (EXIT_OK, 3):
+        code = 1
+    if code != EXIT_OK:
+        raise typer.Exit(code)
+
+
+def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Any]) -> None:
+    from etdeploy.farm.merge import key_of, planned_key
+
+    by_key = {key_of(r): r for r in outcome.results}
+    planned = {planned_key(p) for p in outcome.matrix}
+    rows: list[Row] = [
+        (
+            str(p["model"]),
+            p["backend"],
+            p["quantization"],
+            str(p["device"]),
+            by_key.get(planned_key(p)),
+        )
+        for p in outcome.matrix
+    ]
+    for key, result in by_key.items():
+        if key not in planned:
+            model, backend, quantize, device = key.split("|")
+            rows.append((model, backend, None if quantize == "none" else quantize, device, result))
+    _render_table(f"farm merged from {len(outcome.sources)} source(s)", rows)
+    for duplicate in outcome.duplicates:
+        err_console.print(
+            f"[dim]duplicate[/] {escape(duplicate.key)}: kept the result from "
+            f"{escape(duplicate.kept)} (started {duplicate.kept_started_at})",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    for warning in outcome.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+    parts = _summary_parts(outcome.results)
+    if outcome.not_run:
+        parts.append(f"{len(outcome.not_run)} not run")
+    if outcome.duplicates:
+        parts.append(f"{len(outcome.duplicates)} duplicate(s) dropped")
+    console.print(f"{', '.join(parts)}; merged into {escape(str(out))}", highlight=False)
+    _render_regressions(regressions)
+
+
+# -- export ------------------------------------------------------------------------------
+
+
+@_farm_command("export")
+def farm_export_command(
+    target: str = typer.Argument(..., metavar="TARGET", help="Where to: aws-device-farm."),
+    spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec to export."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the test spec, the test package and its zip."),
+    device: str = typer.Option(None, "--device", help="The spec's device whose jobs run on each Device Farm phone (default: its only adb device)."),
+) -> None:  # fmt: skip
+    """Write what a device-farm service needs to run SPEC.toml's jobs on its hosts.
+
+    aws-device-farm: a custom-environment test spec (testspec.yml) and a test
+    package (etdeploy-farm-tests.zip) that install etdeploy on the Device Farm
+    host and run --device's jobs on the attached phone, the results kept as the
+    run's artifacts.
+    """
+    from etdeploy.farm.export import EXPORTERS
+
+    exporter = EXPORTERS.get(target)
+    if exporter is None:
+        raise UsageError(f"unknown export target {target!r}", f"targets: {', '.join(EXPORTERS)}")
+    done = exporter(spec_path, out, device)
+    console.print(
+        f"{len(done.jobs)} job(s) of {escape(done.device)} exported for {escape(target)}:",
+        highlight=False,
+    )
+    for label, path in (("test spec", done.test_spec), ("test package", done.package_zip)):
+        console.print(f"  {label}: {escape(str(path))}", highlight=False)
+    for note in done.notes:
+        err_console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)

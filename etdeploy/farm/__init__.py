@@ -1,4 +1,4 @@
-"""`etdeploy farm SPEC.toml`: a matrix of models x backends x quantization x devices.
+"""`etdeploy farm run SPEC.toml`: a matrix of models x backends x quantization x devices.
 
 The modules, in the order a farm uses them:
 
@@ -10,6 +10,10 @@ The modules, in the order a farm uses them:
 - worker: the protocol between the farm and a worker, and the worker itself.
 - results: every question the farm asks of a result document.
 - reports: OUT/farm.json, JSON/JUnit/HTML where asked, and the exit code.
+- sources: devices claimed for a run from a device-farm service ([farm.sources.stf]:
+  STF/DeviceFarmer), released whatever happens.
+- merge: one farm's reports from the OUT folders of its shards or hosts.
+- export: what a service that runs tests on its own hosts needs (aws-device-farm).
 
 Nothing here prints: progress goes through an event callback, failures raise
 EtdeployError kinds, and the CLI renders.

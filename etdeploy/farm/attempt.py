@@ -103,6 +103,7 @@ def run_attempt(
         job=job.run_job(),
         job_id=job_id,
         lock_timeout_s=spec.lock_timeout_s,
+        device_table=spec.leased.get(job.device),
     )
     started = time.time()
     with processes.started(folder, cwd=spec.path.parent) as process:

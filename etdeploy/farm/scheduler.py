@@ -14,6 +14,10 @@
   retried either (a retry would most likely hang or crash again).
 - Each finished job goes to the results log (etdeploy.farm.store) before the
   next job starts on that device.
+- Devices from a device source (etdeploy.farm.sources: STF) are claimed for the
+  run's jobs before they start and released when the run ends, however it ends;
+  claims an earlier, killed farm left out on this OUT are released first. A
+  device that could not be claimed gives each of its jobs that error.
 
 Nothing here prints: progress goes through an event callback.
 """
@@ -25,10 +29,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from etdeploy.errors import InfraError
+from etdeploy.errors import EtdeployError, InfraError
 from etdeploy.farm.attempt import WorkerProcesses, run_attempt
 from etdeploy.farm.results import (
     Result,
@@ -38,6 +42,7 @@ from etdeploy.farm.results import (
     timestamp,
     with_attempts,
 )
+from etdeploy.farm.sources import lease_devices, release_leftovers
 from etdeploy.farm.spec import FarmJob, FarmSpec
 from etdeploy.farm.store import (
     RESULTS_NAME,
@@ -81,6 +86,8 @@ class FarmOutcome:
     finished_at: str | None
     out_dir: Path
     shard: tuple[int, int]
+    # What the device sources did (claims and releases), a line each, for the log.
+    source_notes: list[str] = field(default_factory=list)
 
     @property
     def results_path(self) -> Path:
@@ -106,6 +113,7 @@ def run_farm(
     out_dir = Path(out_dir)
     with claim_out_dir(out_dir):
         log = ResultsLog(out_dir / RESULTS_NAME)
+        source_notes = release_leftovers(spec, out_dir)
         finished = finished_results(log, resume)
         emit = on_event or (lambda _event: None)
         todo = [job for job in planned if job.key not in finished]
@@ -113,10 +121,13 @@ def run_farm(
             if job.key in finished:
                 emit(FarmEvent("skip", job, result=finished[job.key]))
         started_at = timestamp()
-        runner = _FarmRunner(
-            spec, out_dir, log, emit, shard, jobs_per_device or spec.jobs_per_device
-        )
-        fresh = runner.run(todo)
+        with lease_devices(spec, out_dir, [job.device for job in todo]) as lease:
+            runner = _FarmRunner(
+                lease.applied(spec), out_dir, log, emit, shard,
+                jobs_per_device or spec.jobs_per_device, unavailable=lease.unavailable,
+            )  # fmt: skip
+            fresh = runner.run(todo)
+        source_notes += lease.notes  # the claims, and (on leaving) the releases
         results = [fresh.get(job.key) or finished.get(job.key) for job in planned]
         return FarmOutcome(
             spec=spec,
@@ -127,6 +138,7 @@ def run_farm(
             finished_at=timestamp(),
             out_dir=out_dir,
             shard=shard,
+            source_notes=source_notes,
         )
 
 
@@ -135,9 +147,11 @@ class _FarmRunner:
 
     def __init__(
         self, spec: FarmSpec, out_dir: Path, log: ResultsLog, emit: EventCallback,
-        shard: tuple[int, int], slots: int,
+        shard: tuple[int, int], slots: int, unavailable: dict[str, InfraError] | None = None,
     ) -> None:  # fmt: skip
         self.spec = spec
+        # Devices a source could not provide: their jobs get this error, unrun.
+        self.unavailable: dict[str, EtdeployError] = dict(unavailable or {})
         self.work = out_dir / WORK_DIR_NAME
         self.log = log
         self.emit = emit
@@ -181,7 +195,11 @@ class _FarmRunner:
                     return
                 job = queue.popleft()
             try:
-                result = self._run_with_retries(job)
+                failure = self.unavailable.get(job.device)
+                if failure is not None:
+                    result = with_attempts(error_result(job, failure, time.time(), None), [])
+                else:
+                    result = self._run_with_retries(job)
             except Exception as exc:  # a bug of ours: the job gets an error, the farm goes on
                 result = error_result(job, InfraError(
                     f"internal error in the farm: {type(exc).__name__}: {exc}",

@@ -17,6 +17,10 @@ tables etdeploy.toml takes (see FARM_KEYS and the README):
     devices = ["pixel8"]
     job_timeout_s = 3600
 
+    [farm.sources.stf]                   # phones claimed from STF/DeviceFarmer for the run
+    url = "https://stf.example.org"
+    devices = ["stf-pixel"]              # names farm.devices may list (etdeploy.farm.sources)
+
     [devices.pixel8]
     transport = "adb"
     serial = "..."
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from etdeploy.config import RUN_DEFAULTS, Config, parse_config, run_settings
+from etdeploy.config import RUN_DEFAULTS, Config, DeviceConfig, parse_config, run_settings
 from etdeploy.errors import UsageError
 from etdeploy.farm.checks import (
     NO_QUANT,
@@ -49,6 +53,7 @@ from etdeploy.farm.checks import (
     parse_quant,
     strings,
 )
+from etdeploy.farm.sources import DeviceSource, check_source_names, parse_sources
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
@@ -99,6 +104,7 @@ FARM_KEYS: dict[str, type | tuple[type, ...]] = {
     "jobs_per_device": int,
     "job": list,
     "exclude": list,
+    "sources": dict,
     **JOB_SETTING_TYPES,
 }
 
@@ -174,6 +180,11 @@ class FarmSpec:
     # A pause on a device after each of its jobs, so a phone that heated up and
     # throttled under one job does not slow the next one's latency figures.
     cooldown_s: float = 0.0
+    # Services the run claims devices from ([farm.sources.KIND]).
+    sources: tuple[DeviceSource, ...] = ()
+    # The tables of the devices claimed for this run (set by the scheduler while
+    # it holds them; a worker opens its device with the table given here).
+    leased: Mapping[str, DeviceConfig] = field(default_factory=dict, compare=False)
 
     @property
     def devices(self) -> list[str]:
@@ -222,6 +233,8 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
 
     check_settings(config.run, "run.", label)
     check_settings(farm, "farm.", label)
+    sources = parse_sources(farm["sources"], label, path.parent) if "sources" in farm else ()
+    check_source_names(sources, config.devices, label)
     base = _base_settings(config)
     base.update({k: v for k, v in farm.items() if k in JOB_SETTING_TYPES})
     default_backend = str(config.build.get("backend", RUN_DEFAULTS["backend"]))
@@ -291,6 +304,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
         ),
         jobs_per_device=int(jobs_per_device),
         cooldown_s=float(farm.get("cooldown_s", 0.0)),
+        sources=sources,
     )
 
 

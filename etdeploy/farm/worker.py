@@ -4,7 +4,9 @@ The whole protocol between the farm (etdeploy.farm.attempt) and a worker:
 
 - The farm writes FOLDER/request.json (write_request): the spec's path, the
   device's name, the job (a RunJob as JSON), its job id, how long to wait for
-  the device lock, and the farm's pid.
+  the device lock, and the farm's pid; for a device claimed from a device
+  source (etdeploy.farm.sources), also its [devices.NAME] table, which the
+  spec file does not hold.
 - It starts worker_command(FOLDER) in the spec's folder, in a session of its
   own, with worker_env(): this etdeploy first on PYTHONPATH, so the worker runs
   the farm's code whatever else is installed.
@@ -20,6 +22,7 @@ The whole protocol between the farm (etdeploy.farm.attempt) and a worker:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import etdeploy
+from etdeploy.config import DeviceConfig
 from etdeploy.errors import EXIT_INFRA, EtdeployError, InfraError
 from etdeploy.farm.spec import load_farm_spec
 
@@ -62,6 +66,7 @@ def write_request(
     job: RunJob,
     job_id: str,
     lock_timeout_s: float,
+    device_table: DeviceConfig | None = None,
 ) -> None:
     """FOLDER/request.json: what the worker started on FOLDER is to do."""
     request = {
@@ -72,6 +77,11 @@ def write_request(
         "lock_timeout_s": lock_timeout_s,
         "parent_pid": os.getpid(),
     }
+    if device_table is not None:
+        request["device_table"] = {
+            "transport": device_table.transport,
+            "settings": dict(device_table.settings),
+        }
     folder.mkdir(parents=True, exist_ok=True)
     (folder / REQUEST_NAME).write_text(json.dumps(request, indent=2))
 
@@ -144,10 +154,13 @@ def worker_main(argv: Sequence[str]) -> int:
 
     try:
         spec = load_farm_spec(Path(request["spec"]))
+        config = spec.config
+        table = request.get("device_table")
+        if table is not None:  # a leased device: the farm's table, not the spec's
+            leased = DeviceConfig(device_name, table["transport"], dict(table["settings"]))
+            config = dataclasses.replace(config, devices={**config.devices, device_name: leased})
         say(f"opening {device_name}")
-        device = open_device(
-            device_name, spec.config, lock_timeout_s=float(request["lock_timeout_s"])
-        )
+        device = open_device(device_name, config, lock_timeout_s=float(request["lock_timeout_s"]))
         with device:
             result = run_job(
                 job, device, RunContext(status=say, size_config=spec.config), job_id=job_id
