@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from etdeploy.config import Config
@@ -43,6 +43,7 @@ from etdeploy.report.result import (
     ErrorInfo,
     InputsInfo,
     JobInfo,
+    Localization,
     Memory,
     Profile,
     RunnerInfo,
@@ -71,6 +72,10 @@ def run_job(
 
     say(f"building {job.label}")
     program = build_program(job)
+    if job.localize:
+        from etdeploy.pipeline.localize import check_localizable
+
+        check_localizable(job, program)  # bad input fails before anything runs
     say("staging inputs and the reference")
     staged = stage(job, program)
     host_outputs = (
@@ -110,10 +115,45 @@ def run_job(
             profile_warnings = (f"no profile: {exc.message}",)
 
     judged = judge(job, program, staged, executed.outputs, host_outputs, context.size_config)
-    return _result(
+    localization, localize_warnings = None, ()
+    if job.localize:
+        say("localizing: where the device departs from eager")
+        localization, localize_warnings = _localize(
+            job, device, bundle, program, staged, judged, executed, job_id, say, context
+        )
+    result = _result(
         job, job_id, info, program, staged, bundle, deployed, executed, judged, lock,
         etdump, profile, (*program.warnings, *staged.warnings, *profile_warnings), started,
     )  # fmt: skip
+    return replace(
+        result, localization=localization, warnings=(*result.warnings, *localize_warnings)
+    )
+
+
+def _localize(
+    job: RunJob,
+    device: Device,
+    bundle: RunnerBundle,
+    program: Program,
+    staged: Staged,
+    judged: Judged,
+    executed: Executed,
+    job_id: str,
+    say: StatusCallback,
+    context: RunContext,
+) -> tuple[Localization | None, tuple[str, ...]]:
+    """The localize stage; a failure there is a warning, never the loss of the verdict."""
+    from etdeploy.pipeline.localize import localize
+
+    try:
+        found = localize(
+            job, device, bundle, program, staged, judged, executed.outputs,
+            job_id=job_id, say=say, progress=context.progress,
+        )  # fmt: skip
+    except EtdeployError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        return None, (f"--localize failed: {exc.message}{hint}",)
+    return found, ()
 
 
 def _result(
