@@ -126,6 +126,9 @@ class TapInfo:
     code: str | None = None  # that line's text
     # Quantization step of the grid the value lies on (a dequantize's scale).
     step: float | None = None
+    # Tapped only as a value carried into --localize-module's module: what its
+    # first operator was given, never itself blamed (its own inputs are untapped).
+    context: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TapInfo:
@@ -231,7 +234,7 @@ def _build_uncached(
         spec.dynamic = parse_dynamic(options.dynamic)
     exported = export_model(spec, ref.source_files)
     model_outputs = len(exported.graph.output_node().args[0])
-    chosen = select_nodes(exported, plan)
+    chosen, context = select_nodes(exported, plan)
     reducers = assign_reducers(chosen, plan.budget_bytes)
     inputs = tapped_inputs(exported, {n.name for n in chosen})
     full = {name for name, reducer in reducers.items() if reducer == FULL}
@@ -287,6 +290,7 @@ def _build_uncached(
                 source=source,
                 code=code,
                 step=steps.get(tap.output_index),
+                context=tap.node_name in context,
             )
         )
     manifest = {
@@ -362,9 +366,11 @@ def _leaf_terminal(node: Any) -> bool:
     return all(leaf not in (user.meta.get("nn_module_stack") or {}) for user in node.users)
 
 
-def select_nodes(exported: Any, plan: TapPlan) -> list[Any]:
-    """The nodes to tap, in graph order."""
+def select_nodes(exported: Any, plan: TapPlan) -> tuple[list[Any], set[str]]:
+    """The nodes to tap, in graph order, and which of them are only the values
+    carried into --localize-module's module."""
     pool = candidates(exported)
+    feeding: set[str] = set()
     if plan.module is not None:
         inside = [n for n in pool if in_module(n, plan.module)]
         if not inside:
@@ -397,7 +403,7 @@ def select_nodes(exported: Any, plan: TapPlan) -> list[Any]:
             + (f" in {plan.module}" if plan.module else ""),
             "the graph has no floating-point operator there",
         )
-    return pool
+    return pool, feeding & {n.name for n in pool}
 
 
 def _int_dims(shape: Sequence[Any]) -> list[int]:

@@ -374,8 +374,8 @@ def render_localization(found: Localization) -> None:
             f"sample{'s' if len(found.samples) > 1 else ''} {', '.join(found.samples)}"
         )
         table = Table(title=escape(title), box=box.SIMPLE_HEAD, title_justify="left")
-        columns = ("#", "op", "module", "source", "partition", "error", "SQNR dB", "ULPs",
-                   "vs inputs", "status")  # fmt: skip
+        columns = ("#", "op", "module", "source", "partition", "value", "error", "SQNR dB",
+                   "ULPs", "vs inputs", "status")  # fmt: skip
         for column in columns:
             right = column in ("#", "error", "SQNR dB", "ULPs", "vs inputs")
             table.add_column(column, justify="right" if right else "left", no_wrap=True)
@@ -390,7 +390,7 @@ def render_localization(found: Localization) -> None:
             status = "FIRST DIVERGENCE" if tap.node == first else tap.status
             row = [
                 str(tap.index), tap.op, tap.module or "(model)", tap.source or "-", partition,
-                error, "-" if m.sqnr_db is None else _num(m.sqnr_db, ".1f"), f"{m.ulps:.3g}",
+                "summary" if tap.reducer != "full" else "full", error, "-" if m.sqnr_db is None else _num(m.sqnr_db, ".1f"), f"{m.ulps:.3g}",
                 "-" if tap.growth is None else f"{tap.growth:.3g}x", status,
             ]  # fmt: skip
             style = "bold red" if tap.node == first else ("red" if tap.status == "departs" else "")

@@ -46,9 +46,11 @@ from etdeploy.pipeline.stage import Staged
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
 from etdeploy.pipeline.verify import Judged, is_quantized
 from etdeploy.report.result import (
+    FirstDivergence,
     Localization,
     LocalizeAttempt,
     TappedProgram,
+    TapResult,
     TapTolerance,
 )
 from etdeploy.runner_build import RunnerBundle
@@ -211,8 +213,9 @@ def localize(
             attempts.append(
                 LocalizeAttempt(
                     granularity, len(taps), False,
-                    "the tapped program's outputs match the reference: tapping changed what "
-                    "the backend computes, so these taps cannot show where",
+                    "the tapped program's outputs pass the check the program failed, so these "
+                    "taps cannot show where it diverges (taps can change what a backend fuses; "
+                    "a .pte that is not what its export builds does not reproduce either)",
                 )
             )  # fmt: skip
             continue
@@ -226,7 +229,7 @@ def localize(
             for k in range(len(chosen))
         }  # fmt: skip
         rows, first = tap_results(taps, per_sample)
-        status, reason = _verdict(rows, first, diverged, judged, tolerance)
+        status, reason = _verdict(rows, first, diverged, judged, tolerance, job.localize_module)
         attempts.append(
             LocalizeAttempt(
                 granularity, len(taps), reproduced,
@@ -237,11 +240,17 @@ def localize(
             status, reason, granularity=granularity, attempts=tuple(attempts),
             taps=tuple(rows), first_divergence=first, program=_program_info(tapped, program, taps, budget),
         )  # fmt: skip
+    suspect = (
+        f"; {job.pte.name} may not be what its export builds: a tapped twin built from "
+        f"{job.model} does not reproduce its divergence"
+        if job.pte is not None
+        else ""
+    )
     return result(
         "not_localizable",
         "not localisable by taps: with every granularity tried "
         f"({', '.join(a.granularity for a in attempts)}) the divergence disappeared or the "
-        "tapped program could not be built; the device's outputs still depart from eager",
+        "tapped program could not be built; the device's outputs still depart from eager" + suspect,
         granularity=None,
         attempts=tuple(attempts),
     )
@@ -294,30 +303,38 @@ def boundary_nodes(taps: Sequence[TapInfo]) -> tuple[str, ...]:
 
 
 def _verdict(
-    rows: Sequence[Any], first: Any, diverged: bool, judged: Judged, tolerance: TapTolerance
+    rows: Sequence[TapResult],
+    first: FirstDivergence | None,
+    diverged: bool,
+    judged: Judged,
+    tolerance: TapTolerance,
+    module: str | None,
 ) -> tuple[str, str]:
+    """The localisation's status and its one-line reason."""
     from etdeploy.pipeline.taps import describe_error, where
 
     over = [r for r in rows if r.status != "ok"]
     if first is not None:
-        reason = (
-            f"the device departs from eager at {where(first)}: {describe_error(first.metrics)}, "
-            + (
-                "from exact inputs"
-                if first.carried_in == 0
-                else f"{first.growth:.3g}x what its inputs carried in"
-            )
+        came = (
+            "from exact inputs"
+            if first.carried_in == 0
+            else f"{first.growth:.3g}x what its inputs carried in"
         )
-        if not diverged:
-            reason += "; the model's outputs still pass"
-        return "localized", reason
+        reason = f"the device departs from eager at {where(first)}: {describe_error(first.metrics)}, {came}"
+        return "localized", reason + ("" if diverged else "; the model's outputs still pass")
+    carried_into = [r for r in over if r.context]
+    if carried_into and module:
+        return "unexplained", (
+            f"the values carried into {module} already depart from eager ({where(carried_into[0])}): "
+            "the divergence starts before the module; localize without --localize-module"
+        )
+    if over:
+        return "unexplained", (
+            f"{len(over)} tapped value(s) are over tolerance, first {where(over[0])}, but none grew "
+            f"more than {tolerance.growth:g}x past its inputs: the error starts where nothing is tapped"
+            + ("" if diverged else "; the model's outputs pass")
+        )
     if diverged:
-        if over:
-            return "unexplained", (
-                f"{len(over)} tapped value(s) are over tolerance, first {where(over[0])}, but none "
-                f"grew more than {tolerance.growth:g}x past its inputs: the error starts where "
-                "nothing is tapped (try without --localize-module, or a finer granularity)"
-            )
         return "unexplained", (
             "every tapped value is within tolerance, yet the outputs diverge: the error starts "
             "after the last tap or in a value that is not tapped"
@@ -346,6 +363,7 @@ def _program_info(
         summary_taps=len(taps) - full,
         budget_bytes=budget,
         cached=tapped.cached,
+        pte=str(tapped.pte),
     )
 
 

@@ -459,6 +459,8 @@ class TapResult(Record):
     carried_in: float  # the largest rel error among its inputs (0: exact inputs)
     growth: float | None  # rel / what its inputs carried (None: within tolerance)
     status: str  # one of TAP_STATUSES
+    # Tapped as a value carried into --localize-module's module (never blamed).
+    context: bool = False
 
 
 @dataclass(frozen=True)
@@ -500,6 +502,8 @@ class TapTolerance(Record):
 
 @dataclass(frozen=True)
 class TappedProgram(Record):
+    """The tapped sibling that ran (the last one tried)."""
+
     sha256: str
     size_bytes: int
     untapped_size_bytes: int
@@ -507,6 +511,7 @@ class TappedProgram(Record):
     summary_taps: int
     budget_bytes: int
     cached: bool
+    pte: str | None = omitted_if_none()  # in the build cache, beside its .pt2 eager twin
 
 
 @dataclass(frozen=True)
