@@ -206,7 +206,7 @@ def tap_results(
             partition=tap.partition, kernel=tap.kernel, delegate=tap.delegate,
             reducer=tap.reducer, shape=tap.shape, inputs=tap.inputs, sample=sample,
             metrics=judged.metrics, carried_in=judged.carried_in, growth=judged.growth,
-            status=status, context=tap.context,
+            status=status, context=tap.context, step=tap.step,
         )  # fmt: skip
         rows.append(row)
         if first is None and status == "departs":

@@ -461,6 +461,7 @@ class TapResult(Record):
     status: str  # one of TAP_STATUSES
     # Tapped as a value carried into --localize-module's module (never blamed).
     context: bool = False
+    step: float | None = omitted_if_none()  # of the quantization grid the value lies on
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,9 @@ def _spec(anomalies: bool, calibrate: bool = True):
         input_names=["pressure"],
         output_names=["forecast"],
         output_kinds={"forecast": "regression"},
-        samples=_pressure_windows(SAMPLES / ("anomalies" if anomalies else "absolute"), anomalies=anomalies),
+        samples=_pressure_windows(
+            SAMPLES / ("anomalies" if anomalies else "absolute"), anomalies=anomalies
+        ),
     )
 
 
