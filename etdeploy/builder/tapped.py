@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import time
 import warnings as warnings_module
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from etdeploy.paths import cache_dir
 
 SCHEMA = "etdeploy.tapped/1"
 # Bumped whenever what a tapped build records changes.
-TAP_REVISION = 1
+TAP_REVISION = 2
 
 # How finely to tap: every operator; each leaf module's output; or only values
 # that already leave a partition (a delegate's outputs and CPU kernels' outputs),
@@ -235,7 +235,15 @@ def _build_uncached(
     exported = export_model(spec, ref.source_files)
     model_outputs = len(exported.graph.output_node().args[0])
     chosen, context = select_nodes(exported, plan)
-    reducers = assign_reducers(chosen, plan.budget_bytes)
+    ranges = dict(exported.range_constraints)
+    reducers = assign_reducers(chosen, plan.budget_bytes, ranges)
+    untapped = [n.name for n in chosen if reducers[n.name] is None]
+    chosen = [n for n in chosen if reducers[n.name] is not None]
+    if not chosen:
+        raise ModelError(
+            "every value to tap is of dynamic size and over --localize-budget",
+            "raise --localize-budget, or narrow the taps with --localize-module",
+        )
     inputs = tapped_inputs(exported, {n.name for n in chosen})
     full = {name for name, reducer in reducers.items() if reducer == FULL}
     stats = {name for name, reducer in reducers.items() if reducer == STATS}
@@ -280,7 +288,7 @@ def _build_uncached(
                 fields=tuple(tap.fields),
                 shape=tuple(_int_dims(val.shape)),
                 dtype=str(val.dtype).removeprefix("torch."),
-                nbytes=_nbytes(node) or 0,
+                nbytes=_nbytes(node, ranges) or 0,
                 inputs=inputs[tap.node_name],
                 partition=partition,
                 delegate=delegate,
@@ -305,6 +313,8 @@ def _build_uncached(
         "plan": plan.key_fields(),
         "model_outputs": model_outputs,
         "taps": [asdict(t) for t in taps],
+        # Dynamic-size values over the budget: left untapped (see assign_reducers).
+        "untapped": untapped,
         "methods": [method],
         "delegation": delegation,
         "reference": tapped_reference_path(Path(f"{ref.name}.tapped.pte")).name,
@@ -418,26 +428,43 @@ def _int_dims(shape: Sequence[Any]) -> list[int]:
     return dims
 
 
-def _nbytes(node: Any) -> int | None:
+def _nbytes(node: Any, ranges: Mapping[Any, Any]) -> int | None:
+    """Bytes of the node's value; of a dynamic size, at its largest (None: no
+    upper bound). Never int() on a symbolic size: that pins it to the example's."""
     val = _tensor_val(node)
-    try:
-        return int(val.numel()) * val.element_size()
-    except (TypeError, ValueError, RuntimeError):  # a dynamic size
-        return None
+    size = val.element_size()
+    for dim in val.shape:
+        if isinstance(dim, int):
+            size *= dim
+            continue
+        expr = dim.node.expr
+        try:
+            bound = int(expr.xreplace({s: ranges[s].upper for s in expr.free_symbols}))
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
+            return None
+        size *= bound
+    return size
 
 
-def assign_reducers(nodes: Sequence[Any], budget_bytes: int) -> dict[str, str]:
-    """Full tensors in graph order while they fit the budget; the summary beyond.
-    A value of dynamic size gets the summary: its bytes are not known here."""
+def _is_dynamic(node: Any) -> bool:
+    return any(not isinstance(dim, int) for dim in _tensor_val(node).shape)
+
+
+def assign_reducers(
+    nodes: Sequence[Any], budget_bytes: int, ranges: Mapping[Any, Any]
+) -> dict[str, str | None]:
+    """Full tensors in graph order while they fit the budget (a dynamic size at
+    its largest); the summary beyond. A dynamic value beyond it is not tapped
+    (None): the summary's percentile reads the size once, at build time."""
     used = 0
-    chosen: dict[str, str] = {}
+    chosen: dict[str, str | None] = {}
     for node in nodes:
-        size = _nbytes(node)
+        size = _nbytes(node, ranges)
         if size is not None and used + size <= budget_bytes:
             used += size
             chosen[node.name] = FULL
         else:
-            chosen[node.name] = STATS
+            chosen[node.name] = None if _is_dynamic(node) else STATS
     return chosen
 
 

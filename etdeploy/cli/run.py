@@ -396,6 +396,13 @@ def render_localization(found: Localization) -> None:
             style = "bold red" if tap.node == first else ("red" if tap.status == "departs" else "")
             table.add_row(*(escape(cell) for cell in row), style=style or None)
         _print_wide(table)
+    if found.program is not None and found.program.untapped:
+        console.print(
+            f"localize: {len(found.program.untapped)} value(s) of dynamic size over the budget "
+            f"not tapped: {escape(', '.join(found.program.untapped))}",
+            highlight=False,
+            soft_wrap=True,
+        )
     for attempt in found.attempts:
         if attempt.reproduced is False or not attempt.taps:
             console.print(

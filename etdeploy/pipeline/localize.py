@@ -240,6 +240,14 @@ def localize(
             status, reason, granularity=granularity, attempts=tuple(attempts),
             taps=tuple(rows), first_divergence=first, program=_program_info(tapped, program, taps, budget),
         )  # fmt: skip
+    if not any(a.taps for a in attempts):
+        notes = "; ".join(f"{a.granularity}: {a.note}" for a in attempts)
+        return result(
+            "not_localizable",
+            f"no tapped program could be built ({notes})",
+            granularity=None,
+            attempts=tuple(attempts),
+        )
     suspect = (
         f"; {job.pte.name} may not be what its export builds: a tapped twin built from "
         f"{job.model} does not reproduce its divergence"
@@ -248,9 +256,9 @@ def localize(
     )
     return result(
         "not_localizable",
-        "not localisable by taps: with every granularity tried "
-        f"({', '.join(a.granularity for a in attempts)}) the divergence disappeared or the "
-        "tapped program could not be built; the device's outputs still depart from eager" + suspect,
+        "not localisable by taps: no tapped program tried "
+        f"({', '.join(a.granularity for a in attempts)}) reproduced the divergence; the "
+        "device's outputs still depart from eager" + suspect,
         granularity=None,
         attempts=tuple(attempts),
     )
@@ -364,6 +372,7 @@ def _program_info(
         budget_bytes=budget,
         cached=tapped.cached,
         pte=str(tapped.pte),
+        untapped=tuple(tapped.manifest.get("untapped") or ()),
     )
 
 

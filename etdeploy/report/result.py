@@ -513,6 +513,8 @@ class TappedProgram(Record):
     budget_bytes: int
     cached: bool
     pte: str | None = omitted_if_none()  # in the build cache, beside its .pt2 eager twin
+    # Values of dynamic size over the budget, left untapped (a summary cannot follow the size).
+    untapped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -379,6 +379,29 @@ def test_localize_settings_come_from_etdeploy_toml(tmp_path: Path) -> None:
     assert [t["reducer"] for t in found["taps"]] == ["full", "full", "stats", "stats", "full"]
 
 
+@pytest.mark.slow
+def test_a_dynamic_batch_is_tapped_at_each_samples_size_within_the_budget(tmp_path: Path) -> None:
+    """Batch dims exported dynamic (1..16): each tap's size is bounded by the
+    largest batch; one over the budget is left untapped (a summary would pin its
+    size to the example's), and the result says which."""
+    samples = tmp_path / "batches"
+    samples.mkdir()
+    for rows in (3, 9):
+        grid = np.linspace(-1.5, 1.5, rows * 5, dtype=np.float32).reshape(rows, 5)
+        np.save(samples / f"b{rows}.npy", np.sin(grid * 2.0).astype(np.float32))
+    code, result, output = cli(
+        tmp_path, f"{MODELS / 'two_io.py'}:dynamic_mlp", "--inputs", samples, "--localize",
+        "--localize-budget", "600", "--localize-samples", "1",
+    )  # fmt: skip
+    assert code == 0, output
+    found = result["localization"]
+    # 16 x 8 float32 (the first linear, at the largest batch) fits 600 bytes; the rest do not.
+    assert [t["node"] for t in found["taps"]] == ["linear"]
+    assert found["program"]["untapped"] == ["tanh", "linear_1"]
+    assert found["status"] == "clean" and sorted(found["samples"]) == ["b3", "b9"]
+    assert "not tapped: tanh, linear_1" in output
+
+
 # -- on the phone --------------------------------------------------------------------------------
 
 
