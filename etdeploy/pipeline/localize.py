@@ -187,6 +187,7 @@ def localize(
 
     attempts: list[LocalizeAttempt] = []
     finest: list[TapInfo] | None = None
+    tried: dict[str, set[str]] = {}  # granularity -> the nodes its program tapped
     for granularity in GRANULARITIES:
         nodes: tuple[str, ...] = ()
         if granularity == "partitions":
@@ -205,6 +206,15 @@ def localize(
             continue
         taps = tapped.taps
         finest = finest or taps
+        same = next((g for g, nodes in tried.items() if nodes == {t.node for t in taps}), None)
+        if same is not None:
+            attempts.append(
+                LocalizeAttempt(
+                    granularity, len(taps), None, f"the same taps as {same}: not run again"
+                )
+            )
+            continue
+        tried[granularity] = {t.node for t in taps}
         say(f"running the tapped program ({len(taps)} taps) on {device.name}")
         eager = _eager_values(tapped, [staged.samples[i] for i in chosen], job.use_cache)
         got = context.run(tapped, eager)

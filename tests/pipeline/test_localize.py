@@ -331,9 +331,12 @@ def test_a_divergence_the_tapped_twin_does_not_reproduce_is_not_localisable(
     assert code == 1, output
     found = result["localization"]
     assert found["status"] == "not_localizable" and found["first_divergence"] is None
-    assert [(a["granularity"], a["reproduced"]) for a in found["attempts"]] == [
-        ("ops", False), ("modules", False), ("partitions", False),
+    # Portable has no delegate: every value leaves its partition, so the partition
+    # boundaries are every operator again, which is not run twice.
+    assert [(a["granularity"], a["reproduced"], a["taps"]) for a in found["attempts"]] == [
+        ("ops", False, 5), ("modules", False, 4), ("partitions", None, 5),
     ]  # fmt: skip
+    assert found["attempts"][2]["note"] == "the same taps as ops: not run again"
     assert "not localisable by taps" in found["reason"]
     assert "altered.pte may not be what its export builds" in found["reason"]
 
