@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         Profile,
         RunResult,
         SizeSummary,
+        TapResult,
         Verdict,
     )
 
@@ -391,7 +392,7 @@ def render_localization(found: Localization) -> None:
             row = [
                 str(tap.index), tap.op, tap.module or "(model)", tap.source or "-", partition,
                 "summary" if tap.reducer != "full" else "full", error, "-" if m.sqnr_db is None else _num(m.sqnr_db, ".1f"), f"{m.ulps:.3g}",
-                "-" if tap.growth is None else f"{tap.growth:.3g}x", status,
+                _growth(tap), status,
             ]  # fmt: skip
             style = "bold red" if tap.node == first else ("red" if tap.status == "departs" else "")
             table.add_row(*(escape(cell) for cell in row), style=style or None)
@@ -414,12 +415,20 @@ def render_localization(found: Localization) -> None:
     if divergence is not None and divergence.source:
         console.print(
             f"first divergence: {escape(divergence.source)}  {escape(divergence.code or '')}  "
-            f"({escape(describe_error(divergence.metrics))})",
+            f"— {escape(describe_error(divergence.metrics))}",
             highlight=False,
             soft_wrap=True,
         )
     colour = {"localized": "bold yellow", "clean": "green"}.get(found.status, "bold red")
     console.print(f"[{colour}]LOCALIZE[/] {escape(found.reason)}", highlight=False, soft_wrap=True)
+
+
+def _growth(tap: TapResult) -> str:
+    """How much the tap's relative error outgrew its inputs'; from exact inputs
+    (a model input, weights) the ratio to float32's epsilon says little."""
+    if tap.growth is None:
+        return "-"
+    return "exact in" if tap.carried_in == 0 else f"{tap.growth:.3g}x"
 
 
 def _print_wide(table: Table) -> None:
