@@ -30,14 +30,8 @@ import numpy as np
 
 from etdeploy import verify as metrics
 from etdeploy.builder import BuildOptions
-from etdeploy.builder.tapped import (
-    DEFAULT_BUDGET_BYTES,
-    FULL,
-    GRANULARITIES,
-    TapInfo,
-    TappedBuild,
-    TapPlan,
-)
+from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
+from etdeploy.builder.tapped import TapInfo, TappedBuild
 from etdeploy.devices.base import Device, ProgressCallback
 from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.pipeline.build import Program, describe_program
@@ -98,8 +92,7 @@ def check_localizable(job: RunJob, program: Program) -> None:
 
 def _check_module(model: str, pattern: str) -> None:
     """A module path the model has (its named submodules), before the run."""
-    import fnmatch
-
+    from etdeploy.builder.tap_plan import path_matches
     from etdeploy.model.loader import load_model, parse_model_ref
 
     module = load_model(parse_model_ref(model)).module
@@ -107,10 +100,7 @@ def _check_module(model: str, pattern: str) -> None:
     if named is None:  # a saved ExportedProgram: checked against its graph when tapped
         return
     paths = [name for name, _ in named() if name]
-    if not any(
-        p == pattern or p.startswith(pattern + ".") or fnmatch.fnmatchcase(p, pattern)
-        for p in paths
-    ):
+    if not any(path_matches(p, pattern) for p in paths):
         raise UsageError(
             f"--localize-module {pattern!r} matches no module of {model}",
             "module paths are: "
@@ -206,7 +196,7 @@ def localize(
             continue
         taps = tapped.taps
         finest = finest or taps
-        same = next((g for g, nodes in tried.items() if nodes == {t.node for t in taps}), None)
+        same = next((g for g, seen in tried.items() if seen == {t.node for t in taps}), None)
         if same is not None:
             attempts.append(
                 LocalizeAttempt(
@@ -243,7 +233,9 @@ def localize(
         attempts.append(
             LocalizeAttempt(
                 granularity, len(taps), reproduced,
-                "reproduced the divergence" if reproduced else "nothing to reproduce: the run passed",
+                "reproduced the divergence"
+                if reproduced
+                else "nothing to reproduce: the device matched its reference",
             )
         )  # fmt: skip
         return result(

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etdeploy.builder.tapped import FULL, TapInfo
+from etdeploy.builder.tap_plan import FULL
+from etdeploy.builder.tapped import TapInfo
 from etdeploy.report.result import (
     FirstDivergence,
     TapMetrics,

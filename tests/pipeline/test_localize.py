@@ -172,7 +172,7 @@ def test_a_correct_model_reports_every_tap_within_tolerance_and_no_culprit(tmp_p
     assert all(t["status"] == "ok" and t["metrics"]["rel"] <= 1e-4 for t in found["taps"])
     assert found["attempts"] == [
         {"granularity": "ops", "taps": 5, "reproduced": None,
-         "note": "nothing to reproduce: the run passed"},
+         "note": "nothing to reproduce: the device matched its reference"},
     ]  # fmt: skip
     assert "LOCALIZE every tap (5) is within tolerance" in output
     assert "rerun with --localize" not in output
