@@ -137,6 +137,33 @@ def build_options_for(job: RunJob, program: Program) -> BuildOptions:
     )
 
 
+def localize_or_warning(
+    job: RunJob,
+    device: Device,
+    bundle: RunnerBundle,
+    program: Program,
+    staged: Staged,
+    judged: Judged,
+    outputs: Sequence[Sequence[np.ndarray]],
+    *,
+    job_id: str,
+    say: StatusCallback,
+    progress: ProgressCallback | None = None,
+) -> tuple[Localization | None, tuple[str, ...]]:
+    """The stage as run_job calls it, after the verdict: a failure here (a tapped
+    program that will not lower, a device gone) is a warning, never the loss of
+    the verdict the run already reached."""
+    try:
+        found = localize(
+            job, device, bundle, program, staged, judged, outputs,
+            job_id=job_id, say=say, progress=progress,
+        )  # fmt: skip
+    except EtdeployError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        return None, (f"--localize failed: {exc.message}{hint}",)
+    return found, ()
+
+
 def localize(
     job: RunJob,
     device: Device,

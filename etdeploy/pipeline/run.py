@@ -43,7 +43,6 @@ from etdeploy.report.result import (
     ErrorInfo,
     InputsInfo,
     JobInfo,
-    Localization,
     Memory,
     Profile,
     RunnerInfo,
@@ -117,10 +116,13 @@ def run_job(
     judged = judge(job, program, staged, executed.outputs, host_outputs, context.size_config)
     localization, localize_warnings = None, ()
     if job.localize:
+        from etdeploy.pipeline.localize import localize_or_warning
+
         say("localizing: where the device departs from eager")
-        localization, localize_warnings = _localize(
-            job, device, bundle, program, staged, judged, executed, job_id, say, context
-        )
+        localization, localize_warnings = localize_or_warning(
+            job, device, bundle, program, staged, judged, executed.outputs,
+            job_id=job_id, say=say, progress=context.progress,
+        )  # fmt: skip
     result = _result(
         job, job_id, info, program, staged, bundle, deployed, executed, judged, lock,
         etdump, profile, (*program.warnings, *staged.warnings, *profile_warnings), started,
@@ -128,32 +130,6 @@ def run_job(
     return replace(
         result, localization=localization, warnings=(*result.warnings, *localize_warnings)
     )
-
-
-def _localize(
-    job: RunJob,
-    device: Device,
-    bundle: RunnerBundle,
-    program: Program,
-    staged: Staged,
-    judged: Judged,
-    executed: Executed,
-    job_id: str,
-    say: StatusCallback,
-    context: RunContext,
-) -> tuple[Localization | None, tuple[str, ...]]:
-    """The localize stage; a failure there is a warning, never the loss of the verdict."""
-    from etdeploy.pipeline.localize import localize
-
-    try:
-        found = localize(
-            job, device, bundle, program, staged, judged, executed.outputs,
-            job_id=job_id, say=say, progress=context.progress,
-        )  # fmt: skip
-    except EtdeployError as exc:
-        hint = f" ({exc.hint})" if exc.hint else ""
-        return None, (f"--localize failed: {exc.message}{hint}",)
-    return found, ()
 
 
 def _result(
