@@ -58,6 +58,11 @@ _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
         "host_check": bool,
         "runner": str,
         "cpu_threads": int,
+        # run --localize (etdeploy.pipeline.localize); the budget is "64MB" or bytes.
+        "localize": bool,
+        "localize_samples": int,
+        "localize_budget": (str, int),
+        "localize_module": str,
     },
     # Sizes are "150MB"-style strings or plain byte counts.
     "sizecheck": {
@@ -209,6 +214,13 @@ def run_settings(config: Config, **flags: Any) -> dict[str, Any]:
                 from_file[key] = [_relative_to(base, item) for item in from_file[key]]
         if "runner" in from_file:
             from_file["runner"] = _relative_to(base, from_file["runner"])
+    if "localize_budget" in from_file:
+        from etdeploy.sizecheck.limits import parse_size
+
+        label = config.path.name if config.path else CONFIG_NAME
+        from_file["localize_budget_bytes"] = parse_size(
+            from_file.pop("localize_budget"), what=f"{label}: run.localize_budget"
+        )
     merged.update(from_file)
     given = {k: v for k, v in flags.items() if v is not None}
     if "output_kinds" in given:

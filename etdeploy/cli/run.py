@@ -22,7 +22,15 @@ from etdeploy.cli._app import command, console, err_console, format_ms
 from etdeploy.errors import EXIT_OK
 
 if TYPE_CHECKING:
-    from etdeploy.report.result import OutputMetrics, Profile, RunResult, SizeSummary, Verdict
+    from etdeploy.report.result import (
+        Localization,
+        OutputMetrics,
+        Profile,
+        RunResult,
+        SizeSummary,
+        TapResult,
+        Verdict,
+    )
 
 
 @command("run")
@@ -61,6 +69,10 @@ def run_command(
     profile: bool = typer.Option(False, "--profile", help="Record an ETDump and show the slowest operators and delegate calls."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild the .pte even when cached."),
     config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
+    localize: bool = typer.Option(None, "--localize/--no-localize", help="Name the operator where the device starts to depart from eager: a tapped twin of the program runs on the same device.", rich_help_panel="Localization"),
+    localize_samples: int = typer.Option(None, "--localize-samples", min=0, help="Localise on N more samples after the most divergent one (default 0).", rich_help_panel="Localization"),
+    localize_budget: str = typer.Option(None, "--localize-budget", help="Bytes of tapped values pulled whole (default 64MiB); summaries (min, max, mean, std...) beyond.", rich_help_panel="Localization"),
+    localize_module: str = typer.Option(None, "--localize-module", help="Tap only inside this module path, e.g. encoder.layers.3 (globs allowed).", rich_help_panel="Localization"),
 ) -> None:  # fmt: skip
     """Run MODEL on a device with real inputs and compare with eager PyTorch."""
     import time
@@ -88,6 +100,7 @@ def run_command(
         output_kinds=output_kind or None, min_sqnr_db=min_sqnr, min_top1=min_top1,
         min_cosine=min_cosine, max_abs_error=max_abs_error, quant_steps=quant_steps,
     )  # fmt: skip
+    settings.update(_localize_flags(localize, localize_samples, localize_budget, localize_module))
     job = RunJob.from_settings(
         model,
         settings,
@@ -126,6 +139,21 @@ def run_command(
     render_result(result)
     if result.exit_code != EXIT_OK:
         raise typer.Exit(result.exit_code)
+
+
+def _localize_flags(
+    localize: bool | None, samples: int | None, budget: str | None, module: str | None
+) -> dict[str, object]:
+    """The --localize flags given, over etdeploy.toml's [run] localize keys."""
+    from etdeploy.sizecheck.limits import parse_size
+
+    given = {
+        "localize": localize,
+        "localize_samples": samples,
+        "localize_budget_bytes": parse_size(budget, what="--localize-budget") if budget else None,
+        "localize_module": module,
+    }
+    return {key: value for key, value in given.items() if value is not None}
 
 
 class RunDisplay:
@@ -246,10 +274,12 @@ def render_result(result: RunResult) -> None:
         _render_size(result.size)
     if result.profile is not None:
         _render_profile(result.profile)
+    if result.localization is not None:
+        render_localization(result.localization)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
-    console.print(f"{mark} {escape(verdict.reason)}", highlight=False)
+    console.print(f"{mark} {escape(verdict.reason)}{_localize_suggestion(result)}", highlight=False)
     if result.size is not None and not result.size.passed:
         console.print(
             "[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False
@@ -315,3 +345,103 @@ def _bytes(value: int | None) -> str:
     from etdeploy.sizecheck.limits import format_bytes
 
     return format_bytes(value)
+
+
+def _localize_suggestion(result: RunResult) -> str:
+    """For a device or lowering divergence not yet localised: how to find where it starts."""
+    verdict = result.verdict
+    failed = verdict.failed_stage if verdict is not None else None
+    if (
+        failed is None
+        or failed.stage == "quantization"
+        or result.localization is not None
+        or not result.job.model
+    ):
+        return ""
+    return "; rerun with --localize to name the operator where it starts"
+
+
+def render_localization(found: Localization) -> None:
+    """The taps in graph order with the first divergence marked, then what was
+    found on one line. A CI log is read wide: piped, the table is not squeezed
+    to 80 columns, and the lines do not wrap."""
+    from rich import box
+
+    from etdeploy.pipeline.taps import describe_error
+
+    if found.taps:
+        title = (
+            f"localization: {len(found.taps)} taps ({found.granularity}) vs {found.reference}; "
+            f"sample{'s' if len(found.samples) > 1 else ''} {', '.join(found.samples)}"
+        )
+        table = Table(title=escape(title), box=box.SIMPLE_HEAD, title_justify="left")
+        columns = ("#", "op", "module", "source", "partition", "value", "error", "SQNR dB",
+                   "ULPs", "vs inputs", "status")  # fmt: skip
+        for column in columns:
+            right = column in ("#", "error", "SQNR dB", "ULPs", "vs inputs")
+            table.add_column(column, justify="right" if right else "left", no_wrap=True)
+        first = found.first_divergence.node if found.first_divergence else None
+        for tap in found.taps:
+            m = tap.metrics
+            error = f"{m.steps:.1f} steps" if m.steps is not None else f"{m.rel:.2e}"
+            if tap.partition == "CPU":
+                partition = f"CPU {tap.kernel or ''}".strip()
+            else:
+                partition = f"{tap.partition} #{tap.delegate}"
+            status = "FIRST DIVERGENCE" if tap.node == first else tap.status
+            row = [
+                str(tap.index), tap.op, tap.module or "(model)", tap.source or "-", partition,
+                "summary" if tap.reducer != "full" else "full", error, "-" if m.sqnr_db is None else _num(m.sqnr_db, ".1f"), f"{m.ulps:.3g}",
+                _growth(tap), status,
+            ]  # fmt: skip
+            style = "bold red" if tap.node == first else ("red" if tap.status == "departs" else "")
+            table.add_row(*(escape(cell) for cell in row), style=style or None)
+        _print_wide(table)
+    if found.program is not None and found.program.untapped:
+        console.print(
+            f"localize: {len(found.program.untapped)} value(s) of dynamic size over the budget "
+            f"not tapped: {escape(', '.join(found.program.untapped))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    for attempt in found.attempts:
+        if attempt.reproduced is False or not attempt.taps:
+            console.print(
+                f"localize ({attempt.granularity}): {escape(attempt.note)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+    divergence = found.first_divergence
+    if divergence is not None and divergence.source:
+        console.print(
+            f"first divergence: {escape(divergence.source)}  {escape(divergence.code or '')}  "
+            f"— {escape(describe_error(divergence.metrics))}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    colour = {"localized": "bold yellow", "clean": "green"}.get(found.status, "bold red")
+    console.print(f"[{colour}]LOCALIZE[/] {escape(found.reason)}", highlight=False, soft_wrap=True)
+
+
+def _growth(tap: TapResult) -> str:
+    """How much the tap's relative error outgrew its inputs'; from exact inputs
+    (a model input, weights) the ratio to float32's epsilon says little."""
+    if tap.growth is None:
+        return "-"
+    return "exact in" if tap.carried_in == 0 else f"{tap.growth:.3g}x"
+
+
+def _print_wide(table: Table) -> None:
+    """A table at its natural width when piped (rich would squeeze it to 80
+    columns and cut every cell), as plain lines; on a terminal, as usual."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    Console(file=buffer, width=240, color_system=None).print(table)
+    for line in buffer.getvalue().splitlines():
+        console.print(line.rstrip(), markup=False, highlight=False, soft_wrap=True)

@@ -64,6 +64,12 @@ class RunJob:
     min_cosine: float | None = None
     max_abs_error: float | None = None
     quant_steps: float | None = None
+    # run --localize: a tapped sibling of the program, run on the same device,
+    # names the operator where it departs from eager (etdeploy.pipeline.localize).
+    localize: bool = False
+    localize_samples: int = 0  # more samples after the most divergent one
+    localize_budget_bytes: int | None = None  # full tensors within it, summaries beyond
+    localize_module: str | None = None  # only operators inside this module path
 
     def __post_init__(self) -> None:
         if self.model is None and (self.pte is None or self.reference is None):
@@ -88,6 +94,19 @@ class RunJob:
             raise UsageError(
                 f"--idle-timeout must be positive, got {self.idle_timeout_s}",
                 "seconds of runner silence before it counts as hung, e.g. --idle-timeout 30",
+            )
+
+        if self.localize and self.model is None:
+            raise UsageError(
+                "--localize needs MODEL: a --pte alone has no graph to tap",
+                "name the model the .pte was built from: etdeploy run MODEL --pte FILE --localize",
+            )
+        if self.localize_samples < 0:
+            raise UsageError(f"--localize-samples must be 0 or more, got {self.localize_samples}")
+        if self.localize_budget_bytes is not None and self.localize_budget_bytes < 0:
+            raise UsageError(
+                f"--localize-budget must be 0 or more, got {self.localize_budget_bytes}",
+                "a size, e.g. --localize-budget 64MB",
             )
 
         self.declared_kinds()  # a malformed --output-kind fails here

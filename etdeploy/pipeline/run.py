@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from etdeploy.config import Config
@@ -73,6 +73,10 @@ def run_job(
 
     say(f"building {job.label}")
     program = build_program(job)
+    if job.localize:
+        from etdeploy.pipeline.localize import check_localizable
+
+        check_localizable(job, program)  # bad input fails before anything runs
     say("staging inputs and the reference")
     staged = stage(job, program)
     host_outputs = (
@@ -114,11 +118,24 @@ def run_job(
             profile_warnings = (f"no profile: {exc.message}",)
 
     judged = judge(job, program, staged, executed.outputs, host_outputs, context.size_config)
-    warnings = (*program.warnings, *staged.warnings, *checked.warnings, *profile_warnings)
-    return _result(
+    localization, localize_warnings = None, ()
+    if job.localize:
+        from etdeploy.pipeline.localize import localize_or_warning
+
+        say("localizing: where the device departs from eager")
+        localization, localize_warnings = localize_or_warning(
+            job, device, bundle, program, staged, judged, executed.outputs,
+            job_id=job_id, say=say, progress=context.progress,
+        )  # fmt: skip
+    warnings = (
+        *program.warnings, *staged.warnings, *checked.warnings, *profile_warnings,
+        *localize_warnings,
+    )  # fmt: skip
+    result = _result(
         job, job_id, info, program, staged, bundle, checked, deployed, executed, judged, lock,
         etdump, profile, warnings, started,
     )  # fmt: skip
+    return replace(result, localization=localization)
 
 
 def _result(

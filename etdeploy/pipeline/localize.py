@@ -1,0 +1,520 @@
+"""localize: when the device departs from eager, the operator where it starts.
+
+On request (--localize, [run] localize = true, a farm job's `localize`), after
+the verdict: a tapped sibling of the program (etdeploy.builder.tapped: the same
+export, backend, quantization and partitioner, chosen intermediate values made
+ordinary outputs) runs on the same device with the same runner, on the sample
+that diverged most and --localize-samples more. Every tapped value comes back
+like any output and is judged against the same node's eager value in the tapped
+ExportedProgram (for a quantized build its quantized eager program, so expected
+quantization error is not blamed), scale-aware (etdeploy.pipeline.taps).
+
+It confirms before it blames: the tapped program's own outputs must reproduce
+the divergence of the untapped one. Taps can change what a delegate computes
+(a value it fused away must now be handed out); when the divergence disappears,
+it says so and tries coarser taps (each module's output, then only values that
+already leave a partition) before it reports the divergence as not localisable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from etdeploy import verify as metrics
+from etdeploy.builder import BuildOptions
+from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
+from etdeploy.builder.tapped import TapInfo, TappedBuild
+from etdeploy.devices.base import Device, ProgressCallback
+from etdeploy.errors import EtdeployError, InputError, UsageError
+from etdeploy.pipeline.build import Program, describe_program
+from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.stage import Staged
+from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
+from etdeploy.pipeline.verify import Judged, is_quantized
+from etdeploy.report.result import (
+    FirstDivergence,
+    Localization,
+    LocalizeAttempt,
+    TappedProgram,
+    TapResult,
+    TapTolerance,
+)
+from etdeploy.runner_build import RunnerBundle
+
+# Per sample, per output of the tapped program (by output index).
+Values = list[dict[int, np.ndarray]]
+
+_WHAT = {
+    "ops": "every operator",
+    "modules": "each module's output",
+    "partitions": "values leaving each partition",
+}
+
+
+def check_localizable(job: RunJob, program: Program) -> None:
+    """Before anything runs: a graph to tap, and the model the program came from."""
+    if job.model is None:
+        raise UsageError(
+            "--localize needs MODEL: a --pte alone has no graph to tap",
+            "name the model the .pte was built from: etdeploy run MODEL --pte FILE --localize",
+        )
+    if job.pte is not None:
+        manifest = program.manifest
+        if manifest is None or manifest.get("partial") or "model" not in manifest:
+            raise InputError(
+                f"--localize cannot tell what {job.pte.name} was built from: it has no build "
+                "manifest (.pte.json), so a tapped twin might be a different program",
+                "run MODEL without --pte (etdeploy builds it), or keep the .pte.json that "
+                "`etdeploy build` writes beside it",
+            )
+        from etdeploy.model.loader import parse_model_ref
+
+        built_from = manifest["model"].get("fingerprint")
+        if parse_model_ref(job.model).fingerprint() != built_from:
+            raise InputError(
+                f"{job.model} is not the model {job.pte.name} was built from (its source "
+                f"fingerprint differs from the one in {job.pte.name}.json: "
+                f"{manifest['model'].get('ref')})",
+                "localize with the model the .pte came from, or drop --pte to build and "
+                "localize this model",
+            )
+    if job.localize_module:
+        _check_module(job.model, job.localize_module)
+
+
+def _check_module(model: str, pattern: str) -> None:
+    """A module path the model has (its named submodules), before the run."""
+    from etdeploy.builder.tap_plan import path_matches
+    from etdeploy.model.loader import load_model, parse_model_ref
+
+    module = load_model(parse_model_ref(model)).module
+    named = getattr(module, "named_modules", None)
+    if named is None:  # a saved ExportedProgram: checked against its graph when tapped
+        return
+    paths = [name for name, _ in named() if name]
+    if not any(path_matches(p, pattern) for p in paths):
+        raise UsageError(
+            f"--localize-module {pattern!r} matches no module of {model}",
+            "module paths are: "
+            + (", ".join(paths[:12]) or "none (the model has no submodules)")
+            + (" ..." if len(paths) > 12 else ""),
+        )
+
+
+def build_options_for(job: RunJob, program: Program) -> BuildOptions:
+    """The options the program was built with: the job's, or for --pte its manifest's."""
+    if job.pte is None:
+        return BuildOptions(
+            backend=job.backend,
+            quantize=job.quantize,
+            calibration=job.calibration,
+            dynamic=job.dynamic,
+            use_cache=job.use_cache,
+        )
+    manifest = program.manifest or {}
+    quant = manifest.get("quantization") or {}
+    calibration = quant.get("calibration") or {}
+    dynamic = tuple(
+        f"{name}:{dim}={low}..{high}"
+        for name, dims in (manifest.get("dynamic") or {}).items()
+        for dim, (low, high) in dims.items()
+    )
+    return BuildOptions(
+        backend=manifest.get("backend") or job.backend,
+        quantize=quant.get("mode"),
+        calibration=tuple(calibration.get("sources") or ()),
+        random_calibration=calibration.get("kind") == "random",
+        dynamic=dynamic,
+        use_cache=job.use_cache,
+    )
+
+
+def localize_or_warning(
+    job: RunJob,
+    device: Device,
+    bundle: RunnerBundle,
+    program: Program,
+    staged: Staged,
+    judged: Judged,
+    outputs: Sequence[Sequence[np.ndarray]],
+    *,
+    job_id: str,
+    say: StatusCallback,
+    progress: ProgressCallback | None = None,
+) -> tuple[Localization | None, tuple[str, ...]]:
+    """The stage as run_job calls it, after the verdict: a failure here (a tapped
+    program that will not lower, a device gone) is a warning, never the loss of
+    the verdict the run already reached."""
+    try:
+        found = localize(
+            job, device, bundle, program, staged, judged, outputs,
+            job_id=job_id, say=say, progress=progress,
+        )  # fmt: skip
+    except EtdeployError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        return None, (f"--localize failed: {exc.message}{hint}",)
+    return found, ()
+
+
+def localize(
+    job: RunJob,
+    device: Device,
+    bundle: RunnerBundle,
+    program: Program,
+    staged: Staged,
+    judged: Judged,
+    outputs: Sequence[Sequence[np.ndarray]],
+    *,
+    job_id: str,
+    say: StatusCallback,
+    progress: ProgressCallback | None = None,
+) -> Localization:
+    """The first operator where the device departs from eager, or why none is named."""
+    started = time.perf_counter()
+    quantized = is_quantized(job, program)
+    assert judged.verdict.thresholds is not None
+    tolerance = tap_tolerance(judged.verdict.thresholds, quantized)
+    reference = "quantized eager" if quantized else "float eager"
+    # Quantization's own cost (the accuracy budget) is not the device's: only the
+    # lowering and device stages are a divergence taps can localise.
+    diverged = any(not s.passed for s in judged.verdict.budget if s.stage != "quantization")
+    target = staged.quantized if staged.quantized is not None else staged.references
+    chosen = rank_samples(outputs, target)[: 1 + job.localize_samples]
+    names = [staged.sample_names[i] for i in chosen]
+    context = _Context(job, device, bundle, program, staged, judged, chosen, job_id, say, progress)
+    options = build_options_for(job, program)
+    budget = (
+        job.localize_budget_bytes if job.localize_budget_bytes is not None else DEFAULT_BUDGET_BYTES
+    )
+
+    def result(status: str, reason: str, **more: Any) -> Localization:
+        return Localization(
+            status=status, reason=reason, reference=reference, samples=tuple(names),
+            tolerance=tolerance, module=job.localize_module,
+            seconds=round(time.perf_counter() - started, 3), **more,
+        )  # fmt: skip
+
+    attempts: list[LocalizeAttempt] = []
+    finest: list[TapInfo] | None = None
+    tried: dict[str, set[str]] = {}  # granularity -> the nodes its program tapped
+    for granularity in GRANULARITIES:
+        nodes: tuple[str, ...] = ()
+        if granularity == "partitions":
+            nodes = boundary_nodes(finest or [])
+            if not nodes:
+                attempts.append(
+                    LocalizeAttempt(granularity, 0, None, "no partition map from a finer build")
+                )
+                continue
+        plan = TapPlan(granularity, job.localize_module, nodes, budget)
+        say(f"building the tapped program ({_WHAT[granularity]})")
+        try:
+            tapped = _build(job, options, plan)
+        except EtdeployError as exc:
+            attempts.append(LocalizeAttempt(granularity, 0, None, f"not built: {exc.message}"))
+            continue
+        taps = tapped.taps
+        finest = finest or taps
+        same = next((g for g, seen in tried.items() if seen == {t.node for t in taps}), None)
+        if same is not None:
+            attempts.append(
+                LocalizeAttempt(
+                    granularity, len(taps), None, f"the same taps as {same}: not run again"
+                )
+            )
+            continue
+        tried[granularity] = {t.node for t in taps}
+        say(f"running the tapped program ({len(taps)} taps) on {device.name}")
+        eager = _eager_values(tapped, [staged.samples[i] for i in chosen], job.use_cache)
+        got = context.run(tapped, eager)
+        reproduced = context.reproduces(tapped, got, eager) if diverged else None
+        if reproduced is False:
+            attempts.append(
+                LocalizeAttempt(
+                    granularity, len(taps), False,
+                    "the tapped program's outputs pass the check the program failed, so these "
+                    "taps cannot show where it diverges (taps can change what a backend fuses; "
+                    "a .pte that is not what its export builds does not reproduce either)",
+                )
+            )  # fmt: skip
+            continue
+        per_sample = {
+            names[k]: judge_sample(
+                taps,
+                {t.node: tap_metrics(t, got[k][t.output_index], eager[k][t.output_index])
+                 for t in taps},
+                tolerance,
+            )
+            for k in range(len(chosen))
+        }  # fmt: skip
+        rows, first = tap_results(taps, per_sample)
+        status, reason = _verdict(rows, first, diverged, judged, tolerance, job.localize_module)
+        attempts.append(
+            LocalizeAttempt(
+                granularity, len(taps), reproduced,
+                "reproduced the divergence"
+                if reproduced
+                else "nothing to reproduce: the device matched its reference",
+            )
+        )  # fmt: skip
+        return result(
+            status, reason, granularity=granularity, attempts=tuple(attempts),
+            taps=tuple(rows), first_divergence=first, program=_program_info(tapped, program, taps, budget),
+        )  # fmt: skip
+    if not any(a.taps for a in attempts):
+        notes = "; ".join(f"{a.granularity}: {a.note}" for a in attempts)
+        return result(
+            "not_localizable",
+            f"no tapped program could be built ({notes})",
+            granularity=None,
+            attempts=tuple(attempts),
+        )
+    suspect = (
+        f"; {job.pte.name} may not be what its export builds: a tapped twin built from "
+        f"{job.model} does not reproduce its divergence"
+        if job.pte is not None
+        else ""
+    )
+    return result(
+        "not_localizable",
+        "not localisable by taps: no tapped program tried "
+        f"({', '.join(a.granularity for a in attempts)}) reproduced the divergence; the "
+        "device's outputs still depart from eager" + suspect,
+        granularity=None,
+        attempts=tuple(attempts),
+    )
+
+
+def _build(job: RunJob, options: BuildOptions, plan: TapPlan) -> TappedBuild:
+    from etdeploy.builder.tapped import build_tapped
+
+    assert job.model is not None
+    return build_tapped(job.model, options, plan)
+
+
+def rank_samples(
+    outputs: Sequence[Sequence[np.ndarray]], target: Sequence[Sequence[np.ndarray]]
+) -> list[int]:
+    """Sample positions, the most divergent first: by the lowest SQNR over its
+    outputs (scale-aware), then by the largest absolute error."""
+
+    def score(s: int) -> tuple[float, float]:
+        found = [
+            metrics.compare(a, e, metrics.Tolerance())
+            for a, e in zip(outputs[s], target[s], strict=True)
+        ]
+        sqnr = min((f["sqnr_db"] for f in found), default=math.inf)
+        worst = max((f["max_abs"] for f in found), default=0.0)
+        return (sqnr, -worst)
+
+    return sorted(range(len(outputs)), key=score)
+
+
+def boundary_nodes(taps: Sequence[TapInfo]) -> tuple[str, ...]:
+    """Values that leave their partition in the finest build: a CPU kernel's
+    output, or a delegate's output that a tap in another partition (or the
+    model's output) reads. Tapping these hands out nothing a delegate keeps."""
+    consumers: dict[str, list[TapInfo]] = {}
+    for tap in taps:
+        for name in tap.inputs:
+            consumers.setdefault(name, []).append(tap)
+    chosen = []
+    for tap in taps:
+        readers = consumers.get(tap.node, [])
+        home = (tap.partition, tap.delegate)
+        if (
+            tap.partition == "CPU"
+            or not readers
+            or any((r.partition, r.delegate) != home for r in readers)
+        ):
+            chosen.append(tap.node)
+    return tuple(chosen)
+
+
+def _verdict(
+    rows: Sequence[TapResult],
+    first: FirstDivergence | None,
+    diverged: bool,
+    judged: Judged,
+    tolerance: TapTolerance,
+    module: str | None,
+) -> tuple[str, str]:
+    """The localisation's status and its one-line reason."""
+    from etdeploy.pipeline.taps import describe_error, where
+
+    over = [r for r in rows if r.status != "ok"]
+    if first is not None:
+        came = (
+            "from exact inputs"
+            if first.carried_in == 0
+            else f"{first.growth:.3g}x what its inputs carried in"
+        )
+        reason = f"the device departs from eager at {where(first)}: {describe_error(first.metrics)}, {came}"
+        return "localized", reason + ("" if diverged else "; the model's outputs still pass")
+    carried_into = [r for r in over if r.context]
+    if carried_into and module:
+        return "unexplained", (
+            f"the values carried into {module} already depart from eager ({where(carried_into[0])}): "
+            "the divergence starts before the module; localize without --localize-module"
+        )
+    if over:
+        return "unexplained", (
+            f"{len(over)} tapped value(s) are over tolerance, first {where(over[0])}, but none grew "
+            f"more than {tolerance.growth:g}x past its inputs: the error starts where nothing is tapped"
+            + ("" if diverged else "; the model's outputs pass")
+        )
+    if diverged:
+        return "unexplained", (
+            "every tapped value is within tolerance, yet the outputs diverge: the error starts "
+            "after the last tap or in a value that is not tapped"
+        )
+    quantization_only = judged.verdict.failed_stage is not None
+    return "clean", (
+        f"every tap ({len(rows)}) is within tolerance; no operator departs from eager"
+        + (
+            "; the device matches the quantized program, what fails is quantization's own "
+            "cost against the float model, which taps of the quantized program do not judge"
+            if quantization_only
+            else ""
+        )
+    )
+
+
+def _program_info(
+    tapped: TappedBuild, program: Program, taps: Sequence[TapInfo], budget: int
+) -> TappedProgram:
+    full = sum(1 for t in taps if t.reducer == FULL)
+    return TappedProgram(
+        sha256=tapped.manifest["sha256"],
+        size_bytes=int(tapped.manifest["size_bytes"]),
+        untapped_size_bytes=program.size_bytes,
+        full_taps=full,
+        summary_taps=len(taps) - full,
+        budget_bytes=budget,
+        cached=tapped.cached,
+        pte=str(tapped.pte),
+        untapped=tuple(tapped.manifest.get("untapped") or ()),
+    )
+
+
+def _eager_values(
+    tapped: TappedBuild, samples: Sequence[tuple[np.ndarray, ...]], use_cache: bool
+) -> Values:
+    """Each sample through the tapped ExportedProgram: every output by index,
+    cached per (the program's bytes, the inputs) like the other references."""
+    from etdeploy.devices.base import sha256_file
+    from etdeploy.pipeline.references import _cached, reference_key
+
+    path = tapped.reference_program
+    key = reference_key(sha256_file(path), samples)[:32]
+    table, _ = _cached(
+        f"tapped-{key}", lambda: (_run_tapped_eagerly(path, samples), []), use_cache=use_cache
+    )
+    return [dict(enumerate(row)) for row in table]
+
+
+def _run_tapped_eagerly(
+    path: Path, samples: Sequence[tuple[np.ndarray, ...]]
+) -> list[list[np.ndarray]]:
+    import torch
+    import torch.utils._pytree as pytree
+
+    from etdeploy.builder.tapped import load_reference
+
+    module = load_reference(path)
+    rows = []
+    with torch.no_grad():
+        for sample in samples:
+            result = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in sample))
+            leaves, _ = pytree.tree_flatten(result)
+            rows.append(
+                [
+                    t.detach().contiguous().numpy()
+                    if isinstance(t, torch.Tensor)
+                    else np.asarray(t)
+                    for t in leaves
+                ]
+            )
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    """What running a tapped program on the device needs from the run."""
+
+    job: RunJob
+    device: Device
+    bundle: RunnerBundle
+    program: Program
+    staged: Staged
+    judged: Judged
+    chosen: list[int]
+    job_id: str
+    say: StatusCallback
+    progress: ProgressCallback | None
+
+    def run(self, tapped: TappedBuild, eager: Values) -> Values:
+        """The tapped program on the device, each chosen sample once: every output
+        by index. Deployed like the program itself: content-addressed, so the
+        runner and the inputs already there are not sent again."""
+        from etdeploy.pipeline.deploy import deploy, remove_quietly
+        from etdeploy.pipeline.execute import _shapes_if_dynamic, run_sample
+
+        program = describe_program(tapped.pte, tapped.manifest["sha256"], tapped.manifest, ())
+        staged = dataclasses.replace(
+            self.staged,
+            sample_names=tuple(self.staged.sample_names[i] for i in self.chosen),
+            samples=tuple(self.staged.samples[i] for i in self.chosen),
+            references=tuple(self.staged.references[i] for i in self.chosen),
+        )
+        job_id = f"{self.job_id}-localize"
+        values: Values = []
+        with self.device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
+            deployed = deploy(self.device, self.bundle, program, staged, job_id, self.progress)
+            try:
+                for k, inputs in enumerate(deployed.inputs):
+                    indices = program.tensor_outputs
+                    run = run_sample(
+                        self.device, self.bundle, program, self.job,
+                        runner=deployed.runner, pte=deployed.pte, inputs=inputs,
+                        shapes=_shapes_if_dynamic(program, staged.samples[k]),
+                        reference_shapes=[tuple(eager[k][i].shape) for i in indices],
+                        out_base=f"{deployed.job_dir}/s{k}", cwd=deployed.job_dir,
+                        local=Path(tmp) / f"s{k}", sample_name=staged.sample_names[k],
+                    )  # fmt: skip
+                    values.append(dict(zip(indices, run.outputs, strict=True)))
+            finally:
+                if not self.job.keep:
+                    remove_quietly(self.device, deployed.job_dir)
+        return values
+
+    def reproduces(self, tapped: TappedBuild, got: Values, eager: Values) -> bool:
+        """Do the tapped program's own outputs fail the check the untapped ones
+        failed? Against the float reference for a float build; for a quantized
+        one against the tapped quantized program's outputs, to its steps."""
+        count = tapped.model_outputs
+        mine = [[row[i] for i in range(count)] for row in got]
+        if self.staged.quantized is not None:
+            want = [[row[i] for i in range(count)] for row in eager]
+            rule, measured = "steps", "tapped device vs quantized eager"
+        else:
+            want = [list(self.staged.references[i]) for i in self.chosen]
+            rule, measured = "allclose", "tapped device vs reference"
+        verdict = self.judged.verdict
+        assert verdict.thresholds is not None
+        stage = metrics.judge_stage(
+            metrics.Comparison("device", measured, mine, want, rule),
+            [self.staged.sample_names[i] for i in self.chosen],
+            verdict.kinds,
+            verdict.thresholds,
+            self.program.output_steps,
+        )
+        return not stage.passed
