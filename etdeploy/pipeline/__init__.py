@@ -10,6 +10,8 @@
                              before anything of the program is pushed)
     execute.py     execute   the runner per sample under a deadline; outputs, timings, logs
     verify.py      verify    metrics and verdict per output, host check, the size verdict
+    localize.py    localize  (--localize) the tapped twin on the device; the first operator
+    taps.py                  whose error outgrows its inputs'
     run.py         run_job   the stages composed into one RunResult (etdeploy.report.result)
 
 Nothing here prints: progress goes through callbacks, failures raise EtdeployError
