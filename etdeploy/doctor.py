@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import os
 import platform
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -308,6 +311,13 @@ def arm64_runner_checks() -> list[Check]:
     return checks
 
 
+def devices_table(name: str) -> str:
+    """The TOML header of a device's table: [devices.pixel8], or with the name
+    quoted when it is not a bare key, as an adb serial is ([devices."127.0.0.1:5555"])."""
+    key = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+    return f"[devices.{key}]"
+
+
 def _arm64_runner_check(info: Any, name: str) -> Check | None:
     """A device that gets the arm64 bundle: whether it can be built here. None for
     any other device."""
@@ -326,7 +336,7 @@ def _arm64_runner_check(info: Any, name: str) -> Check | None:
             f"no runner for {info.abi}: none configured, and the arm64 bundle needs "
             f"{runner_arm64.cross_prefix()}g++",
             f"apt-get install {runner_arm64.CROSS_PACKAGE}{ndk}, or set runner = \"PATH\" in "
-            f"[devices.{info.name}]",
+            f"{devices_table(info.name)}",
         )  # fmt: skip
     return Check("runner", name, OK, f"the arm64 bundle ({KIND_ARM64}) runs on {info.os} {info.abi}; "
                  "built on first use from the aarch64 wheel")  # fmt: skip
@@ -444,8 +454,6 @@ def device_checks(config: Config, *, adb_host: str | None, adb_port: int | None)
 
 def _runner_check(row: Any, config: Config) -> Check:
     """Whether a runner can run on this device, without building one."""
-    import os
-
     from etdeploy.devices.base import DeviceInfo
     from etdeploy.devices.registry import check_runner_abi
     from etdeploy.runner_build import host_abi, runner_from_path
@@ -478,7 +486,7 @@ def _runner_check(row: Any, config: Config) -> Check:
                 return Check(
                     "runner", name, FAIL,
                     f"no runner for {row.abi}: none configured, and building one needs {' and '.join(missing)}",
-                    f'set runner = "PATH" in [devices.{row.name}], or set ANDROID_NDK and '
+                    f'set runner = "PATH" in {devices_table(row.name)}, or set ANDROID_NDK and '
                     "EXECUTORCH_ANDROID_PREFIX (android_harness/README.md)",
                 )  # fmt: skip
             return Check("runner", name, OK, f"built for {row.abi} with the NDK on first use")
@@ -490,7 +498,7 @@ def _runner_check(row: Any, config: Config) -> Check:
         return Check(
             "runner", name, FAIL,
             f"no runner for {row.os} {row.abi}: etdeploy builds runners for this machine and for Android",
-            f'build one on that machine (ios_harness/README.md) and set runner = "PATH" in [devices.{row.name}]',
+            f'build one on that machine (ios_harness/README.md) and set runner = "PATH" in {devices_table(row.name)}',
         )  # fmt: skip
     except EtdeployError as exc:
         return Check("runner", name, FAIL, exc.message, exc.hint or "")

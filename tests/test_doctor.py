@@ -45,7 +45,9 @@ def digits_pte(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def doctor(*args: str | Path) -> tuple[int, dict[str, Any], dict[tuple[str, str], dict[str, str]]]:
-    done = CliRunner().invoke(app, ["doctor", "--json", *map(str, args)], catch_exceptions=False)
+    done = CliRunner().invoke(
+        app, ["doctor", "--json", "-", *map(str, args)], catch_exceptions=False
+    )
     doc = json.loads(done.stdout)
     assert doc["schema"] == "etdeploy.doctor/1" and doc["exit_code"] == done.exit_code
     return done.exit_code, doc, {(c["area"], c["name"]): c for c in doc["checks"]}

@@ -235,7 +235,7 @@ def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path
     # `etdeploy inspect` no longer loads torch to read a .pte.
     code = (
         "import sys\nfrom etdeploy.cli import app\n"
-        f"try:\n    app(['inspect', {str(result.pte)!r}, '--json'])\n"
+        f"try:\n    app(['inspect', {str(result.pte)!r}, '--json', '-'])\n"
         "except SystemExit as e:\n    code = e.code\n"
         "print('RESULT', code, 'torch' in sys.modules, file=sys.stderr)"
     )

@@ -51,7 +51,9 @@ def test_devices_json_parses_and_names_each_phone(phones: AdbTestbed, tmp_path: 
     config = write_config(tmp_path / "etdeploy.toml", {
         "desk": {"transport": "adb", "serial": phones.serial("tablet")},
     })  # fmt: skip
-    done = etdeploy(["devices", "--json", "--config", str(config), *server_flags(phones)], tmp_path)
+    done = etdeploy(
+        ["devices", "--json", "-", "--config", str(config), *server_flags(phones)], tmp_path
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["schema"] == "etdeploy.devices/1"
@@ -94,7 +96,7 @@ def test_devices_starts_without_torch_or_executorch(phones: AdbTestbed, tmp_path
     modules_file = tmp_path / "modules.txt"
     code = (
         "import sys\nfrom etdeploy.cli import app\n"
-        f"try:\n    app({['devices', '--json', *server_flags(phones)]!r})\nexcept SystemExit as e:\n"
+        f"try:\n    app({['devices', '--json', '-', *server_flags(phones)]!r})\nexcept SystemExit as e:\n"
         "    code = e.code\n"
         f"open({str(modules_file)!r}, 'w').write('\\n'.join(sys.modules))\nsys.exit(code)\n"
     )
