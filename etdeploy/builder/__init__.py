@@ -156,10 +156,10 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
         )
     dynamic = parse_dynamic(options.dynamic)
     ref = parse_model_ref(model)
-    if ref.kind == "pt2" and options.quantize == "int8" and not options.calibration:
-        if not options.random_calibration:
-            # A saved program ships no samples: said before torch is even imported.
-            raise _no_calibration_error()
+    uncalibrated = not options.calibration and not options.random_calibration
+    if ref.kind == "pt2" and options.quantize == "int8" and uncalibrated:
+        # A saved program ships no samples: said before torch is even imported.
+        raise _no_calibration_error()
     fingerprint = ref.fingerprint()
     key = cache_key(ref, options, fingerprint)
     entry = cache_dir("builds") / key[:32]
