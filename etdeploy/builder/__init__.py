@@ -31,10 +31,6 @@ BUILD_REVISION = 6
 
 # Hears each stage of an uncached build as it starts.
 StatusCallback = Callable[[str], None]
-CACHE_HINT = (
-    "free space there, or point ETDEPLOY_CACHE_DIR at a folder with room; "
-    "`etdeploy clean` prunes old builds"
-)
 
 
 @dataclass(frozen=True)
@@ -212,7 +208,12 @@ def _store(
             shutil.rmtree(entry)
         os.replace(tmp, entry)
     except OSError as exc:
-        raise _write_error(exc, entry.parent, "the build cache", CACHE_HINT) from None
+        raise _write_error(
+            exc, entry.parent, "the build cache",
+            space="free space there, or point ETDEPLOY_CACHE_DIR at a folder with room; "
+            "`etdeploy clean` prunes old builds",
+            access="point ETDEPLOY_CACHE_DIR at a folder you can write to",
+        ) from None  # fmt: skip
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -463,7 +464,11 @@ def export_artifact(
     try:
         atomic_copy_all(copies)
     except OSError as exc:
-        raise _write_error(exc, output.parent, str(output), OUTPUT_HINT) from None
+        raise _write_error(
+            exc, output.parent, str(output),
+            space="free space there, or choose another -o",
+            access="choose an -o in a folder you can write to",
+        ) from None  # fmt: skip
     written = {dst for _, dst in copies}
     if replaced:
         # Files beside the replaced program describe it, not this one.
@@ -471,9 +476,6 @@ def export_artifact(
             if stale not in written:
                 stale.unlink(missing_ok=True)
     return Exported(output, tuple(dst for _, dst in copies), existing == new_sha, replaced)
-
-
-OUTPUT_HINT = "free space there, or choose another -o"
 
 
 def _make_parent(output: Path) -> None:
@@ -495,18 +497,19 @@ def _make_parent(output: Path) -> None:
         ) from None
 
 
-def _write_error(exc: OSError, where: Path, what: str, hint: str) -> UsageError:
-    """An OSError while writing as one line: what could not be written and why."""
+def _write_error(exc: OSError, where: Path, what: str, *, space: str, access: str) -> UsageError:
+    """An OSError while writing as one line: what could not be written, why, and
+    the hint that fits (`space` for a full disk, `access` for a folder that
+    cannot be written)."""
     import errno
 
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return UsageError(f"no space left in {where} to write {what}", hint)
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return UsageError(
-            f"cannot write {what}: {exc.strerror} ({where})",
-            f"choose a folder you can write to; {hint}",
+            f"no space left to write {what} (the filesystem of {where} is full)", space
         )
-    return UsageError(f"cannot write {what}: {exc.strerror or exc}", hint)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return UsageError(f"cannot write {what}: {exc.strerror} ({where})", access)
+    return UsageError(f"cannot write {what}: {exc.strerror or exc}", space)
 
 
 def _sha256_of(path: Path) -> str:

@@ -65,15 +65,21 @@ app = typer.Typer(
 class _Console(Console):
     """A rich Console that is as wide as its content when it is not a terminal.
 
-    rich asks every standard stream for a terminal size, so `etdeploy run | tee log`
-    typed in an 80-column terminal would still cut at 80; the stream this console
-    writes to is what decides here.
+    rich asks every standard stream for a terminal size (and reads COLUMNS), so
+    `etdeploy run | tee log` typed in an 80-column terminal would still cut at 80;
+    the stream this console writes to is what decides here.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # rich also takes its width from COLUMNS, which a CI runner or a parent
+        # shell may export (80): a log is still cut nowhere. A width given here wins.
+        self._width_given = kwargs.get("width") is not None
 
     @property
     def size(self) -> ConsoleDimensions:
         dims = super().size
-        if self._width is None and not self.is_terminal:
+        if not self._width_given and not self.is_terminal:
             return ConsoleDimensions(PIPED_WIDTH, dims.height)
         return dims
 
