@@ -292,23 +292,20 @@ _NOTHING_ANSWERS = ("no attached device matches ", "no device named and none is 
 
 
 def _absent_or_usage(exc: UsageError, name: str, config: Config | None) -> EtdeployError:
-    """A name no device answers to is a DeviceError (exit 3): CI can tell a phone
-    that is missing from a command line that is wrong. A name one letter off a
-    configured device's is a typo (UsageError, exit 2, "did you mean"); so is a
-    name several phones answer to."""
+    """A name no device answers to is a DeviceError (exit 3), whatever the name:
+    CI tells a phone that is missing from a command line that is wrong (exit 2).
+    A name close to a configured device's gets "did you mean" in its hint. A name
+    several phones answer to stays the user's to settle (exit 2)."""
     hint = _with_configured(exc.hint, config) if config is not None else exc.hint
     if not exc.message.startswith(_NOTHING_ANSWERS):
         return UsageError(exc.message, hint)
     close = (
-        difflib.get_close_matches(name, [*config.devices, LOCAL], n=1, cutoff=0.8)
+        difflib.get_close_matches(name, [*config.devices, LOCAL], n=1, cutoff=0.7)
         if config is not None
         else []
     )
     if close:
-        return UsageError(
-            f"no device is named {name!r}; did you mean {close[0]!r}?",
-            f"--device {close[0]}; " + (hint or ""),
-        )
+        hint = f"did you mean --device {close[0]}? " + (hint or "")
     return DeviceError(exc.message, hint)
 
 
