@@ -281,3 +281,15 @@ def test_doctor_compares_a_pte_with_a_phones_runner(
     assert exit_code == 2, doc
     assert rows[("preflight", "pixel-a: operator llama::custom_sdpa.out")]["status"] == FAIL
     assert rows[("preflight", "pixel-a: backends")]["status"] == OK
+
+
+def test_a_devices_table_hint_is_valid_toml_for_a_serial_too() -> None:
+    import tomllib
+
+    from etdeploy.doctor import devices_table
+
+    assert devices_table("pixel8") == "[devices.pixel8]"
+    header = devices_table("127.0.0.1:41281")
+    assert header == '[devices."127.0.0.1:41281"]'
+    parsed = tomllib.loads(f'{header}\nrunner = "bundle"\n')
+    assert parsed == {"devices": {"127.0.0.1:41281": {"runner": "bundle"}}}

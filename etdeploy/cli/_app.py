@@ -92,7 +92,11 @@ class _Console(Console):
         # While a build diverts torch's prints (etdeploy.builder.logs), etdeploy's
         # own output still reaches the real stream.
         stream = super().file
-        return getattr(stream, "etdeploy_passthrough", None) or stream
+        passthrough = getattr(stream, "etdeploy_passthrough", None)
+        if passthrough is None:
+            return stream
+        # Behind a live display the real stream is itself behind rich's proxy.
+        return getattr(passthrough, "rich_proxied_file", passthrough)  # type: ignore[no-any-return]
 
     @file.setter
     def file(self, new_file: IO[str]) -> None:

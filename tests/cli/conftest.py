@@ -59,8 +59,8 @@ def assert_one_line_error(done: Done, code: int, message: str) -> None:
     """The contract for bad input and faults: the documented exit code, one
     `error:` line and one `hint:` line, last on screen, and no traceback."""
     assert done.returncode == code, (done.stdout, done.stderr)
-    told = [line for line in done.errors if line.strip()]
-    assert len(told) == 2, done.stderr
+    told = done.errors
+    assert len(told) == 2, done.stderr  # no blank line before, between or after
     assert told[0].startswith("error: ") and message in told[0], done.stderr
     assert told[1].startswith("hint: ") and len(told[1]) > len("hint: "), done.stderr
     assert done.stderr.rstrip().splitlines()[-1] == told[1]
