@@ -93,6 +93,12 @@ def build_command(
         exported = export_artifact(result, target, etrecord=etrecord, force=force)
         render_build(result.manifest, target, result.cached, result.seconds)
         _render_written(exported)
+        if etrecord and not result.manifest.get("etrecord"):
+            err_console.print(
+                "[yellow]warning:[/] ExecuTorch recorded no ETRecord for this lowering; "
+                "--profile will show runtime names only",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
 
 
 def _render_written(exported: Exported) -> None:

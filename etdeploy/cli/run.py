@@ -127,7 +127,7 @@ def run_command(
     started, job_id = time.time(), new_job_id()
     try:
         with Feedback() as feedback:
-            feedback.status(f"opening device {job.device or 'local'}")
+            feedback.status(f"opening {job.device or 'the default device'}")
             target = open_device(
                 job.device, config, adb_host=adb_host, adb_port=adb_port,
                 lock_timeout_s=settings["lock_timeout_s"],

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from etdeploy.cli.run import passing_setting
+from etdeploy.report.result import BudgetStage, Thresholds, Verdict
 from tests.cli.conftest import assert_one_line_error, etdeploy
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import write_config
@@ -121,3 +123,33 @@ def test_no_device_answering_is_exit_3_with_what_is_attached(
                     cwd=tmp_path)  # fmt: skip
     assert_one_line_error(typo, 3, "no attached device matches 'tablte'")
     assert typo.errors[-1].startswith("hint: did you mean --device tablet? ")
+
+
+def _stage(rule: str, **numbers: object) -> BudgetStage:
+    values: dict[str, object] = {"max_abs": 0.5, "sqnr_db": 30.0, "cosine": 0.999}
+    values.update(numbers)
+    return BudgetStage(
+        stage="quantization", measured="quantized eager vs float eager", rule=rule,
+        limit="-", passed=False, reason="-", **values,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+LIMITS = Thresholds(atol=1e-4, rtol=1e-4, min_sqnr_db=15.0, min_top1=0.9, min_cosine=0.99,
+                    max_abs=None, quant_steps=1.0, quant_rtol=0.01)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stage", "said"),
+    [
+        (_stage("accuracy", sqnr_db=12.36), "passes with --min-sqnr 12.3"),
+        (_stage("accuracy", sqnr_db=12.36, top1_agreement=0.875),
+         "passes with --min-sqnr 12.3 --min-top1 0.87"),
+        (_stage("allclose", max_abs=0.0012345), "the tightest tolerance that passes is --atol 0.00124 --rtol 0"),
+        (_stage("allclose", max_abs=float("nan")), "no tolerance passes: an output is NaN or infinite"),
+    ],
+)  # fmt: skip
+def test_the_loosest_setting_said_is_rounded_so_that_it_passes(
+    stage: BudgetStage, said: str
+) -> None:
+    verdict = Verdict(passed=False, reason="-", budget=(stage,), thresholds=LIMITS)
+    assert passing_setting(verdict) == said
