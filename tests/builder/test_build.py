@@ -146,7 +146,10 @@ def test_identical_second_build_is_a_cache_hit_and_no_cache_rebuilds(fresh_cache
     assert not rebuilt.cached
 
 
-def test_changing_a_file_beside_the_factory_invalidates_the_cache(tmp_path: Path) -> None:
+def test_changing_a_file_beside_the_factory_invalidates_the_cache(
+    tmp_path: Path, fresh_cache: Path
+) -> None:
+    # A fresh cache: the session's would hold the second build from an earlier run.
     model = tmp_path / "m.py"
     model.write_text((MODELS / "two_io.py").read_text())
     helper = tmp_path / "helper.py"
