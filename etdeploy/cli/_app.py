@@ -146,7 +146,9 @@ def _root(
     Exit codes: 0 all checks pass, 1 a check failed (numerics, size), 2 bad input
     or usage, 3 device, transport or runner failure.
     """
-    _set_globals(verbose, quiet)
+    # Each invocation starts from its own flags (CliRunner runs many in one process);
+    # the command's own -v/-q, after the subcommand, add to these.
+    _state["verbose"], _state["quiet"] = verbose, quiet
 
 
 def render_error(exc: EtdeployError) -> None:

@@ -137,3 +137,13 @@ def test_an_error_starts_on_its_first_line(tmp_path: Path, command: list[str]) -
     done = run_cli(*command, "--config", tmp_path / "missing.toml", cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.startswith("error: "), done.stderr
+
+
+def test_the_flags_of_one_invocation_do_not_leak_into_the_next(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    verbose = runner.invoke(app, ["inspect", str(tmp_path / "nope.pte"), "-v"])
+    plain = runner.invoke(app, ["inspect", str(tmp_path / "nope.pte")])
+    assert verbose.exit_code == plain.exit_code == 2
+    assert "Traceback" in verbose.output and "Traceback" not in plain.output
