@@ -52,7 +52,7 @@ def main() -> None:
         out = root / "first.json"
         # Builds int8 digits (and the runner) into this benchmark's own cache.
         subprocess.run(
-            [sys.executable, "-m", "etdeploy", "run", "digits", "-q", "int8", "-n", "1",
+            [sys.executable, "-m", "etdeploy", "run", "digits", "--quantize", "int8", "-n", "1",
              "--json", str(out)], env=env, capture_output=True, check=True,
         )  # fmt: skip
         pte = Path(json.loads(out.read_text())["artifact"]["pte"])

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+_COPY_CHUNK = 1 << 20
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -31,3 +35,26 @@ def atomic_write(path: Path, data: bytes) -> None:
 def write_json(doc: Any, path: Path) -> None:
     """`doc` as indented JSON, written atomically."""
     atomic_write(Path(path), (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))
+
+
+def atomic_copy_all(pairs: Sequence[tuple[Path, Path]]) -> None:
+    """Copy each (source, target), all or nothing: every copy goes to a temporary
+    name beside its target and is fsynced, and only when all of them are whole are
+    they renamed into place. A failure on the way (a full disk) removes every
+    temporary file and leaves the targets as they were."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for source, target in pairs:
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            staged.append((tmp, target))
+            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+                shutil.copyfileobj(src, out, _COPY_CHUNK)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o644)
+        for tmp, target in staged:
+            os.replace(tmp, target)
+    except BaseException:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise

@@ -235,6 +235,15 @@ def load_image(path: Path, inputs: Sequence[InputMeta], spec: Preprocess) -> Sam
         )
     meta = inputs[0]
     shape = list(meta.get("shape") or [])
+    dtype_name = str(meta.get("dtype", "float32"))
+    if len(shape) not in (3, 4) or dtype_name in ("int32", "int64", "bool"):
+        # Tokens, features, audio: no layout or resize turns a picture into those.
+        shown = f"{dtype_name}[{', '.join(str(d) for d in shape)}]"
+        raise InputError(
+            f"image {path.name}: input {meta.get('name', 'input_0')!r} is {shown}, not an image",
+            "give its samples as .npy or .npz arrays of that dtype and shape; images feed "
+            "inputs shaped [N, C, H, W] or [N, H, W, C]",
+        )
     layout = spec.layout or _guess_layout(shape)
     if layout is None:
         raise InputError(

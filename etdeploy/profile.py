@@ -8,9 +8,8 @@ have their runtime names and times.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +23,24 @@ def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> d
     """The slowest operators and delegate calls of the profiled executions.
 
     Returns {"executions_ms": {...}, "events": [...top...], "delegate_calls": [...],
-    "etrecord": bool}; each event has name, delegated, backend, op_types, module,
-    count, p50_ms, avg_ms, max_ms, share (of the median execution).
+    "operators": [...], "etrecord": bool}; each event has name, delegated, backend,
+    op_types, module, count, p50_ms, avg_ms, max_ms, share (of the median
+    execution); each operator total has name, backend, instances, p50_ms (the
+    instances' medians summed: one execution's time in that operator) and share.
     """
-    from executorch.devtools import Inspector
+    from etdeploy.builder.logs import captured_library_output
 
-    # The Inspector prints progress and pandas chatter to stdout; the core never prints.
+    # The Inspector prints progress and pandas chatter, and warns about every
+    # kwarg and buffer it cannot map (16 UserWarnings for digits): the core never
+    # prints, and none of it changes what the profile says.
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with captured_library_output():
+            from executorch.devtools import Inspector
+
             inspector = Inspector(
                 etdump_path=str(etdump), etrecord=str(etrecord) if etrecord else None
             )
+            blocks = [(block, list(block.events)) for block in inspector.event_blocks]
     except Exception as exc:  # the devtools raise bare exceptions on a bad file
         raise InputError(
             f"cannot read the profile {etdump.name}: {type(exc).__name__}: {exc}",
@@ -42,8 +48,8 @@ def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> d
         ) from exc
     events: list[dict[str, Any]] = []
     execute_ms: list[float] = []
-    for block in inspector.event_blocks:
-        for event in block.events:
+    for _block, block_events in blocks:
+        for event in block_events:
             perf = event.perf_data
             if perf is None or not perf.raw:
                 continue
@@ -66,18 +72,75 @@ def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> d
             )
     median_execute = sorted(execute_ms)[len(execute_ms) // 2] if execute_ms else None
     for item in events:
-        item["share"] = (
-            item["p50_ms"] / median_execute
-            if median_execute and not math.isnan(item["p50_ms"])
-            else None
-        )
-    ranked = sorted(events, key=lambda e: e["p50_ms"], reverse=True)
+        item["share"] = _share(item["p50_ms"], median_execute)
+    ranked = sorted(events, key=lambda e: _sortable(e["p50_ms"]), reverse=True)
     return {
         "executions_ms": {"count": len(execute_ms), "median": median_execute},
         "events": ranked[:top],
-        "delegate_calls": [e for e in ranked if e["name"] == "DELEGATE_CALL"][:top],
+        "delegate_calls": [e for e in ranked if e["name"] == DELEGATE_CALL][:top],
+        "operators": operator_totals(events, median_execute),
         "etrecord": etrecord is not None,
     }
+
+
+DELEGATE_CALL = "DELEGATE_CALL"
+# "Convolution (NHWC, F32) IGEMM #2" -> the kernel kind without its instance number.
+_INSTANCE = re.compile(r"\s+#\d+$")
+
+
+def operator_label(event: dict[str, Any]) -> str:
+    """What an event computes, as one name: a delegate's kernel kind (XNNPACK's
+    own names), else the ATen operators the ETRecord maps it to, else the
+    runtime's name for it."""
+    if event["delegated"]:
+        return _INSTANCE.sub("", event["name"])
+    if event["op_types"]:
+        return ", ".join(short_op(op) for op in event["op_types"])
+    return event["name"]
+
+
+def short_op(op: str) -> str:
+    """aten.convolution.default -> convolution: the namespace and overload add nothing."""
+    parts = op.split(".")
+    return parts[1] if len(parts) == 3 and parts[0] == "aten" else op
+
+
+def operator_totals(
+    events: list[dict[str, Any]], median_execute: float | None
+) -> list[dict[str, Any]]:
+    """Time per operator kind over one execution, largest first.
+
+    A delegate call contains its kernels' events when the delegate reports them
+    (XNNPACK does): then the kernels are counted and the call is not, so no time
+    is counted twice. A delegate that reports no kernels is counted as its call.
+    """
+    with_kernels = {e["backend"] for e in events if e["delegated"]}
+    totals: dict[tuple[str, str | None], dict[str, Any]] = {}
+    for event in events:
+        if event["name"] == DELEGATE_CALL and event["backend"] in with_kernels:
+            continue
+        if event["p50_ms"] is None or math.isnan(event["p50_ms"]):
+            continue
+        key = (operator_label(event), event["backend"])
+        total = totals.setdefault(
+            key, {"name": key[0], "backend": key[1], "instances": 0, "p50_ms": 0.0}
+        )
+        total["instances"] += 1
+        total["p50_ms"] += event["p50_ms"]
+    ranked = sorted(totals.values(), key=lambda t: t["p50_ms"], reverse=True)
+    for total in ranked:
+        total["share"] = _share(total["p50_ms"], median_execute)
+    return ranked
+
+
+def _share(p50_ms: float | None, median_execute: float | None) -> float | None:
+    if not median_execute or p50_ms is None or math.isnan(p50_ms):
+        return None
+    return p50_ms / median_execute
+
+
+def _sortable(value: float | None) -> float:
+    return -math.inf if value is None or math.isnan(value) else value
 
 
 def _module_of(event: Any) -> str | None:

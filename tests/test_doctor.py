@@ -45,7 +45,9 @@ def digits_pte(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def doctor(*args: str | Path) -> tuple[int, dict[str, Any], dict[tuple[str, str], dict[str, str]]]:
-    done = CliRunner().invoke(app, ["doctor", "--json", *map(str, args)], catch_exceptions=False)
+    done = CliRunner().invoke(
+        app, ["doctor", "--json", "-", *map(str, args)], catch_exceptions=False
+    )
     doc = json.loads(done.stdout)
     assert doc["schema"] == "etdeploy.doctor/1" and doc["exit_code"] == done.exit_code
     return done.exit_code, doc, {(c["area"], c["name"]): c for c in doc["checks"]}
@@ -279,3 +281,15 @@ def test_doctor_compares_a_pte_with_a_phones_runner(
     assert exit_code == 2, doc
     assert rows[("preflight", "pixel-a: operator llama::custom_sdpa.out")]["status"] == FAIL
     assert rows[("preflight", "pixel-a: backends")]["status"] == OK
+
+
+def test_a_devices_table_hint_is_valid_toml_for_a_serial_too() -> None:
+    import tomllib
+
+    from etdeploy.doctor import devices_table
+
+    assert devices_table("pixel8") == "[devices.pixel8]"
+    header = devices_table("127.0.0.1:41281")
+    assert header == '[devices."127.0.0.1:41281"]'
+    parsed = tomllib.loads(f'{header}\nrunner = "bundle"\n')
+    assert parsed == {"devices": {"127.0.0.1:41281": {"runner": "bundle"}}}

@@ -33,7 +33,9 @@ def quiet_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def doctor(*args: str | Path) -> dict[tuple[str, str], dict[str, str]]:
-    done = CliRunner().invoke(app, ["doctor", "--json", *map(str, args)], catch_exceptions=False)
+    done = CliRunner().invoke(
+        app, ["doctor", "--json", "-", *map(str, args)], catch_exceptions=False
+    )
     return {(c["area"], c["name"]): c for c in json.loads(done.stdout)["checks"]}
 
 

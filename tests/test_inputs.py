@@ -161,3 +161,15 @@ def test_an_integer_image_input_takes_the_pixels_as_they_are(tmp_path: Path) -> 
     meta = {"name": "image", "dtype": "uint8", "shape": [1, 3, 4, 6]}
     (sample,) = load_samples([tmp_path / "grey.png"], [meta])
     assert sample.arrays[0].dtype == np.uint8 and np.all(sample.arrays[0] == 200)
+
+
+def test_a_picture_given_to_a_token_model_says_the_input_is_not_an_image(
+    tmp_path: Path,
+) -> None:
+    Image.fromarray(np.full((4, 6, 3), 200, np.uint8)).save(tmp_path / "cat.png")
+    tokens = {"name": "tokens", "dtype": "int64", "shape": [1, 32]}
+    with pytest.raises(InputError) as caught:
+        load_samples([tmp_path / "cat.png"], [tokens])
+    assert caught.value.message == "image cat.png: input 'tokens' is int64[1, 32], not an image"
+    # No layout or resize turns a picture into tokens: the hint says what to give instead.
+    assert "layout" not in (caught.value.hint or "") and ".npy" in (caught.value.hint or "")

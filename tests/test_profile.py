@@ -27,6 +27,12 @@ def test_profile_names_the_delegate_call_its_operators_and_modules(tmp_path: Pat
     assert "conv1" in (call["module"] or "") and "fc" in (call["module"] or "")
     assert call["count"] == 6
     assert 0 < call["share"] <= 1.5
+    # Time per operator kind: XNNPACK's kernels, each kind once, the call itself not
+    # counted again (its kernels are its time).
+    totals = {t["name"]: t for t in profile["operators"]}
+    assert totals["Convolution (NHWC, F32) IGEMM"]["instances"] == 2
+    assert "DELEGATE_CALL" not in totals
+    assert all(t["backend"] == "XnnpackBackend" for t in totals.values())
     # XNNPACK's own kernels appear as delegated events under the call.
     assert any(e["delegated"] and "Convolution" in e["name"] for e in profile["events"])
     assert Path(result["etdump"]).is_file()
@@ -39,11 +45,29 @@ def test_without_an_etrecord_events_keep_their_runtime_names(tmp_path: Path) -> 
 
     built = CliRunner().invoke(app, ["build", "digits", "-o", str(tmp_path / "d.pte")])
     assert built.exit_code == 0, built.output
-    assert (tmp_path / "d.etrecord").is_file()  # exported beside the copy
-    (tmp_path / "d.etrecord").unlink()
+    # A plain build leaves the ETRecord in the cache; --etrecord puts it beside the copy.
+    assert not (tmp_path / "d.etrecord").exists()
     result = run_job(
         RunJob(model="digits", pte=tmp_path / "d.pte", iterations=2, warmup=0, profile=True),
         LocalDevice(workdir=tmp_path / "device"),
     ).to_json()
     assert result["profile"]["etrecord"] is False
     assert result["profile"]["delegate_calls"][0]["op_types"] == []
+
+
+def test_an_etrecord_written_beside_a_copy_names_the_operators_again(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from etdeploy.cli import app
+
+    built = CliRunner().invoke(
+        app, ["build", "digits", "--etrecord", "-o", str(tmp_path / "d.pte")]
+    )
+    assert built.exit_code == 0, built.output
+    assert (tmp_path / "d.etrecord").is_file()
+    result = run_job(
+        RunJob(model="digits", pte=tmp_path / "d.pte", iterations=2, warmup=0, profile=True),
+        LocalDevice(workdir=tmp_path / "device"),
+    ).to_json()
+    assert result["profile"]["etrecord"] is True
+    assert "aten.convolution.default" in result["profile"]["delegate_calls"][0]["op_types"]

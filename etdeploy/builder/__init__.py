@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import time
-import warnings as warnings_module
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +28,9 @@ from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
 BUILD_REVISION = 6
+
+# Hears each stage of an uncached build as it starts.
+StatusCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class BuildResult:
     cached: bool
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    # What torch and executorch logged and warned while building (empty for a cache hit).
+    log: str = ""
 
     @property
     def manifest_path(self) -> Path:
@@ -123,9 +128,18 @@ def cache_key(ref: ModelRef, options: BuildOptions, fingerprint: str) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def build(model: str, options: BuildOptions) -> BuildResult:
-    """Build (or fetch from the cache) one artefact; returns the cached .pte path."""
+def build(model: str, options: BuildOptions, status: StatusCallback | None = None) -> BuildResult:
+    """Build (or fetch from the cache) one artefact; returns the cached .pte path.
+
+    `status` hears each stage as it starts (loading, export, quantize, lower,
+    serialise, caching), for a caller that shows progress. Torch's and
+    ExecuTorch's own logging and warnings are captured (BuildResult.log, or the
+    error's log), never printed.
+    """
     from etdeploy.builder.backends import get_backend
+    from etdeploy.builder.logs import captured_library_output
+
+    say = status or (lambda _text: None)
 
     started = time.perf_counter()
     backend = get_backend(options.backend)  # bad names fail before any work
@@ -138,6 +152,10 @@ def build(model: str, options: BuildOptions) -> BuildResult:
         )
     dynamic = parse_dynamic(options.dynamic)
     ref = parse_model_ref(model)
+    uncalibrated = not options.calibration and not options.random_calibration
+    if ref.kind == "pt2" and options.quantize == "int8" and uncalibrated:
+        # A saved program ships no samples: said before torch is even imported.
+        raise _no_calibration_error()
     fingerprint = ref.fingerprint()
     key = cache_key(ref, options, fingerprint)
     entry = cache_dir("builds") / key[:32]
@@ -150,28 +168,55 @@ def build(model: str, options: BuildOptions) -> BuildResult:
             return BuildResult(
                 pte, cached, True, time.perf_counter() - started, list(cached.get("warnings", []))
             )
-        with warnings_module.catch_warnings():
-            # torch and executorch emit deprecation chatter on every export; users
-            # see our warnings (low delegation, noise calibration), not theirs.
-            warnings_module.simplefilter("ignore")
+        # torch and executorch log and warn on every export; users see our
+        # warnings (low delegation, noise calibration), and theirs with --verbose.
+        # torch first: its loggers get their own handlers on import, and the
+        # capture replaces the handlers that exist when it starts (executorch's
+        # log through the root logger, which the capture holds).
+        say("importing torch")
+        import torch  # noqa: F401
+
+        with captured_library_output() as captured:
             manifest, buffer, etrecord, quantized, warnings = _build_uncached(
-                ref, fingerprint, options, backend, dynamic
+                ref, fingerprint, options, backend, dynamic, say
             )
         manifest["cache_key"] = key
+        say("saving the program to the build cache")
+        _store(entry, pte, manifest, buffer, etrecord, quantized)
+    return BuildResult(pte, manifest, False, time.perf_counter() - started, warnings, captured.text)
+
+
+def _store(
+    entry: Path,
+    pte: Path,
+    manifest: dict[str, Any],
+    buffer: bytes,
+    etrecord: bytes | None,
+    quantized: bytes | None,
+) -> None:
+    """The build's files into its cache entry, whole or not at all."""
+    tmp: Path | None = None
+    try:
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
-        try:
-            (tmp / pte.name).write_bytes(buffer)
-            if etrecord is not None:
-                (tmp / manifest["etrecord"]).write_bytes(etrecord)
-            if quantized is not None:
-                quantized_program_path(tmp / pte.name).write_bytes(quantized)
-            write_json_atomic(manifest_path(tmp / pte.name), manifest)
-            if entry.exists():
-                shutil.rmtree(entry)
-            os.replace(tmp, entry)
-        finally:
+        (tmp / pte.name).write_bytes(buffer)
+        if etrecord is not None:
+            (tmp / manifest["etrecord"]).write_bytes(etrecord)
+        if quantized is not None:
+            quantized_program_path(tmp / pte.name).write_bytes(quantized)
+        write_json_atomic(manifest_path(tmp / pte.name), manifest)
+        if entry.exists():
+            shutil.rmtree(entry)
+        os.replace(tmp, entry)
+    except OSError as exc:
+        raise _write_error(
+            exc, entry.parent, "the build cache",
+            space="free space there, or point ETDEPLOY_CACHE_DIR at a folder with room; "
+            "`etdeploy clean` prunes old builds",
+            access="point ETDEPLOY_CACHE_DIR at a folder you can write to",
+        ) from None  # fmt: skip
+    finally:
+        if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    return BuildResult(pte, manifest, False, time.perf_counter() - started, warnings)
 
 
 def _build_uncached(
@@ -180,12 +225,14 @@ def _build_uncached(
     options: BuildOptions,
     backend: Any,
     dynamic: dict[str, dict[int, tuple[int, int]]],
+    say: StatusCallback,
 ) -> tuple[dict[str, Any], bytes, bytes | None, bytes | None, list[str]]:
     """The manifest, the program, its ETRecord, and for a quantized build the
     converted ExportedProgram (torch.export.save bytes), and the warnings."""
     from etdeploy.builder.export import export_model
     from etdeploy.builder.lower import lower
 
+    say(f"loading {ref.text}")
     spec = load_model(ref)
     from etdeploy.verify import check_kinds
 
@@ -194,22 +241,30 @@ def _build_uncached(
         spec.dynamic = dynamic
     # The factory's own dynamic dims (ModelSpec.dynamic) are recorded like --dynamic's.
     dynamic = spec.dynamic
+    # The calibration set is checked before the export: a missing one is said
+    # as soon as the model is loaded, not after torch.export has run.
+    calibration = _calibration_batches(spec, options) if options.quantize else None
+    say("exporting with torch.export")
     exported = export_model(spec, ref.source_files)
     calibration_record: dict[str, Any] | None = None
     quantized: bytes | None = None
     output_steps: list[dict[str, Any] | None] = []
     warnings: list[str] = []
-    if options.quantize:
+    if options.quantize and calibration is not None:
         from etdeploy.builder.quantize import output_quantization, quantize, saved
 
-        batches, calibration_record = _calibration_batches(spec, options)
+        batches, calibration_record = calibration
+        say(
+            f"quantizing to {options.quantize}"
+            + (f", calibrating on {len(batches)} sample(s)" if options.quantize == "int8" else "")
+        )
         exported = quantize(exported, options.quantize, batches)
         quantized = saved(exported)
         output_steps = output_quantization(exported)
         note = calibration_warning(calibration_record)
         if note:
             warnings.append(note)
-    lowered = lower(exported, backend)
+    lowered = lower(exported, backend, say)
     warning = lowered.delegation.low_share_warning(backend)
     if warning:
         warnings.append(warning)
@@ -279,6 +334,14 @@ def _calibration_unchanged(manifest: dict[str, Any]) -> bool:
         return False
 
 
+def _no_calibration_error() -> InputError:
+    return InputError(
+        "--quantize int8 needs real calibration inputs",
+        "give --calibration DIR (sample files like the ones you verify with), "
+        "or --random-calibration to calibrate on noise (recorded in the manifest)",
+    )
+
+
 def _calibration_batches(
     spec: Any, options: BuildOptions
 ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
@@ -303,11 +366,7 @@ def _calibration_batches(
         }
     paths = options.calibration or tuple(str(p) for p in (spec.calibration or spec.samples))
     if not paths:
-        raise InputError(
-            "--quantize int8 needs real calibration inputs",
-            "give --calibration DIR (sample files like the ones you verify with), "
-            "or --random-calibration to calibrate on noise (recorded in the manifest)",
-        )
+        raise _no_calibration_error()
     # The example inputs give each input's dtype and shape, so raw .bin and image
     # samples calibrate as they verify.
     names = spec.input_names or [f"input_{i}" for i in range(len(spec.example_inputs))]
@@ -343,19 +402,136 @@ def _calibration_batches(
     }
 
 
-def export_artifact(result: BuildResult, output: Path) -> Path:
-    """Copy a cached .pte, its manifest and its ETRecord to `output` (each under a
-    temporary name, then renamed)."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    copies = [(result.pte, output), (result.manifest_path, manifest_path(output))]
-    if result.manifest.get("etrecord"):
-        # Named after the .pte it describes, so profiling finds it beside a copy.
-        copies.append((result.pte.parent / result.manifest["etrecord"], etrecord_path(output)))
+def default_output_name(model_name: str, options: BuildOptions) -> str:
+    """What `etdeploy build` names its output without -o: the model, the backend
+    and the quantization, so builds for two backends never share a file:
+    digits-xnnpack.pte, digits-xnnpack-int8.pte, digits-portable.pte."""
+    parts = [model_name, options.backend, *([options.quantize] if options.quantize else [])]
+    return "-".join(parts) + ".pte"
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What export_artifact wrote: the .pte and the files beside it."""
+
+    pte: Path
+    files: tuple[Path, ...]
+    # The target already held this very program (same sha256): nothing changed.
+    unchanged: bool
+    # The target held another program and --force replaced it.
+    replaced: bool = False
+
+
+def export_artifact(
+    result: BuildResult, output: Path, *, etrecord: bool = False, force: bool = False
+) -> Exported:
+    """Copy a cached build to `output`: the .pte, its manifest, the quantized
+    program a run of it is judged against, and with `etrecord` its ETRecord (what
+    `run --profile` needs to name operators and modules).
+
+    Never overwrites a different program silently: a file at `output` whose
+    sha256 differs is refused unless `force`. All files are written whole or not
+    at all (temporary names, fsync, rename); a full disk, a parent that is a file
+    or a folder that cannot be created is a UsageError with a hint, and leaves
+    nothing behind.
+    """
+    from etdeploy.atomic import atomic_copy_all
+
+    _make_parent(output)
+    if output.is_dir():
+        raise UsageError(
+            f"cannot write {output}: it is a folder", "give -o a file name ending in .pte"
+        )
+    new_sha = result.manifest["sha256"]
+    existing = _sha256_of(output) if output.exists() else None
+    if existing is not None and existing != new_sha and not force:
+        raise UsageError(
+            f"{output} exists and holds another program ({_describe_existing(output)}); "
+            "not overwriting it",
+            "pass --force to replace it, or choose another -o (without -o the name "
+            "carries the backend and quantization)",
+        )
+    copies = [(result.manifest_path, manifest_path(output))]
     if quantized_program_path(result.pte).is_file():
         # A run of the copy is judged against it like a run of the cached build.
         copies.append((quantized_program_path(result.pte), quantized_program_path(output)))
-    for src, dst in copies:
-        tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    return output
+    if etrecord and result.manifest.get("etrecord"):
+        # Named after the .pte it describes, so profiling finds it beside the copy.
+        copies.append((result.pte.parent / result.manifest["etrecord"], etrecord_path(output)))
+    # The .pte last: it is the file a reader looks for first.
+    copies.append((result.pte, output))
+    replaced = existing is not None and existing != new_sha
+    try:
+        atomic_copy_all(copies)
+    except OSError as exc:
+        raise _write_error(
+            exc, output.parent, str(output),
+            space="free space there, or choose another -o",
+            access="choose an -o in a folder you can write to",
+        ) from None  # fmt: skip
+    written = {dst for _, dst in copies}
+    if replaced:
+        # Files beside the replaced program describe it, not this one.
+        for stale in (etrecord_path(output), quantized_program_path(output)):
+            if stale not in written:
+                stale.unlink(missing_ok=True)
+    return Exported(output, tuple(dst for _, dst in copies), existing == new_sha, replaced)
+
+
+def _make_parent(output: Path) -> None:
+    parent = output.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next(
+            (p for p in (parent, *parent.parents) if p.exists() and not p.is_dir()), parent
+        )
+        raise UsageError(
+            f"cannot write {output}: {blocker} is a file, not a folder",
+            "choose another -o, or move that file out of the way",
+        ) from None
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the folder {parent} for {output}: {exc.strerror or exc}",
+            "choose an -o in a folder you can write to",
+        ) from None
+
+
+def _write_error(exc: OSError, where: Path, what: str, *, space: str, access: str) -> UsageError:
+    """An OSError while writing as one line: what could not be written, why, and
+    the hint that fits (`space` for a full disk, `access` for a folder that
+    cannot be written)."""
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UsageError(
+            f"no space left to write {what} (the filesystem of {where} is full)", space
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return UsageError(f"cannot write {what}: {exc.strerror} ({where})", access)
+    return UsageError(f"cannot write {what}: {exc.strerror or exc}", space)
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        raise UsageError(
+            f"{path} exists and cannot be read ({exc.strerror}); not overwriting it",
+            "choose another -o",
+        ) from None
+    return digest.hexdigest()
+
+
+def _describe_existing(path: Path) -> str:
+    try:
+        manifest = read_manifest(path)
+    except (OSError, ValueError):
+        manifest = None
+    if manifest is None:
+        return "not built by etdeploy, or its manifest is gone"
+    quant = (manifest.get("quantization") or {}).get("mode")
+    return f"{manifest.get('backend', '?')}{' ' + quant if quant else ''}, built {manifest.get('built_at', '?')}"

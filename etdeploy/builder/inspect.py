@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.builder.lower import _scalar_name
+from etdeploy.errors import UsageError
 from etdeploy.sizecheck.pte import MethodValue, read_pte
 
 
@@ -27,7 +28,14 @@ def describe_pte(path: Path) -> dict[str, Any]:
 
     Sizes are bytes. `named_data` and `delegate_blobs` are "none" when the program has none.
     """
-    layout = read_pte(path)
+    try:
+        layout = read_pte(path)
+    except UsageError as exc:
+        # read_pte's own hint is sizecheck's (--any-file), an option inspect does not have.
+        raise UsageError(
+            exc.message,
+            "give a program written by `etdeploy build` or ExecuTorch's to_executorch()",
+        ) from None
     # Weights kept by a delegate (XNNPACK) live as named data, one segment per constant.
     named_segments = {n.segment_index for n in layout.named_data}
     named_bytes = sum(layout.segments[i].size for i in named_segments)

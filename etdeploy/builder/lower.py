@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,15 +104,22 @@ def count_delegation(graph_module: Any) -> Delegation:
     return result
 
 
-def lower(exported: Any, backend: Backend) -> Lowered:
+def lower(exported: Any, backend: Backend, status: Callable[[str], None] | None = None) -> Lowered:
+    """Partition and lower for `backend`, plan memory, serialise; `status` hears
+    each of the three stages as it starts."""
     from executorch.exir import to_edge_transform_and_lower
 
+    say = status or (lambda _text: None)
     try:
+        say(f"lowering to {backend.name}")
         edge = to_edge_transform_and_lower(
             exported, partitioner=backend.partitioners(), generate_etrecord=True
         )
         delegation = count_delegation(edge.exported_program().graph_module)
+        say("planning memory (to_executorch)")
         program = edge.to_executorch()
+        say("serialising the program")
+        buffer = bytes(program.buffer)
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelError(
@@ -123,7 +131,7 @@ def lower(exported: Any, backend: Backend) -> Lowered:
     plan = program.executorch_program.execution_plan
     methods = [_method_info(p) for p in plan]
     delegates = sorted({d.id for p in plan for d in p.delegates})
-    return Lowered(bytes(program.buffer), delegation, methods, delegates, _etrecord_bytes(program))
+    return Lowered(buffer, delegation, methods, delegates, _etrecord_bytes(program))
 
 
 def _etrecord_bytes(program: Any) -> bytes | None:

@@ -1,89 +1,283 @@
-"""The app object, error translation and the shared console."""
+"""The app object, the shared consoles, the global flags, error translation and
+the `--json PATH|-` convention every command shares."""
 
 from __future__ import annotations
 
 import functools
+import inspect
+import json
 import logging
 import sys
 import traceback
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
-from etdeploy.errors import EXIT_INFRA, EtdeployError
+import etdeploy
+from etdeploy.errors import EXIT_BAD_INPUT, EXIT_INFRA, EtdeployError, InfraError, UsageError
+
+# Without a terminal (a CI log, `| tee`) rich would wrap and cut at 80 columns,
+# truncating the very numbers etdeploy exists to report ("1.25e-…"). Tables take
+# only the width their content needs, so a wide console never pads anything;
+# it only stops cutting.
+PIPED_WIDTH = 4096
+# Help is panels that fill the width: piped, a width that keeps every word whole.
+PIPED_HELP_WIDTH = 120
+
+
+def _hide_python_types() -> None:
+    """typer prints each parameter's Python type in help (`<list[str]>`, `<bool>`
+    beside a flag); etdeploy's options carry a metavar that says what to write
+    (PATH, NAME, N), flags take nothing, and an argument's name is its metavar."""
+    from typer import core
+
+    option = getattr(core, "TyperOption", None)
+    argument = getattr(core, "TyperArgument", None)
+    if option is None or argument is None or not hasattr(option, "display_type_rich"):
+        return  # another typer: its help is what it is
+    shown = option.display_type_rich
+
+    def option_type(self: Any, ctx: Any) -> str | None:
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    option.display_type_rich = option_type
+    argument.display_type_rich = lambda self, ctx: None
+
+
+_hide_python_types()
 
 app = typer.Typer(
     name="etdeploy",
     help="Build an ExecuTorch .pte, run it on a device, and check it against eager PyTorch.",
     no_args_is_help=True,
-    add_completion=False,
+    # typer's --install-completion / --show-completion (bash, zsh, fish, PowerShell).
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="rich",
 )
 
-# Results go to stdout; progress, warnings and errors to stderr so `--json -` pipes.
-console = Console()
-err_console = Console(stderr=True)
 
-_state = {"verbose": False}
+class _Console(Console):
+    """A rich Console that is as wide as its content when it is not a terminal.
+
+    rich asks every standard stream for a terminal size (and reads COLUMNS), so
+    `etdeploy run | tee log` typed in an 80-column terminal would still cut at 80;
+    the stream this console writes to is what decides here.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # rich also takes its width from COLUMNS, which a CI runner or a parent
+        # shell may export (80): a log is still cut nowhere. A width given here wins.
+        self._width_given = kwargs.get("width") is not None
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if not self._width_given and not self.is_terminal:
+            return ConsoleDimensions(PIPED_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+    @property
+    def file(self) -> IO[str]:
+        # While a build diverts torch's prints (etdeploy.builder.logs), etdeploy's
+        # own output still reaches the real stream.
+        stream = super().file
+        passthrough = getattr(stream, "etdeploy_passthrough", None)
+        if passthrough is None:
+            return stream
+        # Behind a live display the real stream is itself behind rich's proxy.
+        return getattr(passthrough, "rich_proxied_file", passthrough)  # type: ignore[no-any-return]
+
+    @file.setter
+    def file(self, new_file: IO[str]) -> None:
+        Console.file.fset(self, new_file)  # type: ignore[attr-defined]
+
+
+# Results go to stdout; progress, warnings and errors to stderr so `--json -` pipes.
+console: Console = _Console()
+err_console: Console = _Console(stderr=True)
+
+_state = {"verbose": False, "quiet": False}
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# Shown under "Global options" in every command's help: accepted before or after
+# the subcommand (`etdeploy -v run ...` and `etdeploy run ... -v`).
+GLOBAL_PANEL = "Global options"
 
 
 def is_verbose() -> bool:
     return _state["verbose"]
 
 
+def is_quiet() -> bool:
+    return _state["quiet"]
+
+
+def _set_globals(verbose: bool, quiet: bool) -> None:
+    _state["verbose"] = _state["verbose"] or verbose
+    _state["quiet"] = _state["quiet"] or quiet
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"etdeploy {etdeploy.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show full tracebacks and logs."),
-) -> None:
-    _state["verbose"] = verbose
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show full tracebacks, and torch's and executorch's own logs.", rich_help_panel=GLOBAL_PANEL),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines or notes on stderr; results, warnings and errors still print.", rich_help_panel=GLOBAL_PANEL),
+    version: bool = typer.Option(False, "--version", help="Print etdeploy's version and exit.", is_eager=True, callback=_show_version, rich_help_panel=GLOBAL_PANEL),
+) -> None:  # fmt: skip
+    """Build an ExecuTorch .pte, run it on a device, and check it against eager PyTorch.
+
+    Exit codes: 0 all checks pass, 1 a check failed (numerics, size), 2 bad input
+    or usage, 3 device, transport or runner failure.
+    """
+    # Each invocation starts from its own flags (CliRunner runs many in one process);
+    # the command's own -v/-q, after the subcommand, add to these.
+    _state["verbose"], _state["quiet"] = verbose, quiet
 
 
 def render_error(exc: EtdeployError) -> None:
-    """One line and a hint; the full trace and log only with --verbose."""
+    """One line and a hint; the full trace and log only with --verbose.
+
+    A device's or runner's log explains an infrastructure failure, so its last
+    lines are shown with it; torch's output around a model error is noise to
+    everyone but the model's author, so it waits for --verbose and etdeploy's
+    line stays the last one read.
+    """
     # Messages name TOML tables ([devices.pixel8]) and log text: never markup.
     err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     if exc.hint:
         err_console.print(f"[dim]hint:[/] {escape(exc.hint)}", highlight=False, soft_wrap=True)
     if is_verbose():
         if exc.log:
-            err_console.print(exc.log, markup=False, highlight=False)
-        err_console.print("".join(traceback.format_exception(exc)), markup=False, highlight=False)
-    elif exc.log:
+            err_console.print(exc.log, markup=False, highlight=False, soft_wrap=True)
+        err_console.print(
+            "".join(traceback.format_exception(exc)), markup=False, highlight=False, soft_wrap=True
+        )
+    elif exc.log and isinstance(exc, InfraError):
         tail = exc.log.strip().splitlines()[-5:]
         for line in tail:
-            err_console.print(f"  | {line}", markup=False, highlight=False)
+            err_console.print(f"  | {line}", markup=False, highlight=False, soft_wrap=True)
 
 
-def command(name: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-    """Register a command whose EtdeployErrors become one line + exit code."""
+def _global_parameters() -> list[inspect.Parameter]:
+    kind = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(
+            "_etdeploy_verbose", kind, annotation=bool,
+            default=typer.Option(False, "--verbose", "-v", help="Show full tracebacks and torch's logs.", rich_help_panel=GLOBAL_PANEL),
+        ),
+        inspect.Parameter(
+            "_etdeploy_quiet", kind, annotation=bool,
+            default=typer.Option(False, "--quiet", "-q", help="No progress lines or notes.", rich_help_panel=GLOBAL_PANEL),
+        ),
+    ]  # fmt: skip
+
+
+def examples_epilog(examples: Sequence[str]) -> str:
+    """The "Examples" section at the foot of a command's help: one per line, as typed."""
+    lines = "\n".join(f"  [bold]{escape(e)}[/]" for e in examples)
+    return f"[b]Examples[/]\n\n{lines}"
+
+
+def with_global_flags(fn: F) -> Callable[..., Any]:
+    """`fn` with -v/--verbose and -q/--quiet added to its parameters, and its
+    EtdeployErrors turned into one line, a hint and the exit code."""
+    signature = inspect.signature(fn, eval_str=True)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> Any:
+        _set_globals(kw.pop("_etdeploy_verbose", False), kw.pop("_etdeploy_quiet", False))
+        try:
+            return fn(*args, **kw)
+        except EtdeployError as exc:
+            render_error(exc)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err_console.print("[bold red]interrupted[/]")
+            raise typer.Exit(130) from None
+
+    params = [*signature.parameters.values(), *_global_parameters()]
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {
+        **{p.name: p.annotation for p in params},
+        "return": signature.return_annotation,
+    }
+    return wrapper
+
+
+def command(
+    name: str | None = None, *, examples: Sequence[str] = (), **kwargs: Any
+) -> Callable[[F], F]:
+    """Register a command: global flags after the subcommand too, examples in its
+    help, and EtdeployErrors as one line + exit code."""
 
     def decorate(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            try:
-                return fn(*args, **kw)
-            except EtdeployError as exc:
-                render_error(exc)
-                raise typer.Exit(exc.exit_code) from None
-            except KeyboardInterrupt:
-                err_console.print("[bold red]interrupted[/]")
-                raise typer.Exit(130) from None
-
-        app.command(name, **kwargs)(wrapper)
+        if examples:
+            kwargs.setdefault("epilog", examples_epilog(examples))
+        app.command(name, **kwargs)(with_global_flags(fn))
         return fn
 
     return decorate
 
 
-# Libraries' import-time chatter on stderr (torch's pytree deprecation notice,
-# torchao's CUDA-only extensions it cannot load on a CPU build) says nothing about
-# the user's run and buries our one-line errors; real errors still show.
-_QUIET_LOGGERS = ("torch.utils._pytree", "torchao")
+# -- --json PATH | - -------------------------------------------------------------------
+
+JSON_HELP = "Write the {what} document ({schema}) to PATH, or to stdout with -."
+
+
+def json_to_stdout(target: str | None) -> bool:
+    return target == "-"
+
+
+def check_json_target(target: str | None) -> None:
+    """Refuse `--json --pte`-style mistakes before anything runs: click hands the
+    next word to --json even when it is an option."""
+    if target is not None and target != "-" and target.startswith("-"):
+        raise UsageError(
+            f"--json takes PATH or -, not {target!r}",
+            "write --json - to print the document, or --json result.json to save it",
+        )
+
+
+def emit_json(document: Any, target: str) -> None:
+    """`--json -`: the document alone on stdout; `--json PATH`: written atomically."""
+    text = json.dumps(document, indent=2, default=str) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from etdeploy.atomic import atomic_write
+
+    path = Path(target)
+    try:
+        atomic_write(path, text.encode("utf-8"))
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {path}: {exc.strerror or exc}",
+            "check the --json path (its folder must be writable), or use --json - for stdout",
+        ) from None
+
+
+def note(text: str) -> None:
+    """A dim line on stderr that --quiet silences: where settings came from, what was started."""
+    if not is_quiet():
+        err_console.print(f"[dim]{escape(text)}[/]", highlight=False, soft_wrap=True)
 
 
 def format_ms(value: float | None) -> str:
@@ -93,15 +287,47 @@ def format_ms(value: float | None) -> str:
     return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.2f} ms"
 
 
+# Libraries' import-time chatter on stderr (torch's pytree deprecation notice,
+# torchao's CUDA-only extensions it cannot load on a CPU build) says nothing about
+# the user's run and buries our one-line errors; real errors still show.
+_QUIET_LOGGERS = ("torch.utils._pytree", "torchao")
+
+# `-q` was --quantize's short flag before it became --quiet; an old command line
+# gets told so instead of click's "unexpected extra argument".
+_QUANTIZE_VALUES = ("int8", "int8-dynamic")
+
+
+def _old_quantize_flag(argv: Sequence[str]) -> bool:
+    return any(
+        a == "-q" and i + 1 < len(argv) and argv[i + 1] in _QUANTIZE_VALUES
+        for i, a in enumerate(argv)
+    )
+
+
+def _configure_help_width() -> None:
+    from typer import rich_utils
+
+    if rich_utils.MAX_WIDTH is None and not sys.stdout.isatty():
+        rich_utils.MAX_WIDTH = PIPED_HELP_WIDTH
+
+
 def main() -> None:
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+    _configure_help_width()
+    argv = sys.argv[1:]
+    if _old_quantize_flag(argv):
+        err_console.print("[bold red]error:[/] -q is --quiet; quantization is --quantize")
+        err_console.print("[dim]hint:[/] write --quantize int8 (or --quantize int8-dynamic)")
+        sys.exit(EXIT_BAD_INPUT)
+    verbose_flag = "--verbose" in argv or "-v" in argv
     try:
-        app()
+        # The name a user types, also under `python -m etdeploy`.
+        app(prog_name="etdeploy")
     except SystemExit:
         raise
     except Exception as exc:  # a bug of ours: say so plainly, keep the trace available
-        if is_verbose() or "--verbose" in sys.argv or "-v" in sys.argv:
+        if is_verbose() or verbose_flag:
             raise
         err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}")
         err_console.print("[dim]hint:[/] rerun with --verbose and report the traceback")

@@ -6,7 +6,6 @@ without torch or executorch.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,37 +13,83 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from etdeploy.cli._app import command, console, err_console
+from etdeploy.cli._app import (
+    JSON_HELP,
+    check_json_target,
+    command,
+    console,
+    emit_json,
+    json_to_stdout,
+)
 
 if TYPE_CHECKING:
-    from etdeploy.devices.registry import DeviceRow
+    from etdeploy.devices.registry import AdbServerState, DeviceRow
 
 # The JSON document's schema name; bump the number when a field changes meaning.
 SCHEMA = "etdeploy.devices/1"
 
 
-@command("devices")
+@command(
+    "devices",
+    examples=(
+        "etdeploy devices",
+        "etdeploy devices --adb-host farm-host-3          # phones on another machine's server",
+        "etdeploy devices --json - | jq '.devices[].name'",
+    ),
+)
 def devices_command(
-    adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
-    adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
-    config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
-    as_json: bool = typer.Option(False, "--json", help=f"Print the list as JSON ({SCHEMA})."),
+    adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
+    adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, metavar="PORT", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
+    config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one)."),
+    json_out: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="device list", schema=SCHEMA)),
 ) -> None:  # fmt: skip
     """List this machine, the devices in etdeploy.toml and the phones adb sees.
 
-    A local adb server is started if none runs, as `adb devices` does.
+    A local adb server is started if none runs, as `adb devices` does, and the
+    listing says so.
     """
+    from etdeploy.cli._feedback import Feedback
     from etdeploy.config import load_config
-    from etdeploy.devices.registry import describe_devices
+    from etdeploy.devices.registry import survey_devices
 
+    check_json_target(json_out)
     config = load_config(config_path)
-    with err_console.status("looking for devices..."):
-        rows = describe_devices(config, adb_host=adb_host, adb_port=adb_port)
-    if as_json:
-        doc = {"schema": SCHEMA, "devices": [row.to_json() for row in rows]}
-        typer.echo(json.dumps(doc, indent=2))
-        return
-    render_rows(rows)
+    with Feedback() as feedback:
+        feedback.status("looking for devices")
+        survey = survey_devices(config, adb_host=adb_host, adb_port=adb_port)
+    if json_out is not None:
+        doc = {
+            "schema": SCHEMA,
+            "devices": [row.to_json() for row in survey.rows],
+            "adb_servers": [server.to_json() for server in survey.adb_servers],
+        }
+        emit_json(doc, json_out)
+        if json_to_stdout(json_out):
+            return
+    render_rows(survey.rows)
+    render_servers(survey.adb_servers)
+
+
+def render_servers(servers: list[AdbServerState]) -> None:
+    """What a person would otherwise not know: a server was started, or no phone is there."""
+    for server in servers:
+        if server.started:
+            port = server.server.rsplit(":", 1)[-1]
+            console.print(
+                f"started an adb server at {escape(server.server)}, as `adb devices` does; it keeps "
+                f"running (`adb -P {escape(port)} kill-server` stops it)",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
+        if server.answered and not server.phones:
+            console.print(
+                f"no phone is attached to the adb server at {escape(server.server)}",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
+            console.print(
+                "  [dim]hint:[/] plug one in with USB debugging on and accept its prompt, or "
+                "`adb connect HOST:PORT` for Wi-Fi debugging",
+                highlight=False, soft_wrap=True,
+            )  # fmt: skip
 
 
 def render_rows(rows: list[DeviceRow]) -> None:

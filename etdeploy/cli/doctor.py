@@ -4,7 +4,6 @@ without torch or executorch."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +11,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from etdeploy.cli._app import command, console
+from etdeploy.cli._app import (
+    JSON_HELP,
+    check_json_target,
+    command,
+    console,
+    emit_json,
+    json_to_stdout,
+)
 
 if TYPE_CHECKING:
     from etdeploy.config import Config
@@ -21,36 +27,50 @@ SCHEMA = "etdeploy.doctor/1"
 _STYLE = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]fail[/]"}
 
 
-@command("doctor")
+@command(
+    "doctor",
+    examples=(
+        "etdeploy doctor",
+        "etdeploy doctor --pte digits-xnnpack.pte --device pixel8",
+        "etdeploy doctor --no-devices --json doctor.json",
+    ),
+)
 def doctor_command(
-    pte: Path = typer.Option(None, "--pte", help="Also check that this .pte loads in the runtimes here (identifier, schema, executorch versions)."),
-    device: str = typer.Option(None, "--device", "-d", help="With --pte: compare what the program needs with what this device's runner has (operators, backends, version), as run does before pushing."),
-    adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
-    adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
-    config_path: Path = typer.Option(None, "--config", help="etdeploy.toml (or a farm spec) to read (default: the nearest etdeploy.toml)."),
+    pte: Path = typer.Option(None, "--pte", metavar="PATH", help="Also check that this .pte loads in the runtimes here (identifier, schema, executorch versions)."),
+    device: str = typer.Option(None, "--device", "-d", metavar="NAME", help="With --pte: compare what the program needs with what this device's runner has (operators, backends, version), as run does before pushing."),
+    adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
+    adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, metavar="PORT", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
+    config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml (or a farm spec) to read (default: the nearest etdeploy.toml)."),
     no_devices: bool = typer.Option(False, "--no-devices", help="Skip asking the devices (environment, adb and --pte only)."),
-    as_json: bool = typer.Option(False, "--json", help=f"Print the checks as JSON ({SCHEMA})."),
+    json_out: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="checks", schema=SCHEMA)),
 ) -> None:  # fmt: skip
-    """Check that this machine and its devices are ready: exit 0 when nothing
-    failed, 3 when a device, transport or the installation did, 2 for a bad --pte
-    or one the --device's runner cannot run.
+    """Check that this machine and its devices are ready.
+
+    Versions, adb, every device and its runner, SSH host keys, and with --pte
+    that program's compatibility. Exit 0 when nothing failed, 3 when a device, a
+    transport or the installation did, 2 for a bad --pte or one the --device's
+    runner cannot run.
 
     Listing devices starts a local adb server if none runs, as `adb devices` does.
     """
+    from etdeploy.cli._feedback import Feedback
     from etdeploy.doctor import exit_code, run_doctor
 
+    check_json_target(json_out)
     if device is not None and pte is None:
         raise typer.BadParameter("--device needs --pte (the program to check there)")
     config = _load(config_path)
-    checks = run_doctor(
-        config, pte=pte, adb_host=adb_host, adb_port=adb_port, devices=not no_devices,
-        device=device,
-    )  # fmt: skip
+    with Feedback() as feedback:
+        feedback.status("checking versions, adb and devices")
+        checks = run_doctor(
+            config, pte=pte, adb_host=adb_host, adb_port=adb_port, devices=not no_devices,
+            device=device,
+        )  # fmt: skip
     code = exit_code(checks)
-    if as_json:
+    if json_out is not None:
         doc = {"schema": SCHEMA, "exit_code": code, "checks": [c.to_json() for c in checks]}
-        typer.echo(json.dumps(doc, indent=2))
-    else:
+        emit_json(doc, json_out)
+    if not json_to_stdout(json_out):
         table = Table(title="etdeploy doctor")
         for column in ("area", "check", "status", "detail"):
             table.add_column(column, overflow="fold", no_wrap=column != "detail")

@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+import contextlib
+import math
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TransferSpeedColumn,
-)
 from rich.table import Table
 
-from etdeploy.cli._app import command, console, err_console, format_ms
-from etdeploy.errors import EXIT_OK
+from etdeploy.cli._app import (
+    check_json_target,
+    command,
+    console,
+    emit_json,
+    err_console,
+    format_ms,
+    json_to_stdout,
+)
+from etdeploy.errors import EXIT_OK, EtdeployError
 
 if TYPE_CHECKING:
     from etdeploy.report.result import (
         Localization,
         OutputMetrics,
-        Profile,
         RunResult,
         SizeSummary,
         TapResult,
@@ -33,50 +35,75 @@ if TYPE_CHECKING:
     )
 
 
-@command("run")
+MODEL_PANEL = "Model and build"
+INPUTS_PANEL = "Inputs and reference"
+DEVICE_PANEL = "Device"
+TIMING_PANEL = "Timing and profiling"
+VERIFY_PANEL = "Verification"
+OUTPUT_PANEL = "Output and settings"
+LOCALIZE_PANEL = "Localization"
+
+
+@command(
+    "run",
+    examples=(
+        "etdeploy run digits                                  # this machine",
+        "etdeploy run model.py:build --device pixel8 --inputs samples/",
+        "etdeploy run model.py:build --quantize int8 --inputs 'samples/*.npy'",
+        "etdeploy run model.py:build --pte built.pte --inputs x.npz",
+        "etdeploy run digits --profile                        # slowest operators",
+        "etdeploy run digits --json - | jq .verdict.passed    # the result on stdout",
+    ),
+)
 def run_command(
-    model: str = typer.Argument(None, help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
-    device: str = typer.Option(None, "--device", "-d", help="local, a devices.NAME table of etdeploy.toml, a serial, or a model name (pixel8)."),
-    backend: str = typer.Option(None, "--backend", "-b", help="xnnpack (default), portable, coreml, vulkan."),
-    quantize: str = typer.Option(None, "--quantize", "-q", help="int8 (calibrated on real samples) or int8-dynamic."),
-    calibration: list[str] = typer.Option([], "--calibration", help="Real calibration samples for int8: files, dirs or globs."),
-    dynamic: list[str] = typer.Option([], "--dynamic", help="A dynamic dim: INPUT:DIM=MIN..MAX (e.g. x:0=1..16)."),
-    pte: Path = typer.Option(None, "--pte", help="Run this .pte; MODEL is then only the eager reference."),
-    inputs: list[str] = typer.Option([], "--inputs", "-i", help="Real samples: .npy/.npz/.pt/.bin/.png/.jpg files, dirs or globs."),
-    preprocess: str = typer.Option(None, "--preprocess", help="For images: resize=HxW,scale=1/255,mean=a/b/c,std=a/b/c,layout=nchw|nhwc."),
-    random: int = typer.Option(0, "--random", min=0, help="Verify on N random samples instead (the verdict says so)."),
-    reference: Path = typer.Option(None, "--reference", help="Expected outputs (.npz: s<S>_o<K>) instead of the eager model."),
-    host_check: bool = typer.Option(None, "--host-check/--no-host-check", help="Also run the .pte in executorch's Python runtime here."),
-    iterations: int = typer.Option(None, "--iterations", "-n", min=1, help="Timed executions (default 10)."),
-    warmup: int = typer.Option(None, "--warmup", min=0, help="Untimed executions first (default 3)."),
-    deadline: float = typer.Option(None, "--deadline", help="Seconds before the runner is killed (default 120)."),
-    idle_timeout: float = typer.Option(None, "--idle-timeout", help="Seconds of runner silence that count as hung."),
-    atol: float = typer.Option(None, "--atol", help="fp32 absolute tolerance (default 1e-4)."),
-    output_kind: list[str] = typer.Option([], "--output-kind", help="How an output is judged: NAME=classifier|regression|embedding|mask|other.", rich_help_panel="Verification"),
-    min_sqnr: float = typer.Option(None, "--min-sqnr", help="Quantization's accuracy budget: SQNR in dB vs the float model (default 15).", rich_help_panel="Verification"),
-    min_top1: float = typer.Option(None, "--min-top1", help="... top-1 agreement of declared classifiers, 0-1 (default 0.9).", rich_help_panel="Verification"),
-    min_cosine: float = typer.Option(None, "--min-cosine", help="... cosine of declared embeddings (default 0.99).", rich_help_panel="Verification"),
-    max_abs_error: float = typer.Option(None, "--max-abs-error", help="... largest abs error vs the float model (default: no limit).", rich_help_panel="Verification"),
-    quant_steps: float = typer.Option(None, "--quant-steps", help="A quantized program on the device: error allowed in quantization steps (default 1).", rich_help_panel="Verification"),
-    rtol: float = typer.Option(None, "--rtol", help="fp32 relative tolerance (default 1e-4)."),
-    runner: Path = typer.Option(None, "--runner", help="A runner bundle dir, or an executor_runner binary (upstream's works)."),
-    cpu_threads: int = typer.Option(None, "--cpu-threads", help="The runner's thread pool size (default: the performant cores)."),
-    adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
-    adb_port: int = typer.Option(None, "--adb-port", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
-    lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
-    json_path: Path = typer.Option(None, "--json", help="Write the result (etdeploy.result/1) here, also when the run fails."),
-    keep: bool = typer.Option(None, "--keep/--no-keep", help="Keep the job's directory on the device."),
-    profile: bool = typer.Option(False, "--profile", help="Record an ETDump and show the slowest operators and delegate calls."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild the .pte even when cached."),
-    config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
-    localize: bool = typer.Option(None, "--localize/--no-localize", help="Name the operator where the device starts to depart from eager: a tapped twin of the program runs on the same device.", rich_help_panel="Localization"),
-    localize_samples: int = typer.Option(None, "--localize-samples", min=0, help="Localise on N more samples after the most divergent one (default 0).", rich_help_panel="Localization"),
-    localize_budget: str = typer.Option(None, "--localize-budget", help="Bytes of tapped values pulled whole (default 64MiB); summaries (min, max, mean, std...) beyond.", rich_help_panel="Localization"),
-    localize_module: str = typer.Option(None, "--localize-module", help="Tap only inside this module path, e.g. encoder.layers.3 (globs allowed).", rich_help_panel="Localization"),
+    model: str = typer.Argument(None, metavar="MODEL", help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
+    device: str = typer.Option(None, "--device", "-d", metavar="NAME", help="local, a devices.NAME table of etdeploy.toml, a serial, or a model name (pixel8).", rich_help_panel=DEVICE_PANEL),
+    backend: str = typer.Option(None, "--backend", "-b", metavar="NAME", help="xnnpack (default), portable, coreml, vulkan.", rich_help_panel=MODEL_PANEL),
+    quantize: str = typer.Option(None, "--quantize", metavar="MODE", help="int8 (calibrated on real samples) or int8-dynamic.", rich_help_panel=MODEL_PANEL),
+    calibration: list[str] = typer.Option([], "--calibration", metavar="PATH", help="Real calibration samples for int8: files, dirs or globs.", rich_help_panel=MODEL_PANEL),
+    dynamic: list[str] = typer.Option([], "--dynamic", metavar="INPUT:DIM=MIN..MAX", help="A dynamic dim, e.g. x:0=1..16.", rich_help_panel=MODEL_PANEL),
+    pte: Path = typer.Option(None, "--pte", metavar="PATH", help="Run this .pte; MODEL is then only the eager reference.", rich_help_panel=MODEL_PANEL),
+    inputs: list[str] = typer.Option([], "--inputs", "-i", metavar="PATH", help="Real samples: .npy .npz .pt .bin .png .jpg files, dirs or globs.", rich_help_panel=INPUTS_PANEL),
+    preprocess: str = typer.Option(None, "--preprocess", metavar="SPEC", help="For images: resize=HxW, scale=1/255, mean=a/b/c, std=a/b/c, layout=nchw|nhwc (comma-separated).", rich_help_panel=INPUTS_PANEL),
+    random: int = typer.Option(0, "--random", min=0, metavar="N", help="Verify on N random samples instead (the verdict says so).", rich_help_panel=INPUTS_PANEL),
+    reference: Path = typer.Option(None, "--reference", metavar="NPZ", help="Expected outputs (.npz: s<S>_o<K>) instead of the eager model.", rich_help_panel=INPUTS_PANEL),
+    host_check: bool = typer.Option(None, "--host-check/--no-host-check", help="Also run the .pte in executorch's Python runtime here.", rich_help_panel=INPUTS_PANEL),
+    iterations: int = typer.Option(None, "--iterations", "-n", min=1, metavar="N", help="Timed executions (default 10).", rich_help_panel=TIMING_PANEL),
+    warmup: int = typer.Option(None, "--warmup", min=0, metavar="N", help="Untimed executions first (default 3).", rich_help_panel=TIMING_PANEL),
+    deadline: float = typer.Option(None, "--deadline", metavar="SECONDS", help="Seconds before the runner is killed (default 120).", rich_help_panel=TIMING_PANEL),
+    idle_timeout: float = typer.Option(None, "--idle-timeout", metavar="SECONDS", help="Seconds of runner silence that count as hung.", rich_help_panel=TIMING_PANEL),
+    atol: float = typer.Option(None, "--atol", metavar="X", help="float32 absolute tolerance (default 1e-4).", rich_help_panel=VERIFY_PANEL),
+    output_kind: list[str] = typer.Option([], "--output-kind", metavar="NAME=KIND", help="How an output is judged: KIND is classifier, regression, embedding, mask or other.", rich_help_panel=VERIFY_PANEL),
+    min_sqnr: float = typer.Option(None, "--min-sqnr", metavar="DB", help="Quantization's accuracy budget: SQNR in dB vs the float model (default 15).", rich_help_panel=VERIFY_PANEL),
+    min_top1: float = typer.Option(None, "--min-top1", metavar="X", help="... top-1 agreement of declared classifiers, 0-1 (default 0.9).", rich_help_panel=VERIFY_PANEL),
+    min_cosine: float = typer.Option(None, "--min-cosine", metavar="X", help="... cosine of declared embeddings (default 0.99).", rich_help_panel=VERIFY_PANEL),
+    max_abs_error: float = typer.Option(None, "--max-abs-error", metavar="X", help="... largest abs error vs the float model (default: no limit).", rich_help_panel=VERIFY_PANEL),
+    quant_steps: float = typer.Option(None, "--quant-steps", metavar="N", help="A quantized program on the device: error allowed in quantization steps (default 1).", rich_help_panel=VERIFY_PANEL),
+    rtol: float = typer.Option(None, "--rtol", metavar="X", help="float32 relative tolerance (default 1e-4).", rich_help_panel=VERIFY_PANEL),
+    runner: Path = typer.Option(None, "--runner", metavar="PATH", help="A runner bundle dir, or an executor_runner binary (upstream's works).", rich_help_panel=DEVICE_PANEL),
+    cpu_threads: int = typer.Option(None, "--cpu-threads", metavar="N", help="The runner's thread pool size (default: the performant cores).", rich_help_panel=DEVICE_PANEL),
+    adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1).", rich_help_panel=DEVICE_PANEL),
+    adb_port: int = typer.Option(None, "--adb-port", metavar="PORT", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037).", rich_help_panel=DEVICE_PANEL),
+    lock_timeout: float = typer.Option(None, "--lock-timeout", metavar="SECONDS", help="Seconds to wait for a device another job holds (default 600).", rich_help_panel=DEVICE_PANEL),
+    json_path: str = typer.Option(None, "--json", metavar="PATH|-", help="Write the result (etdeploy.result/1) to PATH, also when the run fails; - prints it to stdout instead of the tables.", rich_help_panel=OUTPUT_PANEL),
+    keep: bool = typer.Option(None, "--keep/--no-keep", help="Keep the job's directory on the device.", rich_help_panel=DEVICE_PANEL),
+    profile: bool = typer.Option(False, "--profile", help="Record an ETDump and show the slowest operators, the time per operator and where the ETDump is kept.", rich_help_panel=TIMING_PANEL),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild the .pte even when cached.", rich_help_panel=MODEL_PANEL),
+    config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
+    localize: bool = typer.Option(None, "--localize/--no-localize", help="Name the operator where the device starts to depart from eager: a tapped twin of the program runs on the same device.", rich_help_panel=LOCALIZE_PANEL),
+    localize_samples: int = typer.Option(None, "--localize-samples", min=0, metavar="N", help="Localise on N more samples after the most divergent one (default 0).", rich_help_panel=LOCALIZE_PANEL),
+    localize_budget: str = typer.Option(None, "--localize-budget", metavar="SIZE", help="Bytes of tapped values pulled whole (default 64MiB); summaries (min, max, mean, std...) beyond.", rich_help_panel=LOCALIZE_PANEL),
+    localize_module: str = typer.Option(None, "--localize-module", metavar="PATH", help="Tap only inside this module path, e.g. encoder.layers.3 (globs allowed).", rich_help_panel=LOCALIZE_PANEL),
 ) -> None:  # fmt: skip
-    """Run MODEL on a device with real inputs and compare with eager PyTorch."""
+    """Run MODEL on a device with real inputs and compare with eager PyTorch.
+
+    Exit 0 when every check passes, 1 when one fails (numerics, size), 2 for bad
+    input, 3 when the device, transport or runner fails (or no device answers to
+    --device).
+    """
     import time
 
+    from etdeploy.cli._feedback import Feedback
     from etdeploy.config import load_config, run_settings
     from etdeploy.devices.registry import open_device
     from etdeploy.pipeline import (
@@ -86,9 +113,9 @@ def run_command(
         error_result,
         new_job_id,
         run_job,
-        write_result_json,
     )
 
+    check_json_target(json_path)
     config = load_config(config_path)
     settings = run_settings(
         config,
@@ -112,7 +139,8 @@ def run_command(
     )
     started, job_id = time.time(), new_job_id()
     try:
-        with RunDisplay() as display:
+        with Feedback() as feedback:
+            feedback.status(f"opening {job.device or 'the default device'}")
             target = open_device(
                 job.device, config, adb_host=adb_host, adb_port=adb_port,
                 lock_timeout_s=settings["lock_timeout_s"],
@@ -122,7 +150,7 @@ def run_command(
                     job,
                     target,
                     RunContext(
-                        status=display.status, progress=display.transfer, size_config=config
+                        status=feedback.status, progress=feedback.transfer, size_config=config
                     ),
                     job_id=job_id,
                 )
@@ -130,13 +158,17 @@ def run_command(
         # The result file is promised for every run that got this far: a bug of
         # ours or Ctrl-C included (then as an internal error / interruption).
         if json_path is not None:
-            write_result_json(
-                error_result(job, job.device, as_error(exc), started, job_id), json_path
-            )
+            failed = error_result(job, job.device, as_error(exc), started, job_id)
+            with contextlib.suppress(EtdeployError):
+                emit_json(failed.to_json(), json_path)
         raise
     if json_path is not None:
-        write_result_json(result, json_path)
-    render_result(result)
+        emit_json(result.to_json(), json_path)
+    if json_to_stdout(json_path):
+        # stdout is the document alone; the verdict line still reaches a person.
+        _render_verdict_line(result, err_console)
+    else:
+        render_result(result)
     if result.exit_code != EXIT_OK:
         raise typer.Exit(result.exit_code)
 
@@ -156,55 +188,13 @@ def _localize_flags(
     return {key: value for key, value in given.items() if value is not None}
 
 
-class RunDisplay:
-    """What the run is doing (a spinner line) and each transfer as a bar with
-    bytes/s, on stderr, gone when the run ends. One rich live display for both:
-    rich allows only one at a time."""
-
-    def __init__(self) -> None:
-        self._progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            console=err_console,
-            transient=True,
-        )
-        self._status = self._progress.add_task("starting", total=None)
-        self._transfers: dict[str, TaskID] = {}
-
-    def __enter__(self) -> RunDisplay:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def status(self, text: str) -> None:
-        self._progress.update(self._status, description=escape(text))
-
-    def transfer(self, path: str, done: int, total: int) -> None:
-        task = self._transfers.get(path)
-        if task is None:
-            if done >= total:
-                return  # skipped or instant: no bar worth drawing
-            task = self._transfers[path] = self._progress.add_task(
-                escape(PurePosixPath(path).name), total=total
-            )
-        self._progress.update(task, completed=done)
-        if done >= total:
-            self._progress.remove_task(task)
-            del self._transfers[path]
-
-
 def render_result(result: RunResult) -> None:
     """The verdict table, latency, memory, size, warnings and the one-line verdict."""
     verdict, artifact = result.verdict, result.artifact
     assert verdict is not None and artifact is not None  # a result that ran
     quant = f", {artifact.quantization}" if artifact.quantization else ""
     title = f"{result.model_label} on {result.device.name} ({artifact.backend or '?'}{quant})"
-    table = Table(title=title)
+    table = Table(title=escape(title))
     for column in (
         "output",
         "samples ok",
@@ -234,7 +224,7 @@ def render_result(result: RunResult) -> None:
         )
         top1 = [m.top1_agree for m in rows if m.top1_agree is not None]
         table.add_row(
-            worst.name, f"{ok}/{len(rows)}", worst.sample, f"{worst.max_abs:.2e}",
+            escape(worst.name), f"{ok}/{len(rows)}", escape(worst.sample), f"{worst.max_abs:.2e}",
             _num(worst.max_rel, ".2e"), _num(worst.sqnr_db, ".1f"),
             f"{worst.cosine:.6f}", f"{sum(top1)}/{len(top1)}" if top1 else "-",
         )  # fmt: skip
@@ -273,17 +263,79 @@ def render_result(result: RunResult) -> None:
     if result.size is not None:
         _render_size(result.size)
     if result.profile is not None:
-        _render_profile(result.profile)
+        _render_profile(result)
     if result.localization is not None:
         render_localization(result.localization)
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+    _render_verdict_line(result, console)
+
+
+def _render_verdict_line(result: RunResult, out: Console) -> None:
+    """PASS or FAIL with the reason; a numeric FAIL also says the loosest setting
+    that would have passed, so a reader can tell a near miss from a broken model."""
+    verdict = result.verdict
+    assert verdict is not None
     mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
-    console.print(f"{mark} {escape(verdict.reason)}{_localize_suggestion(result)}", highlight=False)
+    reason = verdict.reason
+    if not verdict.passed:
+        passing = passing_setting(verdict)
+        if passing:
+            reason += f"; {passing}"
+    out.print(
+        f"{mark} {escape(reason)}{_localize_suggestion(result)}", highlight=False, soft_wrap=True
+    )
     if result.size is not None and not result.size.passed:
-        console.print(
+        out.print(
             "[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False
         )
+
+
+def passing_setting(verdict: Verdict) -> str | None:
+    """The tightest tolerance that would pass the stage that failed, as the flags
+    that set it ("passes with --atol 0.0124 --rtol 0"); None when no setting can
+    (a NaN output) or the stage has no numbers."""
+    stage = verdict.failed_stage
+    limits = verdict.thresholds
+    if stage is None:
+        # A result without a budget (upstream's runner, an older document): its metrics.
+        if verdict.worst is None or verdict.budget:
+            return None
+        return _atol_that_passes(max(m.max_abs for m in verdict.metrics or (verdict.worst,)))
+    if stage.rule == "allclose":
+        return _atol_that_passes(stage.max_abs)
+    if stage.rule == "steps" and stage.worst is not None and stage.worst.steps is not None:
+        if not math.isfinite(stage.worst.steps):
+            return "no tolerance passes: an output is NaN or infinite"
+        return f"passes with --quant-steps {math.ceil(stage.worst.steps * 10) / 10:g}"
+    if stage.rule == "accuracy" and limits is not None:
+        flags = []
+        if stage.sqnr_db < limits.min_sqnr_db:
+            if not math.isfinite(stage.sqnr_db):
+                return "no tolerance passes: an output is NaN or infinite"
+            flags.append(f"--min-sqnr {math.floor(stage.sqnr_db * 10) / 10:g}")
+        if stage.top1_agreement is not None and stage.top1_agreement < limits.min_top1:
+            flags.append(f"--min-top1 {math.floor(stage.top1_agreement * 100) / 100:g}")
+        if stage.cosine < limits.min_cosine and math.isfinite(stage.cosine):
+            flags.append(f"--min-cosine {math.floor(stage.cosine * 1e4) / 1e4:g}")
+        if limits.max_abs is not None and stage.max_abs > limits.max_abs:
+            flags.append(f"--max-abs-error {_ceil_3(stage.max_abs):g}")
+        return f"passes with {' '.join(flags)}" if flags else None
+    return None
+
+
+def _atol_that_passes(max_abs: float) -> str:
+    if not math.isfinite(max_abs):
+        return "no tolerance passes: an output is NaN or infinite"
+    return f"the tightest tolerance that passes is --atol {_ceil_3(max_abs):.3g} --rtol 0"
+
+
+def _ceil_3(value: float) -> float:
+    """`value` rounded up to 3 significant digits: a tolerance that surely holds."""
+    if value <= 0:
+        return 0.0
+    scale = 10 ** (math.floor(math.log10(value)) - 2)
+    return math.ceil(value / scale) * scale
 
 
 def _render_budget(verdict: Verdict) -> None:
@@ -307,22 +359,77 @@ def _render_budget(verdict: Verdict) -> None:
         console.print(f"output kinds: {escape(kinds)}", highlight=False)
 
 
-def _render_profile(profile: Profile) -> None:
+def _render_profile(result: RunResult) -> None:
+    """The slowest events, the time per operator kind, and where the ETDump is kept."""
+    from etdeploy.profile import short_op
+
+    profile = result.profile
+    assert profile is not None
     table = Table(title=f"slowest events (median of {profile.executions_ms.count} executions: "
                         f"{format_ms(profile.executions_ms.median)})")  # fmt: skip
     for column in ("event", "backend", "operators", "module", "p50", "max", "share"):
         table.add_column(column, justify="right" if column in ("p50", "max", "share") else "left")
+    kernels = False
     for event in profile.events:
+        if event.op_types:
+            ops = _counted(short_op(op) for op in event.op_types)
+            module = event.module or "-"
+        elif event.delegated:
+            # XNNPACK's kernel events carry their own names and no debug handle:
+            # ExecuTorch's Inspector cannot map them to ATen operators or modules.
+            kernels = True
+            ops, module = "delegate kernel", "(in the delegate call)"
+        else:
+            ops, module = "-", event.module or "-"
         table.add_row(
-            event.name, event.backend or "-", ", ".join(event.op_types[:4]) or "-",
-            event.module or "-", format_ms(event.p50_ms), format_ms(event.max_ms),
-            "-" if event.share is None else f"{event.share:.0%}",
+            escape(event.name), escape(event.backend or "-"), escape(ops), escape(module),
+            format_ms(event.p50_ms), format_ms(event.max_ms), _share(event.share),
         )  # fmt: skip
     console.print(table)
+    if profile.operators:
+        totals = Table(title="time per operator (one execution, medians summed)")
+        for column in ("operator", "backend", "instances", "p50 total", "share"):
+            totals.add_column(
+                column, justify="left" if column in ("operator", "backend") else "right"
+            )
+        for total in profile.operators:
+            totals.add_row(
+                escape(total.name), escape(total.backend or "-"), str(total.instances),
+                format_ms(total.p50_ms), _share(total.share),
+            )  # fmt: skip
+        console.print(totals)
+    if kernels:
+        console.print(
+            "[dim]kernel rows are the delegate's own operators, timed inside its DELEGATE_CALL; "
+            "the call's row names the ATen operators and modules it holds[/]",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    if result.etdump:
+        console.print(
+            f"profile: ETDump kept at {escape(result.etdump)}", highlight=False, soft_wrap=True
+        )
     if not profile.etrecord:
         err_console.print(
-            "[yellow]warning:[/] no ETRecord beside the .pte: events carry runtime names only"
+            "[yellow]warning:[/] no ETRecord beside the .pte: events carry runtime names only",
+            highlight=False,
         )
+        err_console.print(
+            "[dim]hint:[/] build with `etdeploy build MODEL --etrecord -o FILE.pte` to keep it "
+            "beside the program, or run MODEL without --pte",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+
+
+def _counted(names: Iterable[str]) -> str:
+    """ "convolution×2, relu×2, view_copy, linear": one delegate call's operators on one line."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{n}×{c}" if c > 1 else n for n, c in counts.items())
+
+
+def _share(share: float | None) -> str:
+    return "-" if share is None else f"{share:.0%}"
 
 
 def _render_size(size: SizeSummary) -> None:

@@ -5,7 +5,6 @@ Starts without torch or executorch: the .pte is read with generated flatbuffer r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,74 +12,87 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from etdeploy.cli._app import command, console, err_console
-from etdeploy.errors import CheckFailed, UsageError
+from etdeploy.cli._app import (
+    JSON_HELP,
+    check_json_target,
+    command,
+    console,
+    emit_json,
+    err_console,
+    json_to_stdout,
+    note,
+)
+from etdeploy.errors import CheckFailed
 
 if TYPE_CHECKING:
     from etdeploy.sizecheck.check import SizeReport
 
 
-@command("sizecheck")
+@command(
+    "sizecheck",
+    examples=(
+        "etdeploy sizecheck model.pte                       # Play base module + App Store app",
+        "etdeploy sizecheck model.pte libs/ --extra 35MB    # the whole module",
+        "etdeploy sizecheck model.pte --store play --delivery on-demand",
+        "etdeploy sizecheck model.pte --budget 150MB --json -",
+        "etdeploy sizecheck assets.bin --any-file",
+    ),
+)
 def sizecheck_command(
-    paths: list[Path] = typer.Argument(..., help="A .pte, its libraries, any directory (summed recursively)."),
-    store: str | None = typer.Option(None, "--store", help="play, appstore or all (default: sizecheck.store in etdeploy.toml, else all)."),
+    paths: list[Path] = typer.Argument(..., metavar="PATH", help="A .pte, its libraries, any directory (summed recursively)."),
+    store: str | None = typer.Option(None, "--store", metavar="STORE", help="play, appstore or all (default: sizecheck.store in etdeploy.toml, else all).", rich_help_panel="Targets"),
     delivery: list[str] = typer.Option(
-        [], "--delivery", "-d",
+        [], "--delivery", metavar="NAME", rich_help_panel="Targets",
         help="base, feature, install-time, fast-follow, on-demand, ai-pack, apk (Play); "
         "app, app-clip, odr, background-assets (App Store). Repeat for several. "
         "Default: sizecheck.deliveries in etdeploy.toml, else Play base module and App Store app.",
     ),
-    budget: str | None = typer.Option(None, "--budget", help="Your own limit on the download size, e.g. 150MB (decimal)."),
-    budget_raw: bool = typer.Option(False, "--budget-raw", help="Hold --budget against raw bytes, not the download."),
-    extra: str | None = typer.Option(None, "--extra", help="The rest of the app, added to the total: 12MB, 1.5GB, 123."),
-    json_out: str | None = typer.Option(None, "--json", help="Write the etdeploy.sizecheck/1 report to PATH, or - for stdout."),
-    any_file: bool = typer.Option(False, "--any-file", help="Size files that are not .pte programs (no breakdown)."),
-    top: int = typer.Option(10, "--top", min=0, help="How many of the largest tensors to list."),
-    level9: bool = typer.Option(True, "--level9/--no-level9", help="Also measure gzip -9 (Android Studio's figure); costs a second deflate."),
+    budget: str | None = typer.Option(None, "--budget", metavar="SIZE", help="Your own limit on the download size, e.g. 150MB (decimal).", rich_help_panel="Targets"),
+    budget_raw: bool = typer.Option(False, "--budget-raw", help="Hold --budget against raw bytes, not the download.", rich_help_panel="Targets"),
+    extra: str | None = typer.Option(None, "--extra", metavar="SIZE", help="The rest of the app, added to the total: 12MB, 1.5GB, 123.", rich_help_panel="Targets"),
+    json_out: str | None = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="size report", schema="etdeploy.sizecheck/1"), rich_help_panel="Output"),
+    any_file: bool = typer.Option(False, "--any-file", help="Size files that are not .pte programs (no breakdown).", rich_help_panel="Measuring"),
+    top: int = typer.Option(10, "--top", min=0, metavar="N", help="How many of the largest tensors to list.", rich_help_panel="Output"),
+    level9: bool = typer.Option(True, "--level9/--no-level9", help="Also measure gzip -9 (Android Studio's figure); costs a second deflate.", rich_help_panel="Measuring"),
     estimate: str | None = typer.Option(
-        None, "--estimate",
+        None, "--estimate", metavar="HOW", rich_help_panel="Measuring",
         help="exact: deflate every byte (the default; cached by content, so a file measured "
         "before costs nothing). sample: deflate a spread of chunks per part, for multi-GB files, "
         "with the error bound it measured; download verdicts are judged at the top of that bound.",
     ),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Measure afresh; neither read nor write the measurement cache."),
-    config: Path | None = typer.Option(None, "--config", help="The etdeploy.toml to read sizecheck.* and limits.* from (default: the nearest one)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Measure afresh; neither read nor write the measurement cache.", rich_help_panel="Measuring"),
+    config: Path | None = typer.Option(None, "--config", metavar="PATH", help="The etdeploy.toml to read sizecheck.* and limits.* from (default: the nearest one).", rich_help_panel="Output"),
 ) -> None:  # fmt: skip
     """Check files against Google Play and App Store size limits; exit 1 when over.
 
     Flags override sizecheck.* in etdeploy.toml; its limits.* keys replace built-in figures.
     """
+    from etdeploy.cli._feedback import Feedback
     from etdeploy.config import load_config
     from etdeploy.sizecheck.check import report_to_json
     from etdeploy.sizecheck.compress import ANALYZER_LEVEL, PLAY_LEVEL
     from etdeploy.sizecheck.limits import DOWNLOAD, RAW, format_bytes
     from etdeploy.sizecheck.summary import resolve_settings
 
+    check_json_target(json_out)
     settings = resolve_settings(
         load_config(config), store=store, deliveries=delivery, budget=budget, extra=extra,
         estimate=estimate,
     )  # fmt: skip
     levels = (PLAY_LEVEL, ANALYZER_LEVEL) if level9 else (PLAY_LEVEL,)
-    to_stdout = json_out == "-"
-    with err_console.status("measuring..."):
+    to_stdout = json_to_stdout(json_out)
+    with Feedback() as feedback:
+        feedback.status(f"measuring {len(paths)} path(s)")
         report = settings.check(
             paths, any_file=any_file, levels=levels,
             budget_measure=RAW if budget_raw else DOWNLOAD, use_cache=not no_cache,
         )  # fmt: skip
     doc = report_to_json(report, top=top, config_path=settings.config_path)
     if json_out is not None:
-        text = json.dumps(doc, indent=2) + "\n"
-        if to_stdout:
-            typer.echo(text, nl=False)
-        else:
-            _write_atomically(Path(json_out), text)
+        emit_json(doc, json_out)
     if not to_stdout:
         if settings.config_path is not None:
-            err_console.print(
-                f"[dim]settings from {escape(str(settings.config_path))}[/]",
-                highlight=False,
-                soft_wrap=True,
-            )
+            note(f"settings from {settings.config_path}")
         render_report(report, top)
     if report.failed:
         over = [v for v in report.verdicts if v.status == "over"]
@@ -96,17 +108,6 @@ def sizecheck_command(
             else "see the breakdown for what to cut; int8 weights save about three quarters "
             "of float weight bytes",
         )
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    from etdeploy.atomic import atomic_write
-
-    try:
-        atomic_write(target, text.encode("utf-8"))
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {target}: {exc.strerror}", "check the --json path"
-        ) from None
 
 
 def render_report(report: SizeReport, top: int) -> None:
@@ -187,7 +188,8 @@ def render_report(report: SizeReport, top: int) -> None:
                 who = t.name or (f"sha256 {t.key[:12]}…" if t.key else "(unnamed)")
                 shape = "x".join(str(s) for s in t.shape) if t.shape else "?"
                 where = t.location + (f" ({t.backend})" if t.backend else "")
-                tensors.add_row(escape(who), shape, t.dtype or "?", format_bytes(t.nbytes), where)
+                dtype = _torch_dtype(t.dtype) if t.dtype else "?"
+                tensors.add_row(escape(who), shape, dtype, format_bytes(t.nbytes), where)
             console.print(tensors)
         q = b.quantization
         if q.tensors:
@@ -196,7 +198,15 @@ def render_report(report: SizeReport, top: int) -> None:
                 f"{format_bytes(q.float_bytes)} -> {format_bytes(q.quantized_bytes)}, "
                 f"saving about {format_bytes(q.saved_bytes)} raw. [dim]{q.note}[/]"
             )
-        for note in b.notes:
-            err_console.print(f"[dim]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
-    for note in report.notes:
-        err_console.print(f"[dim]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        for text in b.notes:
+            err_console.print(f"[dim]note:[/] {escape(text)}", highlight=False, soft_wrap=True)
+    for text in report.notes:
+        err_console.print(f"[dim]note:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def _torch_dtype(scalar_type: str) -> str:
+    """The .pte names ScalarType members (float, long); show torch's names (float32,
+    int64), as build, inspect and run do."""
+    from etdeploy.builder.lower import _scalar_name
+
+    return _scalar_name(scalar_type.upper())

@@ -24,7 +24,9 @@ that kind is opened or listed, so importing this module is cheap.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import socket
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -135,7 +137,10 @@ def _open_adb(name: str, table: Mapping[str, Any], options: OpenOptions) -> Devi
         table, adb_host=options.adb_host, adb_port=options.adb_port, where=options.where
     )
     # Without a serial the table's name is matched against the attached phones.
-    return AdbDevice(name, settings, aliases=options.aliases, **options.lock_kwargs())
+    try:
+        return AdbDevice(name, settings, aliases=options.aliases, **options.lock_kwargs())
+    except UsageError as exc:
+        raise _absent_or_usage(exc, name, None) from None
 
 
 def _open_ssh(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
@@ -267,7 +272,7 @@ def _open_attached(name: str, config: Config, options: OpenOptions) -> Device:
         return AdbDevice(wanted, settings, aliases=options.aliases, **options.lock_kwargs())
     except UsageError as exc:
         # resolve_serial knows what is attached; we know what is configured.
-        raise UsageError(exc.message, _with_configured(exc.hint, config)) from None
+        raise _absent_or_usage(exc, name, config) from None
     except InfraError as exc:
         if wanted is None or exc.device is not None:
             raise
@@ -279,6 +284,29 @@ def _open_attached(name: str, config: Config, options: OpenOptions) -> Device:
             log=exc.log,
             retryable=exc.retryable,
         ) from exc
+
+
+# What resolve_serial says when no phone answers to the name (as opposed to
+# several answering, which is the user's to settle): a missing phone, exit 3.
+_NOTHING_ANSWERS = ("no attached device matches ", "no device named and none is attached")
+
+
+def _absent_or_usage(exc: UsageError, name: str, config: Config | None) -> EtdeployError:
+    """A name no device answers to is a DeviceError (exit 3), whatever the name:
+    CI tells a phone that is missing from a command line that is wrong (exit 2).
+    A name close to a configured device's gets "did you mean" in its hint. A name
+    several phones answer to stays the user's to settle (exit 2)."""
+    hint = _with_configured(exc.hint, config) if config is not None else exc.hint
+    if not exc.message.startswith(_NOTHING_ANSWERS):
+        return UsageError(exc.message, hint)
+    close = (
+        difflib.get_close_matches(name, [*config.devices, LOCAL], n=1, cutoff=0.7)
+        if config is not None
+        else []
+    )
+    if close:
+        hint = f"did you mean --device {close[0]}? " + (hint or "")
+    return DeviceError(exc.message, hint)
 
 
 def _with_configured(hint: str | None, config: Config) -> str:
@@ -493,11 +521,60 @@ def _probe(device_config: DeviceConfig, config: Config) -> DeviceRow:
                           via=info.extra.get("mac", ""))  # fmt: skip
 
 
+@dataclass(frozen=True)
+class AdbServerState:
+    """One adb server `etdeploy devices` asked: whether it answered, whether
+    etdeploy started it (none answered on this machine, so one was started, as
+    `adb devices` does), and how many phones it has."""
+
+    server: str  # host:port
+    answered: bool
+    started: bool
+    phones: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class DeviceSurvey:
+    """What `etdeploy devices` shows: the rows, and the adb servers behind them."""
+
+    rows: list[DeviceRow]
+    adb_servers: list[AdbServerState]
+
+
+def _server_listens(settings: AdbSettings) -> bool:
+    """Whether anything accepts connections at the server's address: asked before
+    listing, so that a server the listing had to start can be reported."""
+    try:
+        with socket.create_connection((settings.host, settings.port), timeout=PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def _list_server_noting_start(
+    settings: AdbSettings,
+) -> tuple[list[DeviceInfo] | EtdeployError, bool]:
+    listened = _server_listens(settings)
+    listing = _list_server(settings)
+    return listing, not listened and not isinstance(listing, EtdeployError)
+
+
 def describe_devices(
     config: Config, *, adb_host: str | None = None, adb_port: int | None = None
 ) -> list[DeviceRow]:
+    """The rows of survey_devices: every device `--device` can name."""
+    return survey_devices(config, adb_host=adb_host, adb_port=adb_port).rows
+
+
+def survey_devices(
+    config: Config, *, adb_host: str | None = None, adb_port: int | None = None
+) -> DeviceSurvey:
     """Every device `--device` can name: this machine, each configured device, then
-    the phones on the adb server that no configured name covers.
+    the phones on the adb server that no configured name covers; and each adb
+    server asked, with whether etdeploy had to start it.
 
     Each configured host is asked once, with connect timeouts capped at
     PROBE_TIMEOUT_S; one that does not answer is a row with its error, never an
@@ -538,10 +615,22 @@ def describe_devices(
 
     # Servers and hosts are asked in parallel, so one slow host costs its own timeout only.
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="etdeploy-probe") as pool:
-        listing_futures = {key: pool.submit(_list_server, s) for key, s in servers.items()}
+        listing_futures = {
+            key: pool.submit(_list_server_noting_start, s) for key, s in servers.items()
+        }
         probe_futures = {dc.name: pool.submit(_probe, dc, config) for dc in others}
-        listings = {key: f.result() for key, f in listing_futures.items()}
+        listed = {key: f.result() for key, f in listing_futures.items()}
         probes = {name: f.result() for name, f in probe_futures.items()}
+    listings = {key: listing for key, (listing, _started) in listed.items()}
+    adb_servers = [
+        AdbServerState(
+            server=f"{host}:{port}",
+            answered=not isinstance(listing, EtdeployError),
+            started=started,
+            phones=0 if isinstance(listing, EtdeployError) else len(listing),
+        )
+        for (host, port), (listing, started) in listed.items()
+    ]
 
     rows: list[DeviceRow] = []
     if LOCAL not in config.devices:
@@ -576,7 +665,7 @@ def describe_devices(
         for info in sorted(listing, key=lambda i: i.serial):
             if (host, port, info.serial) not in covered:
                 rows.append(_attached_row(info, info.serial, configured=False, via=via))
-    return rows
+    return DeviceSurvey(rows, adb_servers)
 
 
 def _configured_adb_row(

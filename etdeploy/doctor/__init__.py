@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from etdeploy.config import Config
-from etdeploy.doctor.check import AREAS, FAIL, OK, WARN, Check
+from etdeploy.doctor.check import AREAS, FAIL, OK, WARN, Check, devices_table
 from etdeploy.doctor.devices import adb_checks, device_checks, ssh_checks
 from etdeploy.doctor.environment import environment_checks, pairing_check
 from etdeploy.doctor.program import preflight_checks, pte_checks
@@ -43,7 +43,7 @@ from etdeploy.errors import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
 
 __all__ = [
     "AREAS", "FAIL", "OK", "WARN", "Check", "adb_checks", "arm64_runner_checks",
-    "device_checks", "environment_checks", "exit_code", "host_runner_checks",
+    "device_checks", "devices_table", "environment_checks", "exit_code", "host_runner_checks",
     "pairing_check", "preflight_checks", "pte_checks", "run_doctor", "ssh_checks",
 ]  # fmt: skip
 

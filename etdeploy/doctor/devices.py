@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.config import Config
-from etdeploy.doctor.check import FAIL, OK, WARN, Check
+from etdeploy.doctor.check import FAIL, OK, WARN, Check, devices_table
 from etdeploy.doctor.runners import arm64_runner_check
 from etdeploy.errors import EtdeployError
 
@@ -164,7 +164,7 @@ def _runner_check(row: Any, config: Config) -> Check:
                 return Check(
                     "runner", name, FAIL,
                     f"no runner for {row.abi}: none configured, and building one needs {' and '.join(missing)}",
-                    f'set runner = "PATH" in [devices.{row.name}], or set ANDROID_NDK and '
+                    f'set runner = "PATH" in {devices_table(row.name)}, or set ANDROID_NDK and '
                     "EXECUTORCH_ANDROID_PREFIX (android_harness/README.md)",
                 )  # fmt: skip
             return Check("runner", name, OK, f"built for {row.abi} with the NDK on first use")
@@ -176,7 +176,7 @@ def _runner_check(row: Any, config: Config) -> Check:
         return Check(
             "runner", name, FAIL,
             f"no runner for {row.os} {row.abi}: etdeploy builds runners for this machine and for Android",
-            f'build one on that machine (ios_harness/README.md) and set runner = "PATH" in [devices.{row.name}]',
+            f'build one on that machine (ios_harness/README.md) and set runner = "PATH" in {devices_table(row.name)}',
         )  # fmt: skip
     except EtdeployError as exc:
         return Check("runner", name, FAIL, exc.message, exc.hint or "")

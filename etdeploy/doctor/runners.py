@@ -7,7 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from etdeploy.doctor.check import FAIL, OK, WARN, Check
+from etdeploy.doctor.check import FAIL, OK, WARN, Check, devices_table
 from etdeploy.errors import EtdeployError
 
 # -- the host runner ---------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def arm64_runner_check(info: Any, name: str) -> Check | None:
             f"no runner for {info.abi}: none configured, and the arm64 bundle needs "
             f"{runner_arm64.cross_prefix()}g++",
             f"apt-get install {runner_arm64.CROSS_PACKAGE}{ndk}, or set runner = \"PATH\" in "
-            f"[devices.{info.name}]",
+            f"{devices_table(info.name)}",
         )  # fmt: skip
     return Check("runner", name, OK, f"the arm64 bundle ({KIND_ARM64}) runs on {info.os} {info.abi}; "
                  "built on first use from the aarch64 wheel")  # fmt: skip

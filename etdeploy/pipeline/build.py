@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import EtdeployError, InputError
-from etdeploy.pipeline.job import RunJob
+from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.report.result import Delegation
 
 # ExecuTorch's ScalarType names (schema/scalar_type.fbs) -> numpy's.
@@ -122,7 +122,7 @@ class Program:
         return [self.outputs[i].name for i in self.tensor_outputs]
 
 
-def build_program(job: RunJob) -> Program:
+def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
     """Build MODEL (cached), or take --pte."""
     from etdeploy.builder.manifest import read_manifest
     from etdeploy.devices.base import sha256_file
@@ -156,6 +156,7 @@ def build_program(job: RunJob) -> Program:
                 dynamic=job.dynamic,
                 use_cache=job.use_cache,
             ),
+            status=status,
         )
         pte, manifest, digest = built.pte, built.manifest, built.manifest["sha256"]
         warnings.extend(built.warnings)

@@ -72,7 +72,7 @@ def run_job(
     job_id = job_id or new_job_id()
 
     say(f"building {job.label}")
-    program = build_program(job)
+    program = build_program(job, say)
     if job.localize:
         from etdeploy.pipeline.localize import check_localizable
 

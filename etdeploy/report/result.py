@@ -436,11 +436,24 @@ class ExecutionTimes(Record):
 
 
 @dataclass(frozen=True)
+class OperatorTotal(Record):
+    """One kind of operator over one execution: its instances' median times summed."""
+
+    name: str  # a delegate's kernel kind, or the ATen operators, or the runtime's name
+    backend: str | None
+    instances: int
+    p50_ms: float
+    share: float | None = None  # of the median execution
+
+
+@dataclass(frozen=True)
 class Profile(Record):
     executions_ms: ExecutionTimes
     events: tuple[ProfileEvent, ...]
     delegate_calls: tuple[ProfileEvent, ...]
     etrecord: bool
+    # Per operator kind, largest first (etdeploy.profile.operator_totals).
+    operators: tuple[OperatorTotal, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -282,6 +282,22 @@ _PROFILE = {
         "events": {"type": "array", "items": {"$ref": "#/$defs/profile_event"}},
         "delegate_calls": {"type": "array", "items": {"$ref": "#/$defs/profile_event"}},
         "etrecord": {"type": "boolean"},
+        # Time per operator kind over one execution; absent from results written
+        # before it existed.
+        "operators": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "backend", "instances", "p50_ms"],
+                "properties": {
+                    "name": _STR,
+                    "backend": _OPT_STR,
+                    "instances": _COUNT,
+                    "p50_ms": _MS,
+                    "share": _nullable("number", minimum=0),
+                },
+            },
+        },
     },
 }
 

@@ -206,7 +206,7 @@ def parse_size(value: str | int | float, *, what: str = "size") -> int:
     if m is None or unit not in _UNITS:
         raise UsageError(
             f"{what}: cannot read {value!r} as a size",
-            "write bytes or a number with KB/MB/GB (decimal) or KiB/MiB/GiB, e.g. 150MB",
+            "write bytes or a number with kB/MB/GB (decimal) or KiB/MiB/GiB, e.g. 150MB",
         )
     number = m.group(1)
     whole, _, frac = number.partition(".")
@@ -283,10 +283,11 @@ def select_limits(
 
 
 def format_bytes(n: int) -> str:
-    """Decimal units, as the stores write them: 1.50 GB, 123.4 MB, 999 B."""
+    """Decimal units, as the stores write them: 1.50 GB, 123.4 MB, 16.94 kB, 999 B
+    (SI's lower-case k for 1000, as the HTML report writes it too)."""
     sign = "-" if n < 0 else ""
     n = abs(n)
-    for unit, scale in (("GB", _GB), ("MB", _MB), ("KB", 10**3)):
+    for unit, scale in (("GB", _GB), ("MB", _MB), ("kB", 10**3)):
         if n >= scale:
             value = n / scale
             return f"{sign}{value:.2f} {unit}" if value < 100 else f"{sign}{value:.1f} {unit}"

@@ -73,12 +73,43 @@ def test_int8_build_is_calibrated_on_the_real_samples_and_smaller() -> None:
 
 
 def test_int8_refuses_to_calibrate_on_noise_unless_asked(tmp_path: Path) -> None:
+    heard: list[str] = []
     with pytest.raises(InputError, match="calibration"):
-        build(f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8"))
+        build(f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8"), status=heard.append)
+    # Said once the model is loaded, before torch.export runs.
+    assert heard[-1] == f"loading {MODELS}/two_io.py:build"
     noisy = build(
         f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8", random_calibration=True)
     )
     assert noisy.manifest["quantization"]["calibration"]["kind"] == "random"
+
+
+def test_a_saved_program_without_calibration_is_refused_before_torch_loads(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "m.pt2").write_bytes(b"a .pt2 is never read to find this out")
+    code = (
+        "import sys\nfrom etdeploy.builder import BuildOptions, build\n"
+        "from etdeploy.errors import InputError\n"
+        f"try:\n    build({str(tmp_path / 'm.pt2')!r}, BuildOptions(quantize='int8'))\n"
+        "except InputError as e:\n    print(e.message, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "--quantize int8 needs real calibration inputs False", done.stderr
+
+
+def test_a_build_says_each_stage_as_it_starts(fresh_cache: Path) -> None:
+    heard: list[str] = []
+    result = build(f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8-dynamic"), heard.append)
+    assert not result.cached
+    assert heard == [
+        "importing torch", f"loading {MODELS}/two_io.py:build", "exporting with torch.export",
+        "quantizing to int8-dynamic", "lowering to xnnpack", "planning memory (to_executorch)",
+        "serialising the program", "saving the program to the build cache",
+    ]  # fmt: skip
+    cached: list[str] = []
+    build(f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8-dynamic"), cached.append)
+    assert cached == []  # a cache hit has no stages to speak of
 
 
 def test_int8_dynamic_needs_no_calibration() -> None:
@@ -115,7 +146,10 @@ def test_identical_second_build_is_a_cache_hit_and_no_cache_rebuilds(fresh_cache
     assert not rebuilt.cached
 
 
-def test_changing_a_file_beside_the_factory_invalidates_the_cache(tmp_path: Path) -> None:
+def test_changing_a_file_beside_the_factory_invalidates_the_cache(
+    tmp_path: Path, fresh_cache: Path
+) -> None:
+    # A fresh cache: the session's would hold the second build from an earlier run.
     model = tmp_path / "m.py"
     model.write_text((MODELS / "two_io.py").read_text())
     helper = tmp_path / "helper.py"
@@ -235,7 +269,7 @@ def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path
     # `etdeploy inspect` no longer loads torch to read a .pte.
     code = (
         "import sys\nfrom etdeploy.cli import app\n"
-        f"try:\n    app(['inspect', {str(result.pte)!r}, '--json'])\n"
+        f"try:\n    app(['inspect', {str(result.pte)!r}, '--json', '-'])\n"
         "except SystemExit as e:\n    code = e.code\n"
         "print('RESULT', code, 'torch' in sys.modules, file=sys.stderr)"
     )
@@ -250,6 +284,8 @@ def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path
     not_pte.write_bytes(b"\0" * 64)
     done = etdeploy("inspect", str(not_pte), cwd=tmp_path)
     assert done.returncode == 2 and "not an ExecuTorch program" in done.stderr
+    # sizecheck's --any-file is no option of inspect's: the hint says what inspect reads.
+    assert "--any-file" not in done.stderr and "hint: give a program written by" in done.stderr
 
 
 def test_a_backend_claiming_little_of_the_graph_gets_a_warning() -> None:

@@ -3,15 +3,17 @@ with loopback phones (tests/devices/conftest.py) and a real sshd."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.adb_server import AdbTestbed, free_port
+from tests.support.adb_server import AdbTestbed, adb_server_pids, free_port
 from tests.support.device_config import ssh_table, write_config
 from tests.support.sshd import SshServer
 
@@ -23,8 +25,10 @@ def etdeploy(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProc
     }
     # Anything that falls through to the environment meets a closed port on a host
     # etdeploy treats as remote: it fails at once and starts no server.
+    # COLUMNS=80, as an 80-column terminal exports it: piped output is still whole
+    # (a serial on one line, not folded over three).
     environ.update({"ANDROID_ADB_SERVER_HOST": "127.0.0.2", "ANDROID_ADB_SERVER_PORT": str(free_port()),
-                    "COLUMNS": "200", **env})  # fmt: skip
+                    "COLUMNS": "80", **env})  # fmt: skip
     return subprocess.run(
         [sys.executable, "-m", "etdeploy", *args], cwd=cwd, env=environ,
         capture_output=True, text=True, timeout=120,
@@ -51,7 +55,9 @@ def test_devices_json_parses_and_names_each_phone(phones: AdbTestbed, tmp_path: 
     config = write_config(tmp_path / "etdeploy.toml", {
         "desk": {"transport": "adb", "serial": phones.serial("tablet")},
     })  # fmt: skip
-    done = etdeploy(["devices", "--json", "--config", str(config), *server_flags(phones)], tmp_path)
+    done = etdeploy(
+        ["devices", "--json", "-", "--config", str(config), *server_flags(phones)], tmp_path
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["schema"] == "etdeploy.devices/1"
@@ -68,6 +74,32 @@ def test_devices_json_parses_and_names_each_phone(phones: AdbTestbed, tmp_path: 
     )  # fmt: skip
     assert set(p8) == {"name", "transport", "target", "configured", "reachable", "state", "model", "os",
                        "os_version", "abi", "soc", "via", "error", "hint"}  # fmt: skip
+
+
+def test_devices_says_it_started_an_adb_server_and_that_no_phone_is_attached(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    # The server it starts is this test's: its own port, its own HOME (adbkey), no USB.
+    env = {"ANDROID_ADB_SERVER_HOST": "127.0.0.1", "ANDROID_ADB_SERVER_PORT": str(port),
+           "HOME": str(tmp_path), "ADB_USB": "0", "ADB_MDNS": "0", "ADB_EMU": "0"}  # fmt: skip
+    try:
+        started = etdeploy(["devices"], tmp_path, **env)
+        assert started.returncode == 0, started.stderr
+        assert (
+            f"started an adb server at 127.0.0.1:{port}, as `adb devices` does; it keeps running "
+            f"(`adb -P {port} kill-server` stops it)"
+        ) in started.stdout
+        assert f"no phone is attached to the adb server at 127.0.0.1:{port}" in started.stdout
+        assert "USB debugging" in started.stdout
+        again = etdeploy(["devices", "--json", "-"], tmp_path, **env)
+        assert json.loads(again.stdout)["adb_servers"] == [
+            {"server": f"127.0.0.1:{port}", "answered": True, "started": False, "phones": 0}
+        ]
+    finally:
+        for pid in adb_server_pids(port):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_an_unreachable_ssh_host_is_a_row_with_its_error(
@@ -94,7 +126,7 @@ def test_devices_starts_without_torch_or_executorch(phones: AdbTestbed, tmp_path
     modules_file = tmp_path / "modules.txt"
     code = (
         "import sys\nfrom etdeploy.cli import app\n"
-        f"try:\n    app({['devices', '--json', *server_flags(phones)]!r})\nexcept SystemExit as e:\n"
+        f"try:\n    app({['devices', '--json', '-', *server_flags(phones)]!r})\nexcept SystemExit as e:\n"
         "    code = e.code\n"
         f"open({str(modules_file)!r}, 'w').write('\\n'.join(sys.modules))\nsys.exit(code)\n"
     )

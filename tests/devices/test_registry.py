@@ -172,14 +172,40 @@ def test_two_phones_of_one_model_are_an_error_that_lists_both(
     assert "devices in etdeploy.toml: mac" in hint
 
 
-def test_no_match_is_an_error_that_lists_what_is_attached(phones: AdbTestbed) -> None:
-    with pytest.raises(UsageError) as caught:
+def test_no_device_answering_is_a_device_error_that_lists_what_is_attached(
+    phones: AdbTestbed,
+) -> None:
+    """Exit 3, not 2: CI tells a phone that is missing from a command line that is wrong."""
+    with pytest.raises(DeviceError) as caught:
         open_device("pixel9", Config(), **at(phones))  # type: ignore[arg-type]
     assert caught.value.message == "no attached device matches 'pixel9'"
+    assert caught.value.exit_code == 3
     hint = caught.value.hint or ""
     for name, model in (("p8", "Pixel 8"), ("p8-b", "Pixel 8"), ("tablet", "Pixel Tablet")):
         assert f"{phones.serial(name)} ({model})" in hint
     assert "devices in etdeploy.toml: none" in hint
+
+
+def test_a_configured_phone_that_is_not_attached_is_a_device_error(
+    phones: AdbTestbed, tmp_path: Path
+) -> None:
+    cfg = load_config(write_config(tmp_path / "etdeploy.toml", {"pixel9": server_table(phones)}))
+    with pytest.raises(DeviceError) as caught:
+        open_device("pixel9", cfg)
+    assert caught.value.exit_code == 3 and "no attached device matches 'pixel9'" in str(
+        caught.value
+    )
+
+
+def test_a_name_close_to_a_configured_one_is_asked_about_in_the_hint(
+    phones: AdbTestbed, tmp_path: Path
+) -> None:
+    cfg = load_config(write_config(tmp_path / "etdeploy.toml", {"desk": server_table(phones)}))
+    with pytest.raises(DeviceError) as caught:
+        open_device("dsek", cfg, **at(phones))  # type: ignore[arg-type]
+    assert caught.value.exit_code == 3
+    assert caught.value.message == "no attached device matches 'dsek'"
+    assert (caught.value.hint or "").startswith("did you mean --device desk? ")
 
 
 def test_adb_with_several_phones_and_no_android_serial_is_an_error(phones: AdbTestbed) -> None:
@@ -351,6 +377,21 @@ def test_describe_lists_local_configured_and_attached_devices(
             "15",
         )
         assert (row.configured, row.reachable, row.state) == (False, True, "device")
+
+
+def test_the_survey_says_each_server_answered_and_how_many_phones_it_has(
+    phones: AdbTestbed, no_ambient_adb: int
+) -> None:
+    survey = registry.survey_devices(Config(), **at(phones))  # type: ignore[arg-type]
+    (server,) = survey.adb_servers
+    assert (server.server, server.answered, server.started, server.phones) == (
+        f"127.0.0.1:{phones.server.port}", True, False, 3,
+    )  # fmt: skip
+    elsewhere = registry.survey_devices(Config(), adb_host=NOWHERE_HOST, adb_port=no_ambient_adb)
+    assert [s.to_json() for s in elsewhere.adb_servers] == [{
+        "server": f"{NOWHERE_HOST}:{no_ambient_adb}", "answered": False, "started": False,
+        "phones": 0,
+    }]  # fmt: skip
 
 
 def test_describe_with_no_adb_server_elsewhere_is_a_row_and_starts_nothing(

@@ -163,7 +163,7 @@ def test_the_accuracy_budget_comes_from_etdeploy_toml_and_is_recorded(
 def test_a_build_calibrated_on_noise_says_so_in_the_result(tmp_path: Path) -> None:
     built = tmp_path / "noisy.pte"
     done = CliRunner().invoke(
-        app, ["build", "digits", "-q", "int8", "--random-calibration", "-o", str(built)]
+        app, ["build", "digits", "--quantize", "int8", "--random-calibration", "-o", str(built)]
     )
     assert done.exit_code == 0, done.output
     _, result, output = run(tmp_path, "digits", "--pte", built)

@@ -151,4 +151,4 @@ def test_bytes_print_in_the_stores_decimal_units() -> None:
     assert format_bytes(1_500_000_000) == "1.50 GB"
     assert format_bytes(150_000_000) == "150.0 MB"
     assert format_bytes(999) == "999 B"
-    assert format_bytes(-2_000) == "-2.00 KB"
+    assert format_bytes(-2_000) == "-2.00 kB"
