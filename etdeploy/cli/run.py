@@ -58,6 +58,7 @@ def run_command(
     lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
     json_path: Path = typer.Option(None, "--json", help="Write the result (etdeploy.result/1) here, also when the run fails."),
     keep: bool = typer.Option(None, "--keep/--no-keep", help="Keep the job's directory on the device."),
+    verify_remote: bool = typer.Option(False, "--verify-remote", help="Hash every file already on the device instead of trusting its digest records."),
     profile: bool = typer.Option(False, "--profile", help="Record an ETDump and show the slowest operators and delegate calls."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild the .pte even when cached."),
     config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
@@ -96,6 +97,7 @@ def run_command(
         reference=reference,
         use_cache=not no_cache,
         profile=profile,
+        verify_remote=verify_remote,
     )
     started, job_id = time.time(), new_job_id()
     try:

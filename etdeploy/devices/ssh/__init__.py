@@ -7,7 +7,7 @@
   can kill the group, both streams drained on threads, SFTP writes sized to one
   SSH packet and prefetched reads.
 - device.py, SshDevice: the Device on top (uname facts, the work dir, the push
-  decision by remote sha256sum or shasum).
+  decision by the digest record, else remote sha256sum or shasum).
 """
 
 from etdeploy.devices.ssh.connection import (

@@ -2,7 +2,9 @@
 
 Commands run under a small POSIX sh wrapper that reports its pid and process group
 on the first stdout line, so a command past its deadline can be killed as a group
-from a second channel. stdout and stderr are drained by two threads, so a command
+from a second channel. The wrapper stays the command's parent (no `exec`): a
+command killed by a signal reaches sshd as exit-signal, which paramiko reports as
+-1, while the wrapper turns it into the shell's status 128+N, as adb's shell does. stdout and stderr are drained by two threads, so a command
 writing megabytes to both never blocks on a full window.
 
 Uploads are written pipelined, each SFTP write sized to one SSH packet, to the
@@ -46,6 +48,21 @@ _SFTP_WRITE_HEADROOM = 128
 _POLL_S = 0.1
 
 
+def server_refused(exc: BaseException) -> bool:
+    """Whether an SFTP failure is the server's own answer (no such file, permission
+    denied, a failed write): paramiko raises those from the status reply it read,
+    in SFTPClient._convert_status (paramiko 5.1, read 2026-12-03). Anything else in
+    the middle of a transfer (EOF, a socket error, "Server connection dropped",
+    "Socket is closed") is a lost connection, whether or not the transport has
+    noticed yet: a status reply is the only proof that the server is still there."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "_convert_status":
+            return True
+        tb = tb.tb_next
+    return False
+
+
 @dataclass
 class Completed:
     exit_code: int
@@ -55,6 +72,8 @@ class Completed:
     timed_out: bool
     pid: int | None
     pgid: int | None
+    # With timed_out: stopped for its silence (idle_timeout_s), not at its deadline.
+    idle: bool = False
 
 
 def _wrapper(script: str) -> str:
@@ -118,12 +137,15 @@ class HostLink:
         # init that never reaps) is dead for our purpose. ps -A -o pgid,stat works
         # on macOS and procps alike; without ps, kill -0 is the fallback.
         group = pgid or 0
+        # Without a group of its own the wrapper's children (the command) are sent
+        # the signal by their parent's pid first, while that parent still has them.
+        children = "" if pgid else f"pkill -TERM -P {pid} 2>/dev/null; "
         script = (
             f"alive() {{ if command -v ps >/dev/null 2>&1; then "
             f"ps -A -o pgid= -o pid= -o stat= 2>/dev/null | awk -v g={group} -v p={pid} "
             "'($1==g || $2==p) && $3 !~ /^Z/ {n++} END {exit n ? 0 : 1}'; "
             f"else kill -s 0 -- {pid} 2>/dev/null; fi; }}; "
-            f"for t in {targets}; do kill -s TERM -- $t 2>/dev/null; done; i=0; "
+            f"{children}for t in {targets}; do kill -s TERM -- $t 2>/dev/null; done; i=0; "
             f"while [ $i -lt {_KILL_GRACE_TENTHS} ]; do alive || exit 0; "
             "sleep 0.1; i=$((i+1)); done; "
             f"for t in {targets}; do kill -s KILL -- $t 2>/dev/null; done; exit 0"
@@ -211,6 +233,7 @@ class HostLink:
             timed_out=timed_out,
             pid=header.pid,
             pgid=header.pgid,
+            idle=timed_out and clock.idle,
         )
 
     def checked(self, script: str, what: str, *, deadline_s: float = 60) -> str:
@@ -258,13 +281,18 @@ class HostLink:
             self._discard(partial)
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            if not self.connection.alive() or isinstance(exc, (EOFError, TimeoutError)):
+            if not server_refused(exc):
                 # The next push of this file drops the partial (transfer.prepare_command).
-                raise self.connection.lost(exc, f"upload of {local.name}") from exc
+                raise self.connection.lost(
+                    exc,
+                    f"upload of {local.name} ({upload.progress.done} of {size} bytes "
+                    "handed to the connection, none confirmed written)",
+                ) from exc
             self._discard(partial)
             raise DeviceError(
                 f"cannot write {target} on {self.target.display}: {exc}",
-                "check the directory is writable and the disk has room",
+                "check the directory is writable and the disk has room: "
+                f"`etdeploy clean --device {self.name}` removes what earlier runs left there",
                 device=self.name,
             ) from exc
         return sent
@@ -302,7 +330,7 @@ class HostLink:
         except (DeviceError, TransportError):
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            if not self.connection.alive() or isinstance(exc, (EOFError, TimeoutError)):
+            if not server_refused(exc):
                 raise self.connection.lost(exc, f"download of {source}") from exc
             raise DeviceError(
                 f"cannot read {source} on {self.target.display}: {exc}",
