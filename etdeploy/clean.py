@@ -14,8 +14,8 @@ directory; the least recently used first):
 - always, what nothing will read again: the partial of a cut push, a stale pid
   file, a digest record whose file is gone.
 
-"Last used" is the newest of a cache item's mtimes and access times, and, on a
-device, the mtime of the file's digest record, which every push of it touches
+"Last used" is the newest of the mtimes and access times of a cache item's files
+(a build's manifest is read on every cache hit), and, on a device, the mtime of the file's digest record, which every push of it touches
 (devices/records.py), else the file's own. A device is cleaned holding its lock,
 so no run of this machine uses it meanwhile; an item of this machine's cache is
 skipped while another process holds its lock (a build being written). The core
@@ -213,18 +213,21 @@ def _cache_items(root: Path) -> Iterator[CleanItem]:
 
 
 def _usage(path: Path) -> tuple[int, float]:
-    """Bytes on disk and the newest mtime or atime below path (itself included)."""
-    size, last = 0, 0.0
-    paths = [path]
+    """Bytes and the newest mtime or atime of the files at or below path. A folder's
+    own times do not count (listing it, as this does, moves its atime); an empty
+    one has its mtime."""
+    files = [path]
     if path.is_dir() and not path.is_symlink():
-        paths += [Path(d) / f for d, _, files in os.walk(path) for f in files]
-    for p in paths:
+        files = [Path(d) / f for d, _, names in os.walk(path) for f in names]
+        if not files:
+            return 0, path.stat().st_mtime
+    size, last = 0, 0.0
+    for p in files:
         try:
             st = p.lstat()
         except OSError:
             continue
-        if not p.is_dir():
-            size += st.st_size
+        size += st.st_size
         last = max(last, st.st_mtime, st.st_atime)
     return size, last
 

@@ -76,7 +76,7 @@ class LocalDevice(DeviceBase):
 
     def _prepare_push(self, target: str) -> RemoteFile | None:
         path = Path(target)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.makedirs(str(path.parent))
         drop_local_partials(path)
         if not path.is_file():
             return None
@@ -148,7 +148,15 @@ class LocalDevice(DeviceBase):
         return Path(self.resolve(remote)).exists()
 
     def makedirs(self, remote: str) -> None:
-        Path(self.resolve(remote)).mkdir(parents=True, exist_ok=True)
+        path = Path(self.resolve(remote))
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DeviceError(
+                f"cannot create {path}: {exc.strerror}",
+                "check the work dir is writable (its parent, a file in the way, free space)",
+                device=self.name,
+            ) from exc
 
     def remove(self, remote: str, *, recursive: bool = False) -> None:
         path = Path(self.resolve(remote))

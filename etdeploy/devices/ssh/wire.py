@@ -16,6 +16,7 @@ TransportError(retryable=True) and the next call reconnects.
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import shlex
 import threading
 import time
@@ -32,7 +33,7 @@ from etdeploy.devices.process import (
 )
 from etdeploy.devices.ssh.connection import SshConnection
 from etdeploy.devices.transfer import HASH_CHUNK, Download, Upload, copy_stream
-from etdeploy.errors import DeviceError, TransportError
+from etdeploy.errors import DeviceError, EtdeployError, TransportError
 
 # Marker the wrapper prints first on stdout: "<marker> <pid> <pgid>".
 _PID_MARKER = "ETDEPLOY-PID"
@@ -269,6 +270,19 @@ class HostLink:
                 sent = copy_stream(src, dst, upload.progress, _TRANSFER_CHUNK)
             landed = sftp.stat(partial).st_size
             if landed != size:
+                # paramiko does not wait for the status of the last pipelined writes
+                # before it closes a file (SFTPFile._close, 5.1, read 2026-12-03), so
+                # a disk that filled up shows here as a short file: ask the disk.
+                free = self._free_bytes(posixpath.dirname(target))
+                if free is not None and free < size - landed:
+                    self._discard(partial)
+                    raise DeviceError(
+                        f"the disk is full on {self.target.display}: {landed} of {size} bytes "
+                        f"of {local.name} fit in {posixpath.dirname(target)}, {free} bytes are free",
+                        f"free space there: `etdeploy clean --device {self.name}` removes what "
+                        "earlier runs left (add --dry-run to see it first)",
+                        device=self.name,
+                    )
                 raise TransportError(
                     f"upload of {local.name} to {target} is short: {landed} of {size} bytes",
                     "retry the push",
@@ -296,6 +310,15 @@ class HostLink:
                 device=self.name,
             ) from exc
         return sent
+
+    def _free_bytes(self, directory: str) -> int | None:
+        """Bytes free for this user on directory's filesystem (POSIX `df -P`), or None."""
+        try:
+            done = self.execute(f"df -Pk {shlex.quote(directory)}", deadline_s=15)
+            fields = done.stdout.decode(errors="replace").strip().splitlines()[-1].split()
+            return int(fields[3]) * 1024
+        except (EtdeployError, IndexError, ValueError):
+            return None
 
     def _discard(self, partial: str) -> None:
         if self.connection.alive():
