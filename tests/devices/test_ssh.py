@@ -155,6 +155,23 @@ def test_a_command_killed_by_a_signal_reports_it_as_the_shell_does(device: SshDe
     assert out.stdout == "about to crash\n"
 
 
+def test_helper_scripts_share_one_session_that_no_script_can_break(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    for i in range(5):  # a probe and a record per file, none a session of its own
+        device.push(random_file(tmp_path / f"{i}.bin", 1000), f"inputs/{i}.bin")
+    assert device.helper_sessions == 1
+    with pytest.raises(DeviceError, match="exit status 3"):
+        device.helper("exit 3", "exiting")
+    # A script reading stdin gets nothing (it cannot eat the scripts after it).
+    assert device.helper("cat; echo still here", "reading stdin") == "still here\n"
+    assert device.helper("printf 'no newline'", "printing") == "no newline"
+    with pytest.raises(DeviceError, match="no answer within 1 s"):
+        device.helper("sleep 30", "sleeping", deadline_s=1)
+    assert device.helper("echo fresh", "after a timeout") == "fresh\n"
+    assert device.helper_sessions == 2 and device.connects == 1
+
+
 def test_run_of_a_missing_program_reports_127(device: SshDevice) -> None:
     out = device.run(["/no/such/program"], deadline_s=30)
     assert out.exit_code == 127

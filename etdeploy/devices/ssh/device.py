@@ -63,6 +63,16 @@ class SshDevice(DeviceBase):
         """How many times a connection was opened (a reconnect adds one)."""
         return self._connection.connects
 
+    @property
+    def helper_sessions(self) -> int:
+        """How many sessions the helper scripts used (helper.py: one, unless one failed)."""
+        return self._link.helper.sessions
+
+    def helper(self, script: str, what: str, *, deadline_s: float = 60) -> str:
+        """Run a short POSIX sh script on the host in the helper shell; its stdout,
+        or a DeviceError naming `what`."""
+        return self._link.checked(script, what, deadline_s=deadline_s)
+
     def close(self) -> None:
         self._connection.close()
 
@@ -158,7 +168,7 @@ class SshDevice(DeviceBase):
 
     def _remote_sha256(self, path: str) -> str | None:
         script = self._sha256_command(path)
-        done = self._link.execute(script, deadline_s=300)
+        done = self._link.helper_run(script, deadline_s=300)
         if done.exit_code == NO_SUCH_FILE:
             return None
         out = done.stdout.decode(errors="replace").strip()
@@ -194,7 +204,7 @@ class SshDevice(DeviceBase):
         return RemoteFile(size=found.size, mode=None, sha256=found.recorded)
 
     def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
-        return self._link.checked(script, what, deadline_s=deadline_s)
+        return self.helper(script, what, deadline_s=deadline_s)
 
     def _verify(self, target: str, found: RemoteFile) -> str | None:
         return self._remote_sha256(target)

@@ -32,6 +32,7 @@ from etdeploy.devices.process import (
     wait_until_ended,
 )
 from etdeploy.devices.ssh.connection import SshConnection
+from etdeploy.devices.ssh.helper import HelperResult, HelperShell
 from etdeploy.devices.transfer import HASH_CHUNK, Download, Upload, copy_stream
 from etdeploy.errors import DeviceError, EtdeployError, TransportError
 
@@ -129,6 +130,8 @@ class HostLink:
         self.connection = connection
         self.name = connection.name
         self.target = connection.target
+        # Short helper scripts (probes, records, hashes) share one session.
+        self.helper = HelperShell(connection)
 
     # -- commands ---------------------------------------------------------------
 
@@ -237,9 +240,13 @@ class HostLink:
             idle=timed_out and clock.idle,
         )
 
+    def helper_run(self, script: str, *, deadline_s: float) -> HelperResult:
+        """Run a helper script in the helper shell (helper.py): no session of its own."""
+        return self.helper.run(script, deadline_s=deadline_s)
+
     def checked(self, script: str, what: str, *, deadline_s: float = 60) -> str:
         """Run a short helper script; its stdout, or a DeviceError."""
-        done = self.execute(script, deadline_s=deadline_s)
+        done = self.helper_run(script, deadline_s=deadline_s)
         if done.timed_out or done.exit_code != 0:
             detail = done.stderr.decode(errors="replace").strip().splitlines()
             reason = detail[-1] if detail else f"exit status {done.exit_code}"
@@ -314,7 +321,7 @@ class HostLink:
     def _free_bytes(self, directory: str) -> int | None:
         """Bytes free for this user on directory's filesystem (POSIX `df -P`), or None."""
         try:
-            done = self.execute(f"df -Pk {shlex.quote(directory)}", deadline_s=15)
+            done = self.helper_run(f"df -Pk {shlex.quote(directory)}", deadline_s=15)
             fields = done.stdout.decode(errors="replace").strip().splitlines()[-1].split()
             return int(fields[3]) * 1024
         except (EtdeployError, IndexError, ValueError):
