@@ -64,7 +64,9 @@ class Listing:
 
 def listing_script(workdir: str, flavour: StatFlavour) -> str:
     """Size, mtime and path (relative, so a stand-in device that rewrites paths
-    cannot confuse it) of every file below workdir, after `now SECONDS`."""
+    cannot confuse it) of every file below workdir, after `now SECONDS`. toybox's
+    find takes `-exec ... {} +` as GNU's and BSD's do (toys/posix/find.c, read
+    2026-12-03)."""
     fmt = "%s %Y %n" if flavour == "gnu" else "%z %m %N"
     flag = "-c" if flavour == "gnu" else "-f"
     return (

@@ -202,10 +202,13 @@ def _check_built_from(pte: Path, manifest: dict[str, Any], model: str) -> None:
     recorded = built.get("fingerprint")
     if not isinstance(recorded, str):
         return  # a manifest that does not say: the signature check is all there is
-    if parse_model_ref(model).fingerprint() == recorded:
+    ref = parse_model_ref(model)
+    if ref.fingerprint() == recorded:
         return
     source = str(built.get("ref") or built.get("name") or "another model")
-    if source == model:
+    # The same model by kind and name (a cached build records the path it was
+    # first built from), whose source has changed since.
+    if (built.get("kind"), built.get("name")) == (ref.kind, ref.name):
         raise InputError(
             f"{pte.name} was built from an earlier version of {model}: "
             "the model's fingerprint in its manifest differs from the model's now",
