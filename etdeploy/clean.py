@@ -42,8 +42,10 @@ if TYPE_CHECKING:
     from etdeploy.devices.workdir import Listing
 
 # Cache kinds that are not items to prune: the device locks (held across
-# processes), and the local device's work dir (`etdeploy clean --device local`).
-CACHE_SKIPPED = ("locks", "local-device")
+# processes), the local device's work dir (`etdeploy clean --device local`), and
+# the notes of job dirs a run could not remove (devices/workdir.py: the next run
+# on that device removes them; without the note they would stay there).
+CACHE_SKIPPED = ("locks", "local-device", "device-jobs")
 # Cache kinds whose items sit one folder deeper (sizecheck/measurements/X.json).
 CACHE_NESTED = ("sizecheck",)
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")

@@ -59,9 +59,11 @@ def cache(fresh_cache: Path) -> dict[str, Path]:
         "measurement": aged(entry("sizecheck/measurements/dd-ee.json", 1_000, 0), 60),
         "digest": aged(entry("file-digests/ffff.json", 500, 0), 0.5),
     }
-    # Never items: the device locks and the local device's work dir (--device local).
+    # Never items: the device locks, the local device's work dir (--device local),
+    # and the notes of job dirs a run could not remove (the next run removes them).
     entry("locks/device-0123.lock", 0, 0)
     entry("local-device/programs/p.pte", 10_000, 0)
+    entry("device-jobs/0123/20260101-000000-abcdef", 40, 0)
     (fresh_cache / "builds" / "aaaa.lock").write_bytes(b"")
     return made
 
@@ -93,6 +95,7 @@ def test_with_no_cap_everything_goes_but_locks_and_the_local_work_dir(
     assert not any(p.exists() for p in cache.values())
     assert (fresh_cache / "locks" / "device-0123.lock").exists()
     assert (fresh_cache / "local-device" / "programs" / "p.pte").exists()
+    assert (fresh_cache / "device-jobs" / "0123" / "20260101-000000-abcdef").exists()
     assert (fresh_cache / "builds" / "aaaa.lock").exists()  # a held lock file is not pulled away
 
 
