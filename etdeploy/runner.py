@@ -539,12 +539,14 @@ def runner_failure(
     timed_out: bool = False,
     command: str | None = None,
     device: str | None = None,
+    silent_for_s: float | None = None,
 ) -> RunnerFailure:
     """Turn a failed run into one error line and a hint, the log attached.
 
     The message names the ExecuTorch error when the output has one, plus the
     missing operators or backends the runtime logged; `exit_code` None means
-    the runner never reported one (it was killed on a deadline).
+    the runner never reported one (it was killed on a deadline). `silent_for_s`
+    (with timed_out): it was stopped by --idle-timeout after that much silence.
     """
     text = "\n".join(part for part in (stdout, stderr, device_log) if part)
     log = "\n".join(
@@ -564,7 +566,11 @@ def runner_failure(
     library = _MISSING_LIBRARY.search(text)
 
     if timed_out:
-        message = "runner timed out"
+        message = (
+            "runner timed out"
+            if silent_for_s is None
+            else f"runner said nothing for {silent_for_s:g} s and was stopped (--idle-timeout)"
+        )
         if (parsed := parse_log(text)).iterations_ms:
             message += f" after {len(parsed.iterations_ms)} iteration(s)"
     elif our_lines:
@@ -591,7 +597,12 @@ def runner_failure(
         message += f"; likely cause: {et_error.cause}"
 
     hint: str
-    if timed_out:
+    if timed_out and silent_for_s is not None:
+        hint = (
+            "it may be hung (the log shows how far it got); if it is only slow to print, "
+            "e.g. loading a large program, raise --idle-timeout"
+        )
+    elif timed_out:
         hint = "raise the deadline, lower --iterations, or check the device is not throttled"
     elif library is not None:
         hint = (

@@ -94,6 +94,7 @@ def run_command(
     localize_samples: int = typer.Option(None, "--localize-samples", min=0, metavar="N", help="Localise on N more samples after the most divergent one (default 0).", rich_help_panel=LOCALIZE_PANEL),
     localize_budget: str = typer.Option(None, "--localize-budget", metavar="SIZE", help="Bytes of tapped values pulled whole (default 64MiB); summaries (min, max, mean, std...) beyond.", rich_help_panel=LOCALIZE_PANEL),
     localize_module: str = typer.Option(None, "--localize-module", metavar="PATH", help="Tap only inside this module path, e.g. encoder.layers.3 (globs allowed).", rich_help_panel=LOCALIZE_PANEL),
+    verify_remote: bool = typer.Option(False, "--verify-remote", rich_help_panel=DEVICE_PANEL, help="Hash every file already on the device instead of trusting its digest records."),
 ) -> None:  # fmt: skip
     """Run MODEL on a device with real inputs and compare with eager PyTorch.
 
@@ -136,6 +137,7 @@ def run_command(
         reference=reference,
         use_cache=not no_cache,
         profile=profile,
+        verify_remote=verify_remote,
     )
     started, job_id = time.time(), new_job_id()
     try:

@@ -11,7 +11,9 @@ Contract (design.md):
 - sha256(remote): the remote file's digest, or None when it does not exist.
 - push(local, remote): skip when the digest already matches; otherwise write a
   temporary name, then rename, so a dropped transfer never leaves a half file
-  under the real name. Returns how many bytes were sent (0 on a skip).
+  under the real name. Returns how many bytes were sent (0 on a skip). What is
+  there is known from the device's digest record while the file's stat is as
+  recorded (devices/records.py), else hashed there; `verify_remote` hashes always.
 - pull(remote, local): to a temporary local name, then rename.
 - run(argv, deadline): exit code, stdout, stderr, elapsed; the process is killed
   when the deadline passes.
@@ -41,9 +43,10 @@ from typing import Protocol, TypeVar, runtime_checkable
 import filelock
 
 from etdeploy.devices.process import RunClock, check_env_names
+from etdeploy.devices.records import StatFlavour
 from etdeploy.devices.transfer import (
+    BackgroundDigest,
     Download,
-    LocalDigests,
     ProgressCallback,
     RemoteFile,
     TransferProgress,
@@ -51,6 +54,7 @@ from etdeploy.devices.transfer import (
     local_partial,
     sha256_file,
 )
+from etdeploy.devices.workdir import Listing, listing_script, parse_listing, remove_script
 from etdeploy.errors import DeviceError, UsageError
 from etdeploy.paths import cache_dir
 
@@ -96,6 +100,9 @@ class RunOutput:
     timed_out: bool = False
     # Extra device logs captured for the run (Android: logcat lines, tag ExecuTorch).
     device_log: str = ""
+    # With timed_out: it was stopped for saying nothing for idle_timeout_s, not at
+    # its deadline.
+    idle: bool = False
 
     @property
     def command(self) -> str:
@@ -120,6 +127,21 @@ class Device(Protocol):
     #: A runner built elsewhere for this device (`runner = "PATH"` in its
     #: [devices] table, set by the registry); None: etdeploy picks or builds one.
     runner_path: Path | None
+    #: Hash every file already on the device before trusting it (--verify-remote),
+    #: rather than its digest record.
+    verify_remote: bool
+
+    def lock_key(self) -> str:
+        """A string naming this physical device uniquely on this host."""
+        ...
+
+    def stored_files(self) -> Listing:
+        """Every file in the work dir, with its size and mtime (etdeploy clean)."""
+        ...
+
+    def remove_stored(self, paths: Sequence[str]) -> None:
+        """Remove these paths (relative to the work dir, files or directories)."""
+        ...
 
     def info(self) -> DeviceInfo: ...
 
@@ -196,6 +218,7 @@ class Command:
         *,
         elapsed_s: float,
         timed_out: bool,
+        idle: bool = False,
         device_log: str = "",
     ) -> RunOutput:
         return RunOutput(
@@ -206,6 +229,7 @@ class Command:
             elapsed_s=elapsed_s,
             timed_out=timed_out,
             device_log=device_log,
+            idle=timed_out and idle,
         )
 
 
@@ -223,13 +247,13 @@ class DeviceBase(abc.ABC):
 
     transport: str = ""
     runner_path: Path | None = None
+    verify_remote: bool = False
 
     def __init__(self, name: str, *, lock_timeout_s: float = 600.0) -> None:
         self.name = name
         self.lock_timeout_s = lock_timeout_s
         #: How long the last lock() waited for another job (seconds).
         self.lock_waited_s = 0.0
-        self._digests = LocalDigests()
         # One transfer at a time per device object: a push's look-then-write must
         # not interleave with another's.
         self._transfer_lock = threading.RLock()
@@ -247,6 +271,32 @@ class DeviceBase(abc.ABC):
     @abc.abstractmethod
     def lock_key(self) -> str:
         """A string naming this physical device uniquely on this host (server+serial)."""
+
+    @property
+    def stat_flavour(self) -> StatFlavour:
+        """How the device's `stat` takes a format: -c (GNU, toybox) or -f (BSD, macOS)."""
+        return "gnu"
+
+    @abc.abstractmethod
+    def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
+        """Run a short POSIX sh script where the work dir is; its stdout, or a
+        DeviceError naming `what`."""
+
+    def stored_files(self) -> Listing:
+        """Every file in the work dir, with its size and mtime (etdeploy clean)."""
+        workdir = self.workdir
+        return parse_listing(
+            self._helper(listing_script(workdir, self.stat_flavour), f"listing {workdir}"),
+            workdir,
+        )
+
+    def remove_stored(self, paths: Sequence[str]) -> None:
+        """Remove these paths (relative to the work dir), a batch per round trip."""
+        workdir = self.workdir.rstrip("/")
+        for start in range(0, len(paths), 64):
+            batch = list(paths[start : start + 64])
+            script = remove_script(workdir, batch)
+            self._helper(script, f"removing {len(batch)} item(s) from {workdir}")
 
     def resolve(self, remote: str) -> str:
         """The path a remote name means: relative names are below the work dir."""
@@ -275,8 +325,9 @@ class DeviceBase(abc.ABC):
         progress: ProgressCallback | None = None,
         mode: int = 0o644,
     ) -> PushResult:
-        """Skip a file the device already has (same size, then same sha256), else
-        write it under a temporary name and rename it into place."""
+        """Skip a file the device already has (same size, then the same sha256 by its
+        trusted record or by hashing it there), else write it under a temporary name
+        and rename it into place."""
         local = Path(local)
         if not local.is_file():
             raise UsageError(f"no such file to push: {local}", "build or stage it first")
@@ -285,17 +336,19 @@ class DeviceBase(abc.ABC):
         report = TransferProgress(progress, target, size)
         with self._transfer_lock:
             # The local digest is computed while the device looks at its end.
-            digest = self._digests.start(local)
+            digest = BackgroundDigest(local)
             found = self._prepare_push(target)
             # Sizes first: a differing size needs no hashing on either side.
-            if (
-                found is not None
-                and found.size in (None, size)
-                and self._holds(target, found, digest.result())
-            ):
-                self._keep(target, found, digest.result(), mode)
-                report.update(size)
-                return PushResult(target, 0, True)
+            if found is not None and found.size in (None, size):
+                wanted = digest.result()
+                if found.sha256 is not None and not self.verify_remote:
+                    there = found.sha256
+                else:
+                    there = self._verify(target, found)
+                if there == wanted:
+                    self._keep(target, found, wanted, mode)
+                    report.update(size)
+                    return PushResult(target, 0, True)
             sent = self._upload(Upload(local, target, size, mode, report, digest))
         return PushResult(target, sent, False)
 
@@ -312,14 +365,13 @@ class DeviceBase(abc.ABC):
         """Make target's directory, drop partials earlier cut pushes of it left, and
         say what is there now (None: nothing)."""
 
-    def _holds(self, target: str, found: RemoteFile, digest: str) -> bool:
-        """Whether the file at target (its size matching) has this digest."""
-        return (found.sha256 or self.sha256(target)) == digest
+    def _verify(self, target: str, found: RemoteFile) -> str | None:
+        """The sha256 of the file at target, read on the device (no record trusted)."""
+        return self.sha256(target)
 
     def _keep(self, target: str, found: RemoteFile, digest: str, mode: int) -> None:  # noqa: B027
-        """A push was skipped: bring what else the push asks for (its mode) up to date.
-        Nothing by default: a transport whose probe does not read the mode (ssh)
-        leaves it as the first push set it."""
+        """A push was skipped: bring what else the push asks for up to date (the mode,
+        the digest record when it was missing or stale). Nothing by default."""
 
     @abc.abstractmethod
     def _upload(self, upload: Upload) -> int:

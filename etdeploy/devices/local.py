@@ -10,6 +10,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
@@ -19,6 +20,7 @@ from etdeploy.devices.process import (
     killed_if_interrupted,
     wait_until_ended,
 )
+from etdeploy.devices.records import StatFlavour
 from etdeploy.devices.transfer import (
     Download,
     RemoteFile,
@@ -28,6 +30,7 @@ from etdeploy.devices.transfer import (
     local_partial,
     sha256_file,
 )
+from etdeploy.digests import file_sha256, known_sha256
 from etdeploy.errors import DeviceError, RunnerError
 from etdeploy.paths import cache_dir
 
@@ -73,12 +76,42 @@ class LocalDevice(DeviceBase):
 
     def _prepare_push(self, target: str) -> RemoteFile | None:
         path = Path(target)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.makedirs(str(path.parent))
         drop_local_partials(path)
         if not path.is_file():
             return None
         st = path.stat()
-        return RemoteFile(size=st.st_size, mode=stat.S_IMODE(st.st_mode))
+        # The work dir is on this machine: its files are recognised by their stat
+        # record like any local file (etdeploy.digests).
+        return RemoteFile(
+            size=st.st_size, mode=stat.S_IMODE(st.st_mode), sha256=known_sha256(path, st)
+        )
+
+    def _verify(self, target: str, found: RemoteFile) -> str | None:
+        return file_sha256(target, trust_record=False)
+
+    @property
+    def stat_flavour(self) -> StatFlavour:
+        return "bsd" if sys.platform == "darwin" else "gnu"
+
+    def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
+        try:
+            done = subprocess.run(
+                ["/bin/sh", "-c", script],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=deadline_s,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise DeviceError(f"{what} failed: {exc}", None, device=self.name) from exc
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise DeviceError(
+                f"{what} failed: {last}", "see the log", device=self.name, log=done.stderr
+            )
+        return done.stdout
 
     def _keep(self, target: str, found: RemoteFile, digest: str, mode: int) -> None:
         if found.mode != mode & 0o7777:
@@ -93,7 +126,8 @@ class LocalDevice(DeviceBase):
         except OSError as exc:
             raise DeviceError(
                 f"cannot write {upload.target}: {exc.strerror}",
-                "check free space",
+                f"check free space: `etdeploy clean --device {self.name}` removes what earlier "
+                "runs left in its work dir, `etdeploy clean` this machine's cache",
                 device=self.name,
             ) from exc
         return sent
@@ -114,7 +148,15 @@ class LocalDevice(DeviceBase):
         return Path(self.resolve(remote)).exists()
 
     def makedirs(self, remote: str) -> None:
-        Path(self.resolve(remote)).mkdir(parents=True, exist_ok=True)
+        path = Path(self.resolve(remote))
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DeviceError(
+                f"cannot create {path}: {exc.strerror}",
+                "check the work dir is writable (its parent, a file in the way, free space)",
+                device=self.name,
+            ) from exc
 
     def remove(self, remote: str, *, recursive: bool = False) -> None:
         path = Path(self.resolve(remote))
@@ -181,4 +223,5 @@ class LocalDevice(DeviceBase):
             stderr.text(),
             elapsed_s=clock.elapsed_s,
             timed_out=timed_out,
+            idle=clock.idle,
         )

@@ -84,6 +84,8 @@ class RunClock:
         self.deadline = self.started + deadline_s
         self.idle_timeout_s = idle_timeout_s
         self.last_output = self.started
+        #: What ran out first, once one has: "deadline" or "idle" (the silence).
+        self.ran_out: str | None = None
 
     def heard(self) -> None:
         """The command said something: it is alive."""
@@ -98,7 +100,19 @@ class RunClock:
         return max(0.0, left)
 
     def expired(self) -> bool:
-        return self.remaining() <= 0.0
+        if self.ran_out is not None:
+            return True
+        now = time.monotonic()
+        if now >= self.deadline:
+            self.ran_out = "deadline"
+        elif self.idle_timeout_s is not None and now - self.last_output >= self.idle_timeout_s:
+            self.ran_out = "idle"
+        return self.ran_out is not None
+
+    @property
+    def idle(self) -> bool:
+        """Whether the command was stopped for its silence, not at its deadline."""
+        return self.ran_out == "idle"
 
     @property
     def elapsed_s(self) -> float:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
+from etdeploy.devices.records import StatFlavour
 from etdeploy.devices.ssh import SshDevice, SshSettings, check_setting_types
 from etdeploy.devices.transfer import Download, RemoteFile, Upload
 from etdeploy.errors import DeviceError, UsageError
@@ -391,8 +392,15 @@ class SimulatorDevice(DeviceBase):
     def _prepare_push(self, target: str) -> RemoteFile | None:
         return self.mac._prepare_push(target)
 
-    def _holds(self, target: str, found: RemoteFile, digest: str) -> bool:
-        return self.mac._holds(target, found, digest)
+    def _verify(self, target: str, found: RemoteFile) -> str | None:
+        return self.mac._verify(target, found)
+
+    @property
+    def stat_flavour(self) -> StatFlavour:
+        return self.mac.stat_flavour
+
+    def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
+        return self.mac._helper(script, what, deadline_s=deadline_s)
 
     def _keep(self, target: str, found: RemoteFile, digest: str, mode: int) -> None:
         self.mac._keep(target, found, digest, mode)

@@ -5,8 +5,9 @@
   name of a file starts with partial_prefix(); a push first drops whatever an
   earlier cut push of the same file left there (any process).
 - A push is skipped when the file at the destination has the local file's sha256.
-  Local digests are kept by (path, size, mtime), so a re-push does not re-read a
-  big file, and computed on a thread while the device looks at its end.
+  The local digest comes from etdeploy.digests (an unchanged file is recognised by
+  its stat, across processes) on a thread while the device looks at its end; the
+  device's side is its digest record (devices/records.py) or its own hash.
 - Progress is (path, bytes done, bytes total); a skipped push reports once, done.
 """
 
@@ -22,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from etdeploy.digests import file_sha256
 
 # Called with (path being transferred, bytes done, bytes total).
 ProgressCallback = Callable[[str, int, int], None]
@@ -117,48 +120,27 @@ class RemoteFile:
     # None: not read (the digest decides alone).
     size: int | None
     mode: int | None
-    # A digest the device had at hand: read with the file, or recorded beside it.
+    # The digest of a trusted record (devices/records.py): the file is known to hold
+    # these bytes without hashing it. None: it must be hashed to know.
     sha256: str | None = None
 
 
-class LocalDigests:
-    """Local sha256 by (path, size, mtime), so a re-push does not re-read big files."""
-
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, int, int], str] = {}
-        self._lock = threading.Lock()
-
-    def digest(self, path: Path) -> str:
-        st = path.stat()
-        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-        with self._lock:
-            known = self._entries.get(key)
-        if known is None:
-            known = sha256_file(path)
-            with self._lock:
-                self._entries[key] = known
-        return known
-
-    def start(self, path: Path) -> BackgroundDigest:
-        """The digest computed on a thread (hashlib releases the GIL) while the
-        caller looks at the remote end or sends the file."""
-        return BackgroundDigest(self, path)
-
-
 class BackgroundDigest:
-    """A local file's sha256, computed on a thread; result() waits for it."""
+    """A local file's sha256, computed on a thread (hashlib releases the GIL) while
+    the caller looks at the remote end; result() waits for it. An unchanged file is
+    recognised by its stat record (etdeploy.digests) and not read at all."""
 
-    def __init__(self, digests: LocalDigests, path: Path) -> None:
+    def __init__(self, path: Path) -> None:
         self._value: str | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(digests, path), name="etdeploy-sha256", daemon=True
+            target=self._run, args=(path,), name="etdeploy-sha256", daemon=True
         )
         self._thread.start()
 
-    def _run(self, digests: LocalDigests, path: Path) -> None:
+    def _run(self, path: Path) -> None:
         try:
-            self._value = digests.digest(path)
+            self._value = file_sha256(path)
         except BaseException as exc:  # handed to the caller in result()
             self._error = exc
 

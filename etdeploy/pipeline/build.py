@@ -4,6 +4,11 @@ MODEL is built (cached by content, etdeploy.builder), or --pte is taken as it
 is. The inputs' and outputs' dtypes and shapes always come from the .pte itself
 (the torch-free reader); names, dynamic dims, backend, quantization and
 delegation from the build manifest beside it, when there is one.
+
+A --pte given with MODEL must be MODEL's program, or the comparison that follows
+judges one model against another: a manifest that names another model (its
+fingerprint differs) is refused, and so, for a .pte built elsewhere, is a method
+whose inputs MODEL's example inputs do not fit.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class ProgramValue:
     dynamic: dict[str, Any] = field(default_factory=dict)
     # An output of a quantized program that is a grid of this step (its scale).
     quant_step: float | None = None
+    # A tensor's shape_dynamism in the .pte: static, dynamic_bound (shape is the
+    # upper bound) or dynamic_unbound.
+    dynamism: str = "static"
 
     @property
     def is_tensor(self) -> bool:
@@ -128,6 +136,7 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
     from etdeploy.devices.base import sha256_file
 
     warnings: list[str] = []
+    examples: tuple[Any, ...] | None = None
     if job.pte is not None:
         pte = job.pte
         if pte.is_dir() or not pte.exists():
@@ -138,11 +147,13 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
             warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
             manifest = None
         if manifest is not None:
+            if job.model is not None:
+                _check_built_from(pte, manifest, job.model)
             # What its build warned about (noise calibration, low delegation) still holds.
             warnings.extend(manifest.get("warnings", []))
         elif job.model is not None:
             # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
-            manifest = _names_from_model(job.model)
+            manifest, examples = _names_from_model(job.model)
     else:
         from etdeploy.builder import BuildOptions, build
 
@@ -160,10 +171,15 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
         )
         pte, manifest, digest = built.pte, built.manifest, built.manifest["sha256"]
         warnings.extend(built.warnings)
-    return describe_program(pte, digest, manifest, warnings)
+    program = describe_program(pte, digest, manifest, warnings)
+    if examples is not None and job.model is not None:
+        _check_signature(program, job.model, examples)
+    return program
 
 
-def _names_from_model(model: str) -> dict[str, Any]:
+def _names_from_model(model: str) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """What MODEL knows of a .pte built elsewhere (names, samples, kinds), and its
+    example inputs."""
     from etdeploy.model.loader import load_model, parse_model_ref
 
     spec = load_model(parse_model_ref(model))
@@ -175,7 +191,81 @@ def _names_from_model(model: str) -> dict[str, Any]:
         "samples": [str(p) for p in spec.samples],
         "output_kinds": dict(spec.output_kinds),
         "partial": True,  # names, samples and kinds only: not a build manifest
-    }  # fmt: skip
+    }, tuple(spec.example_inputs)  # fmt: skip
+
+
+def _check_built_from(pte: Path, manifest: dict[str, Any], model: str) -> None:
+    """A --pte whose build manifest names another model, or another version of
+    MODEL, is refused: its outputs would be judged against the wrong eager model."""
+    from etdeploy.model.loader import parse_model_ref
+
+    built = manifest.get("model") or {}
+    recorded = built.get("fingerprint")
+    if not isinstance(recorded, str):
+        return  # a manifest that does not say: the signature check is all there is
+    ref = parse_model_ref(model)
+    if ref.fingerprint() == recorded:
+        return
+    source = str(built.get("ref") or built.get("name") or "another model")
+    # The same model by kind and name (a cached build records the path it was
+    # first built from), whose source has changed since.
+    if (built.get("kind"), built.get("name")) == (ref.kind, ref.name):
+        raise InputError(
+            f"{pte.name} was built from an earlier version of {model}: "
+            "the model's fingerprint in its manifest differs from the model's now",
+            f"rebuild it (etdeploy build {model} -o {pte}) or run {model} without --pte",
+        )
+    raise InputError(
+        f"{pte.name} and {model} disagree: its manifest says it was built from {source}, "
+        f"whose fingerprint is not {model}'s",
+        f"run it against the model it was built from (etdeploy run {source} --pte {pte}), "
+        f"or build one from {model}",
+    )
+
+
+def _check_signature(program: Program, model: str, examples: tuple[Any, ...]) -> None:
+    """MODEL's example inputs must fit the method's inputs (count, kind, dtype, rank,
+    and each size: exactly for a static tensor, within the bound for a dynamic one)."""
+    wanted = [_describe_value(v) for v in program.inputs]
+    given = [_describe_example(e) for e in examples]
+    fits = len(wanted) == len(given) and all(
+        _fits(value, example) for value, example in zip(program.inputs, examples, strict=True)
+    )
+    if not fits:
+        raise InputError(
+            f"{program.pte.name} and {model} disagree: the program's {program.method} takes "
+            f"({', '.join(wanted)}), {model}'s example inputs are ({', '.join(given)})",
+            f"pass the .pte built from {model} (etdeploy build {model}), or name the model "
+            "this .pte was built from",
+        )
+
+
+def _fits(value: ProgramValue, example: Any) -> bool:
+    shape = getattr(example, "shape", None)
+    if not value.is_tensor or shape is None:
+        return not value.is_tensor and shape is None
+    dims = tuple(int(d) for d in shape)
+    if str(example.dtype).removeprefix("torch.") != value.dtype or len(dims) != len(value.shape):
+        return False
+    if value.dynamism == "static":
+        return dims == value.shape
+    if value.dynamism == "dynamic_bound":
+        return all(d <= bound for d, bound in zip(dims, value.shape, strict=True))
+    return True
+
+
+def _describe_value(value: ProgramValue) -> str:
+    if not value.is_tensor:
+        return value.kind
+    bound = "<=" if value.dynamism != "static" else ""
+    return f"{value.dtype}[{bound}{', '.join(map(str, value.shape))}]"
+
+
+def _describe_example(example: Any) -> str:
+    shape = getattr(example, "shape", None)
+    if shape is None:
+        return type(example).__name__
+    return f"{str(example.dtype).removeprefix('torch.')}[{', '.join(str(int(d)) for d in shape)}]"
 
 
 def describe_program(
@@ -213,6 +303,7 @@ def describe_program(
                     shape=tuple(value.tensor.sizes),
                     dynamic=meta.get("dynamic") or {},
                     quant_step=(meta.get("quantization") or {}).get("scale"),
+                    dynamism=value.tensor.shape_dynamism,
                 )
             )
         return tuple(out)

@@ -141,6 +141,7 @@ def run_sample(
             timed_out=out.timed_out,
             command=out.command,
             device=device.name,
+            silent_for_s=job.idle_timeout_s if out.idle else None,
         )
     if upstream:
         report = contract.result_from_log(

@@ -53,6 +53,8 @@ class RunJob:
     preprocess: str | None = None
     keep: bool = False
     use_cache: bool = True
+    # Hash every file already on the device instead of trusting its digest records.
+    verify_remote: bool = False
     # Record an ETDump of the timed executions and name the slowest operators.
     profile: bool = False
     # How outputs are judged ("NAME=KIND"), over what the model's factory declares.

@@ -19,10 +19,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from etdeploy.config import Config
-from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, job_dir
+from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback
+from etdeploy.devices.workdir import JobDirs
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, EtdeployError, InfraError, UsageError
 from etdeploy.pipeline.build import Program, build_program
-from etdeploy.pipeline.deploy import Deployed, deploy, remove_quietly, runner_for
+from etdeploy.pipeline.deploy import Deployed, deploy, runner_for
 from etdeploy.pipeline.execute import (
     Executed,
     clip_log,
@@ -85,6 +86,8 @@ def run_job(
         else None
     )
     info = device.info()
+    # --verify-remote: hash what the device holds instead of trusting its records.
+    device.verify_remote = job.verify_remote
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     bundle = runner_for(job, device, info, say)
     say(f"checking that the runner for {info.name} can run the program")
@@ -94,6 +97,11 @@ def run_job(
     waited_from = time.time()
     with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
         held_from = time.time()
+        # Job directories earlier runs here could not remove (a dropped connection,
+        # a killed run) go now; this one's is noted before it exists.
+        jobs = JobDirs(device)
+        jobs.sweep(but=job_id)
+        jobs.begin(job_id)
         try:
             say(f"deploying to {info.name}")
             deployed = deploy(device, bundle, program, staged, job_id, context.progress)
@@ -103,8 +111,7 @@ def run_job(
                 staged.references, job, Path(tmp),
             )  # fmt: skip
         finally:
-            if not job.keep:
-                remove_quietly(device, job_dir(device, job_id))
+            jobs.end(job_id, keep=job.keep)
         etdump = keep_etdump(executed.etdump, job_id) if executed.etdump else None
         lock = DeviceLock(round(held_from - waited_from, 3), held_from, time.time())
 

@@ -8,15 +8,8 @@ or sampled with its plan), the zlib library and this file's format. A later requ
 same key reads it back; a damaged or mismatched entry is ignored and measured again.
 
 The caller that knows the sha256 (the pipeline has it from the build) passes it, and nothing
-reads the file. Otherwise an unchanged local file is recognised without reading it: a record
-under cache_dir("sizecheck")/files maps its path to (device, inode, size, mtime_ns,
-ctime_ns) -> sha256, and only a file whose stat differs is hashed again. ctime is there
-because a process can set mtime back (`cp --preserve`, `touch -r`) but not ctime. As git does
-with its index ("racy git": read-cache.c, is_racy_timestamp, read 2026-12-03 via the search
-tool), a record is trusted only when the file's last change is older than the hash by
-more than a timestamp tick, taken as 2 s (FAT's mtime granularity; Linux filesystems stamp
-with the coarse clock, a few ms): a file rewritten in the same tick it was hashed in would
-otherwise keep its stat and its stale digest.
+reads the file. Otherwise an unchanged local file is recognised without reading it, by the
+stat record etdeploy.digests keeps for every local file it hashes (shared with the devices).
 
 Entries are written with etdeploy.atomic (temporary name, fsync, rename), so a killed run
 leaves an old entry or a whole new one, never half of one.
@@ -29,13 +22,14 @@ import hashlib
 import itertools
 import json
 import os
-import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from etdeploy import digests
 from etdeploy.atomic import atomic_write
+from etdeploy.digests import RACY_MARGIN_NS, known_sha256, stat_identity
 from etdeploy.errors import UsageError
 from etdeploy.paths import cache_dir
 from etdeploy.sizecheck import compress
@@ -54,10 +48,10 @@ from etdeploy.sizecheck.sample import DEFAULT_PLAN, SamplePlan, sample_measure
 CACHE_KIND = "sizecheck"
 # Bump when an entry's meaning or layout changes: old entries are then never read.
 FORMAT = 1
-RACY_MARGIN_NS = 2_000_000_000
-_HASH_BLOCK = 4 * 1024 * 1024
 
 ESTIMATES = ("exact", "sample")  # what a user asks for: --estimate, [sizecheck] estimate
+
+__all__ = ["ESTIMATES", "RACY_MARGIN_NS", "file_sha256", "known_sha256", "measure_file"]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -74,69 +68,11 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
         atomic_write(path, (json.dumps(doc, sort_keys=True) + "\n").encode("utf-8"))
 
 
-# --- sha256 of a file, recognised by its stat ----------------------------------------------
-
-
-def _identity(st: os.stat_result) -> list[int]:
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def _record_path(path: Path) -> Path:
-    name = hashlib.sha256(str(path.resolve()).encode("utf-8", "surrogateescape")).hexdigest()
-    return cache_dir(CACHE_KIND) / "files" / f"{name[:40]}.json"
-
-
-def known_sha256(path: str | os.PathLike[str], st: os.stat_result | None = None) -> str | None:
-    """The sha256 recorded for `path` when the file has not changed since, else None.
-    Reads no byte of the file."""
-    p = Path(path)
-    st = st or os.stat(p)
-    record = _read_json(_record_path(p))
-    if record is None or record.get("format") != FORMAT:
-        return None
-    digest = record.get("sha256")
-    hashed_at = record.get("hashed_at_ns")
-    if not isinstance(digest, str) or len(digest) != 64 or not isinstance(hashed_at, int):
-        return None
-    if record.get("identity") != _identity(st):
-        return None
-    if max(st.st_mtime_ns, st.st_ctime_ns) + RACY_MARGIN_NS > hashed_at:
-        return None  # changed too close to its hash to tell a rewrite in the same tick
-    return digest
-
-
-def _hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            while block := fh.read(_HASH_BLOCK):
-                digest.update(block)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot be read: {exc.strerror}", "check the path") from None
-    return digest.hexdigest()
-
-
 def file_sha256(path: str | os.PathLike[str]) -> str:
-    """sha256 of the file at `path`; an unchanged file (same device, inode, size, mtime and
-    ctime as when it was hashed) is not read again."""
+    """sha256 of the file at `path` (a readable regular file, or a UsageError saying what
+    it is instead); an unchanged file is recognised by its stat (etdeploy.digests)."""
     p = Path(path)
-    before = check_readable_file(p)
-    known = known_sha256(p, before)
-    if known is not None:
-        return known
-    started = time.time_ns()
-    digest = _hash(p)
-    after = os.stat(p)
-    if _identity(after) == _identity(before):  # not written to while it was read
-        record = {
-            "format": FORMAT,
-            "path": str(p.resolve()),
-            "identity": _identity(after),
-            "sha256": digest,
-            "hashed_at_ns": started,
-        }
-        _write_json(_record_path(p), record)
-    return digest
+    return digests.file_sha256(p, check_readable_file(p))
 
 
 # --- measurements by content ------------------------------------------------------------
@@ -273,7 +209,7 @@ def measure_file(
     if measured is not None:
         if measured.part_bounds != bounds:  # the file changed under us
             raise UsageError(f"{p}: changed while being measured", "measure it again")
-        if _identity(os.stat(p)) == _identity(before):
+        if stat_identity(os.stat(p)) == stat_identity(before):
             for level in missing:
                 doc = {
                     "key": key(level, measured.estimate),

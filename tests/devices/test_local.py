@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from etdeploy import digests
 from etdeploy.devices.local import LocalDevice
 from etdeploy.devices.transfer import sha256_file, temporary_name
+from etdeploy.digests import RACY_MARGIN_NS
 from etdeploy.errors import DeviceError
 from tests.support.interrupt import interrupted_after
 
@@ -52,8 +55,32 @@ def test_a_hung_process_is_killed_at_the_deadline() -> None:
 def test_a_process_silent_past_the_idle_timeout_is_killed_with_its_output_kept() -> None:
     script = "import sys, time; print('loaded', flush=True); time.sleep(60)"
     out = LocalDevice().run([sys.executable, "-c", script], deadline_s=60, idle_timeout_s=1)
-    assert out.timed_out and out.stdout == "loaded\n"
+    assert out.timed_out and out.idle and out.stdout == "loaded\n"
     assert out.elapsed_s < 30
+
+
+def test_an_unchanged_file_in_the_work_dir_is_known_by_its_stat_not_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device = LocalDevice(workdir=tmp_path / "dev")
+    src = tmp_path / "weights.bin"
+    src.write_bytes(os.urandom(200_000))
+    remote = f"{device.workdir}/programs/weights.bin"
+    device.push(src, remote)
+    # Once both sides are older than a timestamp tick and hashed, neither is read again.
+    time.sleep(RACY_MARGIN_NS / 1e9 + 0.1)
+    device.verify_remote = True
+    assert device.push(src, remote).skipped  # hashes both, records both
+    device.verify_remote = False
+    reads: list[str] = []
+    real = digests._hash
+    monkeypatch.setattr(digests, "_hash", lambda p: reads.append(str(p)) or real(p))
+    assert device.push(src, remote).skipped
+    assert reads == []
+    # A changed copy in the work dir is read, found different and replaced.
+    Path(remote).write_bytes(os.urandom(200_000))
+    assert not device.push(src, remote).skipped
+    assert Path(remote).read_bytes() == src.read_bytes()
 
 
 def test_a_chatty_process_is_not_idle() -> None:

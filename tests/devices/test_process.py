@@ -35,12 +35,17 @@ def test_bytes_output_is_bounded_the_same_way() -> None:
     assert b"characters of output dropped" in data and len(data) < 1200
 
 
-def test_the_clock_runs_out_at_the_deadline_or_after_a_silence() -> None:
-    assert wait_until_ended(lambda t: time.sleep(t) or False, RunClock(0.3), poll_s=0.05)
+def test_the_clock_runs_out_at_the_deadline_or_after_a_silence_and_says_which() -> None:
+    deadline = RunClock(0.3, idle_timeout_s=5)
+    assert wait_until_ended(lambda t: time.sleep(t) or False, deadline, poll_s=0.05)
+    assert (deadline.ran_out, deadline.idle) == ("deadline", False)
     silent = RunClock(60, idle_timeout_s=0.3)
     started = time.monotonic()
     assert wait_until_ended(lambda t: time.sleep(t) or False, silent, poll_s=0.05)
     assert time.monotonic() - started < 5
+    assert (silent.ran_out, silent.idle) == ("idle", True)
+    silent.heard()  # output while it is being killed does not change what ran out
+    assert silent.expired() and silent.idle
 
 
 def test_output_keeps_a_command_alive_past_its_idle_timeout() -> None:

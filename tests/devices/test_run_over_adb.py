@@ -9,9 +9,12 @@ under qemu-aarch64) or, with an NDK set up, the NDK build.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -127,14 +130,133 @@ def test_a_connection_dropped_mid_push_is_exit_3_leaves_no_half_file_and_the_nex
             assert data == whole[base], f"{name} is not whole"
     assert any(PARTIAL_MARKER in Path(n).name for n in pushed)
 
+    # What the phone confirmed, not the bytes handed to a socket ("N of N sent").
+    line = next(x for x in done.output.splitlines() if x.startswith("error:"))
+    assert "confirmed on the device" in line or "the device had received" in line, line
+
     phone.faults.drop_after_send_bytes = None
     bed.server.reconnect(phone)
     again = run("digits", "--device", "pixel8", "--config", config, "-n", "1")
     assert again.exit_code == 0, again.output
-    leftovers = [
-        n for n in files_under(phone.device_path("/data/local/tmp/etdeploy")) if PARTIAL_MARKER in n
-    ]
+    workdir = phone.device_path("/data/local/tmp/etdeploy")
+    leftovers = [n for n in files_under(workdir) if PARTIAL_MARKER in n]
     assert leftovers == []
+    # The cut run's job directory went with the next run, not only the next run's own.
+    assert [p.name for p in workdir.iterdir() if p.name[:2] == "20"] == []
+
+
+def test_a_program_altered_on_the_phone_is_detected_and_sent_again(
+    bed: AdbTestbed, config: Path, tmp_path: Path
+) -> None:
+    first = run("digits", "--device", "pixel8", "--config", config, "-n", "1",
+                "--json", tmp_path / "1.json")  # fmt: skip
+    assert first.exit_code == 0, first.output
+    result = json.loads((tmp_path / "1.json").read_text())
+    pte = bed.phones["pixel"].device_path(
+        f"/data/local/tmp/etdeploy/programs/{result['artifact']['sha256'][:24]}.pte"
+    )
+    st = pte.stat()
+    data = bytearray(pte.read_bytes())
+    data[-100:] = bytes(100)  # the same size, other bytes, and its mtime put back
+    pte.write_bytes(bytes(data))
+    os.utime(pte, ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = run("digits", "--device", "pixel8", "--config", config, "-n", "1",
+                 "--json", tmp_path / "2.json")  # fmt: skip
+    assert second.exit_code == 0, second.output
+    deploy = json.loads((tmp_path / "2.json").read_text())["deploy"]
+    assert (deploy["files_sent"], deploy["bytes_sent"]) == (1, st.st_size)
+    assert hashlib.sha256(pte.read_bytes()).hexdigest() == result["artifact"]["sha256"]
+
+
+def test_verify_remote_hashes_every_file_on_the_phone_and_sends_none_that_match(
+    bed: AdbTestbed, config: Path, tmp_path: Path
+) -> None:
+    phone = bed.phones["pixel"]
+    assert run("digits", "--device", "pixel8", "--config", config, "-n", "1").exit_code == 0
+    before = len(phone.opened_services)
+    trusting = run("digits", "--device", "pixel8", "--config", config, "-n", "1")
+    assert trusting.exit_code == 0, trusting.output
+    assert not any("sha256sum" in s for s in phone.opened_services[before:])
+    before = len(phone.opened_services)
+    verified = run("digits", "--device", "pixel8", "--config", config, "-n", "1",
+                   "--verify-remote", "--json", tmp_path / "v.json")  # fmt: skip
+    assert verified.exit_code == 0, verified.output
+    deploy = json.loads((tmp_path / "v.json").read_text())["deploy"]
+    assert deploy["bytes_sent"] == 0
+    hashed = sum("sha256sum" in s for s in phone.opened_services[before:])
+    assert hashed == deploy["files_skipped"] > 0
+
+
+def test_a_silent_runner_is_stopped_by_the_idle_timeout_and_named_so(
+    bed: AdbTestbed, config: Path, tmp_path: Path
+) -> None:
+    silent = tmp_path / "silent" / "executor_runner"
+    silent.parent.mkdir()
+    silent.write_text("#!/bin/sh\necho 'Model loaded in 0.5 ms.'\nexec sleep 600\n")
+    silent.chmod(0o755)
+    done = run("digits", "--device", "pixel8", "--config", config, "--runner", silent,
+               "-n", "1", "--idle-timeout", "3", "--deadline", "120")  # fmt: skip
+    assert done.exit_code == 3, done.output
+    assert "Traceback" not in done.output
+    error = next(x for x in done.output.splitlines() if x.startswith("error:"))
+    assert "said nothing for 3 s and was stopped (--idle-timeout)" in error
+    assert "raise --idle-timeout" in " ".join(done.output.split())
+    assert bed.phones["pixel"].live_processes() == []
+
+
+def test_a_serial_adb_cannot_take_is_exit_2_with_a_hint_and_nothing_runs(
+    bed: AdbTestbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    table = {"serial": "127.0.0.1:1;touch X", "adb_port": bed.server.port}
+    config = write_config(tmp_path / "etdeploy.toml", {"phone": table})
+    before = len(bed.phones["pixel"].opened_services)
+    done = run("digits", "--device", "phone", "--config", config)
+    assert done.exit_code == 2, done.output
+    assert "Traceback" not in done.output
+    error = next(x for x in done.output.splitlines() if x.startswith("error:"))
+    assert "devices.phone" in error and "is not an adb serial" in error
+    assert "adb devices" in done.output  # the hint says what a serial looks like
+    assert not (tmp_path / "X").exists()
+    assert not bed.phones["pixel"].device_path("/data/local/tmp/X").exists()
+    assert len(bed.phones["pixel"].opened_services) == before
+
+
+def test_a_full_phone_is_exit_3_with_the_clean_hint_and_clean_makes_room(
+    bed: AdbTestbed, config: Path, tmp_path: Path, host_runner: Path
+) -> None:
+    from etdeploy.runner_build import runner_from_path
+    from tests.support.tmpfs import small_tmpfs
+
+    phone = bed.phones["pixel"]
+    needed = sum(p.stat().st_size for p in runner_from_path(host_runner).files)
+    workdir = phone.device_path("/data/local/tmp/etdeploy")
+    with small_tmpfs(workdir, needed + 3 * MiB):
+        programs = workdir / "programs"
+        programs.mkdir()
+        month_ago = time.time() - 30 * 86400
+        old = []
+        for i in range(3):  # what earlier runs left, unused for a month
+            path = programs / f"{i:024x}.pte"
+            path.write_bytes(os.urandom(2 * MiB))
+            os.utime(path, (month_ago, month_ago))
+            old.append(path)
+        done = run("digits", "--device", "pixel8", "--config", config, "-n", "1")
+        assert done.exit_code == 3, done.output
+        assert "Traceback" not in done.output
+        error = next(x for x in done.output.splitlines() if x.startswith("error:"))
+        assert "ran out of space" in error and "No space left on device" in error
+        assert "etdeploy clean --device pixel8" in " ".join(done.output.split())
+        assert [n for n in files_under(workdir) if PARTIAL_MARKER in n or ".tmp" in n] == []
+        assert [p for p in workdir.iterdir() if p.name[:2] == "20"] == []
+
+        cleaned = CliRunner().invoke(
+            app, ["clean", "--device", "pixel8", "--config", str(config), "--older-than", "7d"]
+        )
+        assert cleaned.exit_code == 0, cleaned.output
+        assert not any(p.exists() for p in old)
+        again = run("digits", "--device", "pixel8", "--config", config, "-n", "1")
+        assert again.exit_code == 0, again.output
 
 
 def test_a_hung_runner_is_killed_on_the_phone_at_the_deadline(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from etdeploy.devices.ssh import SshDevice, SshSettings, resolve_target
+from etdeploy.devices.transfer import temporary_name
 from etdeploy.errors import DeviceError, TransportError, UsageError
 from tests.support.sshd import (
     CuttingProxy,
@@ -134,9 +135,41 @@ def test_run_past_its_deadline_kills_the_whole_process_group(
 
 def test_run_silent_past_idle_timeout_is_killed_with_its_output_kept(device: SshDevice) -> None:
     out = device.run(["sh", "-c", "echo hello; sleep 300"], deadline_s=60, idle_timeout_s=1.0)
-    assert out.timed_out
+    assert out.timed_out and out.idle  # its silence stopped it, not the deadline
     assert out.stdout == "hello\n"
     assert out.elapsed_s < 10
+
+
+def test_a_chatty_command_past_its_deadline_is_not_called_idle(device: SshDevice) -> None:
+    out = device.run(
+        ["sh", "-c", "while :; do echo tick; sleep 0.2; done"], deadline_s=1.5, idle_timeout_s=5
+    )
+    assert out.timed_out and not out.idle
+
+
+def test_a_command_killed_by_a_signal_reports_it_as_the_shell_does(device: SshDevice) -> None:
+    # sshd sends a signal death as exit-signal, which paramiko reports as -1 (read
+    # as SIGHUP); the wrapper's shell reports 128 + the signal, as adb's does.
+    out = device.run(["sh", "-c", "echo about to crash; kill -SEGV $$"], deadline_s=30)
+    assert out.exit_code == 128 + 11, (out.exit_code, out.stderr)
+    assert out.stdout == "about to crash\n"
+
+
+def test_helper_scripts_share_one_session_that_no_script_can_break(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    for i in range(5):  # a probe and a record per file, none a session of its own
+        device.push(random_file(tmp_path / f"{i}.bin", 1000), f"inputs/{i}.bin")
+    assert device.helper_sessions == 1
+    with pytest.raises(DeviceError, match="exit status 3"):
+        device.helper("exit 3", "exiting")
+    # A script reading stdin gets nothing (it cannot eat the scripts after it).
+    assert device.helper("cat; echo still here", "reading stdin") == "still here\n"
+    assert device.helper("printf 'no newline'", "printing") == "no newline"
+    with pytest.raises(DeviceError, match="no answer within 1 s"):
+        device.helper("sleep 30", "sleeping", deadline_s=1)
+    assert device.helper("echo fresh", "after a timeout") == "fresh\n"
+    assert device.helper_sessions == 2 and device.connects == 1
 
 
 def test_run_of_a_missing_program_reports_127(device: SshDevice) -> None:
@@ -175,6 +208,65 @@ def test_push_skips_a_file_whose_remote_sha256_matches(device: SshDevice, tmp_pa
     random_file(local, 200_000)
     assert device.push(local, "job/inputs.bin").bytes_sent == 200_000
     assert device.sha256("job/inputs.bin") == hashlib.sha256(local.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def counting_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SshServer, Path]]:
+    """An sshd whose sessions find a sha256sum first on PATH that logs each call,
+    then runs the real one: how these tests see whether a push hashed remotely."""
+    root = tmp_path_factory.mktemp("counting-sshd")
+    tools = root / "bin"
+    tools.mkdir()
+    log = root / "sha256sum.log"
+    wrapper = tools / "sha256sum"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec /usr/bin/sha256sum "$@"\n')
+    wrapper.chmod(0o755)
+    log.write_text("")
+    with start_sshd(root / "sshd", set_env={"PATH": f"{tools}:/usr/bin:/bin"}) as server:
+        yield server, log
+
+
+def remote_hashes(log: Path) -> int:
+    return len(log.read_text().splitlines())
+
+
+def test_an_unchanged_file_is_known_by_its_record_and_a_changed_one_is_hashed(
+    counting_sshd: tuple[SshServer, Path], tmp_path: Path
+) -> None:
+    server, log = counting_sshd
+    local = random_file(tmp_path / "model.pte", 300_000)
+    with SshDevice(settings_for(server, tmp_path)) as dev:
+        dev.push(local, "programs/model.pte")
+        before = remote_hashes(log)
+        assert dev.push(local, "programs/model.pte").skipped
+        assert remote_hashes(log) == before  # the record said what is there
+    # A new connection (a new run) trusts the record the same way.
+    with SshDevice(settings_for(server, tmp_path)) as dev:
+        assert dev.push(local, "programs/model.pte").skipped
+        assert remote_hashes(log) == before
+        # Altered behind etdeploy's back, its size and mtime put back: hashed, re-sent.
+        remote = Path(dev.workdir) / "programs" / "model.pte"
+        st = remote.stat()
+        remote.write_bytes(os.urandom(300_000))
+        os.utime(remote, ns=(st.st_atime_ns, st.st_mtime_ns))
+        again = dev.push(local, "programs/model.pte")
+        assert not again.skipped and remote_hashes(log) == before + 1
+        assert remote.read_bytes() == local.read_bytes()
+        # --verify-remote hashes even a file whose record is whole.
+        dev.verify_remote = True
+        assert dev.push(local, "programs/model.pte").skipped
+        assert remote_hashes(log) == before + 2
+
+
+def test_a_file_of_another_size_is_sent_without_hashing_either_side_remotely(
+    counting_sshd: tuple[SshServer, Path], tmp_path: Path
+) -> None:
+    server, log = counting_sshd
+    with SshDevice(settings_for(server, tmp_path)) as dev:
+        dev.push(random_file(tmp_path / "a.bin", 1000), "inputs/x.bin")
+        before = remote_hashes(log)
+        result = dev.push(random_file(tmp_path / "b.bin", 2000), "inputs/x.bin")
+        assert result.bytes_sent == 2000 and remote_hashes(log) == before
 
 
 def test_push_applies_the_mode_and_leaves_no_temporary_file(
@@ -400,6 +492,66 @@ def test_a_connection_cut_during_push_is_retryable_and_leaves_no_file(
             assert (remote_dir / "big.bin").read_bytes() == local.read_bytes()
             # The cut upload's temporary file is cleaned up after reconnecting.
             assert sorted(p.name for p in remote_dir.iterdir()) == ["big.bin"]
+
+
+@pytest.mark.parametrize("cut_after", [40_000, 700_000, 3 * 1024 * 1024])
+def test_a_cut_anywhere_in_an_upload_is_a_lost_connection_never_a_write_refusal(
+    sshd: SshServer, tmp_path: Path, cut_after: int
+) -> None:
+    # Whether paramiko has noticed the loss yet is a race; only a status reply from
+    # the server makes a failure "cannot write", so no cut can be taken for one.
+    local = random_file(tmp_path / "lib.so", 4 * 1024 * 1024)
+    with CuttingProxy(sshd.port) as proxy:
+        known = tmp_path / "known_hosts_proxy"
+        known.write_text(sshd.known_hosts_line(port=proxy.port))
+        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        with SshDevice(settings) as dev:
+            dev.makedirs("runners")
+            proxy.arm(after_bytes=cut_after)
+            with pytest.raises(TransportError) as caught:
+                dev.push(local, "runners/lib.so")
+            assert caught.value.retryable and "lost during upload" in caught.value.message
+            assert "none confirmed written" in caught.value.message
+            assert not (Path(dev.workdir) / "runners" / "lib.so").exists()
+
+
+def test_a_write_the_server_refuses_is_a_device_error_not_a_lost_connection(
+    device: SshDevice, tmp_path: Path
+) -> None:
+    # A directory with a file in it where the file must go: the upload is written,
+    # then the SFTP server answers the rename with a failure status (root may
+    # write anywhere, so no permission bits would do).
+    device.makedirs("job/x.bin")
+    (Path(device.workdir) / "job" / "x.bin" / "keep").write_text("someone's")
+    with pytest.raises(DeviceError) as caught:
+        device.push(random_file(tmp_path / "x.bin", 1000), "job/x.bin")
+    assert not isinstance(caught.value, TransportError) and not caught.value.retryable
+    assert "cannot write" in caught.value.message
+    assert device.connects == 1  # the connection was fine all along
+    partial = Path(temporary_name(f"{device.workdir}/job/x.bin"))
+    assert not partial.exists()
+
+
+def test_a_full_disk_is_a_device_error_naming_clean_and_leaves_nothing_half_written(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    from tests.support.tmpfs import small_tmpfs
+
+    workdir = tmp_path / "remote-work"
+    big = random_file(tmp_path / "big.pte", 3 * 1024 * 1024)
+    with (
+        small_tmpfs(workdir, 2 * 1024 * 1024),
+        SshDevice(settings_for(sshd, tmp_path, workdir=str(workdir))) as dev,
+    ):
+        with pytest.raises(DeviceError) as caught:
+            dev.push(big, "programs/big.pte")
+        error = caught.value
+        assert not isinstance(error, TransportError) and not error.retryable
+        assert error.hint and f"etdeploy clean --device {dev.name}" in error.hint
+        left = [p.name for p in workdir.rglob("*") if p.is_file()]
+        assert left == [], left  # no partial, no record
+        # What fits still goes, on the same connection.
+        assert dev.push(random_file(tmp_path / "small.bin", 1000), "inputs/s.bin").bytes_sent
 
 
 # paramiko's prefetch reader runs in its own thread and dies with the connection;

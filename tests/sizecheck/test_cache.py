@@ -3,7 +3,7 @@ or its unchanged stat recognised); a changed file is measured again; a damaged e
 ignored and measured again; levels and settings are part of the key.
 
 Deflating is counted by wrapping compress._deflate_size (every exact and sampled byte goes
-through it) with a counter that calls the real function; hashing likewise via cache._hash.
+through it) with a counter that calls the real function; hashing likewise via digests._hash.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
+from etdeploy import digests as file_digests
 from etdeploy.config import Config
 from etdeploy.paths import cache_dir
-from etdeploy.sizecheck import cache, compress
+from etdeploy.sizecheck import compress
 from etdeploy.sizecheck.cache import RACY_MARGIN_NS, file_sha256, known_sha256, measure_file
 from etdeploy.sizecheck.check import check_size
 from etdeploy.sizecheck.pte import read_pte
@@ -49,7 +50,7 @@ def counted(monkeypatch: pytest.MonkeyPatch, fresh_cache: Path) -> Counters:
     """An empty etdeploy cache, and counts of the deflate and hash calls made."""
     counters = Counters()
     real_deflate: Callable[..., int] = compress._deflate_size
-    real_hash: Callable[[Path], str] = cache._hash
+    real_hash: Callable[[Path], str] = file_digests._hash
 
     def deflate(prefix: bytes, data: Any, level: int, mem_level: int = 8) -> int:
         counters.deflate_levels.append(level)
@@ -60,7 +61,7 @@ def counted(monkeypatch: pytest.MonkeyPatch, fresh_cache: Path) -> Counters:
         return real_hash(path)
 
     monkeypatch.setattr(compress, "_deflate_size", deflate)
-    monkeypatch.setattr(cache, "_hash", hash_file)
+    monkeypatch.setattr(file_digests, "_hash", hash_file)
     return counters
 
 
@@ -201,7 +202,7 @@ def test_a_damaged_stat_record_means_hashing_again(
     shutil.copyfile(programs.xnnpack, pte)
     _wait_out_the_racy_margin(pte)
     file_sha256(pte)
-    (record,) = (cache_dir("sizecheck") / "files").glob("*.json")
+    (record,) = cache_dir("file-digests").glob("*.json")
     record.write_text('{"format": 1, "sha256": "00", "identity": [')
     counted.reset()
     assert file_sha256(pte) == _sha256(pte) and counted.hashes == 1

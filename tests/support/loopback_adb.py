@@ -52,7 +52,8 @@ Faults (`faults`, a LoopbackFaults; each byte count is per SEND):
 SEND (the partial file stays, as when adbd dies mid-write); `stall_after_send_bytes`
 stops reading the connection, so nothing is answered, until `release_stall()`;
 `no_space_after_bytes` makes SEND fail with adbd's "write failed: No space left
-on device" (the partial file removed, as adbd does); `fail_shell_pattern` makes
+on device" (the partial file removed, as adbd does), which a real full disk
+under the sandbox (a small tmpfs mounted there) does too; `fail_shell_pattern` makes
 any shell command matching the regex fail without running. Drop and stall fire
 once, then reset; the others stay until cleared.
 """
@@ -1030,10 +1031,29 @@ class LoopbackAdbDevice:
                         faults.stall_after_send_bytes = None
                         self._stall(stream)
                 if out is not None:
-                    out.write(data)
+                    try:
+                        out.write(data)
+                    except OSError as exc:
+                        # A real full disk (a small tmpfs under the sandbox): adbd
+                        # answers FAIL "write failed: <strerror>" and unlinks the file.
+                        with contextlib.suppress(OSError):
+                            out.close()
+                        out = None
+                        path.unlink(missing_ok=True)
+                        self._sync_fail(
+                            stream, f"write failed: {os.strerror(exc.errno or errno.EIO)}"
+                        )
+                        self._drain_send(stream)
+                        return False
                 written += len(data)
             if out is not None:
-                out.close()
+                try:
+                    out.close()
+                except OSError as exc:  # the last buffered bytes did not fit
+                    out = None
+                    path.unlink(missing_ok=True)
+                    self._sync_fail(stream, f"write failed: {os.strerror(exc.errno or errno.EIO)}")
+                    return False
                 out = None
                 mode &= 0o7777
                 os.chmod(path, mode or 0o644)

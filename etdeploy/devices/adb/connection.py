@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -33,6 +34,25 @@ ENV_SERIAL = "ANDROID_SERIAL"
 # notes servers 39 and 40 as tested; 41 is platform-tools 29 and later), read 2026-12-02.
 MIN_SERVER_VERSION = 39
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+# What a serial is made of: USB serials (letters and digits), emulator-5554,
+# HOST:PORT and [IPv6%zone]:PORT for Wi-Fi, usb:BUS-PORT.PORT, and mDNS service
+# names (adb-SERIAL-xxxx._adb-tls-connect._tcp). The server takes a serial inside
+# a `host-serial:SERIAL:request` line, so anything else (a ';', a space, a
+# newline) only ever gets a confusing "unknown host service" back.
+_SERIAL = re.compile(r"[A-Za-z0-9._:\-\[\]@%+/]+")
+SERIAL_HINT = (
+    "a serial is what `adb devices` lists: the phone's USB serial, emulator-5554, "
+    "or HOST:PORT for a phone on Wi-Fi"
+)
+
+
+def check_serial(serial: str, where: str = "serial") -> str:
+    """The serial, or a UsageError saying why it cannot be one (nothing is sent)."""
+    bad = next((c for c in serial if not _SERIAL.fullmatch(c)), None) if serial else ""
+    if bad is not None:
+        reason = "it is empty" if bad == "" else f"{bad!r} cannot be part of one"
+        raise UsageError(f"{where} {serial!r} is not an adb serial: {reason}", SERIAL_HINT)
+    return serial
 
 
 @dataclass(frozen=True)
@@ -70,6 +90,8 @@ class AdbSettings:
             raise UsageError(
                 f"adb server port {self.port} is out of range", "use a port from 1 to 65535"
             )
+        if self.serial is not None:
+            check_serial(self.serial)
 
     @classmethod
     def from_config(cls, settings: Mapping[str, Any], *, where: str = "device") -> AdbSettings:

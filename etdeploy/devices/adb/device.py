@@ -3,9 +3,9 @@
 - push() skips a file whose size and sha256 match, else sends it under a
   temporary name and renames it into place with `mv` after checking its size.
   The phone-side sha256 is toybox's `sha256sum`, except for files etdeploy pushed
-  itself: their digest is recorded beside them (.NAME.etdeploy-sha256, "sha size
-  mtime") and trusted while the file keeps that size and mtime, so an unchanged
-  file is not re-read on the phone at every run.
+  or verified itself: their digest is recorded in the work dir
+  (devices/records.py) and trusted while the file keeps its recorded stat, so an
+  unchanged file is not re-read on the phone at every run.
 - run(): each command's shell writes its pid to a file first; adbd makes that
   shell a process-group leader, so a deadline or an idle timeout kills the whole
   group from a second shell.
@@ -34,13 +34,13 @@ from etdeploy.devices.adb.phones import (
 from etdeploy.devices.adb.wire import PhoneLink, RemoteStat
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports, killed_if_interrupted
+from etdeploy.devices.records import parse_probe, probe_script, record_command, record_path
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,
     RemoteFile,
     Upload,
     parse_sha256_line,
-    prepare_command,
     sha256_command,
 )
 from etdeploy.errors import DeviceError, EtdeployError
@@ -167,61 +167,49 @@ class AdbDevice(DeviceBase):
             )
         return digest
 
-    @staticmethod
-    def _record_path(remote: str) -> str:
-        head, _, tail = remote.rpartition("/")
-        return f"{head}/.{tail}.etdeploy-sha256"
-
-    def _record_command(self, remote: str, sha: str, size: int) -> str:
-        # "sha size mtime": trusted later only while the file keeps that size and mtime.
-        return (
-            f'printf "%s %s %s\\n" {sha} {size} "$(stat -c %Y {shlex.quote(remote)})" '
-            f"> {shlex.quote(self._record_path(remote))}"
-        )
-
     def _prepare_push(self, target: str) -> RemoteFile | None:
         """One shell call: make the parent, drop partials an earlier cut transfer left,
-        and read the file's size, mtime, mode and recorded digest."""
+        and read the file's mode, stat and digest record."""
         head, _, tail = target.rpartition("/")
-        quoted = shlex.quote(target)
-        script = prepare_command(target) + (
-            f"if [ -f {quoted} ]; then stat -c '%s %Y %a' {quoted} && "
-            f"cat {shlex.quote(self._record_path(target))} 2>/dev/null; true; else echo absent; fi"
-        )
-        lines = self._link.check(script, f"preparing {head} for {tail}").splitlines()
-        if not lines or lines[0].strip() == "absent":
+        script = probe_script(WORKDIR, target, "gnu", with_mode=True)
+        output = self._link.check(script, f"preparing {head} for {tail}")
+        try:
+            found = parse_probe(output, with_mode=True)
+        except ValueError as exc:
+            raise DeviceError(
+                f"cannot read what the device says about {target}",
+                "is toybox's stat on the device? Android 8 and later ship it",
+                device=self.name,
+                command=script,
+                log=output,
+            ) from exc
+        if found is None:
             return None
-        size_text, mtime_text, mode_text = lines[0].split()
-        size, mtime = int(size_text), int(mtime_text)
-        recorded = None
-        if len(lines) > 1:
-            fields = lines[1].split()
-            if len(fields) == 3 and fields[1] == str(size) and fields[2] == str(mtime):
-                recorded = fields[0]
-        return RemoteFile(size=size, mode=int(mode_text, 8), sha256=recorded)
+        return RemoteFile(size=found.size, mode=found.mode, sha256=found.recorded)
 
-    def _holds(self, target: str, found: RemoteFile, digest: str) -> bool:
-        # A recorded digest is a hint: a mismatch is settled by hashing on the phone.
-        return found.sha256 == digest or self._hash(target, found.size or 0) == digest
+    def _verify(self, target: str, found: RemoteFile) -> str | None:
+        return self._hash(target, found.size or 0)
 
     def _keep(self, target: str, found: RemoteFile, digest: str, mode: int) -> None:
         fixes = [] if found.mode == mode & 0o7777 else [f"chmod {mode:o} {shlex.quote(target)}"]
-        if found.sha256 != digest:
-            fixes.append(self._record_command(target, digest, found.size or 0))
-        if fixes:
+        # A chmod moves the file's ctime: its record is written again after it.
+        if fixes or found.sha256 != digest:
+            fixes.append(record_command(WORKDIR, target, digest, "gnu") or "true")
             self._link.check("; ".join(fixes), f"updating {target}")
 
     def _upload(self, upload: Upload) -> int:
         self._link.send(upload.local, upload.partial, upload.target, upload.mode, upload.progress)
-        # The digest (hashed while sending) is recorded next to the file, so the
-        # next push of it needs no hashing on the phone.
+        # The digest (hashed while sending) is recorded for the file, so the next
+        # push of it needs no hashing on the phone.
         quoted_partial, quoted_remote = shlex.quote(upload.partial), shlex.quote(upload.target)
         size = upload.size
+        record = record_command(WORKDIR, upload.target, upload.digest.result(), "gnu")
         finish = (
             f's=$(stat -c %s {quoted_partial}) && [ "$s" = {size} ] || '
             f'{{ echo "size $s, expected {size}" >&2; rm -f {quoted_partial}; exit 3; }}; '
-            f"chmod {upload.mode:o} {quoted_partial} && mv -f {quoted_partial} {quoted_remote} && "
-            + self._record_command(upload.target, upload.digest.result(), size)
+            f"chmod {upload.mode:o} {quoted_partial} && mv -f {quoted_partial} {quoted_remote}"
+            # A record that cannot be written costs a hash on the next push, not this one.
+            + (f" && {{ {record} || true; }}" if record else "")
         )
         self._link.check(finish, f"moving {upload.target.rpartition('/')[2]} into place")
         return size
@@ -239,13 +227,16 @@ class AdbDevice(DeviceBase):
         command = f"pull {remote} {download.local}"
         self._link.receive(remote, download.partial, command, download.progress(found.size))
 
+    def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
+        return self._link.check(script, what, deadline_s=deadline_s)
+
     def makedirs(self, remote: str) -> None:
         remote = self.resolve(remote)
         self._link.check(f"mkdir -p {shlex.quote(remote)}", f"creating {remote}")
 
     def remove(self, remote: str, *, recursive: bool = False) -> None:
         remote = self.resolve(remote)
-        targets = f"{shlex.quote(remote)} {shlex.quote(self._record_path(remote))}"
+        targets = f"{shlex.quote(remote)} {shlex.quote(record_path(WORKDIR, remote))}"
         self._link.check(f"rm -{'rf' if recursive else 'f'} {targets}", f"removing {remote}")
 
     # -- processes --------------------------------------------------------------------
@@ -315,6 +306,7 @@ class AdbDevice(DeviceBase):
             stderr,
             elapsed_s=result.elapsed_s,
             timed_out=result.timed_out,
+            idle=result.idle,
             device_log=self._logcat(log_since) if self.capture_logcat else "",
         )
 

@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 
 from adbutils.errors import AdbError
 
-from etdeploy.devices.adb.connection import ENV_SERIAL, AdbSettings, connect_server, infra_error
+from etdeploy.devices.adb.connection import (
+    ENV_SERIAL,
+    AdbSettings,
+    check_serial,
+    connect_server,
+    infra_error,
+)
 from etdeploy.devices.adb.wire import PhoneLink
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import InfraError, UsageError
@@ -117,9 +123,9 @@ def resolve_serial(
     settings = settings or AdbSettings()
     aliases = aliases or {}
     if name is not None and name in aliases:
-        return aliases[name]
+        return check_serial(aliases[name], f"the serial of {name}")
     if name is None and os.environ.get(ENV_SERIAL):
-        return os.environ[ENV_SERIAL]
+        return check_serial(os.environ[ENV_SERIAL], ENV_SERIAL)
     attached = list_attached(settings)
     if name is None:
         ready = [i for i in attached if i.state == "device"]

@@ -73,6 +73,8 @@ class ShellResult:
     # The stream ended without an exit status: the device or the server went away.
     lost: bool = False
     elapsed_s: float = 0.0
+    # With timed_out: stopped for its silence (idle_timeout_s), not at its deadline.
+    idle: bool = False
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -222,6 +224,7 @@ class PhoneLink:
             timed_out=timed_out,
             lost=lost and not timed_out,
             elapsed_s=clock.elapsed_s,
+            idle=timed_out and clock.idle,
         )
 
     def check(self, command: str, what: str, *, deadline_s: float | None = None) -> str:
@@ -367,18 +370,28 @@ class PhoneLink:
                 with contextlib.suppress(OSError):
                     sock.sendall(_SYNC_HEADER.pack(b"QUIT", 0))
             except TimeoutError as exc:
+                # Bytes handed to the connection are not bytes the phone wrote: the
+                # sync protocol confirms a file only once it is whole.
                 raise TransportError(
                     f"push of {local.name} to {remote} stalled: no progress for "
-                    f"{self.settings.transfer_idle_timeout_s:g} s ({progress.done} of {size} bytes sent)",
+                    f"{self.settings.transfer_idle_timeout_s:g} s ({progress.done} of {size} "
+                    "bytes handed to the connection, none confirmed by the device)",
                     "is the device responsive? the next push starts over",
                     device=self.name,
                     command=command,
                     retryable=True,
                 ) from exc
             except (OSError, EOFError) as exc:
+                connection.close()
+                landed = self._drop_partial(partial)
+                received = (
+                    f"the device had received {landed} of {size} bytes (removed)"
+                    if landed is not None
+                    else f"none of its {size} bytes is confirmed on the device"
+                )
                 raise TransportError(
-                    f"connection to the device dropped while pushing {local.name} to {remote} "
-                    f"({progress.done} of {size} bytes sent)",
+                    f"connection to the device dropped while pushing {local.name} to {remote}: "
+                    f"{received}",
                     "check the cable or Wi-Fi; the next push starts over",
                     device=self.name,
                     command=command,
@@ -386,6 +399,19 @@ class PhoneLink:
                 ) from exc
         finally:
             connection.close()
+
+    def _drop_partial(self, partial: str) -> int | None:
+        """After a cut push: how many bytes of it the phone holds, removing them; None
+        when the phone does not answer at once (the next push of the file drops them)."""
+        quoted = shlex.quote(partial)
+        script = f's=$(stat -c %s {quoted} 2>/dev/null); rm -f {quoted}; echo "${{s:-0}}"'
+        try:
+            out = self.check(
+                script, "removing a cut push", deadline_s=self.settings.connect_timeout_s
+            )
+            return int(out.strip().splitlines()[-1])
+        except (EtdeployError, ValueError, IndexError):
+            return None
 
     def _read_status(self, sock: socket.socket, local: Path, partial: str, remote: str) -> None:
         kind, length = _SYNC_HEADER.unpack(recv_exact(sock, _SYNC_HEADER.size))
@@ -399,7 +425,8 @@ class PhoneLink:
         if "no space" in message.lower():
             raise DeviceError(
                 f"the device ran out of space while pushing {local.name} to {remote}: {message}",
-                "free space in /data/local/tmp (etdeploy clean) and push again",
+                f"free space on it: `etdeploy clean --device {self.name}` removes what "
+                "earlier runs left in etdeploy's work dir (add --dry-run to see it first)",
                 device=self.name,
                 command=f"push {local} {remote}",
             )

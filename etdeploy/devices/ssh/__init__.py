@@ -6,8 +6,10 @@
 - wire.py: the sh wrapper that reports a command's pid and group so a deadline
   can kill the group, both streams drained on threads, SFTP writes sized to one
   SSH packet and prefetched reads.
+- helper.py: one long-lived shell for the short helper scripts (probes, digest
+  records, hashes), so they do not each pay for a session.
 - device.py, SshDevice: the Device on top (uname facts, the work dir, the push
-  decision by remote sha256sum or shasum).
+  decision by the digest record, else remote sha256sum or shasum).
 """
 
 from etdeploy.devices.ssh.connection import (

@@ -10,6 +10,7 @@ call reconnects; the next push of that file drops the cut one's partial.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import shlex
 
@@ -17,18 +18,24 @@ import paramiko
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports
+from etdeploy.devices.records import (
+    StatFlavour,
+    parse_probe,
+    probe_script,
+    record_command,
+    record_path,
+)
 from etdeploy.devices.ssh.connection import SshConnection, SshSettings, resolve_target
-from etdeploy.devices.ssh.wire import HostLink
+from etdeploy.devices.ssh.wire import HostLink, server_refused
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,
     RemoteFile,
     Upload,
     parse_sha256_line,
-    prepare_command,
     sha256_command,
 )
-from etdeploy.errors import DeviceError, UsageError
+from etdeploy.errors import DeviceError, EtdeployError, UsageError
 
 
 class SshDevice(DeviceBase):
@@ -55,6 +62,16 @@ class SshDevice(DeviceBase):
     def connects(self) -> int:
         """How many times a connection was opened (a reconnect adds one)."""
         return self._connection.connects
+
+    @property
+    def helper_sessions(self) -> int:
+        """How many sessions the helper scripts used (helper.py: one, unless one failed)."""
+        return self._link.helper.sessions
+
+    def helper(self, script: str, what: str, *, deadline_s: float = 60) -> str:
+        """Run a short POSIX sh script on the host in the helper shell; its stdout,
+        or a DeviceError naming `what`."""
+        return self._link.checked(script, what, deadline_s=deadline_s)
 
     def close(self) -> None:
         self._connection.close()
@@ -149,12 +166,9 @@ class SshDevice(DeviceBase):
     def sha256(self, remote: str) -> str | None:
         return self._remote_sha256(self.resolve(remote))
 
-    def _remote_sha256(self, path: str, *, prepare: bool = False) -> str | None:
+    def _remote_sha256(self, path: str) -> str | None:
         script = self._sha256_command(path)
-        if prepare:
-            # One round trip: a push needs the directory (and no stale partials) either way.
-            script = prepare_command(path) + script
-        done = self._link.execute(script, deadline_s=300)
+        done = self._link.helper_run(script, deadline_s=300)
         if done.exit_code == NO_SUCH_FILE:
             return None
         out = done.stdout.decode(errors="replace").strip()
@@ -167,12 +181,51 @@ class SshDevice(DeviceBase):
             )
         return parse_sha256_line(out)
 
+    @property
+    def stat_flavour(self) -> StatFlavour:
+        # macOS and the BSDs: stat -f; Linux (GNU coreutils, busybox, toybox): stat -c.
+        return "gnu" if self.os_name == "linux" else "bsd"
+
     def _prepare_push(self, target: str) -> RemoteFile | None:
-        digest = self._remote_sha256(target, prepare=True)
-        return None if digest is None else RemoteFile(size=None, mode=None, sha256=digest)
+        # One round trip: the directory, no stale partials, the file's stat and record.
+        script = probe_script(self.workdir, target, self.stat_flavour, with_mode=False)
+        output = self._link.checked(script, f"preparing {target}")
+        try:
+            found = parse_probe(output, with_mode=False)
+        except ValueError as exc:
+            raise DeviceError(
+                f"cannot read what {self.target.display} says about {target}",
+                "stat (GNU or BSD) must be on the remote PATH",
+                device=self.name,
+                command=script,
+            ) from exc
+        if found is None:
+            return None
+        return RemoteFile(size=found.size, mode=None, sha256=found.recorded)
+
+    def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
+        return self.helper(script, what, deadline_s=deadline_s)
+
+    def _verify(self, target: str, found: RemoteFile) -> str | None:
+        return self._remote_sha256(target)
+
+    def _record(self, target: str, digest: str) -> None:
+        """Record what target holds; a record that cannot be written costs a hash on
+        the next push, not this one."""
+        command = record_command(self.workdir, target, digest, self.stat_flavour)
+        if command:
+            with contextlib.suppress(EtdeployError):
+                self._link.checked(command, f"recording the digest of {target}")
+
+    def _keep(self, target: str, found: RemoteFile, digest: str, mode: int) -> None:
+        # The probe does not read the mode: it stays as the first push set it.
+        if found.sha256 != digest:
+            self._record(target, digest)
 
     def _upload(self, upload: Upload) -> int:
-        return self._link.upload(upload)
+        sent = self._link.upload(upload)
+        self._record(upload.target, upload.digest.result())
+        return sent
 
     def _download(self, download: Download) -> None:
         self._link.download(download)
@@ -185,7 +238,7 @@ class SshDevice(DeviceBase):
         except FileNotFoundError:
             return False
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            if not self._connection.alive():
+            if not server_refused(exc):
                 raise self._connection.lost(exc, f"stat of {path}") from exc
             raise DeviceError(
                 f"cannot stat {path} on {self.target.display}: {exc}", None, device=self.name
@@ -205,7 +258,8 @@ class SshDevice(DeviceBase):
                 "remove paths below the work dir",
             )
         flags = "-rf" if recursive else "-f"
-        self._link.checked(f"rm {flags} {shlex.quote(path)}", f"removing {path}")
+        record = shlex.quote(record_path(self.workdir, path))
+        self._link.checked(f"rm {flags} {shlex.quote(path)} {record}", f"removing {path}")
 
     # -- processes ---------------------------------------------------------------
 
@@ -215,7 +269,9 @@ class SshDevice(DeviceBase):
             parts.append(f"cd {shlex.quote(self.resolve(command.cwd))} || exit {CWD_FAILED};")
         if command.env:
             parts.append(env_exports(command.env).rstrip())
-        parts.append("exec " + shlex.join(command.argv))
+        # Not `exec`: the shell reports a signal death as 128+N (wire.py); the
+        # explicit exit keeps a shell that execs its last command from doing so.
+        parts.append(shlex.join(command.argv) + "; exit $?")
         done = self._link.execute(
             " ".join(parts), deadline_s=command.deadline_s, idle_timeout_s=command.idle_timeout_s
         )
@@ -225,4 +281,5 @@ class SshDevice(DeviceBase):
             done.stderr.decode(errors="replace"),
             elapsed_s=done.elapsed_s,
             timed_out=done.timed_out,
+            idle=done.idle,
         )

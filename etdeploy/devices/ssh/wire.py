@@ -2,7 +2,9 @@
 
 Commands run under a small POSIX sh wrapper that reports its pid and process group
 on the first stdout line, so a command past its deadline can be killed as a group
-from a second channel. stdout and stderr are drained by two threads, so a command
+from a second channel. The wrapper stays the command's parent (no `exec`): a
+command killed by a signal reaches sshd as exit-signal, which paramiko reports as
+-1, while the wrapper turns it into the shell's status 128+N, as adb's shell does. stdout and stderr are drained by two threads, so a command
 writing megabytes to both never blocks on a full window.
 
 Uploads are written pipelined, each SFTP write sized to one SSH packet, to the
@@ -14,6 +16,7 @@ TransportError(retryable=True) and the next call reconnects.
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import shlex
 import threading
 import time
@@ -29,8 +32,9 @@ from etdeploy.devices.process import (
     wait_until_ended,
 )
 from etdeploy.devices.ssh.connection import SshConnection
+from etdeploy.devices.ssh.helper import HelperResult, HelperShell
 from etdeploy.devices.transfer import HASH_CHUNK, Download, Upload, copy_stream
-from etdeploy.errors import DeviceError, TransportError
+from etdeploy.errors import DeviceError, EtdeployError, TransportError
 
 # Marker the wrapper prints first on stdout: "<marker> <pid> <pgid>".
 _PID_MARKER = "ETDEPLOY-PID"
@@ -46,6 +50,21 @@ _SFTP_WRITE_HEADROOM = 128
 _POLL_S = 0.1
 
 
+def server_refused(exc: BaseException) -> bool:
+    """Whether an SFTP failure is the server's own answer (no such file, permission
+    denied, a failed write): paramiko raises those from the status reply it read,
+    in SFTPClient._convert_status (paramiko 5.1, read 2026-12-03). Anything else in
+    the middle of a transfer (EOF, a socket error, "Server connection dropped",
+    "Socket is closed") is a lost connection, whether or not the transport has
+    noticed yet: a status reply is the only proof that the server is still there."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "_convert_status":
+            return True
+        tb = tb.tb_next
+    return False
+
+
 @dataclass
 class Completed:
     exit_code: int
@@ -55,6 +74,8 @@ class Completed:
     timed_out: bool
     pid: int | None
     pgid: int | None
+    # With timed_out: stopped for its silence (idle_timeout_s), not at its deadline.
+    idle: bool = False
 
 
 def _wrapper(script: str) -> str:
@@ -109,6 +130,8 @@ class HostLink:
         self.connection = connection
         self.name = connection.name
         self.target = connection.target
+        # Short helper scripts (probes, records, hashes) share one session.
+        self.helper = HelperShell(connection)
 
     # -- commands ---------------------------------------------------------------
 
@@ -118,12 +141,15 @@ class HostLink:
         # init that never reaps) is dead for our purpose. ps -A -o pgid,stat works
         # on macOS and procps alike; without ps, kill -0 is the fallback.
         group = pgid or 0
+        # Without a group of its own the wrapper's children (the command) are sent
+        # the signal by their parent's pid first, while that parent still has them.
+        children = "" if pgid else f"pkill -TERM -P {pid} 2>/dev/null; "
         script = (
             f"alive() {{ if command -v ps >/dev/null 2>&1; then "
             f"ps -A -o pgid= -o pid= -o stat= 2>/dev/null | awk -v g={group} -v p={pid} "
             "'($1==g || $2==p) && $3 !~ /^Z/ {n++} END {exit n ? 0 : 1}'; "
             f"else kill -s 0 -- {pid} 2>/dev/null; fi; }}; "
-            f"for t in {targets}; do kill -s TERM -- $t 2>/dev/null; done; i=0; "
+            f"{children}for t in {targets}; do kill -s TERM -- $t 2>/dev/null; done; i=0; "
             f"while [ $i -lt {_KILL_GRACE_TENTHS} ]; do alive || exit 0; "
             "sleep 0.1; i=$((i+1)); done; "
             f"for t in {targets}; do kill -s KILL -- $t 2>/dev/null; done; exit 0"
@@ -211,11 +237,16 @@ class HostLink:
             timed_out=timed_out,
             pid=header.pid,
             pgid=header.pgid,
+            idle=timed_out and clock.idle,
         )
+
+    def helper_run(self, script: str, *, deadline_s: float) -> HelperResult:
+        """Run a helper script in the helper shell (helper.py): no session of its own."""
+        return self.helper.run(script, deadline_s=deadline_s)
 
     def checked(self, script: str, what: str, *, deadline_s: float = 60) -> str:
         """Run a short helper script; its stdout, or a DeviceError."""
-        done = self.execute(script, deadline_s=deadline_s)
+        done = self.helper_run(script, deadline_s=deadline_s)
         if done.timed_out or done.exit_code != 0:
             detail = done.stderr.decode(errors="replace").strip().splitlines()
             reason = detail[-1] if detail else f"exit status {done.exit_code}"
@@ -246,6 +277,19 @@ class HostLink:
                 sent = copy_stream(src, dst, upload.progress, _TRANSFER_CHUNK)
             landed = sftp.stat(partial).st_size
             if landed != size:
+                # paramiko does not wait for the status of the last pipelined writes
+                # before it closes a file (SFTPFile._close, 5.1, read 2026-12-03), so
+                # a disk that filled up shows here as a short file: ask the disk.
+                free = self._free_bytes(posixpath.dirname(target))
+                if free is not None and free < size - landed:
+                    self._discard(partial)
+                    raise DeviceError(
+                        f"the disk is full on {self.target.display}: {landed} of {size} bytes "
+                        f"of {local.name} fit in {posixpath.dirname(target)}, {free} bytes are free",
+                        f"free space there: `etdeploy clean --device {self.name}` removes what "
+                        "earlier runs left (add --dry-run to see it first)",
+                        device=self.name,
+                    )
                 raise TransportError(
                     f"upload of {local.name} to {target} is short: {landed} of {size} bytes",
                     "retry the push",
@@ -258,16 +302,30 @@ class HostLink:
             self._discard(partial)
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            if not self.connection.alive() or isinstance(exc, (EOFError, TimeoutError)):
+            if not server_refused(exc):
                 # The next push of this file drops the partial (transfer.prepare_command).
-                raise self.connection.lost(exc, f"upload of {local.name}") from exc
+                raise self.connection.lost(
+                    exc,
+                    f"upload of {local.name} ({upload.progress.done} of {size} bytes "
+                    "handed to the connection, none confirmed written)",
+                ) from exc
             self._discard(partial)
             raise DeviceError(
                 f"cannot write {target} on {self.target.display}: {exc}",
-                "check the directory is writable and the disk has room",
+                "check the directory is writable and the disk has room: "
+                f"`etdeploy clean --device {self.name}` removes what earlier runs left there",
                 device=self.name,
             ) from exc
         return sent
+
+    def _free_bytes(self, directory: str) -> int | None:
+        """Bytes free for this user on directory's filesystem (POSIX `df -P`), or None."""
+        try:
+            done = self.helper_run(f"df -Pk {shlex.quote(directory)}", deadline_s=15)
+            fields = done.stdout.decode(errors="replace").strip().splitlines()[-1].split()
+            return int(fields[3]) * 1024
+        except (EtdeployError, IndexError, ValueError):
+            return None
 
     def _discard(self, partial: str) -> None:
         if self.connection.alive():
@@ -302,7 +360,7 @@ class HostLink:
         except (DeviceError, TransportError):
             raise
         except (OSError, EOFError, paramiko.SSHException) as exc:
-            if not self.connection.alive() or isinstance(exc, (EOFError, TimeoutError)):
+            if not server_refused(exc):
                 raise self.connection.lost(exc, f"download of {source}") from exc
             raise DeviceError(
                 f"cannot read {source} on {self.target.display}: {exc}",

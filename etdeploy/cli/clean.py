@@ -1,0 +1,101 @@
+"""`etdeploy clean`: free this machine's cache, or a device's work dir with --device.
+
+Parses and renders only; etdeploy.clean decides what goes. Starts without torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from etdeploy.cli._app import command, console, err_console
+
+if TYPE_CHECKING:
+    from etdeploy.clean import CleanReport
+
+# How many removed items the table shows before it sums up the rest.
+_SHOWN = 30
+
+
+@command("clean")
+def clean_command(
+    device: str = typer.Option(None, "--device", "-d", help="Clean this device's work dir instead of this machine's cache."),
+    older_than: str = typer.Option(None, "--older-than", help="Remove only what was last used longer ago than this: 30d, 12h, 90m."),
+    max_size: str = typer.Option(None, "--max-size", help="Then remove the least recently used until the rest fits: 2GB, 500MiB."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be removed; remove nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (etdeploy.clean/1)."),
+    adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
+    adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
+    lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
+    config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
+) -> None:  # fmt: skip
+    """Remove what etdeploy keeps and can make again: builds, runners, references and
+    measurements here, or runners, programs, inputs and job dirs on a device.
+
+    With no cap everything goes; --older-than and --max-size keep what was used lately.
+    """
+    from etdeploy.clean import clean_cache, clean_device, parse_age, parse_max_size
+
+    older_than_s = parse_age(older_than) if older_than is not None else None
+    max_bytes = parse_max_size(max_size) if max_size is not None else None
+    if device is None:
+        report = clean_cache(older_than_s=older_than_s, max_bytes=max_bytes, dry_run=dry_run)
+    else:
+        from etdeploy.config import load_config
+        from etdeploy.devices.registry import open_device
+
+        config = load_config(config_path)
+        target = open_device(device, config, adb_host=adb_host, adb_port=adb_port)
+        with target, err_console.status(f"cleaning {escape(target.name)}..."):
+            report = clean_device(
+                target,
+                older_than_s=older_than_s,
+                max_bytes=max_bytes,
+                dry_run=dry_run,
+                lock_timeout_s=lock_timeout,
+            )
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+        return
+    render_report(report)
+
+
+def render_report(report: CleanReport) -> None:
+    verb = "would remove" if report.dry_run else "removed"
+    if report.removed:
+        table = Table(title=f"{verb}: {escape(report.where)}")
+        for column in ("path", "kind", "size", "why"):
+            table.add_column(column, overflow="fold")
+        for item in report.removed[:_SHOWN]:
+            table.add_row(
+                escape(item.path), item.kind, human_bytes(item.size_bytes), escape(item.reason)
+            )
+        if len(report.removed) > _SHOWN:
+            rest = report.removed[_SHOWN:]
+            table.add_row(
+                f"... and {len(rest)} more", "", human_bytes(sum(i.size_bytes for i in rest)), ""
+            )
+        console.print(table)
+    console.print(
+        f"{escape(report.where)}: {verb} {len(report.removed)} item(s), "
+        f"{human_bytes(report.freed_bytes)}; kept {len(report.kept) + len(report.skipped)} "
+        f"({human_bytes(report.kept_bytes)})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for item in report.skipped:
+        console.print(f"  skipped {escape(item.path)}: {escape(item.reason)}", highlight=False)
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"

@@ -1,0 +1,179 @@
+"""What etdeploy keeps in a device's work dir, and the job directories it makes there.
+
+The work dir holds content-addressed files that later runs reuse (runners/ABI-KEY/,
+programs/SHA.pte, inputs/SHA.bin), the digest records of those files
+(.etdeploy-digests/, devices/records.py), and one directory per job, removed
+after the job unless --keep. `etdeploy clean --device` reads the listing here
+(stored_files, the same POSIX sh on every transport) and prunes by it.
+
+A job's directory can outlive its job: the connection drops before the removal
+(the phone left Wi-Fi), or the process is killed. So a run writes a note on this
+machine, before the directory exists on the device, naming the directory it is
+about to make (cache_dir("device-jobs"), one folder per device); the note goes
+once the directory is gone, or at once for --keep. The next run on that device,
+holding the device's lock, removes the directories the notes name. A directory
+another machine left is not known here; `etdeploy clean --device` removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from etdeploy.atomic import atomic_write
+from etdeploy.devices.records import RECORD_DIR, StatFlavour
+from etdeploy.devices.transfer import PARTIAL_MARKER
+from etdeploy.errors import EtdeployError
+from etdeploy.paths import cache_dir
+
+if TYPE_CHECKING:
+    from etdeploy.devices.base import Device
+
+# The folders of content-addressed files a run reuses (pipeline/deploy.py).
+SHARED_DIRS = ("runners", "programs", "inputs")
+# What ADB's run wrapper keeps while a command runs (pid files).
+PIDS_DIR = ".pids"
+# An etdeploy before the work dir's record folder kept a record beside each file.
+_LEGACY_RECORD = re.compile(r"^\..+\.etdeploy-sha256$")
+_LISTING_LINE = re.compile(r"^(\d+) (\d+) \./(.+)$")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One file in a device's work dir."""
+
+    path: str  # relative to the work dir
+    size: int
+    mtime: int  # the device's clock, seconds
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every file in a work dir, and the device's clock when it was read."""
+
+    workdir: str
+    now: int
+    files: tuple[StoredFile, ...]
+
+
+def listing_script(workdir: str, flavour: StatFlavour) -> str:
+    """Size, mtime and path (relative, so a stand-in device that rewrites paths
+    cannot confuse it) of every file below workdir, after `now SECONDS`. toybox's
+    find takes `-exec ... {} +` as GNU's and BSD's do (toys/posix/find.c, read
+    2026-12-03)."""
+    fmt = "%s %Y %n" if flavour == "gnu" else "%z %m %N"
+    flag = "-c" if flavour == "gnu" else "-f"
+    return (
+        'echo "now $(date +%s)"; '
+        f"cd {shlex.quote(workdir)} 2>/dev/null || exit 0; "
+        f"find . -type f -exec stat {flag} {shlex.quote(fmt)} {{}} +"
+    )
+
+
+def parse_listing(output: str, workdir: str) -> Listing:
+    now = 0
+    files: list[StoredFile] = []
+    for line in output.splitlines():
+        if line.startswith("now "):
+            with contextlib.suppress(ValueError):
+                now = int(line[4:].strip())
+            continue
+        match = _LISTING_LINE.match(line)
+        if match:  # a name with a newline in it splits: not ours, and left alone
+            files.append(StoredFile(match.group(3), int(match.group(1)), int(match.group(2))))
+    return Listing(workdir.rstrip("/"), now, tuple(files))
+
+
+def is_garbage(path: str) -> bool:
+    """A file nothing will read again: the partial of a cut push, a pid file of a run
+    that is over (the device's lock is held while cleaning), a record of the old kind."""
+    name = path.rpartition("/")[2]
+    return (
+        PARTIAL_MARKER in name
+        or path.startswith(f"{PIDS_DIR}/")
+        or bool(_LEGACY_RECORD.match(name))
+        or (path.startswith(f"{RECORD_DIR}/") and ".tmp" in name)
+    )
+
+
+def remove_script(workdir: str, paths: Sequence[str]) -> str:
+    """rm -rf of paths below workdir (relative); anything else is refused here."""
+    base = workdir.rstrip("/")
+    safe = []
+    for path in paths:
+        parts = [p for p in path.split("/") if p]
+        if not parts or any(p in (".", "..") for p in parts):
+            raise ValueError(f"not a path below the work dir: {path!r}")
+        safe.append(shlex.quote(f"{base}/{'/'.join(parts)}"))
+    return f"rm -rf {' '.join(safe)}"
+
+
+# -- the journal of job directories -------------------------------------------------
+
+
+class JobDirs:
+    """The job directories this machine made on one device and has not seen removed."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        key = hashlib.sha256(device.lock_key().encode()).hexdigest()[:24]
+        self._notes = cache_dir("device-jobs") / key
+
+    def _note(self, job_id: str) -> Path:
+        return self._notes / job_id
+
+    def begin(self, job_id: str) -> str:
+        """Note the job's directory, then return it (the caller makes it)."""
+        from etdeploy.devices.base import job_dir
+
+        if not job_id or "/" in job_id or job_id.startswith("."):
+            raise ValueError(f"not a job id: {job_id!r}")
+        path = job_dir(self.device, job_id)
+        # A note that cannot be written costs a leftover directory, never the run.
+        with contextlib.suppress(OSError):
+            atomic_write(self._note(job_id), (path + "\n").encode())
+        return path
+
+    def end(self, job_id: str, *, keep: bool = False) -> None:
+        """The job is over: remove its directory (unless keep), then the note. A removal
+        that fails leaves the note for the next run; it never hides the job's error."""
+        from etdeploy.devices.base import job_dir
+
+        if not keep:
+            try:
+                self.device.remove(job_dir(self.device, job_id), recursive=True)
+            except EtdeployError:
+                return
+        self._note(job_id).unlink(missing_ok=True)
+
+    def sweep(self, *, but: str | None = None) -> list[str]:
+        """Remove the directories earlier runs on this device left (call it holding the
+        device's lock); the paths removed."""
+        removed: list[str] = []
+        if not self._notes.is_dir():
+            return removed
+        base = self.device.workdir.rstrip("/") + "/"
+        for note in sorted(self._notes.iterdir()):
+            if note.name == but or note.name.startswith("."):
+                continue
+            try:
+                path = note.read_text().strip()
+            except OSError:
+                continue
+            # Only a job's own directory, directly below this device's work dir.
+            if not path.startswith(base) or path[len(base) :] != note.name:
+                note.unlink(missing_ok=True)
+                continue
+            try:
+                self.device.remove(path, recursive=True)
+            except EtdeployError:
+                continue  # the device does not answer now: the next run tries again
+            note.unlink(missing_ok=True)
+            removed.append(path)
+        return removed
