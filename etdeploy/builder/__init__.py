@@ -29,6 +29,12 @@ from etdeploy.paths import cache_dir
 
 BUILD_REVISION = 6
 
+# Backends whose lowering writes every weight to the external data file with
+# --external-weights (builder.lower.tag_delegate_constants): the portable kernels'
+# constants through ExecutorchBackendConfig.external_constants, XNNPACK's through its
+# named data. Others (Core ML, Vulkan) keep their own weights inside their blobs.
+EXTERNAL_WEIGHT_BACKENDS = ("xnnpack", "portable")
+
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -38,14 +44,19 @@ class BuildOptions:
     random_calibration: bool = False
     dynamic: tuple[str, ...] = ()  # "name:dim=min..max"
     use_cache: bool = True
+    # Program-data separation: the weights in a .ptd beside the .pte (--external-weights).
+    external_weights: bool = False
 
     def key_fields(self) -> dict[str, Any]:
-        return {
+        fields: dict[str, Any] = {
             "backend": self.backend,
             "quantize": self.quantize,
             "random_calibration": self.random_calibration,
             "dynamic": sorted(self.dynamic),
         }
+        if self.external_weights:  # only then: every other build keeps its cache key
+            fields["external_weights"] = True
+        return fields
 
 
 @dataclass
@@ -59,6 +70,23 @@ class BuildResult:
     @property
     def manifest_path(self) -> Path:
         return manifest_path(self.pte)
+
+    @property
+    def data(self) -> Path | None:
+        """The program's external data (.ptd) beside it; None when the .pte holds its weights."""
+        return data_file_of(self.pte, self.manifest)
+
+
+def data_path(pte: Path) -> Path:
+    """Where a .pte's external data sits: beside it, model.pte -> model.ptd."""
+    return pte.with_suffix(".ptd")
+
+
+def data_file_of(pte: Path, manifest: dict[str, Any] | None) -> Path | None:
+    """The external data of `pte` when its manifest records one: beside it under the
+    .pte's own stem (a copy renamed with -o keeps the pair's names together); None when
+    the .pte holds its weights."""
+    return data_path(pte) if isinstance((manifest or {}).get("data"), dict) else None
 
 
 def etrecord_path(pte: Path) -> Path:
@@ -136,6 +164,11 @@ def build(model: str, options: BuildOptions) -> BuildResult:
             f"--quantize {options.quantize} uses the XNNPACK quantizer; backend {backend.name} does not take it",
             "use --backend xnnpack with --quantize",
         )
+    if options.external_weights and backend.name not in EXTERNAL_WEIGHT_BACKENDS:
+        raise UsageError(
+            f"--external-weights: backend {backend.name} keeps its weights inside its own blobs",
+            f"use --backend {' or '.join(EXTERNAL_WEIGHT_BACKENDS)} with --external-weights",
+        )
     dynamic = parse_dynamic(options.dynamic)
     ref = parse_model_ref(model)
     fingerprint = ref.fingerprint()
@@ -146,6 +179,9 @@ def build(model: str, options: BuildOptions) -> BuildResult:
         cached = read_manifest(pte) if options.use_cache and pte.is_file() else None
         if cached is not None and not _calibration_unchanged(cached):
             cached = None  # calibrated on sample files that have changed since: rebuild
+        data = data_file_of(pte, cached)
+        if data is not None and not data.is_file():
+            cached = None  # its external data is gone: rebuild both
         if cached is not None:
             return BuildResult(
                 pte, cached, True, time.perf_counter() - started, list(cached.get("warnings", []))
@@ -154,13 +190,15 @@ def build(model: str, options: BuildOptions) -> BuildResult:
             # torch and executorch emit deprecation chatter on every export; users
             # see our warnings (low delegation, noise calibration), not theirs.
             warnings_module.simplefilter("ignore")
-            manifest, buffer, etrecord, quantized, warnings = _build_uncached(
+            manifest, buffer, etrecord, quantized, warnings, external = _build_uncached(
                 ref, fingerprint, options, backend, dynamic
             )
         manifest["cache_key"] = key
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
         try:
             (tmp / pte.name).write_bytes(buffer)
+            if external is not None:
+                (tmp / manifest["data"]["name"]).write_bytes(external)
             if etrecord is not None:
                 (tmp / manifest["etrecord"]).write_bytes(etrecord)
             if quantized is not None:
@@ -180,9 +218,10 @@ def _build_uncached(
     options: BuildOptions,
     backend: Any,
     dynamic: dict[str, dict[int, tuple[int, int]]],
-) -> tuple[dict[str, Any], bytes, bytes | None, bytes | None, list[str]]:
-    """The manifest, the program, its ETRecord, and for a quantized build the
-    converted ExportedProgram (torch.export.save bytes), and the warnings."""
+) -> tuple[dict[str, Any], bytes, bytes | None, bytes | None, list[str], bytes | None]:
+    """The manifest, the program, its ETRecord, for a quantized build the converted
+    ExportedProgram (torch.export.save bytes), the warnings, and with external weights
+    the program's data file (.ptd)."""
     from etdeploy.builder.export import export_model
     from etdeploy.builder.lower import lower
 
@@ -209,7 +248,7 @@ def _build_uncached(
         note = calibration_warning(calibration_record)
         if note:
             warnings.append(note)
-    lowered = lower(exported, backend)
+    lowered = lower(exported, backend, ref.name if options.external_weights else None)
     warning = lowered.delegation.low_share_warning(backend)
     if warning:
         warnings.append(warning)
@@ -248,9 +287,18 @@ def _build_uncached(
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "warnings": warnings,
     }
+    if lowered.data is not None:
+        # The weights, written beside the .pte: what a run pushes and passes as --data_path.
+        manifest["data"] = {
+            "name": data_path(Path(f"{ref.name}.pte")).name,
+            "size_bytes": len(lowered.data),
+            "sha256": hashlib.sha256(lowered.data).hexdigest(),
+        }
+    elif options.external_weights:
+        warnings.append("--external-weights: the model has no weights to write to a .ptd")
     if lowered.etrecord is not None:
         manifest["etrecord"] = f"{ref.name}.etrecord"
-    return manifest, lowered.buffer, lowered.etrecord, quantized, warnings
+    return manifest, lowered.buffer, lowered.etrecord, quantized, warnings, lowered.data
 
 
 def calibration_warning(record: dict[str, Any] | None) -> str | None:
@@ -354,6 +402,10 @@ def export_artifact(result: BuildResult, output: Path) -> Path:
     if quantized_program_path(result.pte).is_file():
         # A run of the copy is judged against it like a run of the cached build.
         copies.append((quantized_program_path(result.pte), quantized_program_path(output)))
+    if result.data is not None:
+        # The weights (--external-weights): model.ptd beside model.pte, as the copy's
+        # manifest names it.
+        copies.append((result.data, data_path(output)))
     for src, dst in copies:
         tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
         shutil.copyfile(src, tmp)

@@ -44,6 +44,12 @@ def build_command(
     no_cache: bool = typer.Option(
         False, "--no-cache", help="Rebuild even when a cached artefact matches."
     ),
+    external_weights: bool = typer.Option(
+        False,
+        "--external-weights",
+        help="Write the weights to a .ptd beside the .pte (xnnpack, portable): a change to "
+        "the code alone then re-sends only the small .pte.",
+    ),
 ) -> None:
     """Build a .pte (and its .pte.json manifest) and report what the backend claimed."""
     from etdeploy.builder import BuildOptions, build, export_artifact
@@ -62,6 +68,7 @@ def build_command(
             random_calibration=random_calibration,
             dynamic=tuple(dynamic),
             use_cache=not no_cache,
+            external_weights=external_weights,
         )
         with err_console.status(f"building {name} for {be}..."):
             result = build(model, options)
@@ -104,6 +111,13 @@ def render_build(manifest: dict, target: Path, cached: bool | None, seconds: flo
         table.add_row("  planned arena", format_bytes(method["planned_bytes"]))
     table.add_row("size", format_bytes(manifest["size_bytes"]))
     table.add_row("sha256", manifest["sha256"][:16] + "…")
+    data = manifest.get("data")
+    if data:
+        table.add_row(
+            "weights (.ptd)",
+            f"{target.with_suffix('.ptd').name}: {format_bytes(data['size_bytes'])}, "
+            f"sha256 {data['sha256'][:16]}…",
+        )
     console.print(table)
     for warning in manifest.get("warnings", []):
         err_console.print(f"[yellow]warning:[/] {warning}")
