@@ -4,6 +4,15 @@ MODEL is built (cached by content, etdeploy.builder), or --pte is taken as it
 is. The inputs' and outputs' dtypes and shapes always come from the .pte itself
 (the torch-free reader); names, dynamic dims, backend, quantization and
 delegation from the build manifest beside it, when there is one.
+
+A program whose weights live in an external data file (.ptd, --external-weights)
+travels as a pair: the build's .ptd, or --data for a --pte built elsewhere (else
+the .ptd its manifest names beside it). The pair is checked before anything runs.
+
+Nothing here reads a whole file on a warm run: digests come from the build
+manifest, or for a --pte from the local digest record (sizecheck.cache.file_sha256:
+an unchanged file is recognised by its stat), and the program is read by its
+flatbuffer only, never its constant segment.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from typing import Any
 
 from etdeploy.errors import EtdeployError, InputError
 from etdeploy.pipeline.job import RunJob
-from etdeploy.report.result import Delegation
+from etdeploy.report.result import DataFileInfo, Delegation
 
 # ExecuTorch's ScalarType names (schema/scalar_type.fbs) -> numpy's.
 _SCALAR_TO_NUMPY = {
@@ -53,6 +62,15 @@ class ProgramValue:
 
 
 @dataclass(frozen=True)
+class DataFile:
+    """A program's external data (.ptd) as a run uses it."""
+
+    path: Path
+    sha256: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class Program:
     """The .pte to run and what is known of its first method."""
 
@@ -64,6 +82,19 @@ class Program:
     inputs: tuple[ProgramValue, ...]
     outputs: tuple[ProgramValue, ...]
     warnings: tuple[str, ...] = ()
+    # Its external data (.ptd) when its weights live outside the .pte.
+    data: DataFile | None = None
+
+    @property
+    def data_path(self) -> Path | None:
+        return self.data.path if self.data is not None else None
+
+    @property
+    def data_record(self) -> DataFileInfo | None:
+        """The external data as the result's artifact records it."""
+        if self.data is None:
+            return None
+        return DataFileInfo(str(self.data.path), self.data.sha256, self.data.size_bytes)
 
     # What only a build manifest knows; None for a .pte built elsewhere.
     @property
@@ -123,20 +154,38 @@ class Program:
 
 
 def build_program(job: RunJob) -> Program:
-    """Build MODEL (cached), or take --pte."""
+    """Build MODEL (cached), or take --pte (and --data)."""
+    from etdeploy.builder import data_file_of
     from etdeploy.builder.manifest import read_manifest
-    from etdeploy.devices.base import sha256_file
 
     warnings: list[str] = []
+    data: DataFile | None = None
     if job.pte is not None:
         pte = job.pte
         if pte.is_dir() or not pte.exists():
             raise InputError(f"no such .pte: {pte}", "check the path given with --pte")
         manifest = read_manifest(pte)
-        digest = sha256_file(pte)
+        digest = _local_sha256(pte, "--pte")
         if manifest is not None and manifest.get("sha256") != digest:
             warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
             manifest = None
+        data_given = job.data or data_file_of(pte, manifest)
+        if data_given is not None:
+            if data_given.is_dir() or not data_given.exists():
+                raise InputError(
+                    f"no such .ptd: {data_given}",
+                    "check the path given with --data" if job.data else
+                    f"{pte.name}.json names external data; copy the .ptd beside the .pte",
+                )  # fmt: skip
+            data = DataFile(
+                data_given, _local_sha256(data_given, "--data"), data_given.stat().st_size
+            )
+            recorded = (manifest or {}).get("data") or {}
+            if recorded.get("sha256") not in (None, data.sha256):
+                warnings.append(
+                    f"{data_given.name} is not the .ptd {pte.name} was built with (sha256 "
+                    "differs); its weights are checked by name only"
+                )
         if manifest is not None:
             # What its build warned about (noise calibration, low delegation) still holds.
             warnings.extend(manifest.get("warnings", []))
@@ -155,11 +204,24 @@ def build_program(job: RunJob) -> Program:
                 calibration=job.calibration,
                 dynamic=job.dynamic,
                 use_cache=job.use_cache,
+                external_weights=job.external_weights,
             ),
         )
         pte, manifest, digest = built.pte, built.manifest, built.manifest["sha256"]
         warnings.extend(built.warnings)
-    return describe_program(pte, digest, manifest, warnings)
+        if built.data is not None:
+            data = DataFile(built.data, manifest["data"]["sha256"], manifest["data"]["size_bytes"])
+    return describe_program(pte, digest, manifest, warnings, data)
+
+
+def _local_sha256(path: Path, flag: str) -> str:
+    """The sha256 of a local file, read only when its stat changed since it was hashed."""
+    from etdeploy.sizecheck.cache import file_sha256
+
+    try:
+        return file_sha256(path)
+    except EtdeployError as exc:
+        raise InputError(exc.message, f"check the path given with {flag}") from None
 
 
 def _names_from_model(model: str) -> dict[str, Any]:
@@ -178,8 +240,13 @@ def _names_from_model(model: str) -> dict[str, Any]:
 
 
 def describe_program(
-    pte: Path, digest: str, manifest: dict[str, Any] | None, warnings: Sequence[str]
+    pte: Path,
+    digest: str,
+    manifest: dict[str, Any] | None,
+    warnings: Sequence[str],
+    data: DataFile | None = None,
 ) -> Program:
+    from etdeploy.builder.ptd import check_pair, program_data_keys
     from etdeploy.sizecheck.pte import read_pte
 
     try:
@@ -191,6 +258,14 @@ def describe_program(
         ) from exc
     if not parsed.methods:
         raise InputError(f"{pte} has no methods", "rebuild it with `etdeploy build`")
+    warnings = list(warnings)
+    if data is not None and not program_data_keys(parsed):
+        warnings.append(f"{pte.name} keeps its weights inside; {data.path.name} is not used")
+        data = None
+    recorded = (manifest or {}).get("data") or {}
+    built_together = data is not None and recorded.get("sha256") == data.sha256
+    if not built_together:  # a pair from the same build needs no look inside the .ptd
+        check_pair(pte, parsed, data.path if data is not None else None)
     method = parsed.methods[0]
     listed = (manifest or {}).get("methods", [{}])[0]
 
@@ -225,6 +300,7 @@ def describe_program(
         inputs=values(method.inputs, listed.get("inputs", []), "input"),
         outputs=values(method.outputs, listed.get("outputs", []), "output"),
         warnings=tuple(warnings),
+        data=data,
     )
 
 
