@@ -191,7 +191,7 @@ def build_program(job: RunJob) -> Program:
             warnings.extend(manifest.get("warnings", []))
         elif job.model is not None:
             # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
-            manifest = _names_from_model(job.model)
+            manifest = _names_from_model(job.model, job.use_cache)
     else:
         from etdeploy.builder import BuildOptions, build
 
@@ -224,11 +224,27 @@ def _local_sha256(path: Path, flag: str) -> str:
         raise InputError(exc.message, f"check the path given with {flag}") from None
 
 
-def _names_from_model(model: str) -> dict[str, Any]:
-    from etdeploy.model.loader import load_model, parse_model_ref
+def _names_from_model(model: str, use_cache: bool = True) -> dict[str, Any]:
+    """What the model's factory says of its program (names, samples, output kinds), kept
+    per model fingerprint like its eager reference: a warm run of a --pte does not run the
+    factory again (which imports torch and makes every weight)."""
+    import json
 
-    spec = load_model(parse_model_ref(model))
-    return {
+    from etdeploy.atomic import write_json
+    from etdeploy.model.loader import load_model, parse_model_ref
+    from etdeploy.paths import cache_dir
+
+    ref = parse_model_ref(model)
+    kept = cache_dir("references") / f"names-{ref.fingerprint()[:32]}.json"
+    if use_cache:
+        try:
+            found = json.loads(kept.read_text())
+            if isinstance(found, dict) and found.get("partial") is True:
+                return found
+        except (OSError, ValueError):
+            pass  # not there yet, or damaged: ask the factory
+    spec = load_model(ref)
+    names = {
         "methods": [{
             "inputs": [{"name": n} for n in spec.input_names or []],
             "outputs": [{"name": n} for n in spec.output_names or []],
@@ -237,6 +253,8 @@ def _names_from_model(model: str) -> dict[str, Any]:
         "output_kinds": dict(spec.output_kinds),
         "partial": True,  # names, samples and kinds only: not a build manifest
     }  # fmt: skip
+    write_json(names, kept)
+    return names
 
 
 def describe_program(
@@ -246,27 +264,21 @@ def describe_program(
     warnings: Sequence[str],
     data: DataFile | None = None,
 ) -> Program:
-    from etdeploy.builder.ptd import check_pair, program_data_keys
-    from etdeploy.sizecheck.pte import read_pte
+    from etdeploy.sizecheck.pte import read_signatures
 
     try:
-        parsed = read_pte(pte)
+        # The methods' signatures only: the program flatbuffer, no segment or delegate blob.
+        methods = read_signatures(pte)
     except EtdeployError as exc:
         raise InputError(
             f"{pte} is not a usable .pte: {exc.message}",
             "give a program written by `etdeploy build` or executorch's to_executorch()",
         ) from exc
-    if not parsed.methods:
+    if not methods:
         raise InputError(f"{pte} has no methods", "rebuild it with `etdeploy build`")
     warnings = list(warnings)
-    if data is not None and not program_data_keys(parsed):
-        warnings.append(f"{pte.name} keeps its weights inside; {data.path.name} is not used")
-        data = None
-    recorded = (manifest or {}).get("data") or {}
-    built_together = data is not None and recorded.get("sha256") == data.sha256
-    if not built_together:  # a pair from the same build needs no look inside the .ptd
-        check_pair(pte, parsed, data.path if data is not None else None)
-    method = parsed.methods[0]
+    data = _checked_pair(pte, manifest, data, warnings)
+    method = methods[0]
     listed = (manifest or {}).get("methods", [{}])[0]
 
     def values(
@@ -302,6 +314,35 @@ def describe_program(
         warnings=tuple(warnings),
         data=data,
     )
+
+
+def _checked_pair(
+    pte: Path, manifest: dict[str, Any] | None, data: DataFile | None, warnings: list[str]
+) -> DataFile | None:
+    """The external data to run `pte` with, after checking the two belong together.
+
+    A build's own manifest settles it without a look inside either file: a pair whose
+    .ptd it recorded, or a program it built with its weights inside. Otherwise (a --pte
+    built elsewhere, a --data given) the program's delegate and constant tables are read
+    for the names it needs, and the .ptd's keys for the names it holds."""
+    from etdeploy.builder.ptd import check_pair, program_data_keys
+    from etdeploy.sizecheck.pte import read_pte
+
+    recorded = (manifest or {}).get("data")
+    built = manifest is not None and not manifest.get("partial")
+    if data is not None and isinstance(recorded, dict) and recorded.get("sha256") == data.sha256:
+        return data
+    if data is None and built and recorded is None:
+        return None
+    try:
+        layout = read_pte(pte)
+    except EtdeployError as exc:
+        raise InputError(f"{pte} is not a usable .pte: {exc.message}") from exc
+    if data is not None and not program_data_keys(layout):
+        warnings.append(f"{pte.name} keeps its weights inside; {data.path.name} is not used")
+        return None
+    check_pair(pte, layout, data.path if data is not None else None)
+    return data
 
 
 def default_sample_paths(program: Program) -> list[str]:
