@@ -264,7 +264,7 @@ def describe_program(
     warnings: Sequence[str],
     data: DataFile | None = None,
 ) -> Program:
-    from etdeploy.sizecheck.pte import read_signatures
+    from etdeploy.sizecheck.signatures import read_signatures
 
     try:
         # The methods' signatures only: the program flatbuffer, no segment or delegate blob.

@@ -788,46 +788,6 @@ def read_program_calls(path: str | os.PathLike[str]) -> ProgramCalls:
             ) from None
 
 
-@dataclass(frozen=True)
-class MethodSignature:
-    name: str
-    inputs: tuple[MethodValue, ...]
-    outputs: tuple[MethodValue, ...]
-
-
-def read_signatures(path: str | os.PathLike[str]) -> tuple[MethodSignature, ...]:
-    """Each method's inputs and outputs, from the program flatbuffer alone: no segment,
-    constant or delegate blob is read or parsed (what a warm run needs of a program it
-    built). UsageError if the file is not a program."""
-    p = Path(path)
-    size = check_readable_file(p).st_size
-    if size < 8:
-        raise _bad(p, f"truncated or not a program: {size} bytes, a .pte has at least 8")
-    with _mapped(p, size) as mm:
-        ident = bytes(mm[4:8]).decode("ascii", errors="replace")
-        if not (ident.startswith("ET") and ident[2:4].isalnum()):
-            raise _bad(p, f"not an ExecuTorch program (file identifier {ident!r}, want 'ET..')")
-        try:
-            program = fb.Program.GetRootAs(mm, 0)
-            signatures = []
-            for pi in range(program.ExecutionPlanLength()):
-                plan = program.ExecutionPlan(pi)
-                signatures.append(
-                    MethodSignature(
-                        _str(plan.Name()),
-                        tuple(_method_value(plan, plan.Inputs(j)) for j in range(plan.InputsLength())),
-                        tuple(_method_value(plan, plan.Outputs(j)) for j in range(plan.OutputsLength())),
-                    )
-                )  # fmt: skip
-            return tuple(signatures)
-        except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
-            raise _bad(
-                p,
-                f"truncated or corrupt program flatbuffer ({type(exc).__name__})",
-                "the file was cut short or damaged; rebuild or copy it again",
-            ) from None
-
-
 def _kernel_calls(plan: fb.ExecutionPlan, method: str) -> list[OperatorCall]:
     names = []
     for j in range(plan.OperatorsLength()):
