@@ -337,7 +337,11 @@ def _checked_pair(
     try:
         layout = read_pte(pte)
     except EtdeployError as exc:
-        raise InputError(f"{pte} is not a usable .pte: {exc.message}") from exc
+        raise InputError(
+            f"{pte} is not a usable .pte: {exc.message}",
+            exc.hint
+            or "give a program written by `etdeploy build` or executorch's to_executorch()",
+        ) from exc
     if data is not None and not program_data_keys(layout):
         warnings.append(f"{pte.name} keeps its weights inside; {data.path.name} is not used")
         return None

@@ -279,3 +279,16 @@ def test_on_the_phone_the_pair_passes_and_a_code_change_sends_only_the_pte(
         ".pte",
         ".pte",
     ]
+
+
+def test_sizecheck_takes_the_pte_and_its_ptd_together(tmp_path: Path) -> None:
+    built = build("digits", BuildOptions(external_weights=True))
+    assert built.data is not None
+    done = cli("sizecheck", built.pte, built.data, "--json", tmp_path / "size.json", "--no-level9")
+    assert done.exit_code == 0, done.output
+    report = json.loads((tmp_path / "size.json").read_text())
+    sized = {Path(f["path"]).suffix: f for f in report["files"]}
+    assert set(sized) == {".pte", ".ptd"}
+    assert sized[".ptd"]["raw_bytes"] == built.data.stat().st_size
+    assert sized[".ptd"]["kind"] == "file"  # data, sized whole: no .pte layout to read
+    assert report["total"]["raw_bytes"] == built.pte.stat().st_size + built.data.stat().st_size
