@@ -37,6 +37,7 @@ class RunJob:
     # The external data (.ptd) of --pte, built elsewhere; None: the one its manifest names.
     data: Path | None = None
     # Build MODEL with its weights in a .ptd beside the .pte (program-data separation).
+    # Like backend and quantize, a build option: with --pte nothing is built.
     external_weights: bool = False
     inputs: tuple[str, ...] = ()
     # >0: that many noise samples (--random); the verdict is labelled as such.
@@ -79,11 +80,6 @@ class RunJob:
             raise UsageError(
                 "--data names the weights of a .pte built elsewhere, but no --pte was given",
                 "give the pair: --pte model.pte --data model.ptd",
-            )
-        if self.external_weights and self.pte is not None:
-            raise UsageError(
-                "--external-weights builds MODEL, but --pte runs a program already built",
-                "drop --external-weights, and give its .ptd with --data",
             )
         if self.random_inputs and self.inputs:
             raise UsageError(

@@ -115,7 +115,10 @@ def test_identical_second_build_is_a_cache_hit_and_no_cache_rebuilds(fresh_cache
     assert not rebuilt.cached
 
 
-def test_changing_a_file_beside_the_factory_invalidates_the_cache(tmp_path: Path) -> None:
+def test_changing_a_file_beside_the_factory_invalidates_the_cache(
+    tmp_path: Path, fresh_cache: Path
+) -> None:
+    # A fresh cache: the session's is kept between runs, and an earlier run built both.
     model = tmp_path / "m.py"
     model.write_text((MODELS / "two_io.py").read_text())
     helper = tmp_path / "helper.py"
@@ -261,7 +264,10 @@ def test_a_backend_claiming_little_of_the_graph_gets_a_warning() -> None:
     assert result.manifest["warnings"] == result.warnings
 
 
-def test_a_cached_int8_build_is_rebuilt_when_the_factorys_samples_change(tmp_path: Path) -> None:
+def test_a_cached_int8_build_is_rebuilt_when_the_factorys_samples_change(
+    tmp_path: Path, fresh_cache: Path
+) -> None:
+    # A fresh cache: an earlier session's entry names its own (older) sample files.
     import numpy as np
 
     samples = tmp_path / "samples"
