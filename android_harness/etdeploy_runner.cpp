@@ -6,7 +6,8 @@
 //   Model loaded in X ms.
 //   Iteration i of N: X ms
 //   Model executed successfully N time(s) in X ms.
-// It adds --warmup (untimed runs first), --result_json (the same facts as a
+// With --data_path it loads the program's external data (.ptd) as upstream
+// does. It adds --warmup (untimed runs first), --result_json (the same facts as a
 // document, plus each output's dtype and shape) and --describe (the kernels,
 // backends and versions it was built with, as JSON). Unlike upstream it never
 // aborts: every failure is one line "error: <what> failed: <Error> (0x..)" on
@@ -33,6 +34,7 @@
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
 #include <executorch/extension/data_loader/mmap_data_loader.h>
+#include <executorch/extension/flat_tensor/flat_tensor_data_map.h>
 #include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/extension/tensor/tensor_ptr.h>
 #include <executorch/runtime/core/evalue.h>
@@ -73,6 +75,7 @@ namespace {
 
 using executorch::aten::ScalarType;
 using executorch::aten::Tensor;
+using executorch::extension::FlatTensorDataMap;
 using executorch::extension::MallocMemoryAllocator;
 using executorch::extension::MmapDataLoader;
 using executorch::extension::TensorPtr;
@@ -450,6 +453,27 @@ int main(int argc, char** argv) {
     return fail_et("program load", program.error());
   }
 
+  // The program's external data (--data_path, as upstream's executor_runner
+  // takes it): a .ptd mapped like the program, so its weights are paged in on
+  // use too; the runtime resolves the program's external tensors and a
+  // delegate's named data against it when the method loads. Both the loader
+  // and the map must outlive the method.
+  std::optional<MmapDataLoader> data_loader;
+  std::optional<FlatTensorDataMap> data_map;
+  if (!flags.data_path.empty()) {
+    Result<MmapDataLoader> opened =
+        MmapDataLoader::from(flags.data_path.c_str(), MmapDataLoader::MlockConfig::NoMlock);
+    if (!opened.ok()) {
+      return fail_et("opening data " + flags.data_path, opened.error());
+    }
+    data_loader.emplace(std::move(opened.get()));
+    Result<FlatTensorDataMap> loaded = FlatTensorDataMap::load(&data_loader.value());
+    if (!loaded.ok()) {
+      return fail_et("data load " + flags.data_path, loaded.error());
+    }
+    data_map.emplace(std::move(loaded.get()));
+  }
+
   Result<MethodMeta> meta = program->method_meta(flags.method_name.c_str());
   if (!meta.ok()) {
     std::string names;
@@ -485,7 +509,8 @@ int main(int argc, char** argv) {
   }
 
   Result<Method> method =
-      program->load_method(flags.method_name.c_str(), &memory_manager, etdump.get());
+      program->load_method(flags.method_name.c_str(), &memory_manager, etdump.get(),
+                           data_map.has_value() ? &data_map.value() : nullptr);
   if (!method.ok()) {
     return fail_et("method load", method.error());
   }
@@ -614,6 +639,12 @@ int main(int argc, char** argv) {
     json.value(ETDEPLOY_EXECUTORCH_VERSION);
     json.key("model_path");
     json.value(flags.model_path);
+    json.key("data_path");
+    if (flags.data_path.empty()) {
+      json.null();
+    } else {
+      json.value(flags.data_path);
+    }
     json.key("method");
     json.value(flags.method_name);
     json.key("cpu_threads");

@@ -42,7 +42,13 @@ class Config:
 
 
 _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "build": {"backend": str, "quantize": str, "calibration": list, "dynamic": list},
+    "build": {
+        "backend": str,
+        "quantize": str,
+        "calibration": list,
+        "dynamic": list,
+        "external_weights": bool,
+    },
     "run": {
         "device": str,
         "iterations": int,
@@ -200,7 +206,7 @@ def run_settings(config: Config, **flags: Any) -> dict[str, Any]:
     from_file = {
         k: v
         for k, v in config.build.items()
-        if k in ("backend", "quantize", "calibration", "dynamic")
+        if k in ("backend", "quantize", "calibration", "dynamic", "external_weights")
     }
     from_file.update(config.run)
     from_file.update({k: v for k, v in config.verify.items() if k != "output_kinds"})

@@ -42,6 +42,8 @@ class RunnerInvocation:
 
     model_path: str
     input_paths: tuple[str, ...] = ()
+    # The program's external data (.ptd); upstream's runner takes --data_path too.
+    data_path: str | None = None
     output_base: str | None = None
     num_executions: int = 1
     warmup: int = 0
@@ -58,7 +60,7 @@ class RunnerInvocation:
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", _path_text(self.model_path))
         object.__setattr__(self, "input_paths", tuple(_path_text(p) for p in self.input_paths))
-        for name in ("output_base", "etdump_path", "result_json_path"):
+        for name in ("data_path", "output_base", "etdump_path", "result_json_path"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _path_text(value))
@@ -104,6 +106,8 @@ def runner_argv(executable: str | PurePath, invocation: RunnerInvocation) -> lis
     """The command line for `invocation`. The upstream flavor never gets --warmup or
     --result_json: its warm-ups run as the first timed iterations instead."""
     argv = [_path_text(executable), f"--model_path={invocation.model_path}"]
+    if invocation.data_path is not None:
+        argv.append(f"--data_path={invocation.data_path}")
     if invocation.input_paths:
         argv.append(f"--inputs={','.join(invocation.input_paths)}")
     if invocation.output_base is not None:

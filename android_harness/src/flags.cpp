@@ -27,6 +27,7 @@ bool parse_int(const std::string& text, int64_t& out) {
 bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
   std::map<std::string, std::string*> string_flags = {
       {"model_path", &flags.model_path},
+      {"data_path", &flags.data_path},
       {"inputs", &flags.inputs},
       {"output_file", &flags.output_file},
       {"method_name", &flags.method_name},
@@ -126,6 +127,8 @@ std::string usage_text(const char* program) {
       "Runs one method of an ExecuTorch program (.pte) and times it.\n"
       "\n"
       "  --model_path PATH      the .pte to run (default model.pte)\n"
+      "  --data_path PATH       the program's external data (.ptd), for a program\n"
+      "                         whose weights were written beside it\n"
       "  --inputs A,B,...       raw input files, one per method input, each exactly\n"
       "                         the tensor's byte size in its default dim order\n"
       "                         (default: every input filled with ones)\n"

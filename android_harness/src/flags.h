@@ -12,6 +12,9 @@ namespace etdeploy_runner {
 
 struct Flags {
   std::string model_path = "model.pte";
+  // The program's external data (.ptd: weights kept outside the .pte); empty
+  // when the program carries its own.
+  std::string data_path;
   // Comma-separated raw input files, one per method input.
   std::string inputs;
   // Base name of the output files: BASE-<i>.bin for each tensor output i.

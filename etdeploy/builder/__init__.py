@@ -32,6 +32,12 @@ BUILD_REVISION = 6
 # Hears each stage of an uncached build as it starts.
 StatusCallback = Callable[[str], None]
 
+# Backends whose lowering writes every weight to the external data file with
+# --external-weights (builder.lower.tag_delegate_constants): the portable kernels'
+# constants through ExecutorchBackendConfig.external_constants, XNNPACK's through its
+# named data. Others (Core ML, Vulkan) keep their own weights inside their blobs.
+EXTERNAL_WEIGHT_BACKENDS = ("xnnpack", "portable")
+
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -41,14 +47,19 @@ class BuildOptions:
     random_calibration: bool = False
     dynamic: tuple[str, ...] = ()  # "name:dim=min..max"
     use_cache: bool = True
+    # Program-data separation: the weights in a .ptd beside the .pte (--external-weights).
+    external_weights: bool = False
 
     def key_fields(self) -> dict[str, Any]:
-        return {
+        fields: dict[str, Any] = {
             "backend": self.backend,
             "quantize": self.quantize,
             "random_calibration": self.random_calibration,
             "dynamic": sorted(self.dynamic),
         }
+        if self.external_weights:  # only then: every other build keeps its cache key
+            fields["external_weights"] = True
+        return fields
 
 
 @dataclass
@@ -64,6 +75,23 @@ class BuildResult:
     @property
     def manifest_path(self) -> Path:
         return manifest_path(self.pte)
+
+    @property
+    def data(self) -> Path | None:
+        """The program's external data (.ptd) beside it; None when the .pte holds its weights."""
+        return data_file_of(self.pte, self.manifest)
+
+
+def data_path(pte: Path) -> Path:
+    """Where a .pte's external data sits: beside it, model.pte -> model.ptd."""
+    return pte.with_suffix(".ptd")
+
+
+def data_file_of(pte: Path, manifest: dict[str, Any] | None) -> Path | None:
+    """The external data of `pte` when its manifest records one: beside it under the
+    .pte's own stem (a copy renamed with -o keeps the pair's names together); None when
+    the .pte holds its weights."""
+    return data_path(pte) if isinstance((manifest or {}).get("data"), dict) else None
 
 
 def etrecord_path(pte: Path) -> Path:
@@ -81,9 +109,27 @@ def quantized_program_path(pte: Path) -> Path:
 def versions() -> dict[str, str]:
     return {
         "etdeploy": etdeploy.__version__,
-        "torch": metadata.version("torch"),
-        "executorch": metadata.version("executorch"),
+        "torch": installed_version("torch"),
+        "executorch": installed_version("executorch"),
     }
+
+
+def installed_version(package: str) -> str:
+    """The installed version of `package`, as importlib.metadata.version gives it, read
+    from the name of its .dist-info directory beside the package (the wheel spec's
+    NAME-VERSION.dist-info, which pip names from the same Version field): a directory
+    listing instead of parsing torch's METADATA (tens of ms on every warm run, which needs
+    the version only for the cache key). Falls back to importlib.metadata when the layout
+    is not that one (an editable or egg install)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)  # locates it without importing it
+    if spec is not None and spec.submodule_search_locations:
+        site = Path(next(iter(spec.submodule_search_locations))).parent
+        found = sorted(site.glob(f"{package}-*.dist-info"))
+        if len(found) == 1:
+            return found[0].name.removeprefix(f"{package}-").removesuffix(".dist-info")
+    return metadata.version(package)
 
 
 def parse_dynamic(items: tuple[str, ...]) -> dict[str, dict[int, tuple[int, int]]]:
@@ -150,6 +196,11 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
             f"--quantize {options.quantize} uses the XNNPACK quantizer; backend {backend.name} does not take it",
             "use --backend xnnpack with --quantize",
         )
+    if options.external_weights and backend.name not in EXTERNAL_WEIGHT_BACKENDS:
+        raise UsageError(
+            f"--external-weights: backend {backend.name} keeps its weights inside its own blobs",
+            f"use --backend {' or '.join(EXTERNAL_WEIGHT_BACKENDS)} with --external-weights",
+        )
     dynamic = parse_dynamic(options.dynamic)
     ref = parse_model_ref(model)
     uncalibrated = not options.calibration and not options.random_calibration
@@ -164,6 +215,9 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
         cached = read_manifest(pte) if options.use_cache and pte.is_file() else None
         if cached is not None and not _calibration_unchanged(cached):
             cached = None  # calibrated on sample files that have changed since: rebuild
+        data = data_file_of(pte, cached)
+        if data is not None and not data.is_file():
+            cached = None  # its external data is gone: rebuild both
         if cached is not None:
             return BuildResult(
                 pte, cached, True, time.perf_counter() - started, list(cached.get("warnings", []))
@@ -177,12 +231,12 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
         import torch  # noqa: F401
 
         with captured_library_output() as captured:
-            manifest, buffer, etrecord, quantized, warnings = _build_uncached(
+            manifest, buffer, etrecord, quantized, warnings, external = _build_uncached(
                 ref, fingerprint, options, backend, dynamic, say
             )
         manifest["cache_key"] = key
         say("saving the program to the build cache")
-        _store(entry, pte, manifest, buffer, etrecord, quantized)
+        _store(entry, pte, manifest, buffer, etrecord, quantized, external)
     return BuildResult(pte, manifest, False, time.perf_counter() - started, warnings, captured.text)
 
 
@@ -193,12 +247,15 @@ def _store(
     buffer: bytes,
     etrecord: bytes | None,
     quantized: bytes | None,
+    external: bytes | None = None,
 ) -> None:
     """The build's files into its cache entry, whole or not at all."""
     tmp: Path | None = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
         (tmp / pte.name).write_bytes(buffer)
+        if external is not None:
+            (tmp / manifest["data"]["name"]).write_bytes(external)
         if etrecord is not None:
             (tmp / manifest["etrecord"]).write_bytes(etrecord)
         if quantized is not None:
@@ -226,9 +283,10 @@ def _build_uncached(
     backend: Any,
     dynamic: dict[str, dict[int, tuple[int, int]]],
     say: StatusCallback,
-) -> tuple[dict[str, Any], bytes, bytes | None, bytes | None, list[str]]:
-    """The manifest, the program, its ETRecord, and for a quantized build the
-    converted ExportedProgram (torch.export.save bytes), and the warnings."""
+) -> tuple[dict[str, Any], bytes, bytes | None, bytes | None, list[str], bytes | None]:
+    """The manifest, the program, its ETRecord, for a quantized build the converted
+    ExportedProgram (torch.export.save bytes), the warnings, and with external weights
+    the program's data file (.ptd)."""
     from etdeploy.builder.export import export_model
     from etdeploy.builder.lower import lower
 
@@ -264,7 +322,7 @@ def _build_uncached(
         note = calibration_warning(calibration_record)
         if note:
             warnings.append(note)
-    lowered = lower(exported, backend, say)
+    lowered = lower(exported, backend, say, ref.name if options.external_weights else None)
     warning = lowered.delegation.low_share_warning(backend)
     if warning:
         warnings.append(warning)
@@ -303,9 +361,18 @@ def _build_uncached(
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "warnings": warnings,
     }
+    if lowered.data is not None:
+        # The weights, written beside the .pte: what a run pushes and passes as --data_path.
+        manifest["data"] = {
+            "name": data_path(Path(f"{ref.name}.pte")).name,
+            "size_bytes": len(lowered.data),
+            "sha256": hashlib.sha256(lowered.data).hexdigest(),
+        }
+    elif options.external_weights:
+        warnings.append("--external-weights: the model has no weights to write to a .ptd")
     if lowered.etrecord is not None:
         manifest["etrecord"] = f"{ref.name}.etrecord"
-    return manifest, lowered.buffer, lowered.etrecord, quantized, warnings
+    return manifest, lowered.buffer, lowered.etrecord, quantized, warnings, lowered.data
 
 
 def calibration_warning(record: dict[str, Any] | None) -> str | None:
@@ -458,6 +525,10 @@ def export_artifact(
     if etrecord and result.manifest.get("etrecord"):
         # Named after the .pte it describes, so profiling finds it beside the copy.
         copies.append((result.pte.parent / result.manifest["etrecord"], etrecord_path(output)))
+    if result.data is not None:
+        # The weights (--external-weights): model.ptd beside model.pte, as the copy's
+        # manifest names it.
+        copies.append((result.data, data_path(output)))
     # The .pte last: it is the file a reader looks for first.
     copies.append((result.pte, output))
     replaced = existing is not None and existing != new_sha
@@ -472,7 +543,7 @@ def export_artifact(
     written = {dst for _, dst in copies}
     if replaced:
         # Files beside the replaced program describe it, not this one.
-        for stale in (etrecord_path(output), quantized_program_path(output)):
+        for stale in (etrecord_path(output), quantized_program_path(output), data_path(output)):
             if stale not in written:
                 stale.unlink(missing_ok=True)
     return Exported(output, tuple(dst for _, dst in copies), existing == new_sha, replaced)

@@ -71,6 +71,9 @@ class Lowered:
     # ExecuTorch's ETRecord of this lowering: what lets the Inspector map a
     # runner's ETDump events back to operators and source (`run --profile`).
     etrecord: bytes | None = None
+    # The program's external data (a .ptd: FlatTensor) when its weights were
+    # written outside the .pte (lower(..., external_data=...)); None otherwise.
+    data: bytes | None = None
 
 
 # Ops that move no data: they do not count for or against a backend's share.
@@ -104,22 +107,36 @@ def count_delegation(graph_module: Any) -> Delegation:
     return result
 
 
-def lower(exported: Any, backend: Backend, status: Callable[[str], None] | None = None) -> Lowered:
+def lower(
+    exported: Any,
+    backend: Backend,
+    status: Callable[[str], None] | None = None,
+    external_data: str | None = None,
+) -> Lowered:
     """Partition and lower for `backend`, plan memory, serialise; `status` hears
-    each of the three stages as it starts."""
-    from executorch.exir import to_edge_transform_and_lower
+    each of the three stages as it starts. With `external_data` (a name), every
+    weight goes to one external data file instead of the .pte (Lowered.data)."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     say = status or (lambda _text: None)
     try:
         say(f"lowering to {backend.name}")
+        config = None
+        if external_data is not None:
+            tag_delegate_constants(exported, external_data)
+            # Weights left to the portable kernels: ExecutorchBackendConfig.external_constants
+            # (exir/capture/_config.py, executorch 1.5.1, read 2026-12-03) takes a function
+            # from a constant's placeholder to the name of the file it is written to.
+            config = ExecutorchBackendConfig(external_constants=lambda _node: external_data)
         edge = to_edge_transform_and_lower(
             exported, partitioner=backend.partitioners(), generate_etrecord=True
         )
         delegation = count_delegation(edge.exported_program().graph_module)
         say("planning memory (to_executorch)")
-        program = edge.to_executorch()
+        program = edge.to_executorch(config)
         say("serialising the program")
         buffer = bytes(program.buffer)
+        data = _external_data(program, external_data) if external_data is not None else None
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelError(
@@ -131,7 +148,58 @@ def lower(exported: Any, backend: Backend, status: Callable[[str], None] | None 
     plan = program.executorch_program.execution_plan
     methods = [_method_info(p) for p in plan]
     delegates = sorted({d.id for p in plan for d in p.delegates})
-    return Lowered(buffer, delegation, methods, delegates, _etrecord_bytes(program))
+    return Lowered(buffer, delegation, methods, delegates, _etrecord_bytes(program), data)
+
+
+def tag_delegate_constants(exported: Any, name: str) -> None:
+    """Mark the weights of `exported` (parameters, constant buffers, lifted constants) for
+    the external data file `name`, as a delegate reads it when it serialises them.
+
+    How XNNPACK spells it in executorch 1.5.1 (read 2026-12-03): its node visitor writes a
+    constant to the named data store under the tag in the constant node's
+    meta["custom"]["delegate_constant_tag"] (backends/xnnpack/operators/node_visitor.py);
+    upstream's exir/passes/external_constants_pass.py sets that tag on an unlifted module's
+    get_attr nodes and exports again. Setting it on the lifted placeholders of the exported
+    program does the same without a second torch.export (the partitioner keeps a
+    placeholder's meta on the delegate's copy of it), for a saved .pt2 and a quantized
+    program alike.
+    """
+    from torch.export.graph_signature import InputKind
+
+    signature = exported.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    weights = {
+        spec.arg.name
+        for spec in signature.input_specs
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+        and spec.target not in mutated
+    }
+    for node in exported.graph.nodes:
+        if node.op == "placeholder" and node.name in weights:
+            node.meta.setdefault("custom", {})["delegate_constant_tag"] = name
+
+
+def _external_data(program: Any, name: str) -> bytes | None:
+    """The external data file `program` serialised under `name`, through the public writer
+    (ExecutorchProgramManager.write_tensor_data_to_file writes NAME.ptd into a directory);
+    None when the program has no weights to put there."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="etdeploy-ptd-") as tmp:
+        try:
+            program.write_tensor_data_to_file(tmp)
+        except AssertionError:  # no data files at all (asserted inside executorch)
+            return None
+        written = sorted(Path(tmp).glob("*.ptd"))
+        if not written:
+            return None
+        if [p.name for p in written] != [f"{name}.ptd"]:
+            raise RuntimeError(
+                f"expected one data file {name}.ptd, executorch wrote "
+                + ", ".join(p.name for p in written)
+            )
+        return written[0].read_bytes()
 
 
 def _etrecord_bytes(program: Any) -> bytes | None:

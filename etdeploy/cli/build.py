@@ -51,6 +51,7 @@ def build_command(
     random_calibration: bool = typer.Option(False, "--random-calibration", help="Calibrate int8 on noise (recorded in the manifest).", rich_help_panel=QUANT_PANEL),
     output: Path = typer.Option(None, "--output", "-o", metavar="PATH", help="The .pte to write, or a folder for it (default ./MODEL-BACKEND[-QUANT].pte).", rich_help_panel=OUTPUT_PANEL),
     force: bool = typer.Option(False, "--force", help="Replace a different program already at the output path.", rich_help_panel=OUTPUT_PANEL),
+    external_weights: bool = typer.Option(False, "--external-weights", help="Write the weights to a .ptd beside the .pte (xnnpack, portable): a change to the code alone then re-sends only the small .pte.", rich_help_panel=BUILD_PANEL),
     etrecord: bool = typer.Option(False, "--etrecord", help="Also write the ETRecord beside the .pte: what `run --pte FILE --profile` needs to name operators and modules.", rich_help_panel=OUTPUT_PANEL),
 ) -> None:  # fmt: skip
     """Build a .pte (and its .pte.json manifest) and report what the backend claimed.
@@ -76,6 +77,7 @@ def build_command(
             random_calibration=random_calibration,
             dynamic=tuple(dynamic),
             use_cache=not no_cache,
+            external_weights=external_weights,
         )
         label = f"{name} for {be}" + (f" ({quantize})" if quantize else "")
         with Feedback() as feedback:
@@ -155,6 +157,13 @@ def render_build(manifest: dict, target: Path, cached: bool | None, seconds: flo
         table.add_row("  planned arena", format_bytes(method["planned_bytes"]))
     table.add_row("size", format_bytes(manifest["size_bytes"]))
     table.add_row("sha256", manifest["sha256"])
+    data = manifest.get("data")
+    if data:
+        table.add_row(
+            "weights (.ptd)",
+            f"{target.with_suffix('.ptd').name}: {format_bytes(data['size_bytes'])}, "
+            f"sha256 {data['sha256']}",
+        )
     console.print(table)
     for warning in manifest.get("warnings", []):
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)

@@ -95,6 +95,8 @@ def run_command(
     localize_budget: str = typer.Option(None, "--localize-budget", metavar="SIZE", help="Bytes of tapped values pulled whole (default 64MiB); summaries (min, max, mean, std...) beyond.", rich_help_panel=LOCALIZE_PANEL),
     localize_module: str = typer.Option(None, "--localize-module", metavar="PATH", help="Tap only inside this module path, e.g. encoder.layers.3 (globs allowed).", rich_help_panel=LOCALIZE_PANEL),
     verify_remote: bool = typer.Option(False, "--verify-remote", rich_help_panel=DEVICE_PANEL, help="Hash every file already on the device instead of trusting its digest records."),
+    data: Path = typer.Option(None, "--data", metavar="PTD", help="The external weights (.ptd) of --pte (default: the one its manifest names).", rich_help_panel=MODEL_PANEL),
+    external_weights: bool = typer.Option(None, "--external-weights/--no-external-weights", help="Build MODEL with its weights in a .ptd beside the .pte (pushed content-addressed).", rich_help_panel=MODEL_PANEL),
 ) -> None:  # fmt: skip
     """Run MODEL on a device with real inputs and compare with eager PyTorch.
 
@@ -121,7 +123,7 @@ def run_command(
     settings = run_settings(
         config,
         device=device, backend=backend, quantize=quantize, inputs=inputs or None,
-        calibration=calibration or None, dynamic=dynamic or None,
+        calibration=calibration or None, dynamic=dynamic or None, external_weights=external_weights,
         preprocess=preprocess, host_check=host_check, iterations=iterations, warmup=warmup,
         deadline_s=deadline, idle_timeout_s=idle_timeout, atol=atol, rtol=rtol, keep=keep,
         lock_timeout_s=lock_timeout, runner=runner, cpu_threads=cpu_threads,
@@ -133,6 +135,7 @@ def run_command(
         model,
         settings,
         pte=pte,
+        data=data,
         random_inputs=random,
         reference=reference,
         use_cache=not no_cache,

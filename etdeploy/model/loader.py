@@ -70,7 +70,7 @@ def _data_files_beside(path: Path) -> list[Path]:
         p for p in path.parent.iterdir()
         if p.is_file() and p.suffix not in (".py", ".pyc") and not p.name.startswith(".")
         # What `etdeploy build` writes beside a model must not change its own key.
-        and p.suffix not in (".pte", ".etrecord") and not p.name.endswith(".pte.json")
+        and p.suffix not in (".pte", ".ptd", ".etrecord") and not p.name.endswith(".pte.json")
     )  # fmt: skip
 
 

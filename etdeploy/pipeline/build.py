@@ -9,6 +9,15 @@ A --pte given with MODEL must be MODEL's program, or the comparison that follows
 judges one model against another: a manifest that names another model (its
 fingerprint differs) is refused, and so, for a .pte built elsewhere, is a method
 whose inputs MODEL's example inputs do not fit.
+
+A program whose weights live in an external data file (.ptd, --external-weights)
+travels as a pair: the build's .ptd, or --data for a --pte built elsewhere (else
+the .ptd its manifest names beside it). The pair is checked before anything runs.
+
+Nothing here reads a whole file on a warm run: digests come from the build
+manifest, or for a --pte from the local digest record (sizecheck.cache.file_sha256:
+an unchanged file is recognised by its stat), and the program is read by its
+flatbuffer only, never its constant segment.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from typing import Any
 
 from etdeploy.errors import EtdeployError, InputError
 from etdeploy.pipeline.job import RunJob, StatusCallback
-from etdeploy.report.result import Delegation
+from etdeploy.report.result import DataFileInfo, Delegation
 
 # ExecuTorch's ScalarType names (schema/scalar_type.fbs) -> numpy's.
 _SCALAR_TO_NUMPY = {
@@ -39,11 +48,11 @@ class ProgramValue:
     shape: tuple[int, ...] = ()
     # Dynamic dims of an input: {dim: [min, max]} from the manifest.
     dynamic: dict[str, Any] = field(default_factory=dict)
-    # An output of a quantized program that is a grid of this step (its scale).
-    quant_step: float | None = None
     # A tensor's shape_dynamism in the .pte: static, dynamic_bound (shape is the
     # upper bound) or dynamic_unbound.
     dynamism: str = "static"
+    # An output of a quantized program that is a grid of this step (its scale).
+    quant_step: float | None = None
 
     @property
     def is_tensor(self) -> bool:
@@ -61,6 +70,15 @@ class ProgramValue:
 
 
 @dataclass(frozen=True)
+class DataFile:
+    """A program's external data (.ptd) as a run uses it."""
+
+    path: Path
+    sha256: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class Program:
     """The .pte to run and what is known of its first method."""
 
@@ -72,6 +90,19 @@ class Program:
     inputs: tuple[ProgramValue, ...]
     outputs: tuple[ProgramValue, ...]
     warnings: tuple[str, ...] = ()
+    # Its external data (.ptd) when its weights live outside the .pte.
+    data: DataFile | None = None
+
+    @property
+    def data_path(self) -> Path | None:
+        return self.data.path if self.data is not None else None
+
+    @property
+    def data_record(self) -> DataFileInfo | None:
+        """The external data as the result's artifact records it."""
+        if self.data is None:
+            return None
+        return DataFileInfo(str(self.data.path), self.data.sha256, self.data.size_bytes)
 
     # What only a build manifest knows; None for a .pte built elsewhere.
     @property
@@ -131,21 +162,39 @@ class Program:
 
 
 def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
-    """Build MODEL (cached), or take --pte."""
+    """Build MODEL (cached), or take --pte (and --data)."""
+    from etdeploy.builder import data_file_of
     from etdeploy.builder.manifest import read_manifest
-    from etdeploy.devices.base import sha256_file
 
     warnings: list[str] = []
-    examples: tuple[Any, ...] | None = None
+    data: DataFile | None = None
+    examples: list[dict[str, Any]] | None = None
     if job.pte is not None:
         pte = job.pte
         if pte.is_dir() or not pte.exists():
             raise InputError(f"no such .pte: {pte}", "check the path given with --pte")
         manifest = read_manifest(pte)
-        digest = sha256_file(pte)
+        digest = _local_sha256(pte, "--pte")
         if manifest is not None and manifest.get("sha256") != digest:
             warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
             manifest = None
+        data_given = job.data or data_file_of(pte, manifest)
+        if data_given is not None:
+            if data_given.is_dir() or not data_given.exists():
+                raise InputError(
+                    f"no such .ptd: {data_given}",
+                    "check the path given with --data" if job.data else
+                    f"{pte.name}.json names external data; copy the .ptd beside the .pte",
+                )  # fmt: skip
+            data = DataFile(
+                data_given, _local_sha256(data_given, "--data"), data_given.stat().st_size
+            )
+            recorded = (manifest or {}).get("data") or {}
+            if recorded.get("sha256") not in (None, data.sha256):
+                warnings.append(
+                    f"{data_given.name} is not the .ptd {pte.name} was built with (sha256 "
+                    "differs); its weights are checked by name only"
+                )
         if manifest is not None:
             if job.model is not None:
                 _check_built_from(pte, manifest, job.model)
@@ -153,7 +202,8 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
             warnings.extend(manifest.get("warnings", []))
         elif job.model is not None:
             # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
-            manifest, examples = _names_from_model(job.model)
+            manifest = _names_from_model(job.model, job.use_cache)
+            examples = manifest.get("examples", [])
     else:
         from etdeploy.builder import BuildOptions, build
 
@@ -166,32 +216,63 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
                 calibration=job.calibration,
                 dynamic=job.dynamic,
                 use_cache=job.use_cache,
+                external_weights=job.external_weights,
             ),
             status=status,
         )
         pte, manifest, digest = built.pte, built.manifest, built.manifest["sha256"]
         warnings.extend(built.warnings)
-    program = describe_program(pte, digest, manifest, warnings)
+        if built.data is not None:
+            data = DataFile(built.data, manifest["data"]["sha256"], manifest["data"]["size_bytes"])
+    program = describe_program(pte, digest, manifest, warnings, data)
     if examples is not None and job.model is not None:
         _check_signature(program, job.model, examples)
     return program
 
 
-def _names_from_model(model: str) -> tuple[dict[str, Any], tuple[Any, ...]]:
-    """What MODEL knows of a .pte built elsewhere (names, samples, kinds), and its
-    example inputs."""
-    from etdeploy.model.loader import load_model, parse_model_ref
+def _local_sha256(path: Path, flag: str) -> str:
+    """The sha256 of a local file, read only when its stat changed since it was hashed."""
+    from etdeploy.sizecheck.cache import file_sha256
 
-    spec = load_model(parse_model_ref(model))
-    return {
+    try:
+        return file_sha256(path)
+    except EtdeployError as exc:
+        raise InputError(exc.message, f"check the path given with {flag}") from None
+
+
+def _names_from_model(model: str, use_cache: bool = True) -> dict[str, Any]:
+    """What the model's factory says of its program (names, samples, output kinds, and
+    its example inputs' kinds, dtypes and shapes), kept per model fingerprint like its
+    eager reference: a warm run of a --pte does not run the factory again (which imports
+    torch and makes every weight)."""
+    import json
+
+    from etdeploy.atomic import write_json
+    from etdeploy.model.loader import load_model, parse_model_ref
+    from etdeploy.paths import cache_dir
+
+    ref = parse_model_ref(model)
+    kept = cache_dir("references") / f"names-{ref.fingerprint()[:32]}.json"
+    if use_cache:
+        try:
+            found = json.loads(kept.read_text())
+            if isinstance(found, dict) and found.get("partial") is True and "examples" in found:
+                return found
+        except (OSError, ValueError):
+            pass  # not there yet, or damaged: ask the factory
+    spec = load_model(ref)
+    names = {
         "methods": [{
             "inputs": [{"name": n} for n in spec.input_names or []],
             "outputs": [{"name": n} for n in spec.output_names or []],
         }],
         "samples": [str(p) for p in spec.samples],
         "output_kinds": dict(spec.output_kinds),
+        "examples": [_example_signature(e) for e in spec.example_inputs],
         "partial": True,  # names, samples and kinds only: not a build manifest
-    }, tuple(spec.example_inputs)  # fmt: skip
+    }  # fmt: skip
+    write_json(names, kept)
+    return names
 
 
 def _check_built_from(pte: Path, manifest: dict[str, Any], model: str) -> None:
@@ -223,7 +304,7 @@ def _check_built_from(pte: Path, manifest: dict[str, Any], model: str) -> None:
     )
 
 
-def _check_signature(program: Program, model: str, examples: tuple[Any, ...]) -> None:
+def _check_signature(program: Program, model: str, examples: list[dict[str, Any]]) -> None:
     """MODEL's example inputs must fit the method's inputs (count, kind, dtype, rank,
     and each size: exactly for a static tensor, within the bound for a dynamic one)."""
     wanted = [_describe_value(v) for v in program.inputs]
@@ -240,12 +321,24 @@ def _check_signature(program: Program, model: str, examples: tuple[Any, ...]) ->
         )
 
 
-def _fits(value: ProgramValue, example: Any) -> bool:
+def _example_signature(example: Any) -> dict[str, Any]:
+    """An example input as the names cache keeps it: its kind, and a tensor's dtype and shape."""
     shape = getattr(example, "shape", None)
+    if shape is None:
+        return {"kind": type(example).__name__}
+    return {
+        "kind": "tensor",
+        "dtype": str(example.dtype).removeprefix("torch."),
+        "shape": [int(d) for d in shape],
+    }
+
+
+def _fits(value: ProgramValue, example: dict[str, Any]) -> bool:
+    shape = example.get("shape")
     if not value.is_tensor or shape is None:
         return not value.is_tensor and shape is None
-    dims = tuple(int(d) for d in shape)
-    if str(example.dtype).removeprefix("torch.") != value.dtype or len(dims) != len(value.shape):
+    dims = tuple(shape)
+    if example.get("dtype") != value.dtype or len(dims) != len(value.shape):
         return False
     if value.dynamism == "static":
         return dims == value.shape
@@ -261,28 +354,35 @@ def _describe_value(value: ProgramValue) -> str:
     return f"{value.dtype}[{bound}{', '.join(map(str, value.shape))}]"
 
 
-def _describe_example(example: Any) -> str:
-    shape = getattr(example, "shape", None)
+def _describe_example(example: dict[str, Any]) -> str:
+    shape = example.get("shape")
     if shape is None:
-        return type(example).__name__
-    return f"{str(example.dtype).removeprefix('torch.')}[{', '.join(str(int(d)) for d in shape)}]"
+        return str(example.get("kind"))
+    return f"{example.get('dtype')}[{', '.join(map(str, shape))}]"
 
 
 def describe_program(
-    pte: Path, digest: str, manifest: dict[str, Any] | None, warnings: Sequence[str]
+    pte: Path,
+    digest: str,
+    manifest: dict[str, Any] | None,
+    warnings: Sequence[str],
+    data: DataFile | None = None,
 ) -> Program:
-    from etdeploy.sizecheck.pte import read_pte
+    from etdeploy.sizecheck.signatures import read_signatures
 
     try:
-        parsed = read_pte(pte)
+        # The methods' signatures only: the program flatbuffer, no segment or delegate blob.
+        methods = read_signatures(pte)
     except EtdeployError as exc:
         raise InputError(
             f"{pte} is not a usable .pte: {exc.message}",
             "give a program written by `etdeploy build` or executorch's to_executorch()",
         ) from exc
-    if not parsed.methods:
+    if not methods:
         raise InputError(f"{pte} has no methods", "rebuild it with `etdeploy build`")
-    method = parsed.methods[0]
+    warnings = list(warnings)
+    data = _checked_pair(pte, manifest, data, warnings)
+    method = methods[0]
     listed = (manifest or {}).get("methods", [{}])[0]
 
     def values(
@@ -302,8 +402,8 @@ def describe_program(
                     dtype=_SCALAR_TO_NUMPY.get(value.tensor.dtype, value.tensor.dtype),
                     shape=tuple(value.tensor.sizes),
                     dynamic=meta.get("dynamic") or {},
-                    quant_step=(meta.get("quantization") or {}).get("scale"),
                     dynamism=value.tensor.shape_dynamism,
+                    quant_step=(meta.get("quantization") or {}).get("scale"),
                 )
             )
         return tuple(out)
@@ -317,7 +417,41 @@ def describe_program(
         inputs=values(method.inputs, listed.get("inputs", []), "input"),
         outputs=values(method.outputs, listed.get("outputs", []), "output"),
         warnings=tuple(warnings),
+        data=data,
     )
+
+
+def _checked_pair(
+    pte: Path, manifest: dict[str, Any] | None, data: DataFile | None, warnings: list[str]
+) -> DataFile | None:
+    """The external data to run `pte` with, after checking the two belong together.
+
+    A build's own manifest settles it without a look inside either file: a pair whose
+    .ptd it recorded, or a program it built with its weights inside. Otherwise (a --pte
+    built elsewhere, a --data given) the program's delegate and constant tables are read
+    for the names it needs, and the .ptd's keys for the names it holds."""
+    from etdeploy.builder.ptd import check_pair, program_data_keys
+    from etdeploy.sizecheck.pte import read_pte
+
+    recorded = (manifest or {}).get("data")
+    built = manifest is not None and not manifest.get("partial")
+    if data is not None and isinstance(recorded, dict) and recorded.get("sha256") == data.sha256:
+        return data
+    if data is None and built and recorded is None:
+        return None
+    try:
+        layout = read_pte(pte)
+    except EtdeployError as exc:
+        raise InputError(
+            f"{pte} is not a usable .pte: {exc.message}",
+            exc.hint
+            or "give a program written by `etdeploy build` or executorch's to_executorch()",
+        ) from exc
+    if data is not None and not program_data_keys(layout):
+        warnings.append(f"{pte.name} keeps its weights inside; {data.path.name} is not used")
+        return None
+    check_pair(pte, layout, data.path if data is not None else None)
+    return data
 
 
 def default_sample_paths(program: Program) -> list[str]:

@@ -1,8 +1,9 @@
-"""deploy: the runner that fits the device, then the runner, the .pte and the
-inputs in the device's work dir.
+"""deploy: the runner that fits the device, then the runner, the .pte (and its
+.ptd) and the inputs in the device's work dir.
 
 Every file goes under a content-addressed name (runners/, programs/, inputs/),
-so an unchanged file is never sent twice; the job's own directory holds only
+so an unchanged file is never sent twice (a program whose code changed but not
+its weights sends the small .pte only: the .ptd keeps its name); the job's own directory holds only
 what this run writes, and is removed after it unless --keep.
 """
 
@@ -42,6 +43,7 @@ def runner_for(job: RunJob, device: Device, info: DeviceInfo, say: StatusCallbac
 class Deployed:
     runner: str  # the executable on the device
     pte: str
+    data: str | None  # the program's external data (.ptd) on the device, if it has one
     inputs: tuple[tuple[str, ...], ...]  # per sample, per method input
     job_dir: str
     bytes_sent: int
@@ -73,6 +75,10 @@ def deploy(
         pushes.append(device.push(path, f"{runners}/{path.name}", progress=progress, mode=mode))
     remote_pte = f"{base}/programs/{program.sha256[:24]}.pte"
     pushes.append(device.push(program.pte, remote_pte, progress=progress))
+    remote_data = None
+    if program.data is not None:
+        remote_data = f"{base}/programs/{program.data.sha256[:24]}.ptd"
+        pushes.append(device.push(program.data.path, remote_data, progress=progress))
     remote_inputs: list[tuple[str, ...]] = []
     for sample in staged.samples:
         row = []
@@ -85,6 +91,7 @@ def deploy(
     return Deployed(
         runner=f"{runners}/{bundle.executable}",
         pte=remote_pte,
+        data=remote_data,
         inputs=tuple(remote_inputs),
         job_dir=jdir,
         bytes_sent=sum(p.bytes_sent for p in pushes),

@@ -69,7 +69,7 @@ def execute(
         runs.append(
             run_sample(
                 device, bundle, program, job,
-                runner=deployed.runner, pte=deployed.pte, inputs=inputs,
+                runner=deployed.runner, pte=deployed.pte, data=deployed.data, inputs=inputs,
                 shapes=_shapes_if_dynamic(program, samples[s]),
                 reference_shapes=[tuple(r.shape) for r in references[s]],
                 out_base=f"{deployed.job_dir}/s{s}",
@@ -102,6 +102,7 @@ def run_sample(
     runner: str,
     pte: str,
     inputs: Sequence[str],
+    data: str | None = None,
     shapes: tuple[tuple[int, ...], ...] | None,
     reference_shapes: Sequence[tuple[int, ...]],
     out_base: str,
@@ -118,6 +119,7 @@ def run_sample(
     upstream = bundle.flavor == "upstream"
     invocation = contract.RunnerInvocation(
         model_path=pte,
+        data_path=data,
         input_paths=tuple(inputs),
         output_base=f"{out_base}-out",
         num_executions=iterations,

@@ -34,6 +34,11 @@ class RunJob:
     calibration: tuple[str, ...] = ()
     dynamic: tuple[str, ...] = ()
     pte: Path | None = None
+    # The external data (.ptd) of --pte, built elsewhere; None: the one its manifest names.
+    data: Path | None = None
+    # Build MODEL with its weights in a .ptd beside the .pte (program-data separation).
+    # Like backend and quantize, a build option: with --pte nothing is built.
+    external_weights: bool = False
     inputs: tuple[str, ...] = ()
     # >0: that many noise samples (--random); the verdict is labelled as such.
     random_inputs: int = 0
@@ -78,6 +83,11 @@ class RunJob:
             raise UsageError(
                 "no model given",
                 "name MODEL (the eager reference), or give both --pte and --reference",
+            )
+        if self.data is not None and self.pte is None:
+            raise UsageError(
+                "--data names the weights of a .pte built elsewhere, but no --pte was given",
+                "give the pair: --pte model.pte --data model.ptd",
             )
         if self.random_inputs and self.inputs:
             raise UsageError(
@@ -180,7 +190,7 @@ class RunJob:
         return cls(**values)
 
 
-_PATH_FIELDS = ("pte", "reference", "runner")
+_PATH_FIELDS = ("pte", "data", "reference", "runner")
 
 
 def new_job_id() -> str:

@@ -59,9 +59,11 @@ def quantized_reference(
     """The samples through the converted (quantize/dequantize) program a quantized
     build lowered (builder.quantized_program_path), cached per (its bytes, inputs).
     This is what the device must reproduce to the quantization step."""
-    from etdeploy.devices.base import sha256_file
+    from etdeploy.sizecheck.cache import file_sha256
 
-    key = reference_key(sha256_file(program), samples)[:32]
+    # Recognised by its stat on a warm run: the converted program of a large model is
+    # as big as its weights, and hashing it each run would cost what the file does.
+    key = reference_key(file_sha256(program), samples)[:32]
     outputs, _ = _cached(
         f"quantized-{key}", lambda: (_run_quantized(program, samples), []), use_cache=use_cache
     )
@@ -199,16 +201,22 @@ def load_reference_file(path: Path, samples: int, outputs: int) -> Table:
 
 
 def host_runtime_outputs(
-    pte: Path, method_name: str, samples: Sequence[tuple[np.ndarray, ...]]
+    pte: Path,
+    method_name: str,
+    samples: Sequence[tuple[np.ndarray, ...]],
+    data: Path | None = None,
 ) -> Table:
-    """The .pte through executorch's Python runtime on this machine: the second
-    reference that separates "the lowering changed the numbers" from "the device
-    differs from this host"."""
+    """The .pte (with its external data, `data`) through executorch's Python runtime on
+    this machine: the second reference that separates "the lowering changed the
+    numbers" from "the device differs from this host"."""
     import torch
     from executorch.runtime import Runtime
 
     try:
-        method = Runtime.get().load_program(pte).load_method(method_name)
+        # Runtime.load_program(..., data_path=) in executorch 1.5.1 (runtime/__init__.py,
+        # read 2026-12-03): the .ptd the program's external weights are read from.
+        program = Runtime.get().load_program(pte, data_path=data)
+        method = program.load_method(method_name)
     except Exception as exc:  # the runtime raises RuntimeError with its own text
         raise InfraError(
             f"executorch's Python runtime cannot load {pte.name}: {exc}",

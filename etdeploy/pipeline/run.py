@@ -81,7 +81,7 @@ def run_job(
     say("staging inputs and the reference")
     staged = stage(job, program)
     host_outputs = (
-        host_runtime_outputs(program.pte, program.method, staged.samples)
+        host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
         if job.host_check
         else None
     )
@@ -195,6 +195,7 @@ def _result(
             quantization=program.quantization,
             delegation=program.delegation,
             built_with=program.built_with,
+            data=program.data_record,
         ),
         runner=RunnerInfo(
             flavor=bundle.flavor,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -126,7 +125,7 @@ def judge(
             + ": its kind-specific metrics are reported, not required; declare it with "
             "--output-kind NAME=KIND or ModelSpec.output_kinds"
         )
-    size = size_verdict(program.pte, size_config, program.sha256)
+    size = size_verdict(program, size_config)
     return Judged(verdict, host, size, tuple(warnings))
 
 
@@ -174,9 +173,16 @@ def budget_chain(
     return chain
 
 
-def size_verdict(pte: Path, config: Config | None, sha256: str) -> SizeSummary:
-    """The store-size verdict for the delivery set in etdeploy.toml (sizecheck):
-    measured once per content, then read back by its sha256 (known since build)."""
+def size_verdict(program: Program, config: Config | None) -> SizeSummary:
+    """The store-size verdict for the delivery set in etdeploy.toml (sizecheck), of the
+    .pte and its .ptd together: measured once per content, then read back by its sha256
+    (known since build)."""
     from etdeploy.sizecheck import summary_for_result
 
-    return SizeSummary.from_json(summary_for_result(pte, config, sha256=sha256))
+    data = program.data
+    return SizeSummary.from_json(
+        summary_for_result(
+            program.pte, config, sha256=program.sha256,
+            data=data.path if data else None, data_sha256=data.sha256 if data else None,
+        )
+    )  # fmt: skip

@@ -10,29 +10,55 @@ this package at start-up.
 
 from __future__ import annotations
 
+import importlib
 import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from etdeploy.atomic import write_json
 from etdeploy.errors import UsageError
-from etdeploy.report.baseline import Regression, compare_to_baseline
-from etdeploy.report.common import JobKey, job_key
-from etdeploy.report.html import write_html
-from etdeploy.report.junit import write_junit
-from etdeploy.report.record import JsonObject
-from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
-from etdeploy.report.schema import (
-    FARM_SCHEMA,
-    FARM_SCHEMA_ID,
-    RESULT_SCHEMA,
-    farm_document,
-    summarize,
-    validate_farm,
-    validate_result,
-)
+
+if TYPE_CHECKING:
+    from etdeploy.report.baseline import Regression, compare_to_baseline
+    from etdeploy.report.common import JobKey, job_key
+    from etdeploy.report.html import write_html
+    from etdeploy.report.junit import write_junit
+    from etdeploy.report.record import JsonObject
+    from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
+    from etdeploy.report.schema import (
+        FARM_SCHEMA,
+        FARM_SCHEMA_ID,
+        RESULT_SCHEMA,
+        farm_document,
+        summarize,
+        validate_farm,
+        validate_result,
+    )
+
+# What this package exports, from the module that defines it: loaded on first use, so
+# a run that only builds a result (etdeploy.report.result, on every warm run) does not
+# import the writers (JUnit's XML, HTML, the schema and its validator, the baseline).
+_EXPORTS = {
+    "Regression": "baseline", "compare_to_baseline": "baseline",
+    "JobKey": "common", "job_key": "common",
+    "write_html": "html", "write_junit": "junit",
+    "RESULT_SCHEMA_ID": "result", "RunResult": "result",
+    "FARM_SCHEMA": "schema", "FARM_SCHEMA_ID": "schema", "RESULT_SCHEMA": "schema",
+    "farm_document": "schema", "summarize": "schema",
+    "validate_farm": "schema", "validate_result": "schema",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FARM_SCHEMA",
@@ -127,21 +153,26 @@ def _results_of(doc: object, where: str) -> list[RunResult]:
     """The results of one parsed document (a list, a farm document or a result),
     each validated; the schema requires what RunResult.from_json needs, so a
     document that validates reads."""
+    from etdeploy.report.result import RunResult
+    from etdeploy.report.schema import FARM_SCHEMA_ID, validate_farm, validate_result
+
     try:
         if isinstance(doc, list):
             for i, item in enumerate(doc):
                 _validate_item(item, i)
-            return [RunResult.from_json(cast(JsonObject, item)) for item in doc]
+            return [RunResult.from_json(cast("JsonObject", item)) for item in doc]
         if isinstance(doc, dict) and doc.get("schema") == FARM_SCHEMA_ID:
             validate_farm(doc)
             return [RunResult.from_json(item) for item in doc["results"]]
         validate_result(doc)
-        return [RunResult.from_json(cast(JsonObject, doc))]
+        return [RunResult.from_json(cast("JsonObject", doc))]
     except UsageError as exc:
         raise UsageError(f"{where}: {exc.message}", exc.hint) from None
 
 
 def _validate_item(item: object, index: int) -> None:
+    from etdeploy.report.schema import validate_result
+
     try:
         validate_result(item)
     except UsageError as exc:

@@ -71,6 +71,15 @@ class Delegation(Record):
 
 
 @dataclass(frozen=True)
+class DataFileInfo(Record):
+    """A program's external data (.ptd): its weights, kept beside the .pte."""
+
+    path: str
+    sha256: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
 class Artifact(Record):
     """The program that ran."""
 
@@ -82,6 +91,8 @@ class Artifact(Record):
     delegation: Delegation | None = None
     # etdeploy/torch/executorch versions it was built with; None for a foreign .pte.
     built_with: dict[str, str | None] | None = None
+    # Its external data (--external-weights, or --data); absent when the .pte holds its weights.
+    data: DataFileInfo | None = omitted_if_none()
 
 
 @dataclass(frozen=True)
@@ -398,6 +409,7 @@ class SizeSummary(Record):
     passed: bool
     schema: str = "etdeploy.size-summary/1"
     path: str | None = omitted_if_none()
+    data_path: str | None = omitted_if_none()  # the .ptd counted with the .pte
     extra_bytes: int | None = omitted_if_none()
     total_raw_bytes: int | None = omitted_if_none()
     total_download_bytes: int | None = omitted_if_none()

@@ -162,7 +162,8 @@ def _expand(
     for raw in paths:
         p = Path(raw)
         if not p.is_dir():
-            out.append((p, not any_file))
+            # A .ptd (a program's external weights) is data, sized whole beside its .pte.
+            out.append((p, not any_file and p.suffix != ".ptd"))
             continue
         if p.suffix == ".pte" and not any_file:
             # A directory named like a program is a file expected and a folder found (an

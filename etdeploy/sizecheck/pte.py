@@ -222,7 +222,7 @@ def evalue_tensor(ev: fb.EValue) -> fb.Tensor | None:
     return t
 
 
-def _method_value(plan: fb.ExecutionPlan, index: int) -> MethodValue:
+def method_value(plan: fb.ExecutionPlan, index: int) -> MethodValue:
     if not 0 <= index < plan.ValuesLength():
         raise IndexError(f"value index {index} out of range")
     ev = plan.Values(index)
@@ -309,8 +309,8 @@ def _parse(
     for pi in range(program.ExecutionPlanLength()):
         plan = program.ExecutionPlan(pi)
         name = fb_str(plan.Name())
-        inputs = tuple(_method_value(plan, plan.Inputs(j)) for j in range(plan.InputsLength()))
-        outputs = tuple(_method_value(plan, plan.Outputs(j)) for j in range(plan.OutputsLength()))
+        inputs = tuple(method_value(plan, plan.Inputs(j)) for j in range(plan.InputsLength()))
+        outputs = tuple(method_value(plan, plan.Outputs(j)) for j in range(plan.OutputsLength()))
         ops = []
         for j in range(plan.OperatorsLength()):
             op = plan.Operators(j)

@@ -183,8 +183,11 @@ def summary_for_result(
     *,
     sha256: str | None = None,
     estimate: str | None = None,
+    data: str | os.PathLike[str] | None = None,
+    data_sha256: str | None = None,
 ) -> dict[str, Any]:
-    """The size verdict of one .pte for a run or farm result: the delivery set, budget, extra
+    """The size verdict of one .pte (and its .ptd) for a run or farm result: the delivery
+    set, budget, extra
     and limit overrides of `config` (the loaded etdeploy.toml, `etdeploy.config.load_config()`;
     None or an empty Config: Play base module and App Store app, no budget, no extra), the
     same verdicts `etdeploy sizecheck PTE` gives with that file and no flags.
@@ -198,13 +201,19 @@ def summary_for_result(
 
     `estimate` ("exact" or "sample") overrides [sizecheck] estimate; exact is the default.
 
+    `data` is the program's external data (.ptd, `build --external-weights`), shipped with
+    it: both files are measured (each once per content; `data_sha256` as `sha256`), and the
+    program's figures below are their sums, as `etdeploy sizecheck model.pte model.ptd`
+    judges them.
+
     Returns (JSON-ready; all sizes in bytes, limits decimal):
 
         {
           "schema": "etdeploy.size-summary/1",
           "path": str,                    # the .pte as given
-          "raw_bytes": int,               # the file's size on disk
-          "download_bytes": int,          # gzip -6 estimate of the file (bundletool's figure)
+          "data_path": str,               # its .ptd as given; absent without one
+          "raw_bytes": int,               # the program's size on disk (.pte + .ptd)
+          "download_bytes": int,          # gzip -6 estimate of it (bundletool's figure)
           "extra_bytes": int,             # [sizecheck] extra: the rest of the app
           "total_raw_bytes": int,         # raw_bytes + extra_bytes: what raw limits judge
           "total_download_bytes": int,    # download_bytes + extra_bytes: what Play judges
@@ -248,25 +257,43 @@ def summary_for_result(
     settings = resolve_settings(config, estimate=estimate)
     path = Path(pte)
     check_readable_file(path)  # a directory is a mistake here, never a folder to sum
-    report = settings.check(
-        [path], levels=(PLAY_LEVEL,), digests={path: sha256} if sha256 else None
-    )
-    (sized,) = report.files
-    return {
+    paths = [path]
+    digests = {path: sha256} if sha256 else {}
+    if data is not None:
+        data_file = Path(data)
+        check_readable_file(data_file)
+        paths.append(data_file)
+        if data_sha256:
+            digests[data_file] = data_sha256
+    report = settings.check(paths, levels=(PLAY_LEVEL,), digests=digests or None)
+    files = report.files
+    download = sum(f.download_bytes for f in files)
+    summary: dict[str, Any] = {
         "schema": SUMMARY_SCHEMA,
         "path": str(path),
-        "raw_bytes": sized.raw_bytes,
-        "download_bytes": sized.download_bytes,
+    }
+    if data is not None:
+        summary["data_path"] = str(data)
+    return summary | {
+        "raw_bytes": sum(f.raw_bytes for f in files),
+        "download_bytes": download,
         "extra_bytes": report.extra_bytes,
         "total_raw_bytes": report.raw_bytes,
         "total_download_bytes": report.download_bytes,
-        "estimate": f"{sized.estimate_label}: gzip level {PLAY_LEVEL} (zlib memLevel "
+        "estimate": f"{report.estimate_label}: gzip level {PLAY_LEVEL} (zlib memLevel "
         f"{BUNDLETOOL_MEM_LEVEL}) as bundletool computes it, {GZIP_FRAMING_BYTES} bytes of gzip "
         "framing",
-        "method": sized.estimate_label,
-        "error_bound": sized.error_bound,
-        "download_uncertainty_bytes": sized.download_uncertainty_bytes,
-        "cached": sized.cached,
+        "method": report.estimate_label,
+        # One file: its own bound; a .pte and its .ptd: their summed bound over their sum.
+        "error_bound": (
+            files[0].error_bound
+            if len(files) == 1
+            else report.download_uncertainty_bytes / download
+            if download
+            else 0.0
+        ),
+        "download_uncertainty_bytes": report.download_uncertainty_bytes,
+        "cached": all(f.cached for f in files),
         "store": settings.store,
         "deliveries": list(settings.deliveries),
         "budget_bytes": settings.budget_bytes,

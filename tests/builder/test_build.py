@@ -297,7 +297,10 @@ def test_a_backend_claiming_little_of_the_graph_gets_a_warning() -> None:
     assert result.manifest["warnings"] == result.warnings
 
 
-def test_a_cached_int8_build_is_rebuilt_when_the_factorys_samples_change(tmp_path: Path) -> None:
+def test_a_cached_int8_build_is_rebuilt_when_the_factorys_samples_change(
+    tmp_path: Path, fresh_cache: Path
+) -> None:
+    # A fresh cache: an earlier session's entry names its own (older) sample files.
     import numpy as np
 
     samples = tmp_path / "samples"
