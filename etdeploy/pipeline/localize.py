@@ -75,17 +75,8 @@ def check_localizable(job: RunJob, program: Program) -> None:
                 "run MODEL without --pte (etdeploy builds it), or keep the .pte.json that "
                 "`etdeploy build` writes beside it",
             )
-        from etdeploy.model.loader import parse_model_ref
-
-        built_from = manifest["model"].get("fingerprint")
-        if parse_model_ref(job.model).fingerprint() != built_from:
-            raise InputError(
-                f"{job.model} is not the model {job.pte.name} was built from (its source "
-                f"fingerprint differs from the one in {job.pte.name}.json: "
-                f"{manifest['model'].get('ref')})",
-                "localize with the model the .pte came from, or drop --pte to build and "
-                "localize this model",
-            )
+        # A MODEL that is not the one the .pte was built from is refused for every
+        # run by build_program (its manifest's fingerprint), before this check.
     if job.localize_module:
         _check_module(job.model, job.localize_module)
 

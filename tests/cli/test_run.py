@@ -76,7 +76,7 @@ def test_a_failed_run_names_the_tightest_tolerance_that_passes_and_it_does(
     failed = etdeploy("run", "digits", "--pte", nudged, *QUICK, cwd=tmp_path)
     assert failed.returncode == 1, failed.stderr
     line = failed.stdout.rstrip().splitlines()[-1]
-    found = re.search(r"the tightest tolerance that passes is --atol (\S+) --rtol 0$", line)
+    found = re.search(r"the tightest tolerance that passes is --atol (\S+) --rtol 0(;|$)", line)
     assert line.startswith("FAIL ") and found, line
     passing = etdeploy("run", "digits", "--pte", nudged, *QUICK, "--atol", found.group(1),
                        "--rtol", "0", cwd=tmp_path)  # fmt: skip

@@ -361,7 +361,8 @@ def test_a_model_that_is_not_the_one_the_pte_was_built_from_is_refused(tmp_path:
     assert built.exit_code == 0, built.output
     code, result, output = cli(tmp_path, "digits", "--pte", tmp_path / "p.pte", "--localize")
     assert code == 2
-    assert "digits is not the model p.pte was built from" in " ".join(output.split())
+    assert "p.pte and digits disagree" in " ".join(output.split())
+    assert "fingerprint" in " ".join(output.split())
     assert result["status"] == "error" and result["error"]["hint"]
 
 
