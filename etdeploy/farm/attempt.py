@@ -79,6 +79,12 @@ class WorkerProcesses:
     def terminate_all(self) -> None:
         with self._lock:
             live = list(self._live)
+        # Every worker told first, so all unwind (releasing their devices) at once:
+        # one grace period in all, not one per worker.
+        for process in live:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGTERM)
         for process in live:
             terminate(process)
 

@@ -19,7 +19,7 @@ from typing import cast
 from etdeploy.atomic import write_json
 from etdeploy.errors import UsageError
 from etdeploy.report.baseline import Regression, compare_to_baseline
-from etdeploy.report.common import JobKey, job_key
+from etdeploy.report.common import JobKey, NotRun, job_key
 from etdeploy.report.html import write_html
 from etdeploy.report.junit import write_junit
 from etdeploy.report.record import JsonObject
@@ -40,6 +40,7 @@ __all__ = [
     "RESULT_SCHEMA",
     "RESULT_SCHEMA_ID",
     "JobKey",
+    "NotRun",
     "Regression",
     "RunResult",
     "compare_to_baseline",

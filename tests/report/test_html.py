@@ -160,7 +160,7 @@ def _check_matrix(reader: MatrixReader) -> None:
     assert len(cells) == 8  # 4 rows (model x backend) x 2 devices
     classes, text = cells[("digits", "xnnpack", "local")]
     assert {"cell", "status-passed", "regressed"} <= classes
-    assert text.startswith("pass 1.52 ms") and "1 regression(s)" in text
+    assert text.startswith("REGRESSED 1.52 ms") and "1 regression(s)" in text  # not "pass"
     # Each of these passed in the baseline, so each is also a regression.
     classes, text = cells[("digits", "xnnpack", "pixel8")]
     assert {"status-error", "infra", "regressed"} <= classes
