@@ -115,6 +115,11 @@ def job_section(job: Job, regressions: list[Regression], base: RunResult | None)
 
 def _summary_note(result: RunResult, regressions: list[Regression]) -> str:
     """The rest of a job's one line: why it is not a pass, else its numbers."""
+    if result.status != "passed":
+        why = failure_message(result) if result.status == "failed" else (
+            result.error.message if result.error is not None else ""
+        )  # fmt: skip
+        return f"{why} · {count(len(regressions), 'regression')}" if regressions else why
     if regressions:
         # Kind and numbers: the whole message is in the section and the regressions table.
         first = regressions[0]
@@ -125,10 +130,6 @@ def _summary_note(result: RunResult, regressions: list[Regression]) -> str:
         )
         more = f" (+{len(regressions) - 1} more)" if len(regressions) > 1 else ""
         return f"{what}: {change}{more}"
-    if result.status == "failed":
-        return failure_message(result)
-    if result.status == "error":
-        return result.error.message if result.error is not None else ""
     parts = []
     if result.latency_ms is not None and result.latency_ms.median is not None:
         parts.append(f"median {result.latency_ms.median:.4g} ms")

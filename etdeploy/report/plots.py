@@ -62,9 +62,9 @@ def plots_html(jobs: Sequence[Job], *, baseline: Mapping[JobKey, Latency] | None
     widest, on its own row. `baseline`: the baseline's latency of each job."""
     out = ['<div class="plots">']
     for title, draw, wide in (
-        ("Latency per iteration", partial(_plot_latency, baseline=baseline or {}), False),
+        ("Latency per iteration", partial(plot_latency, baseline=baseline or {}), False),
         ("Delegation coverage", _plot_delegation, False),
-        ("Error against the reference, per output", _plot_errors, True),
+        ("Error against the reference, per output", plot_errors, True),
         ("Size against store limits", _plot_size, True),
     ):
         drawn = _render(draw, jobs)
@@ -100,9 +100,11 @@ def _render(draw: Drawing, jobs: Sequence[Job]) -> tuple[str, str | None] | None
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"), note
 
 
-def _plot_latency(
+def plot_latency(
     jobs: Sequence[Job], figure: type[Figure], *, baseline: Mapping[JobKey, Latency]
 ) -> Drawn:
+    """Every iteration of each job as a strip, its median as a bar, and where a
+    baseline report has one, the baseline's median as a diamond."""
     timed: list[tuple[Latency, Job]] = [
         (latency, job)
         for job in jobs
@@ -166,7 +168,9 @@ def error_limits(verdict: Verdict | None) -> tuple[float | None, float | None]:
     return atol, floor
 
 
-def _plot_errors(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
+def plot_errors(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
+    """Each output's worst max abs error and worst SQNR, with a dashed mark at the
+    limit that judged its job (error_limits)."""
     # label, worst max abs, worst SQNR, colour, tolerance, SQNR floor
     rows: list[tuple[str, float, float, str, float | None, float | None]] = []
     for job in jobs:
