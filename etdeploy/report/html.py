@@ -55,6 +55,7 @@ details.job[open] > summary { border-bottom: 1px solid #eee; margin-bottom: 6px;
 details.job-passed { border-left-color: #2e7d32; }
 details.job-failed { border-left-color: #c62828; }
 details.job-error { border-left-color: #e65100; }
+details.job.regressed { border-left-color: #c62828; }
 /* Followed from the matrix: keep the job's summary line in view above its body. */
 .job-body { scroll-margin-top: 48px; }
 .cols { display: flex; flex-wrap: wrap; gap: 18px; }

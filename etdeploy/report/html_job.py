@@ -64,7 +64,8 @@ def job_section(job: Job, regressions: list[Regression], base: RunResult | None)
     )
     out = [
         # job-<status>, not status-<status>: the section keeps a white background.
-        f'<details class="job job-{result.status}"{opened} data-key="{e(job.key.label)}">',
+        f'<details class="job job-{result.status}{" regressed" if regressions else ""}"{opened} '
+        f'data-key="{e(job.key.label)}">',
         f'<summary><span class="badge {badge_class}">{e(status_label(result, bool(regressions)))}</span>'
         f" <b>{e(job.key.label)}</b> <span class=muted>{e(_summary_note(result, regressions))}</span>"
         "</summary>",

@@ -231,7 +231,8 @@ def plot_errors(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
     for ax in (left, right):
         ax.grid(axis="x", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+            # Above the axes: inside, it would cover the bars of the last rows.
+            ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return fig, note
 
 
