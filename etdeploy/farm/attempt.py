@@ -133,6 +133,10 @@ def run_attempt(
             except subprocess.TimeoutExpired:
                 continue
     result = read_result(folder)
+    if result is None and stop.is_set():
+        # Stopped by the farm (Ctrl-C) while it ended: not a crash, and no result,
+        # so a resumed farm runs the job again.
+        return None
     if result is None:
         code = process.returncode
         how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
