@@ -86,7 +86,7 @@ def farm_run_command(
     junit_path: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per job; skipped cells as skipped testcases)."),
     html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     baseline: Path = typer.Option(None, "--baseline", help="A previous run's results (farm.json or results.jsonl) to compare with."),
-    keyword: str = typer.Option(None, "-k", metavar="EXPR", help='Run only the jobs whose names match EXPR, as pytest -k: words (substrings of "digits[xnnpack+int8] on pixel8" or of its key digits|xnnpack|int8|pixel8) joined by and, or, not and parentheses.'),
+    keyword: str = typer.Option(None, "-k", metavar="EXPR", help='Run only the jobs whose names match EXPR, as pytest -k: words that are parts of a job\'s name or key (int8, pixel8, "none" for float builds) joined by and, or, not and parentheses, e.g. -k "int8 and not pixel8".'),
     shard_index: int = typer.Option(None, "--shard-index", min=0, help="Run only this shard (0-based) of the matrix."),
     shard_count: int = typer.Option(None, "--shard-count", min=1, help="How many shards the matrix is split into."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out: skip the jobs that finished."),
