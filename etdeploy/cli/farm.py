@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from etdeploy.farm import FarmEvent, FarmOutcome
     from etdeploy.farm.merge import MergeOutcome
+    from etdeploy.report import JobKey, NotRun, Regression
     from etdeploy.report.result import RunResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,21 +83,28 @@ def farm_run_command(
     spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec: its farm matrix and devices.NAME tables."),
     out: Path = typer.Option(None, "--out", "-o", help="Folder for results.jsonl, farm.json and worker logs (default: SPEC-out)."),
     json_path: Path = typer.Option(None, "--json", help="Also write the farm document (etdeploy.farm/1) here."),
-    junit_path: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per job)."),
+    junit_path: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per job; skipped cells as skipped testcases)."),
     html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
     baseline: Path = typer.Option(None, "--baseline", help="A previous run's results (farm.json or results.jsonl) to compare with."),
+    keyword: str = typer.Option(None, "-k", metavar="EXPR", help='Run only the jobs whose names match EXPR, as pytest -k: words that are parts of a job\'s name or key (int8, pixel8, "none" for float builds) joined by and, or, not and parentheses, e.g. -k "int8 and not pixel8".'),
     shard_index: int = typer.Option(None, "--shard-index", min=0, help="Run only this shard (0-based) of the matrix."),
     shard_count: int = typer.Option(None, "--shard-count", min=1, help="How many shards the matrix is split into."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out: skip the jobs that finished."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: also run again the jobs whose earlier result was an infrastructure error."),
     jobs_per_device: int = typer.Option(None, "--jobs-per-device", min=1, help="Jobs in flight per device (default 1; the device lock still runs one at a time, the rest build and stage meanwhile)."),
 ) -> None:  # fmt: skip
     """Run every model x backend x quantization x device job of SPEC.toml.
 
-    Exit 0 when every job passed, 1 when a job failed a check (or regressed
-    against --baseline), 2 when a job had bad input, 3 when the only problems
-    were infrastructure errors (device, transport, runner).
+    Cells that cannot run (int8 with a backend that has no quantizer) are
+    skipped with the reason and do not affect the exit code. Exit 0 when every
+    job passed, 1 when a job failed a check (or regressed against --baseline),
+    2 when a job had bad input, 3 when the only problems were infrastructure
+    errors (device, transport, runner), 130 when interrupted (Ctrl-C): the
+    workers are stopped, the devices released, the finished jobs kept in
+    OUT/results.jsonl for --resume.
     """
     from etdeploy.farm import exit_code, load_farm_spec, run_farm, write_reports
+    from etdeploy.farm.select import select_jobs
 
     if (shard_index is None) != (shard_count is None):
         raise UsageError(
@@ -109,15 +117,22 @@ def farm_run_command(
         else (0, 1)
     )
     spec = load_farm_spec(spec_path)
+    if keyword is not None:
+        spec = select_jobs(spec, keyword)
     out_dir = out if out is not None else Path(f"{spec_path.stem}-out")
-    outcome = run_farm(
-        spec,
-        out_dir,
-        shard=shard,
-        resume=resume,
-        jobs_per_device=jobs_per_device,
-        on_event=_render_event,
-    )
+    try:
+        outcome = run_farm(
+            spec,
+            out_dir,
+            shard=shard,
+            resume=resume,
+            retry_errors=retry_errors,
+            jobs_per_device=jobs_per_device,
+            on_event=_render_event,
+        )
+    except KeyboardInterrupt:
+        _render_interrupted(spec_path, out_dir)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     regressions = write_reports(
         outcome,
         json_path=json_path,
@@ -131,32 +146,76 @@ def farm_run_command(
         raise typer.Exit(code)
 
 
+# What a shell reports for a process ended by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
+
+
+def _render_interrupted(spec_path: Path, out_dir: Path) -> None:
+    """What an interrupted farm kept, and how to finish it."""
+    from etdeploy.farm import RESULTS_NAME, ResultsLog
+
+    try:
+        kept = len({r.farm.key for r in ResultsLog(out_dir / RESULTS_NAME).read() if r.farm})
+    except EtdeployError:
+        kept = 0
+    err_console.print(
+        f"[bold red]interrupted:[/] workers stopped and devices released; {kept} finished "
+        f"job(s) kept in {escape(str(out_dir / RESULTS_NAME))}",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
+    err_console.print(
+        f"[dim]hint:[/] finish the run with: etdeploy farm {escape(str(spec_path))} "
+        f"--out {escape(str(out_dir))} --resume",
+        highlight=False, soft_wrap=True,
+    )  # fmt: skip
+
+
+def _progress(event: FarmEvent) -> str:
+    """[n/N mm:ss]: jobs finished of those this run starts, and the time so far."""
+    seconds = int(event.elapsed_s)
+    hours, rest = divmod(seconds, 3600)
+    clock = (
+        f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+        if hours
+        else f"{rest // 60:02d}:{rest % 60:02d}"
+    )
+    width = len(str(event.total))
+    return f"[dim]\\[{event.done:>{width}}/{event.total} {clock}][/]"
+
+
 def _render_event(event: FarmEvent) -> None:
+    from etdeploy.farm.results import farm_seconds
+
     label = escape(event.job.label)
+    head = _progress(event)
     if event.kind == "start":
         again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
-        err_console.print(f"[dim]start[/] {label}{again}", highlight=False)
+        line = f"{head} [dim]start[/] {label}{again}"
     elif event.kind == "retry":
         error = event.result.error if event.result is not None else None
         message = error.message if error is not None else ""
-        err_console.print(
-            f"[yellow]retry[/] {label} in {event.wait_s:g} s: {escape(message)}",
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
+        line = f"{head} [yellow]retry[/] {label} in {event.wait_s:g} s: {escape(message)}"
     elif event.kind == "skip":
-        err_console.print(f"[dim]done earlier[/] {label}", highlight=False)
+        reason = getattr(event.job, "reason", "")
+        line = f"{head} [dim]skipped[/] {label}: {escape(reason)}"
+    elif event.kind == "earlier":
+        line = f"{head} [dim]done earlier[/] {label}"
+    elif event.kind == "rerun":
+        error = event.result.error if event.result is not None else None
+        line = f"{head} [yellow]rerun[/] {label} (earlier: {escape(error.message if error else 'an error')})"
     elif event.kind == "finish" and event.result is not None:
         note = _note(event.result)
-        err_console.print(
-            f"{_mark(event.result)} {label}{': ' + note if note else ''}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        took = f" ({farm_seconds(event.result):.1f} s)"
+        line = f"{head} {_mark(event.result)} {label}{took}{': ' + note if note else ''}"
+    else:
+        return
+    err_console.print(line, highlight=False, soft_wrap=True)
 
 
-def _mark(result: RunResult) -> str:
+def _mark(result: RunResult, regressed: bool = False) -> str:
     if result.status == "passed":
-        return "[green]pass[/]"
+        # A job that passed its own checks but got worse than the baseline is not a pass.
+        return "[red]REGRESSED[/]" if regressed else "[green]pass[/]"
     if result.status == "failed":
         return "[red]FAIL[/]"
     return "[magenta]infra error[/]" if result.is_infrastructure else "[red]error[/]"
@@ -172,18 +231,19 @@ def _note(result: RunResult) -> str:
     return ""
 
 
-def _short_model(model: str) -> str:
-    # A file reference reads best as its file name and factory; the JSON has the path.
-    path, sep, factory = model.rpartition(":")
-    return f"{Path(path).name}{sep}{factory}" if sep and "/" in path else model
-
-
 # A row of the farm table: a job's model reference, backend, quantization,
-# device, and its result (None: not run).
-Row = tuple[str, str | None, str | None, str, "RunResult | None"]
+# device, and its result (a NotRun: skipped or not run, with why).
+Row = tuple[str, str | None, str | None, str, "RunResult | NotRun"]
 
 
-def _render_table(title: str, rows: list[Row]) -> None:
+def _render_table(title: str, rows: list[Row], regressions: list[Regression]) -> None:
+    from etdeploy.farm.results import farm_seconds
+    from etdeploy.report import NotRun, job_key
+    from etdeploy.report.common import short_model
+
+    flagged: dict[JobKey, list[Regression]] = {}
+    for regression in regressions:
+        flagged.setdefault(regression.key, []).append(regression)
     table = Table(title=title)
     for column in ("job", "device", "status", "tries", "median", "time", "note"):
         # Short columns never wrap; the job and the note take what is left.
@@ -194,58 +254,80 @@ def _render_table(title: str, rows: list[Row]) -> None:
             no_wrap=column not in ("job", "note"),
             min_width=12 if column in ("job", "note") else None,
         )
-    from etdeploy.farm.results import farm_seconds
-
     for model, backend, quantize, device, result in rows:
         variant = (backend or "?") + (f"+{quantize}" if quantize else "")
-        cells = [escape(f"{_short_model(model)}[{variant}]"), escape(device)]
-        if result is None:
-            table.add_row(*cells, "[dim]not run[/]", "", "", "", "")
+        # A file reference reads best as its file name and factory; the JSON has the path.
+        cells = [escape(f"{short_model(model)}[{variant}]"), escape(device)]
+        if isinstance(result, NotRun):
+            table.add_row(*cells, f"[dim]{result.status}[/]", "", "", "", escape(result.reason))
             continue
+        regressed = flagged.get(job_key(result), [])
+        note = _note(result)
+        if regressed and not note:
+            more = f" (+{len(regressed) - 1} more)" if len(regressed) > 1 else ""
+            note = escape(regressed[0].message) + more
         table.add_row(
-            *cells, _mark(result), str(len(result.attempts or ())),
+            *cells, _mark(result, bool(regressed)), str(len(result.attempts or ())),
             format_ms(result.latency_ms.median if result.latency_ms else None),
-            f"{farm_seconds(result):.1f} s", _note(result),
+            f"{farm_seconds(result):.1f} s", note,
         )  # fmt: skip
     console.print(table)
 
 
-def _summary_parts(results: list[RunResult]) -> list[str]:
+def _summary_parts(results: list[RunResult], unrun: list[NotRun]) -> list[str]:
     from etdeploy.report import summarize
 
     s = summarize(results)
     parts = [f"{s['passed']} passed", f"{s['failed']} failed", f"{s['errors']} error(s)"]
     if s["infrastructure_errors"]:
         parts[-1] += f" ({s['infrastructure_errors']} infrastructure)"
+    skipped = sum(1 for n in unrun if n.skipped)
+    if skipped:
+        parts.append(f"{skipped} skipped")
+    if len(unrun) - skipped:
+        parts.append(f"{len(unrun) - skipped} not run")
     return parts
 
 
-def _render_regressions(regressions: list[Any]) -> None:
+def _render_regressions(regressions: list[Regression]) -> None:
     for regression in regressions:
         console.print(
-            f"[red]regression:[/] {escape(regression.message)}", highlight=False, soft_wrap=True
+            f"[red]regression:[/] {escape(regression.line)}", highlight=False, soft_wrap=True
         )
 
 
-def render_outcome(outcome: FarmOutcome, regressions: list[Any]) -> None:
+def render_outcome(outcome: FarmOutcome, regressions: list[Regression]) -> None:
+    from etdeploy.farm.reports import skipped_entries
     from etdeploy.farm.results import result_key
+    from etdeploy.report import JobKey, NotRun
 
     by_key = {result_key(r): r for r in outcome.results}
-    rows: list[Row] = [
-        (job.model, job.backend, job.quantize, job.device, by_key.get(job.key))
-        for job in outcome.planned
-    ]
-    _render_table(f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard), rows)
+    unrun = skipped_entries(outcome.skipped)
+    rows: list[Row] = []
+    for job in outcome.planned:
+        found = by_key.get(job.key)
+        rows.append((job.model, job.backend, job.quantize, job.device, found
+                     if found is not None else NotRun(JobKey(job.model, job.backend, job.quantize,
+                                                             job.device), "no result")))  # fmt: skip
+    rows += [(c.key.model, c.key.backend, c.key.quantization, c.key.device, c) for c in unrun]
+    _render_table(f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard), rows, regressions)
     for line in outcome.source_notes:
         err_console.print(f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)
-    parts = _summary_parts(outcome.results)
+    missing = len(outcome.planned) - len(outcome.results)
+    parts = _summary_parts(outcome.results, unrun)
     if outcome.resumed:
         parts.append(f"{outcome.resumed} from the earlier run")
-    missing = len(outcome.planned) - len(outcome.results)
+    if outcome.rerun:
+        parts.append(f"{outcome.rerun} earlier error(s) run again")
     if missing:
         parts.append(f"{missing} not run")
+    if regressions:
+        parts.append(f"{len(regressions)} regression(s)")
+    # One line however narrow the console: CI logs are grepped for it.
     console.print(
-        f"{', '.join(parts)}; results in {escape(str(outcome.results_path))}", highlight=False
+        f"{', '.join(parts)}; results in {escape(str(outcome.results_path))}",
+        highlight=False,
+        soft_wrap=True,
     )
     _render_regressions(regressions)
     if not outcome.planned:
@@ -292,26 +374,26 @@ def farm_merge_command(
         raise typer.Exit(code)
 
 
-def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Any]) -> None:
+def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Regression]) -> None:
     from etdeploy.farm.merge import key_of, planned_key
+    from etdeploy.report import JobKey
 
     by_key = {key_of(r): r for r in outcome.results}
+    unrun = {n.key: n for n in outcome.unrun}
     planned = {planned_key(p) for p in outcome.matrix}
-    rows: list[Row] = [
-        (
-            str(p["model"]),
-            p["backend"],
-            p["quantization"],
-            str(p["device"]),
-            by_key.get(planned_key(p)),
-        )
-        for p in outcome.matrix
-    ]
+    rows: list[Row] = []
+    for p in outcome.matrix:
+        found = by_key.get(planned_key(p))
+        key = JobKey(str(p["model"]), p["backend"], p["quantization"], str(p["device"]))
+        rows.append((key.model, key.backend, key.quantization, key.device,
+                     found if found is not None else unrun[key]))  # fmt: skip
     for key, result in by_key.items():
         if key not in planned:
             model, backend, quantize, device = key.split("|")
             rows.append((model, backend, None if quantize == "none" else quantize, device, result))
-    _render_table(f"farm merged from {len(outcome.sources)} source(s)", rows)
+    rows += [(c.key.model, c.key.backend, c.key.quantization, c.key.device, c)
+             for c in outcome.skipped]  # fmt: skip
+    _render_table(f"farm merged from {len(outcome.sources)} source(s)", rows, regressions)
     for duplicate in outcome.duplicates:
         err_console.print(
             f"[dim]duplicate[/] {escape(duplicate.key)}: kept the result from "
@@ -320,12 +402,14 @@ def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Any]) -> No
         )  # fmt: skip
     for warning in outcome.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
-    parts = _summary_parts(outcome.results)
-    if outcome.not_run:
-        parts.append(f"{len(outcome.not_run)} not run")
+    parts = _summary_parts(outcome.results, outcome.unrun)
     if outcome.duplicates:
         parts.append(f"{len(outcome.duplicates)} duplicate(s) dropped")
-    console.print(f"{', '.join(parts)}; merged into {escape(str(out))}", highlight=False)
+    if regressions:
+        parts.append(f"{len(regressions)} regression(s)")
+    console.print(
+        f"{', '.join(parts)}; merged into {escape(str(out))}", highlight=False, soft_wrap=True
+    )
     _render_regressions(regressions)
 
 

@@ -3,7 +3,8 @@
 The modules, in the order a farm uses them:
 
 - spec: the TOML spec read into a FarmSpec of FarmJobs (the matrix, explicit
-  [[farm.job]] entries, excludes, settings); checks: its value checks.
+  [[farm.job]] entries, excludes, settings) and SkippedJobs (cells that cannot
+  run); checks: its value checks; select: `-k EXPR`, a subset by job names.
 - store: shards, the results log OUT/results.jsonl, resume, one farm per OUT.
 - scheduler: run_farm, one thread per device, retries, progress events.
 - attempt: one attempt in a worker process, stopped at the job's timeout.
@@ -35,6 +36,7 @@ from etdeploy.farm.spec import (
     NO_QUANT,
     FarmJob,
     FarmSpec,
+    SkippedJob,
     job_key,
     load_farm_spec,
     parse_farm_spec,
@@ -58,6 +60,7 @@ __all__ = [
     "FarmSpec",
     "JobTimeout",
     "ResultsLog",
+    "SkippedJob",
     "WorkerCrashed",
     "exit_code",
     "job_key",

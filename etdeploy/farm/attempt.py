@@ -79,6 +79,12 @@ class WorkerProcesses:
     def terminate_all(self) -> None:
         with self._lock:
             live = list(self._live)
+        # Every worker told first, so all unwind (releasing their devices) at once:
+        # one grace period in all, not one per worker.
+        for process in live:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGTERM)
         for process in live:
             terminate(process)
 
@@ -127,6 +133,10 @@ def run_attempt(
             except subprocess.TimeoutExpired:
                 continue
     result = read_result(folder)
+    if result is None and stop.is_set():
+        # Stopped by the farm (Ctrl-C) while it ended: not a crash, and no result,
+        # so a resumed farm runs the job again.
+        return None
     if result is None:
         code = process.returncode
         how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"

@@ -88,6 +88,25 @@ def parse_quant(value: str, key: str, label: str) -> str | None:
     return value
 
 
+def cannot_run(backend: str, quant: str | None, device: str, config: Config) -> str | None:
+    """Why this cell of a matrix cannot run, whatever the model: None when it can.
+
+    These are facts known before anything starts, so the farm skips such a cell
+    (with this reason in every report) instead of failing it as bad input once
+    per device. What depends on the device's runner (a kernel or delegate it
+    lacks) is left to the job's preflight.
+    """
+    # The builder's own rule (etdeploy.builder.build): int8 and int8-dynamic use
+    # the XNNPACK quantizer, which only the xnnpack backend takes.
+    if quant is not None and backend != "xnnpack":
+        return f"{quant} uses the XNNPACK quantizer, which backend {backend} does not take"
+    # Core ML exists only on Apple's OSes; an adb device is an Android phone.
+    table = config.devices.get(device)
+    if backend == "coreml" and table is not None and table.transport == "adb":
+        return f"Core ML runs only on Apple OSes; {device} is an Android device (adb)"
+    return None
+
+
 def check_model_ref(model: str, where: str, label: str, base_dir: Path) -> None:
     """A file reference must exist (relative paths are relative to the spec): caught
     here, before any device is touched, rather than once per device."""

@@ -9,11 +9,15 @@ OUT/results.jsonl, and the JSON, JUnit and HTML reports where asked.
   one of those files on its own (a CI artefact may keep only farm.json).
 - A job found in several sources (a shard run twice, a job rerun on another host)
   is one job: the result that started last is kept, and the merge says which
-  were dropped.
+  were dropped. Within one results.jsonl the last line of a job is its result
+  (`--resume --retry-errors` appends the rerun after the error it replaces).
 - A planned job without a result is "not run": listed in farm.json, on the
-  console, and as a skipped JUnit testcase. The plan is the union of the
-  sources' farm.json matrices; with the spec (`--spec`) it is the spec's whole
-  matrix, so a shard that never reported still shows up as jobs not run.
+  console, in the HTML report and as a skipped JUnit testcase, with the shard
+  that should have run it. The plan is the union of the sources' farm.json
+  matrices; with the spec (`--spec`) it is the spec's whole matrix, so a shard
+  that never reported still shows up as jobs not run.
+- Cells that cannot run (skipped by every shard) are listed once as skipped:
+  the spec's with `--spec`, else those the sources' farm.json name.
 
 Nothing here prints: problems worth a line go into MergeOutcome.warnings.
 """
@@ -30,7 +34,8 @@ from etdeploy.errors import EXIT_INFRA, EXIT_OK, UsageError
 from etdeploy.farm.reports import FARM_DOC_NAME, exit_code
 from etdeploy.farm.results import result_key
 from etdeploy.farm.spec import job_key
-from etdeploy.farm.store import RESULTS_NAME, select_shard
+from etdeploy.farm.store import RESULTS_NAME, select_shard, shard_of
+from etdeploy.report.common import JobKey, NotRun
 from etdeploy.report.result import RunResult
 
 if TYPE_CHECKING:
@@ -61,6 +66,11 @@ class ShardSource:
     def matrix(self) -> list[PlannedJob]:
         return list((self.document or {}).get("matrix") or [])
 
+    @property
+    def skipped(self) -> list[NotRun]:
+        entries = (self.document or {}).get("skipped") or []
+        return [NotRun.from_json(entry, skipped=True) for entry in entries]
+
 
 @dataclass(frozen=True)
 class Duplicate:
@@ -89,6 +99,26 @@ class MergeOutcome:
     finished_at: str | None
     spec: str | None
     warnings: list[str] = field(default_factory=list)
+    # Cells of the matrix that cannot run: not planned, never counted.
+    skipped: list[NotRun] = field(default_factory=list)
+    # How many shards the plan was split into, when the sources agree.
+    shard_count: int | None = None
+
+    @property
+    def unrun(self) -> list[NotRun]:
+        """The skipped cells, then the planned jobs without a result, each with
+        why: what the reports list beside the results."""
+        missing = []
+        for planned in self.not_run:
+            key = JobKey(str(planned["model"]), planned["backend"], planned["quantization"],
+                         str(planned["device"]))  # fmt: skip
+            if self.shard_count is not None and self.shard_count > 1:
+                shard = shard_of(planned_key(planned), self.shard_count)
+                reason = f"no result: shard {shard} of {self.shard_count} did not report it"
+            else:
+                reason = "no result: no source holds one for this job"
+            missing.append(NotRun(key, reason))
+        return [*self.skipped, *missing]
 
     @property
     def exit_code(self) -> int:
@@ -139,7 +169,9 @@ def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
 
     document = _farm_document(doc_path) if doc_path is not None and doc_path.is_file() else None
     if log is not None and log.is_file():
-        results = load_results(log, on_warning=notes.append)
+        # The log's last line of a job supersedes its earlier ones (a rerun).
+        latest = {key_of(r): r for r in load_results(log, on_warning=notes.append)}
+        results = list(latest.values())
     elif doc_path is not None:
         results = load_results(doc_path)
     else:  # pragma: no cover - ruled out above
@@ -225,7 +257,18 @@ def merge(
     )
     if len(specs) > 1:
         notes.append(f"the shards ran different spec files: {', '.join(specs)}")
+    from etdeploy.farm.reports import skipped_entries
     from etdeploy.farm.results import timestamp
+
+    if spec is not None:
+        skipped = skipped_entries(spec.skipped)
+    else:
+        seen: dict[JobKey, NotRun] = {}
+        for source in sources:
+            for cell in source.skipped:
+                seen.setdefault(cell.key, cell)
+        skipped = list(seen.values())
+    counts = {s.shard[1] for s in sources if s.shard is not None}
 
     return MergeOutcome(
         sources=list(sources),
@@ -238,6 +281,8 @@ def merge(
         finished_at=None if not ends or None in ends else max(str(e) for e in ends),
         spec=str(spec.path) if spec is not None else (specs[0] if len(specs) == 1 else None),
         warnings=notes,
+        skipped=skipped,
+        shard_count=counts.pop() if len(counts) == 1 else None,
     )
 
 
@@ -291,6 +336,7 @@ def merged_document(outcome: MergeOutcome) -> dict[str, Any]:
         started_at=outcome.started_at,
         finished_at=outcome.finished_at,
         matrix=outcome.matrix,
+        not_run=outcome.unrun,
     )
     if outcome.spec is not None:
         doc["spec"] = outcome.spec
@@ -341,41 +387,8 @@ def write_merged(
     if json_path is not None:
         write_json(doc, json_path)
     if junit_path is not None:
-        write_junit(outcome.results, junit_path, regressions=regressions)
-        if outcome.not_run:
-            add_not_run_to_junit(junit_path, outcome.not_run)
+        write_junit(outcome.results, junit_path, regressions=regressions, not_run=outcome.unrun)
     if html_path is not None:
         write_html(outcome.results, html_path, baseline=baseline, regressions=regressions,
-                   title="etdeploy farm (merged)")  # fmt: skip
+                   title="etdeploy farm (merged)", not_run=outcome.unrun)  # fmt: skip
     return regressions
-
-
-def add_not_run_to_junit(path: Path, not_run: Sequence[PlannedJob]) -> None:
-    """Each job not run as a <testcase> with <skipped>, counted in `tests` and
-    `skipped`: CI shows a lost shard's jobs instead of forgetting them."""
-    # etdeploy.report.write_junit takes results only; this belongs there, as a
-    # `not_run` argument, once the report package takes planned jobs.
-    import xml.etree.ElementTree as ET
-
-    from etdeploy.atomic import atomic_write
-    from etdeploy.report import JobKey
-
-    root = ET.parse(path).getroot()
-    suite = root.find("testsuite")
-    if suite is None:  # pragma: no cover - write_junit always writes one
-        return
-    # Before the suite-level system-out/system-err, which close the suite.
-    position = next((i for i, child in enumerate(suite) if child.tag in ("system-out", "system-err")),
-                    len(suite))  # fmt: skip
-    for offset, planned in enumerate(not_run):
-        key = JobKey(str(planned["model"]), planned["backend"], planned["quantization"],
-                     str(planned["device"]))  # fmt: skip
-        case = ET.Element("testcase", classname=key.model, name=key.label, time="0.000")
-        ET.SubElement(case, "skipped", message="not run: no shard reported a result for this job")
-        suite.insert(position + offset, case)
-    for element in (root, suite):
-        element.set("tests", str(int(element.get("tests", "0")) + len(not_run)))
-        element.set("skipped", str(int(element.get("skipped", "0")) + len(not_run)))
-    ET.indent(root)
-    body = ET.tostring(root, encoding="unicode")
-    atomic_write(Path(path), ('<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n").encode())

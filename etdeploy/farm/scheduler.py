@@ -14,6 +14,15 @@
   retried either (a retry would most likely hang or crash again).
 - Each finished job goes to the results log (etdeploy.farm.store) before the
   next job starts on that device.
+- Cells of the matrix that cannot run (FarmSpec.skipped) are reported as
+  skipped, never started. With resume, jobs the log holds are not run again,
+  except, with retry_errors, those whose result was an infrastructure error.
+- Every event carries the count of jobs finished out of those this run starts,
+  and the time since it started: progress a log can show as [n/N].
+- Ctrl-C (KeyboardInterrupt): every worker is stopped (SIGTERM, so it releases
+  its device; SIGKILL after the grace period), device sources release their
+  claims, the results log keeps what finished, and the interrupt goes on to the
+  caller (the CLI exits 130).
 - Devices from a device source (etdeploy.farm.sources: STF) are claimed for the
   run's jobs before they start and released when the run ends, however it ends;
   claims an earlier, killed farm left out on this OUT are released first. A
@@ -32,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from etdeploy.errors import EtdeployError, InfraError
+from etdeploy.errors import EtdeployError, InfraError, UsageError
 from etdeploy.farm.attempt import WorkerProcesses, run_attempt
 from etdeploy.farm.results import (
     Result,
@@ -43,7 +52,7 @@ from etdeploy.farm.results import (
     with_attempts,
 )
 from etdeploy.farm.sources import lease_devices, release_leftovers
-from etdeploy.farm.spec import FarmJob, FarmSpec
+from etdeploy.farm.spec import FarmJob, FarmSpec, SkippedJob
 from etdeploy.farm.store import (
     RESULTS_NAME,
     ResultsLog,
@@ -60,14 +69,24 @@ WORK_DIR_NAME = "work"
 
 @dataclass(frozen=True)
 class FarmEvent:
-    """What the farm tells its caller: a job started, will be retried, finished,
-    or was skipped (finished by an earlier run)."""
+    """What the farm tells its caller, and how far it has come.
 
-    kind: str  # start | retry | finish | skip
-    job: FarmJob
+    kind: "start" (an attempt starts), "retry" (an attempt failed and another
+    follows after wait_s), "finish" (a job's final result), "earlier" (finished
+    by an earlier run: resumed, not run again), "rerun" (an earlier run's
+    infrastructure error, run again: result is that earlier result), "skip" (a
+    cell that cannot run: job is a SkippedJob with its reason).
+    """
+
+    kind: str
+    job: FarmJob | SkippedJob
     attempt: int = 0
     result: Result | None = None
     wait_s: float = 0.0
+    # Jobs finished so far, of the `total` this run starts; seconds since it started.
+    done: int = 0
+    total: int = 0
+    elapsed_s: float = 0.0
 
 
 EventCallback = Callable[[FarmEvent], None]
@@ -88,6 +107,10 @@ class FarmOutcome:
     shard: tuple[int, int]
     # What the device sources did (claims and releases), a line each, for the log.
     source_notes: list[str] = field(default_factory=list)
+    # This shard's cells of the matrix that cannot run, not started.
+    skipped: list[SkippedJob] = field(default_factory=list)
+    # Earlier infrastructure errors run again (resume with retry_errors).
+    rerun: int = 0
 
     @property
     def results_path(self) -> Path:
@@ -100,6 +123,7 @@ def run_farm(
     *,
     shard: tuple[int, int] = (0, 1),
     resume: bool = False,
+    retry_errors: bool = False,
     jobs_per_device: int | None = None,
     on_event: EventCallback | None = None,
 ) -> FarmOutcome:
@@ -107,19 +131,42 @@ def run_farm(
 
     Results are appended to OUT/results.jsonl as each job finishes. Raises
     UsageError when OUT holds an earlier run and resume is off, or when another
-    farm writes to OUT. KeyboardInterrupt stops the workers (what finished stays).
+    farm writes to OUT. With resume, retry_errors runs again the jobs whose
+    earlier result is an infrastructure error (a new line in the log supersedes
+    it). KeyboardInterrupt stops the workers (what finished stays).
     """
+    if retry_errors and not resume:
+        raise UsageError(
+            "--retry-errors goes with --resume", "add --resume to finish the run in --out"
+        )
+    clock = time.monotonic()
     planned = select_shard(spec.jobs, *shard)
+    skipped = select_shard(spec.skipped, *shard)
     out_dir = Path(out_dir)
     with claim_out_dir(out_dir):
         log = ResultsLog(out_dir / RESULTS_NAME)
         source_notes = release_leftovers(spec, out_dir)
         finished = finished_results(log, resume)
-        emit = on_event or (lambda _event: None)
-        todo = [job for job in planned if job.key not in finished]
+        again = {
+            key: result
+            for key, result in finished.items()
+            if retry_errors and result.status == "error" and result.is_infrastructure
+        }
+        todo = [job for job in planned if job.key not in finished or job.key in again]
+        user_emit = on_event or (lambda _event: None)
+
+        def emit(event: FarmEvent) -> None:
+            user_emit(
+                dataclasses.replace(event, total=len(todo), elapsed_s=time.monotonic() - clock)
+            )
+
+        for cell in skipped:
+            emit(FarmEvent("skip", cell))
         for job in planned:
-            if job.key in finished:
-                emit(FarmEvent("skip", job, result=finished[job.key]))
+            if job.key in again:
+                emit(FarmEvent("rerun", job, result=again[job.key]))
+            elif job.key in finished:
+                emit(FarmEvent("earlier", job, result=finished[job.key]))
         started_at = timestamp()
         with lease_devices(spec, out_dir, [job.device for job in todo]) as lease:
             runner = _FarmRunner(
@@ -133,12 +180,14 @@ def run_farm(
             spec=spec,
             planned=planned,
             results=[r for r in results if r is not None],
-            resumed=sum(1 for job in planned if job.key in finished),
+            resumed=sum(1 for job in planned if job.key in finished and job.key not in again),
             started_at=started_at,
             finished_at=timestamp(),
             out_dir=out_dir,
             shard=shard,
             source_notes=source_notes,
+            skipped=skipped,
+            rerun=len(again),
         )
 
 
@@ -212,16 +261,22 @@ class _FarmRunner:
             self.log.append(result)
             with self._lock:
                 self.results[job.key] = result
-            self.emit(FarmEvent("finish", job, attempt=len(result.attempts or ()), result=result))
+                # Under the lock, so the counts reach the caller in order.
+                self.emit(FarmEvent("finish", job, attempt=len(result.attempts or ()),
+                                    result=result, done=len(self.results)))  # fmt: skip
             if self.spec.cooldown_s and queue:
                 self.stop.wait(self.spec.cooldown_s)
+
+    def _done(self) -> int:
+        with self._lock:
+            return len(self.results)
 
     def _run_with_retries(self, job: FarmJob) -> Result | None:
         attempts: list[Attempt] = []
         attempt = 0
         while True:
             attempt += 1
-            self.emit(FarmEvent("start", job, attempt=attempt))
+            self.emit(FarmEvent("start", job, attempt=attempt, done=self._done()))
             started = time.time()
             result = run_attempt(job, self.spec, self.work, self._processes, self.stop)
             if result is None:
@@ -231,6 +286,7 @@ class _FarmRunner:
                 return with_attempts(result, [*attempts, record])
             wait = min(self.spec.backoff_max_s, self.spec.backoff_s * 2 ** (attempt - 1))
             attempts.append(dataclasses.replace(record, backoff_s=wait))
-            self.emit(FarmEvent("retry", job, attempt=attempt, result=result, wait_s=wait))
+            self.emit(FarmEvent("retry", job, attempt=attempt, result=result, wait_s=wait,
+                                done=self._done()))  # fmt: skip
             if self.stop.wait(wait):
                 return None

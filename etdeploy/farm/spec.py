@@ -29,7 +29,10 @@ A job's settings are, in order of precedence: a [[farm.job]] entry, a model entr
 of farm.models, [farm], the spec's [run] and [build], etdeploy run's defaults.
 Each job has a stable key, `model|backend|quant|device`, that shards, resume and
 reports key on. Every value is checked here (etdeploy.farm.checks); a bad one is
-a UsageError naming its key.
+a UsageError naming its key. A cell of the matrix that cannot run (int8 crossed
+with a backend that has no quantizer: etdeploy.farm.checks.cannot_run) is not a
+job but a SkippedJob with its reason, which every report lists; an explicit
+[[farm.job]] that cannot run is a UsageError, since someone asked for it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from etdeploy.errors import UsageError
 from etdeploy.farm.checks import (
     NO_QUANT,
     NUMBER,
+    cannot_run,
     check_backend,
     check_device_tables,
     check_model_ref,
@@ -165,6 +169,31 @@ class FarmJob:
 
 
 @dataclass(frozen=True)
+class SkippedJob:
+    """A cell of the matrix that cannot run, and why: left out before anything
+    starts, listed as skipped in every report, never counted against the farm."""
+
+    model: str
+    backend: str
+    quantize: str | None
+    device: str
+    reason: str
+
+    @property
+    def key(self) -> str:
+        return job_key(self.model, self.backend, self.quantize, self.device)
+
+    @property
+    def label(self) -> str:
+        variant = f"{self.backend}+{self.quantize}" if self.quantize else self.backend
+        return f"{self.model}[{variant}] on {self.device}"
+
+    def key_json(self) -> dict[str, str | None]:
+        return {"model": self.model, "backend": self.backend,
+                "quantization": self.quantize, "device": self.device}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class FarmSpec:
     """A whole spec: its jobs in spec order, its devices and defaults, and how
     the farm paces them."""
@@ -185,6 +214,8 @@ class FarmSpec:
     # The tables of the devices claimed for this run (set by the scheduler while
     # it holds them; a worker opens its device with the table given here).
     leased: Mapping[str, DeviceConfig] = field(default_factory=dict, compare=False)
+    # Cells of the matrix that cannot run, in spec order (not in `jobs`).
+    skipped: tuple[SkippedJob, ...] = ()
 
     @property
     def devices(self) -> list[str]:
@@ -252,6 +283,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
         )
 
     jobs: dict[str, FarmJob] = {}
+    skipped: dict[str, SkippedJob] = {}
     models = farm.get("models", [])
     for m, entry in enumerate(models):
         where = f"farm.models[{m}]"
@@ -261,6 +293,11 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
                 for device in devices:
                     if any(_excluded(rule, model, backend, quant, device) for rule in excludes):
                         continue
+                    reason = cannot_run(backend, quant, device, config)
+                    if reason is not None:
+                        cell = SkippedJob(model, backend, quant, device, reason)
+                        skipped.setdefault(cell.key, cell)
+                        continue
                     job = _make_job(
                         model, backend, quant, device, {**base, **overrides}, where, label
                     )
@@ -268,7 +305,9 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
     explicit: dict[str, str] = {}
     for j, entry in enumerate(farm.get("job", [])):
         where = f"farm.job[{j}]"
-        for job in _explicit_jobs(entry, where, label, path.parent, base, devices, default_backend):
+        for job in _explicit_jobs(
+            entry, where, label, path.parent, base, devices, default_backend, config
+        ):
             if job.key in explicit:
                 raise UsageError(
                     f"{label}: {where} repeats {explicit[job.key]} ({job.label})",
@@ -277,6 +316,12 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
             explicit[job.key] = where
             jobs[job.key] = job  # an explicit entry overrides the matrix's cell
     if not jobs:
+        if skipped:
+            first = next(iter(skipped.values()))
+            raise UsageError(
+                f"{label}: no cell of the matrix can run ({first.label}: {first.reason})",
+                "list a backend and quantization that go together in farm.backends and farm.quantize",
+            )
         raise UsageError(
             f"{label}: the matrix is empty",
             "list farm.models and farm.devices, or add [[farm.job]] entries",
@@ -305,6 +350,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
         jobs_per_device=int(jobs_per_device),
         cooldown_s=float(farm.get("cooldown_s", 0.0)),
         sources=sources,
+        skipped=tuple(skipped.values()),
     )
 
 
@@ -352,6 +398,7 @@ def _explicit_jobs(
     base: dict[str, Any],
     farm_devices: list[str],
     default_backend: str,
+    config: Config,
 ) -> list[FarmJob]:
     """A [[farm.job]] entry: one job per device it names (else per farm.devices)."""
     if not isinstance(entry, dict):
@@ -382,6 +429,14 @@ def _explicit_jobs(
         raise UsageError(
             f"{label}: {where}: no devices", 'give device = "NAME", or list farm.devices'
         )
+    for device in devices:
+        # Asked for by name: a mistake to say, not a cell to skip quietly.
+        reason = cannot_run(backend, quant, device, config)
+        if reason is not None:
+            raise UsageError(
+                f"{label}: {where}: cannot run on {device}: {reason}",
+                f"change {where}'s backend or quantize, or remove the entry",
+            )
     settings = {**base, **{k: v for k, v in entry.items() if k in JOB_SETTING_TYPES}}
     return [_make_job(entry["model"], backend, quant, d, settings, where, label) for d in devices]
 

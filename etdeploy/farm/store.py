@@ -6,7 +6,8 @@
 - The results log: each finished job is one JSON line appended to
   OUT/results.jsonl, flushed and fsynced before the next job starts on that
   device, so a killed farm keeps everything that finished.
-- Resume: `--resume` reads the log and skips the jobs whose keys it holds;
+- Resume: `--resume` reads the log and skips the jobs whose keys it holds
+  (the last line of a key is its result: a job run again appends a line);
   without it, an earlier run in OUT is an error, never overwritten.
 - One farm per OUT at a time (a lock file in OUT).
 """
@@ -20,13 +21,10 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from etdeploy.errors import UsageError
 from etdeploy.farm.results import Result, result_key
-
-if TYPE_CHECKING:
-    from etdeploy.farm.spec import FarmJob
 
 RESULTS_NAME = "results.jsonl"
 _LOCK_NAME = ".farm.lock"
@@ -41,8 +39,18 @@ def shard_of(key: str, count: int) -> int:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % count
 
 
-def select_shard(jobs: Sequence[FarmJob], index: int, count: int) -> list[FarmJob]:
-    """The jobs of shard `index` of `count`, in spec order."""
+class Keyed(Protocol):
+    """A job or a skipped cell: anything with a job key."""
+
+    @property
+    def key(self) -> str: ...
+
+
+K = TypeVar("K", bound=Keyed)
+
+
+def select_shard(jobs: Sequence[K], index: int, count: int) -> list[K]:
+    """The jobs (or skipped cells) of shard `index` of `count`, in spec order."""
     if count < 1:
         raise UsageError(f"--shard-count must be at least 1, got {count}")
     if not 0 <= index < count:

@@ -22,7 +22,7 @@ from etdeploy.errors import UsageError
 
 if TYPE_CHECKING:
     from etdeploy.report.baseline import Regression, compare_to_baseline
-    from etdeploy.report.common import JobKey, job_key
+    from etdeploy.report.common import JobKey, NotRun, job_key
     from etdeploy.report.html import write_html
     from etdeploy.report.junit import write_junit
     from etdeploy.report.record import JsonObject
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 # import the writers (JUnit's XML, HTML, the schema and its validator, the baseline).
 _EXPORTS = {
     "Regression": "baseline", "compare_to_baseline": "baseline",
-    "JobKey": "common", "job_key": "common",
+    "JobKey": "common", "NotRun": "common", "job_key": "common",
     "write_html": "html", "write_junit": "junit",
     "RESULT_SCHEMA_ID": "result", "RunResult": "result",
     "FARM_SCHEMA": "schema", "FARM_SCHEMA_ID": "schema", "RESULT_SCHEMA": "schema",
@@ -66,6 +66,7 @@ __all__ = [
     "RESULT_SCHEMA",
     "RESULT_SCHEMA_ID",
     "JobKey",
+    "NotRun",
     "Regression",
     "RunResult",
     "compare_to_baseline",

@@ -46,6 +46,12 @@ class Regression:
     message: str
     output: str | None = None
 
+    @property
+    def line(self) -> str:
+        """One line that names the job, as a log shows it: the message alone
+        says what got worse, not where."""
+        return f"{self.key.label}: {self.message}"
+
     def to_json(self) -> JsonObject:
         def plain(value: float | str | None) -> float | str | None:
             # JSON has no Infinity; an exact match (inf dB) or a NaN output becomes null.

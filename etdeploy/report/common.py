@@ -6,7 +6,8 @@ Kept free of heavy imports: the CLI imports the report package on every start.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Literal, NamedTuple, TypeVar
 
 from etdeploy.report.result import OutputMetrics, RunResult, Verdict
@@ -42,8 +43,53 @@ class JobKey(NamedTuple):
     def label(self) -> str:
         return f"{self.model}[{self.variant}] on {self.device}"
 
+    @property
+    def short_label(self) -> str:
+        """The label with a model file named by its file alone, where space is short
+        (a plot's axis): "two_io.py:build[xnnpack] on local"."""
+        return f"{short_model(self.model)}[{self.variant}] on {self.device}"
+
     def to_json(self) -> dict[str, str | None]:
         return dict(self._asdict())
+
+
+def short_model(model: str) -> str:
+    """A model file reference as its file name and factory ("../models/two_io.py:build"
+    reads "two_io.py:build"); other references as they are."""
+    path, sep, factory = model.rpartition(":")
+    if sep and "/" in path:
+        return f"{path.rsplit('/', 1)[-1]}{sep}{factory}"
+    return model
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A planned job that has no result, and why.
+
+    `skipped`: left out on purpose before it started, because the combination
+    cannot run (int8 on a backend without the quantizer); it does not count
+    against the farm. Otherwise the job should have run and did not (a shard that
+    never reported, a farm interrupted before it): a nightly run must not pass
+    over it.
+    """
+
+    key: JobKey
+    reason: str
+    skipped: bool = False
+
+    @property
+    def status(self) -> str:
+        """As reports name it: "skipped" or "not run"."""
+        return "skipped" if self.skipped else "not run"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {**self.key.to_json(), "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, str | None], *, skipped: bool) -> NotRun:
+        key = JobKey(str(data["model"]), data.get("backend"), data.get("quantization"),
+                     str(data["device"]))  # fmt: skip
+        return cls(key, str(data.get("reason") or ""), skipped)
 
 
 def job_key(result: RunResult) -> JobKey:

@@ -4,6 +4,9 @@ The layout is the common one CI servers read (Jenkins, GitLab, GitHub actions
 that render test reports): <testsuites> holding one <testsuite> with the counts
 tests/failures/errors/skipped/time, and per testcase at most one <failure> or
 <error>, then <system-out> (the clipped logs) and <system-err> (the warnings).
+A planned job without a result (etdeploy.report.NotRun: a combination that
+cannot run, a shard that never reported) is a testcase with <skipped>, so CI
+lists it instead of forgetting it.
 A failed check is a <failure> (type "numerics", "size" or "regression"); a run
 that could not finish is an <error> whose type says who is at fault:
 "infrastructure.<Kind>" (device, transport, runner) or "input.<Kind>".
@@ -22,6 +25,7 @@ from etdeploy.atomic import atomic_write
 from etdeploy.report.baseline import Regression
 from etdeploy.report.common import (
     JobKey,
+    NotRun,
     budget_lines,
     clip,
     error_type,
@@ -47,12 +51,15 @@ def write_junit(
     *,
     suite_name: str = "etdeploy",
     regressions: Sequence[Regression] | None = None,
+    not_run: Sequence[NotRun] = (),
 ) -> None:
     """Write the JUnit XML of `results` to `path`, atomically.
 
     A regression against a baseline makes its testcase a <failure
     type="regression"> when the job itself passed, and is added to the text of
-    the failure or error it already has otherwise.
+    the failure or error it already has otherwise. Each of `not_run` is a
+    testcase with <skipped message="skipped: REASON"> (or "not run: REASON"),
+    after the results.
     """
     by_key: dict[JobKey, list[Regression]] = {}
     for regression in regressions or ():
@@ -83,6 +90,12 @@ def write_junit(
             ET.SubElement(case, "system-out").text = _xml_text(out)
         if result.warnings:
             ET.SubElement(case, "system-err").text = _xml_text(clip("\n".join(result.warnings)))
+    for job in not_run:
+        counts["tests"] += 1
+        counts["skipped"] += 1
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(job.key.model),
+                             name=_xml_text(job.key.label), time="0.000")  # fmt: skip
+        ET.SubElement(case, "skipped", message=_xml_text(f"{job.status}: {job.reason}"))
 
     _add_properties(properties, results)
     for element in (suites, suite):

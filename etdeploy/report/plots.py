@@ -1,6 +1,7 @@
-"""The plots of the HTML report (etdeploy.report.html): latency per iteration,
-error per output, delegation coverage and size against store limits, each a PNG
-in a data: URI.
+"""The plots of the HTML report (etdeploy.report.html): latency per iteration
+(with the baseline's median in a baseline report), error per output (with each
+job's tolerance and SQNR floor), delegation coverage and size against store
+limits, each a PNG in a data: URI.
 
 matplotlib is imported inside plots_html only, and drawn with its Agg canvas
 (no pyplot, so a caller's own backend is left alone): the CLI imports the
@@ -14,11 +15,12 @@ import html
 import io
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from etdeploy.report.common import JobKey, metrics_by_output
-from etdeploy.report.result import Delegation, Latency, RunResult, SizeSummary
+from etdeploy.report.common import JobKey, metrics_by_output, short_model
+from etdeploy.report.result import Delegation, Latency, RunResult, SizeSummary, Verdict
 
 _PLOT_LABEL_CHARS = 48
 # Rows per plot; past this a plot shows the worst rows (a PNG over 2**16 pixels
@@ -27,6 +29,9 @@ _MAX_PLOT_ROWS = 80
 # The colours of the report's matrix (its CSS), reused here so a reader maps one
 # to the other.
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "infra": "#e65100", "input": "#6a1b9a"}
+# A limit drawn on a plot (a tolerance, a floor), and the baseline's median.
+LIMIT_COLOUR = "#b71c1c"
+BASELINE_COLOUR = "#1565c0"
 
 T = TypeVar("T")
 
@@ -42,6 +47,7 @@ class Job(NamedTuple):
 if TYPE_CHECKING:
     from typing import TypeAlias
 
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     # A plot: the figure and a note (what a capped plot left out), or None
@@ -50,24 +56,28 @@ if TYPE_CHECKING:
     Drawing: TypeAlias = Callable[[Sequence[Job], type[Figure]], Drawn]
 
 
-def plots_html(jobs: Sequence[Job]) -> str:
-    """The four plots, each under its title, or "no data" where nothing applies."""
-    out = []
-    for title, draw in (
-        ("Latency per iteration", _plot_latency),
-        ("Error against the reference, per output", _plot_errors),
-        ("Delegation coverage", _plot_delegation),
-        ("Size against store limits", _plot_size),
+def plots_html(jobs: Sequence[Job], *, baseline: Mapping[JobKey, Latency] | None = None) -> str:
+    """The four plots, each a figure under its title ("no data" where nothing
+    applies), side by side where the page is wide enough; the error plot, the
+    widest, on its own row. `baseline`: the baseline's latency of each job."""
+    out = ['<div class="plots">']
+    for title, draw, wide in (
+        ("Latency per iteration", partial(plot_latency, baseline=baseline or {}), False),
+        ("Delegation coverage", _plot_delegation, False),
+        ("Error against the reference, per output", plot_errors, True),
+        ("Size against store limits", _plot_size, True),
     ):
         drawn = _render(draw, jobs)
-        out.append(f"<h3>{_e(title)}</h3>")
+        css = ' class="wide"' if wide else ""
+        out.append(f"<figure{css}><figcaption>{_e(title)}</figcaption>")
         if drawn is None:
-            out.append('<p class="muted">no data</p>')
+            out.append('<p class="muted">no data</p></figure>')
             continue
         uri, note = drawn
         if note:
             out.append(f'<p class="muted">{_e(note)}</p>')
-        out.append(f'<img class="plot" alt="{_e(title)}" src="{uri}">')
+        out.append(f'<img class="plot" alt="{_e(title)}" src="{uri}"></figure>')
+    out.append("</div>")
     return "\n".join(out)
 
 
@@ -90,7 +100,11 @@ def _render(draw: Drawing, jobs: Sequence[Job]) -> tuple[str, str | None] | None
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"), note
 
 
-def _plot_latency(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
+def plot_latency(
+    jobs: Sequence[Job], figure: type[Figure], *, baseline: Mapping[JobKey, Latency]
+) -> Drawn:
+    """Every iteration of each job as a strip, its median as a bar, and where a
+    baseline report has one, the baseline's median as a diamond."""
     timed: list[tuple[Latency, Job]] = [
         (latency, job)
         for job in jobs
@@ -99,7 +113,8 @@ def _plot_latency(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
     if not timed:
         return None
     timed, note = _cap(timed, lambda row: row[0].median or 0.0, "slowest jobs")
-    fig = figure(figsize=(9, _height(len(timed))))
+    # Half the page wide (beside the delegation plot), drawn at the size it is shown.
+    fig = figure(figsize=(6.2, _height(len(timed))))
     ax = fig.add_subplot()
     everything: list[float] = []
     for y, (latency, job) in enumerate(timed):
@@ -118,39 +133,76 @@ def _plot_latency(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
             linewidths=0,
         )
         if latency.median is not None:
-            ax.plot([latency.median] * 2, [y - 0.35, y + 0.35], color="black", linewidth=2)
+            ax.plot([latency.median] * 2, [y - 0.35, y + 0.35], color="black", linewidth=2,
+                    label="median" if y == 0 else None)  # fmt: skip
         everything += times
+        base = baseline.get(job.key)
+        if base is not None and base.median is not None:
+            # Where the baseline's median was: a slowdown reads as the distance to it.
+            ax.plot([base.median], [y], marker="D", markersize=7, markerfacecolor="none",
+                    markeredgecolor=BASELINE_COLOUR, markeredgewidth=1.6, linestyle="none",
+                    label="baseline median" if not any(
+                        h.get_label() == "baseline median" for h in ax.lines) else None)  # fmt: skip
+            everything.append(base.median)
     positive = [t for t in everything if t > 0]
     if positive and max(positive) / min(positive) > 30:
         ax.set_xscale("log")  # jobs from microseconds to seconds on one axis
-    ax.set_yticks(range(len(timed)), [_short(job.key.label) for _, job in timed])
+    ax.set_yticks(range(len(timed)), [_short(job.key.short_label) for _, job in timed])
     ax.set_ylim(len(timed) - 0.5, -0.5)
-    ax.set_xlabel("ms per iteration (black bar: median)")
+    ax.set_xlabel("ms per iteration")
     ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
     return fig, note
 
 
-def _plot_errors(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
-    rows: list[tuple[str, float, float, str]] = []
+def error_limits(verdict: Verdict | None) -> tuple[float | None, float | None]:
+    """(tolerance on max abs, floor on SQNR) that decided this verdict, where its
+    end-to-end metrics are judged against one: the allclose atol of a float build;
+    the accuracy budget's minimum SQNR of a quantized one (the device is then held
+    to quantization steps of the quantized program, which this plot does not show)."""
+    if verdict is None or verdict.thresholds is None:
+        return None, None
+    rules = {stage.rule for stage in verdict.budget}
+    atol = verdict.thresholds.atol if "allclose" in rules else None
+    floor = verdict.thresholds.min_sqnr_db if "accuracy" in rules else None
+    return atol, floor
+
+
+def plot_errors(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
+    """Each output's worst max abs error and worst SQNR, with a dashed mark at the
+    limit that judged its job (error_limits)."""
+    # label, worst max abs, worst SQNR, colour, tolerance, SQNR floor
+    rows: list[tuple[str, float, float, str, float | None, float | None]] = []
     for job in jobs:
         verdict = job.result.verdict
         # Coloured by the numerics verdict: a job failed on size had fine outputs.
         good = verdict is not None and verdict.passed
         colour = COLOURS["passed"] if good else COLOURS["failed"]
+        atol, floor = error_limits(verdict)
         for (_, name), metrics in metrics_by_output(verdict).items():
             worst_abs = max(m.max_abs for m in metrics)
             worst_sqnr = min(m.sqnr_db for m in metrics)
-            rows.append((_short(f"{job.key.label}: {name}"), worst_abs, worst_sqnr, colour))
+            rows.append(
+                (
+                    _short(f"{job.key.short_label}: {name}"),
+                    worst_abs,
+                    worst_sqnr,
+                    colour,
+                    atol,
+                    floor,
+                )
+            )
     if not rows:
         return None
     rows, note = _cap(rows, lambda row: -row[2], "outputs with the lowest SQNR")
     fig = figure(figsize=(11, _height(len(rows))))
     left, right = fig.subplots(1, 2, sharey=True)
     ys = list(range(len(rows)))
-    finite_abs = [a for _, a, _, _ in rows if 0 < a < math.inf]
+    finite_abs = [a for _, a, *_ in rows if 0 < a < math.inf]
+    finite_abs += [t for *_, t, _ in rows if t is not None and t > 0]
     floor = min(finite_abs) / 10 if finite_abs else 1e-9
     top = max(finite_abs) if finite_abs else 1.0
-    for y, (_, err, _, colour) in zip(ys, rows, strict=True):
+    for y, (_, err, _, colour, _, _) in zip(ys, rows, strict=True):
         if err == 0:
             left.text(floor, y, " exact (0)", va="center", fontsize=8)
         elif math.isinf(err):
@@ -158,24 +210,42 @@ def _plot_errors(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
             left.text(floor, y, " non-finite", va="center", fontsize=8, color="white")
         else:
             left.barh(y, err - floor, left=floor, color=colour)
+    _limit_marks(left, [row[4] for row in rows], "tolerance (atol)")
     left.set_xscale("log")
     left.set_xlabel("worst max abs error (log)")
-    finite_sqnr = [s for _, _, s, _ in rows if math.isfinite(s)]
+    finite_sqnr = [s for _, _, s, *_ in rows if math.isfinite(s)]
+    finite_sqnr += [f for *_, f in rows if f is not None]
     cap = max([*finite_sqnr, 0.0]) + 10
-    for y, (_, _, sqnr, colour) in zip(ys, rows, strict=True):
+    for y, (_, _, sqnr, colour, _, _) in zip(ys, rows, strict=True):
         if math.isinf(sqnr) and sqnr > 0:
             right.text(0, y, " exact (∞ dB)", va="center", fontsize=8)
         elif not math.isfinite(sqnr):
             right.text(0, y, " non-finite output", va="center", fontsize=8, color="#b71c1c")
         else:
             right.barh(y, sqnr, color=colour)
+    _limit_marks(right, [row[5] for row in rows], "SQNR floor (int8 accuracy budget)")
     right.set_xlim(min([*finite_sqnr, 0.0]), cap)
     right.set_xlabel("worst SQNR (dB, higher is better)")
-    left.set_yticks(ys, [label for label, _, _, _ in rows])
+    left.set_yticks(ys, [row[0] for row in rows])
     left.set_ylim(len(rows) - 0.5, -0.5)
     for ax in (left, right):
         ax.grid(axis="x", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            # Above the axes: inside, it would cover the bars of the last rows.
+            ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return fig, note
+
+
+def _limit_marks(ax: Axes, limits: Sequence[float | None], label: str) -> None:
+    """A dashed mark across each row at its own limit: rows of one limit join into
+    one line, and a row judged otherwise has none."""
+    first = True
+    for y, limit in enumerate(limits):
+        if limit is None:
+            continue
+        ax.plot([limit, limit], [y - 0.5, y + 0.5], color=LIMIT_COLOUR, linestyle="--",
+                linewidth=1.4, label=label if first else None)  # fmt: skip
+        first = False
 
 
 def _plot_delegation(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
@@ -188,7 +258,7 @@ def _plot_delegation(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
     if not seen:
         return None
     shown, note = _cap(list(seen.items()), lambda item: -item[1].share, "programs least delegated")
-    fig = figure(figsize=(8, _height(len(shown))))
+    fig = figure(figsize=(6.2, _height(len(shown))))
     ax = fig.add_subplot()
     for y, (_, d) in enumerate(shown):
         share = d.share * 100
@@ -197,7 +267,7 @@ def _plot_delegation(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
         total = d.delegated_nodes + d.non_delegated_nodes
         label = f"{share:.0f}% ({d.delegated_nodes}/{total} nodes)"
         ax.text(101, y, label, va="center", fontsize=8)
-    ax.set_yticks(range(len(shown)), [_short(f"{m}[{v}]") for (m, v), _ in shown])
+    ax.set_yticks(range(len(shown)), [_short(f"{short_model(m)}[{v}]") for (m, v), _ in shown])
     ax.set_ylim(len(shown) - 0.5, -0.5)
     ax.set_xlim(0, 130)
     ax.set_xticks([0, 25, 50, 75, 100])
@@ -219,7 +289,7 @@ def _plot_size(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
                 colour = {"fits": COLOURS["passed"], "over": COLOURS["failed"]}.get(
                     v.status, COLOURS["infra"]
                 )
-                rows.append((_short(f"{model}[{variant}]: {v.label}"), share, colour))
+                rows.append((_short(f"{short_model(model)}[{variant}]: {v.label}"), share, colour))
     if not rows:
         return None
     rows, note = _cap(rows, lambda row: row[1], "limits closest to full")

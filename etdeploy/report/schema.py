@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from etdeploy.errors import UsageError
-from etdeploy.report.common import JobKey, job_key, unique
+from etdeploy.report.common import JobKey, NotRun, job_key, unique
 from etdeploy.report.record import JsonObject
 from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
 from etdeploy.report.validator import Invalid, Schema, check, show
@@ -553,6 +553,19 @@ _JOB_KEY = {
     },
 }
 
+# A planned job without a result (etdeploy.report.NotRun): its key and why.
+_NOT_RUN = {
+    "type": "object",
+    "required": ["model", "backend", "quantization", "device", "reason"],
+    "properties": {
+        "model": _STR,
+        "backend": _OPT_STR,
+        "quantization": _OPT_STR,
+        "device": _STR,
+        "reason": _STR,
+    },
+}
+
 FARM_SCHEMA: Schema = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": FARM_SCHEMA_ID,
@@ -567,6 +580,11 @@ FARM_SCHEMA: Schema = {
         "finished_at": _nullable("string", pattern=_TIMESTAMP),
         "matrix": {"type": "array", "items": {"$ref": "#/$defs/job_key"}},
         "results": {"type": "array", "items": {"$ref": "#/$defs/result"}},
+        # Added in 0.1 (a /1 reader ignores them): jobs of the matrix that cannot
+        # run (skipped before they started, not in `matrix`), and planned jobs
+        # with no result (a lost shard), each with the reason.
+        "skipped": {"type": "array", "items": {"$ref": "#/$defs/not_run"}},
+        "not_run": {"type": "array", "items": {"$ref": "#/$defs/not_run"}},
         "summary": {
             "type": "object",
             "required": ["passed", "failed", "errors", "infrastructure_errors"],
@@ -583,6 +601,7 @@ FARM_SCHEMA: Schema = {
     },
     "$defs": {
         "job_key": _JOB_KEY,
+        "not_run": _NOT_RUN,
         "result": {k: v for k, v in RESULT_SCHEMA.items() if k not in ("$schema", "$id", "$defs")},
         **RESULT_SCHEMA["$defs"],
     },
@@ -656,11 +675,14 @@ def farm_document(
     started_at: str,
     finished_at: str | None,
     matrix: Sequence[JobKey | Mapping[str, str | None]] | None = None,
+    not_run: Sequence[NotRun] = (),
 ) -> JsonObject:
     """The etdeploy.farm/1 document of `results`, as written to farm.json.
 
     `matrix` is the planned jobs (JobKey, or mappings with model, backend,
-    quantization and device); by default the keys of `results`."""
+    quantization and device); by default the keys of `results`. `not_run`: the
+    jobs without a result, listed under "skipped" (cannot run, not planned) or
+    "not_run" (planned, never reported)."""
     import etdeploy
 
     if matrix is None:
@@ -673,5 +695,7 @@ def farm_document(
         "finished_at": finished_at,
         "matrix": planned,
         "results": [r.to_json() for r in results],
+        "skipped": [n.to_json() for n in not_run if n.skipped],
+        "not_run": [n.to_json() for n in not_run if not n.skipped],
         "summary": summarize(results),
     }

@@ -1,5 +1,6 @@
-"""etdeploy.farm.reports: the farm's exit code, and a baseline's regressions in
-the reports and the exit code."""
+"""etdeploy.farm.reports: the farm's exit code, the cells that cannot run in every
+report (and not in the exit code), and a baseline's regressions in the reports and
+the exit code."""
 
 from __future__ import annotations
 
@@ -9,8 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from etdeploy.farm import RESULTS_NAME, exit_code
+from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME, exit_code
+from etdeploy.report import validate_farm
 from tests.support.farm_fixtures import QUICK, farm, lines_of, tiny_result, write_spec
+
+
+def table_rows(output: str) -> list[list[str]]:
+    """The cells of the first line of each row of the farm table (a job name may
+    wrap onto more lines; the device and status columns never do)."""
+    rows = []
+    for line in output.splitlines():
+        cells = [cell.strip() for cell in line.strip("│").split("│")]
+        if line.startswith("│") and len(cells) == 7 and cells[1]:
+            rows.append(cells)
+    return rows
 
 
 def test_exit_codes_rank_a_failed_check_over_bad_input_over_infrastructure() -> None:
@@ -43,7 +56,51 @@ def test_a_slower_run_than_the_baseline_is_a_regression_and_exit_1(tmp_path: Pat
         spec, "--out", tmp_path / "second", "--baseline", baseline, "--junit", tmp_path / "j.xml"
     )
     assert again.exit_code == 1, again.output
-    assert "regression:" in again.output
+    # The regression line names its job, and the job's row does not say pass.
+    assert "regression: digits[xnnpack] on local: median latency" in again.output
+    (row,) = table_rows(again.output)
+    assert row[1:3] == ["local", "REGRESSED"]
+    assert "1 passed, 0 failed, 0 error(s), 1 regression(s)" in again.output
     (case,) = ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
     failure = case.find("failure")
     assert failure is not None and failure.get("type") == "regression"
+
+
+@pytest.mark.slow
+def test_cells_that_cannot_run_are_skipped_in_every_report_and_the_farm_passes(
+    tmp_path: Path,
+) -> None:
+    # int8 crossed with portable: its cell cannot build (the XNNPACK quantizer).
+    spec = write_spec(tmp_path / "n.toml", {"models": ["digits"], "backends": ["xnnpack", "portable"],
+                                            "quantize": ["int8"], "devices": ["local"], **QUICK})  # fmt: skip
+    reports = {"--json": tmp_path / "farm.json", "--junit": tmp_path / "junit.xml",
+               "--html": tmp_path / "report.html"}  # fmt: skip
+    done = farm(spec, "--out", tmp_path / "out", *[a for kv in reports.items() for a in kv])
+    assert done.exit_code == 0, done.output  # every job that can run passed
+    why = "int8 uses the XNNPACK quantizer, which backend portable does not take"
+    # The console: a progress line before anything starts, a table row, the count.
+    assert f"skipped digits[portable+int8] on local: {why}" in done.output
+    assert [row[1:3] for row in table_rows(done.output)] == [
+        ["local", "pass"],
+        ["local", "skipped"],
+    ]
+    assert "1 passed, 0 failed, 0 error(s), 1 skipped" in done.output
+    (ran,) = lines_of(tmp_path / "out" / RESULTS_NAME)  # never started: no result, no worker
+    assert ran["farm"]["key"] == "digits|xnnpack|int8|local"
+
+    doc = json.loads(reports["--json"].read_text())
+    validate_farm(doc)
+    assert doc == json.loads((tmp_path / "out" / FARM_DOC_NAME).read_text())
+    assert doc["skipped"] == [{"model": "digits", "backend": "portable", "quantization": "int8",
+                               "device": "local", "reason": why}]  # fmt: skip
+    assert doc["not_run"] == [] and len(doc["matrix"]) == 1
+
+    suite = ET.parse(reports["--junit"]).getroot().find("testsuite")
+    assert suite is not None and (suite.get("tests"), suite.get("skipped")) == ("2", "1")
+    skipped = [c for c in suite.iter("testcase") if c.find("skipped") is not None]
+    assert [c.get("name") for c in skipped] == ["digits[portable+int8] on local"]
+    assert skipped[0].find("skipped").get("message") == f"skipped: {why}"  # type: ignore[union-attr]
+
+    html = reports["--html"].read_text()
+    assert 'data-status="skipped" data-key="digits[portable+int8] on local"' in html
+    assert f"<td>{why}</td>" in html and "1 skipped</span>" in html

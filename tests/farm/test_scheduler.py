@@ -1,24 +1,31 @@
 """etdeploy.farm.scheduler: whole farms on real transports: devices in parallel,
 retries of infrastructure faults only, jobs in flight taking turns on a device,
-and a cooldown between a device's jobs."""
+a cooldown between a device's jobs, and Ctrl-C in the middle of a farm."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from etdeploy.farm import RESULTS_NAME
+from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME
 from tests.support.farm_fixtures import (
     QUICK,
+    REPO,
     FarmTestbed,
     MiB,
     farm,
     keep_dropping,
     lines_of,
+    wait_for,
+    worker_pids,
     write_spec,
 )
 
@@ -132,3 +139,87 @@ def test_a_cooldown_leaves_the_device_idle_between_its_jobs(tmp_path: Path) -> N
     first, second = sorted((r["device_lock"] for r in lines_of(tmp_path / "out" / RESULTS_NAME)),
                            key=lambda lock: lock["held_from"])  # fmt: skip
     assert second["held_from"] - first["held_to"] >= 2
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line holds `text` (a runner started for a job)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X") and text.encode() in argv:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exits_130(
+    bed: FarmTestbed, tmp_path: Path
+) -> None:
+    from etdeploy.devices.registry import open_device
+    from etdeploy.farm import load_farm_spec
+
+    # local finishes at once; pixel-a runs a job of minutes (portable kernels, a
+    # million iterations) that is still running on the phone when Ctrl-C comes.
+    spec_path = write_spec(
+        tmp_path / "n.toml", {"devices": ["local", "pixel-a"], "retries": 0},
+        bed.device_tables(tmp_path),
+        jobs=[{"model": "digits", "device": "local", **QUICK},
+              {"model": "digits", "backend": "portable", "device": "pixel-a", "warmup": 0,
+               "iterations": 1_000_000, "deadline_s": 900}],
+    )  # fmt: skip
+    out = tmp_path / "out"
+    log = tmp_path / "farm.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "etdeploy", "farm", str(spec_path), "--out", str(out)],
+            stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO,
+        )  # fmt: skip
+    try:
+        results = out / RESULTS_NAME
+        wait_for(lambda: results.is_file() and results.read_text().count("\n") >= 1, 120,
+                 "local's job finished")  # fmt: skip
+
+        def running_on_the_phone() -> list[Path]:
+            return [
+                p for p in out.glob("work/*/worker.log") if "running on pixel-a" in p.read_text()
+            ]
+
+        wait_for(running_on_the_phone, 120, "pixel-a's job running on the phone")
+        (worker_log,) = running_on_the_phone()
+        job_id = worker_log.parent.name
+        on_phone = bed.phone("pixel-a").device_path(f"/data/local/tmp/etdeploy/{job_id}")
+        wait_for(lambda: bool(_processes_naming(job_id)), 30, "the runner started on the phone")
+        assert on_phone.is_dir()
+
+        process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    said = log.read_text()
+    assert code == 130, said
+    assert (
+        f"interrupted: workers stopped and devices released; 1 finished job(s) kept in {results}"
+        in said
+    )
+    assert f"--out {out} --resume" in said and "Traceback" not in said
+
+    # Workers stopped: none left, and the runner on the phone went with its worker.
+    assert worker_pids(out) == [] and _processes_naming(job_id) == []
+    assert worker_log.read_text().rstrip().endswith("stopped by the farm")
+    # The phone released: its job directory cleaned up, its lock free at once.
+    assert not on_phone.exists()
+    spec = load_farm_spec(spec_path)
+    with open_device("pixel-a", spec.config, lock_timeout_s=0.5) as device, device.lock(0.5):
+        pass
+    # What finished is kept, and only that; no report claims the farm finished.
+    (kept,) = lines_of(results)
+    assert kept["device"]["name"] == "local" and kept["status"] == "passed"
+    assert not (out / FARM_DOC_NAME).exists()

@@ -20,7 +20,8 @@ def test_the_matrix_expands_in_spec_order_with_stable_keys(tmp_path: Path) -> No
         "devices": ["local", "pixel8"],
         "iterations": 3,
     }))  # fmt: skip
-    assert len(spec.jobs) == 2 * 2 * 2 * 2
+    # Every cell but portable+int8 (2 models x 2 devices), which cannot build.
+    assert len(spec.jobs) == 2 * 2 * 2 * 2 - 4
     assert [j.key for j in spec.jobs[:4]] == [
         "digits|xnnpack|none|local", "digits|xnnpack|none|pixel8",
         "digits|xnnpack|int8|local", "digits|xnnpack|int8|pixel8",
@@ -29,18 +30,32 @@ def test_the_matrix_expands_in_spec_order_with_stable_keys(tmp_path: Path) -> No
     job = spec.jobs[2].run_job()
     # [farm] over etdeploy run's defaults.
     assert job.quantize == "int8" and job.iterations == 3 and job.warmup == 3
+    assert [c.key for c in spec.skipped[:2]] == [
+        "digits|portable|int8|local", "digits|portable|int8|pixel8",
+    ]  # fmt: skip
+    assert len(spec.skipped) == 4 and not {c.key for c in spec.skipped} & {j.key for j in spec.jobs}
+    assert spec.skipped[0].reason == (
+        "int8 uses the XNNPACK quantizer, which backend portable does not take"
+    )
 
 
 def test_the_example_spec_parses() -> None:
     spec = load_farm_spec(REPO / "tests" / "data" / "farm" / "nightly.toml")
-    # 2 models x 2 backends x 2 quantizations x 3 devices, less two_io's 6 int8 cells.
-    assert len(spec.jobs) == 24 - 6
+    # 2 models x 2 backends x 2 quantizations x 3 devices, less two_io's 6 int8
+    # cells (excluded) and digits' 3 portable+int8 cells (skipped: cannot run).
+    assert len(spec.jobs) == 24 - 6 - 3
+    assert [c.label for c in spec.skipped] == [
+        f"digits[portable+int8] on {device}" for device in ("local", "pixel8", "mac")
+    ]
     pinned = next(j for j in spec.jobs if j.key == "digits|xnnpack|int8|pixel8")
     assert (
         pinned.run_job().iterations == 100 and pinned.job_timeout_s == 1800 and pinned.retries == 2
     )
     two_io = next(j for j in spec.jobs if j.model.endswith("two_io.py:build"))
     assert two_io.run_job().iterations == 20 and two_io.run_job().warmup == 3
+    # Its factory ships no samples: the spec gives real ones, beside it.
+    assert two_io.run_job().inputs == ("samples/two_io/",)
+    assert len(list((spec.path.parent / "samples" / "two_io").glob("*.npz"))) == 4
     assert spec.backoff_s == 5 and spec.lock_timeout_s == 900 and spec.cooldown_s == 30
     assert spec.config.devices["mac"].transport == "ssh"
 
@@ -93,3 +108,55 @@ def test_a_bad_spec_is_exit_2_and_names_the_key(
     assert done.exit_code == 2, done.output
     assert named in done.output and "hint:" in done.output and "Traceback" not in done.output
     assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_a_cell_that_cannot_run_is_skipped_but_an_explicit_one_is_bad_input(
+    tmp_path: Path,
+) -> None:
+    adb = '[devices.pixel8]\ntransport = "adb"\nserial = "X"\n'
+    spec = load_farm_spec(write_spec(tmp_path / "n.toml", {
+        "models": ["digits"], "backends": ["xnnpack", "coreml"], "devices": ["local", "pixel8"],
+    }, extra=adb))  # fmt: skip
+    # Core ML only on Apple OSes: not on an adb phone; "local" is left to its preflight.
+    assert [c.key for c in spec.skipped] == ["digits|coreml|none|pixel8"]
+    assert "Android" in spec.skipped[0].reason
+    assert "digits|coreml|none|local" in {j.key for j in spec.jobs}
+
+    asked = write_spec(tmp_path / "asked.toml", {"devices": ["local"]},
+                       jobs=[{"model": "digits", "backend": "portable", "quantize": "int8"}])  # fmt: skip
+    done = farm(asked, "--out", tmp_path / "out")
+    assert done.exit_code == 2, done.output
+    assert "farm.job[0]: cannot run on local: int8 uses the XNNPACK quantizer" in done.output
+    assert "hint:" in done.output and not (tmp_path / "out").exists()
+
+    nothing = write_spec(tmp_path / "none.toml", {"models": ["digits"], "backends": ["portable"],
+                                                  "quantize": ["int8"], "devices": ["local"]})  # fmt: skip
+    done = farm(nothing, "--out", tmp_path / "out")
+    assert done.exit_code == 2 and "no cell of the matrix can run" in done.output
+
+
+def test_the_skipped_cells_are_the_ones_the_builder_refuses() -> None:
+    """The farm's rule for int8 (etdeploy.farm.checks.cannot_run) against the
+    builder's own check, which raises before any work: the farm must skip
+    exactly the combinations `etdeploy build` refuses."""
+    from etdeploy.builder import BuildOptions, build
+    from etdeploy.builder.backends import get_backend, names
+    from etdeploy.builder.quantize import MODES
+    from etdeploy.config import Config
+    from etdeploy.errors import UsageError
+    from etdeploy.farm.checks import cannot_run
+
+    config = Config()
+    for backend in names():
+        try:
+            get_backend(backend)
+        except UsageError:
+            continue  # not available here: the spec refuses it by name
+        for quant in (None, *MODES):
+            # A model file that does not exist: past the option checks, build fails on it.
+            with pytest.raises(UsageError) as raised:
+                build("no_such_model.py:build", BuildOptions(backend=backend, quantize=quant))
+            refused = "quantizer" in raised.value.message
+            assert refused == (cannot_run(backend, quant, "local", config) is not None), (
+                backend, quant, raised.value.message,
+            )  # fmt: skip

@@ -15,6 +15,7 @@ import pytest
 
 from etdeploy.errors import UsageError
 from etdeploy.farm import RESULTS_NAME, ResultsLog, load_farm_spec, select_shard, shard_of
+from etdeploy.farm.merge import merge_sources
 from tests.support.farm_fixtures import (
     QUICK,
     FarmTestbed,
@@ -129,3 +130,47 @@ def test_a_killed_farm_resumes_without_rerunning_what_finished(
     assert sum("opening pixel-a" in text for text in opened) == 2
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
     assert suite is not None and suite.get("tests") == "2" and suite.get("errors") == "0"
+
+
+@pytest.mark.slow
+def test_resume_with_retry_errors_runs_again_only_the_infrastructure_errors(
+    bed: FarmTestbed, tmp_path: Path
+) -> None:
+    spec = write_spec(
+        tmp_path / "n.toml",
+        {"models": ["digits"], "devices": ["local", "pixel-a"], **QUICK, "retries": 0},
+        bed.device_tables(tmp_path),
+    )  # fmt: skip
+    out = tmp_path / "out"
+    # The phone's link drops in the middle of the push (a Wi-Fi hiccup overnight).
+    bed.phone("pixel-a").faults.drop_after_send_bytes = 1 * MiB
+    first = farm(spec, "--out", out)
+    assert first.exit_code == 3, first.output
+    earlier = lines_of(out / RESULTS_NAME)
+    phone = next(r for r in earlier if r["device"]["name"] == "pixel-a")
+    assert phone["status"] == "error" and phone["error"]["infrastructure"]
+
+    # Plain --resume keeps the error: nothing is run again.
+    again = farm(spec, "--out", out, "--resume")
+    assert again.exit_code == 3, again.output
+    assert again.output.count("done earlier") == 2 and len(lines_of(out / RESULTS_NAME)) == 2
+    without = farm(spec, "--out", out, "--retry-errors")
+    assert without.exit_code == 2 and "--retry-errors goes with --resume" in without.output
+
+    bed.reset()  # the phone is back
+    retried = farm(spec, "--out", out, "--resume", "--retry-errors", "--junit", tmp_path / "j.xml")
+    assert retried.exit_code == 0, retried.output
+    assert "done earlier digits[xnnpack] on local" in retried.output
+    assert (
+        f"rerun digits[xnnpack] on pixel-a (earlier: {phone['error']['message']}" in retried.output
+    )
+    assert "1 from the earlier run, 1 earlier error(s) run again" in retried.output
+    lines = lines_of(out / RESULTS_NAME)
+    # The earlier lines stay as they were (the log is append-only); the new one supersedes.
+    assert lines[:2] == earlier
+    assert (lines[2]["device"]["name"], lines[2]["status"]) == ("pixel-a", "passed")
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    assert suite is not None and (suite.get("tests"), suite.get("errors")) == ("2", "0")
+    # A merge reads the log the same way: one result per job, no duplicate.
+    merged = merge_sources([out])
+    assert [r.status for r in merged.results] == ["passed", "passed"] and not merged.duplicates

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.report.docs import Doc, load_sample
+from tests.report.docs import Doc, load_farm_sample, load_sample
 
 
 @pytest.fixture
@@ -20,3 +20,15 @@ def passed_portable() -> Doc:
 @pytest.fixture
 def infra_error() -> Doc:
     return load_sample("error_runner_timeout")
+
+
+@pytest.fixture
+def passed_int8() -> Doc:
+    """digits[xnnpack+int8]: passed by its error budget, not allclose to float."""
+    return load_farm_sample("passed_xnnpack_int8")
+
+
+@pytest.fixture
+def passed_two_io() -> Doc:
+    """two_io.py:build[xnnpack]: two outputs, judged by allclose."""
+    return load_farm_sample("passed_two_io_xnnpack")

@@ -20,6 +20,9 @@ from typing import Any
 from etdeploy.report import RunResult, validate_result
 
 RESULTS = Path(__file__).resolve().parent.parent / "data" / "results"
+# Results of the example farm spec, with the error budget and thresholds that
+# decided them (tests/data/farm/results/README.md).
+FARM_RESULTS = RESULTS.parent / "farm" / "results"
 
 # A result document as json.loads gives it.
 Doc = dict[str, Any]
@@ -37,6 +40,11 @@ def as_results(docs: Iterable[Doc]) -> list[RunResult]:
 
 def load_sample(name: str) -> Doc:
     doc: Doc = json.loads((RESULTS / f"{name}.json").read_text())
+    return doc
+
+
+def load_farm_sample(name: str) -> Doc:
+    doc: Doc = json.loads((FARM_RESULTS / f"{name}.json").read_text())
     return doc
 
 

@@ -152,6 +152,14 @@ def test_jobs_are_matched_by_key(passed: Doc, infra_error: Doc) -> None:
     assert compare([input_error(infra_error)], [infra_error]) == []
 
 
+def test_a_regression_line_names_its_job(passed: Doc) -> None:
+    baseline = with_latency(passed, _noisy(1.0, 0.01))
+    (found,) = compare([on_device(with_latency(passed, _noisy(3.0, 0.01)), "pixel8")],
+                       [on_device(baseline, "pixel8")])  # fmt: skip
+    assert found.line.startswith("digits[xnnpack] on pixel8: median latency 1")
+    assert found.line == f"{found.key.label}: {found.message}"
+
+
 def test_regression_to_json(passed: Doc) -> None:
     found = compare([scale_error(passed, 1e3)], [passed])
     doc = json.loads(json.dumps([r.to_json() for r in found]))

@@ -1,17 +1,20 @@
-"""The HTML report: self-contained, escaped, and showing the matrix in a real
-browser (headless Chromium), not only in the file's text."""
+"""The HTML report: self-contained, escaped, laid out as a daily page (jobs one
+line each, open where there is something to read; shared tables once), and
+showing the matrix in a real browser (headless Chromium), not only in the file's
+text."""
 
 from __future__ import annotations
 
 import base64
 import json
 import subprocess
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from etdeploy.report import compare_to_baseline, write_html
+from etdeploy.report import JobKey, NotRun, compare_to_baseline, write_html
 from tests.report.docs import (
     Doc,
     as_result,
@@ -80,6 +83,50 @@ class MatrixReader(HTMLParser):
             self.cells[(self._row[0], self._row[1], self.devices[self._column])] = (classes, text)
             self._column += 1
         self._cell = None
+
+
+class JobsReader(HTMLParser):
+    """Each job section (<details class="job ...">) as {data-key: (open, summary
+    text, ids inside it)}."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[str, tuple[bool, str, set[str]]] = {}
+        self._key: str | None = None
+        self._depth = 0
+        self._in_summary = False
+        self._summary: list[str] = []
+        self._open = False
+        self._ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "details" and self._key is None and "job" in (a.get("class") or "").split():
+            self._key, self._depth = a.get("data-key") or "", 0
+            self._open, self._summary, self._ids = "open" in a, [], set()
+        elif self._key is not None:
+            if tag == "details":
+                self._depth += 1
+            if tag == "summary" and self._depth == 0:
+                self._in_summary = True
+            if a.get("id"):
+                self._ids.add(a["id"] or "")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_summary:
+            self._summary.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._key is None:
+            return
+        if tag == "summary":
+            self._in_summary = False
+        elif tag == "details" and self._depth:
+            self._depth -= 1
+        elif tag == "details":
+            text = " ".join("".join(self._summary).split())
+            self.jobs[self._key] = (self._open, text, self._ids)
+            self._key = None
 
 
 def _read(html: str) -> MatrixReader:
@@ -160,7 +207,7 @@ def _check_matrix(reader: MatrixReader) -> None:
     assert len(cells) == 8  # 4 rows (model x backend) x 2 devices
     classes, text = cells[("digits", "xnnpack", "local")]
     assert {"cell", "status-passed", "regressed"} <= classes
-    assert text.startswith("pass 1.52 ms") and "1 regression(s)" in text
+    assert text.startswith("REGRESSED 1.52 ms") and "1 regression(s)" in text  # not "pass"
     # Each of these passed in the baseline, so each is also a regression.
     classes, text = cells[("digits", "xnnpack", "pixel8")]
     assert {"status-error", "infra", "regressed"} <= classes
@@ -263,3 +310,133 @@ def test_a_large_farm_is_capped_in_the_plots(tmp_path: Path, passed: Doc) -> Non
     reader = _read(html)
     assert len(reader.images) == 4 and len(reader.cells) == 400
     assert sum("status-passed" in classes for classes, _ in reader.cells.values()) == 100
+
+
+def test_jobs_are_a_line_each_and_open_where_there_is_something_to_read(
+    tmp_path: Path, passed: Doc, passed_portable: Doc, infra_error: Doc
+) -> None:
+    results, baseline = _farm(passed, passed_portable, infra_error)
+    out = tmp_path / "report.html"
+    write_html(as_results(results), out, baseline=as_results(baseline))
+    html = out.read_text()
+    jobs = JobsReader()
+    jobs.feed(html)
+    summary = {key: (opened, text) for key, (opened, text, _) in jobs.jobs.items()}
+    hostile = "<script>alert('x')</script>[xnnpack] on local"
+    assert summary[hostile][0] is False  # passed, not regressed: collapsed
+    assert summary[hostile][1].startswith(f"pass {hostile} median ")
+    # Failed, errored, and a pass that regressed: open, and the line says why.
+    opened, text = summary["digits[xnnpack] on local"]
+    assert opened and text.startswith("REGRESSED digits[xnnpack] on local latency regression: ")
+    assert "1.02 ms -> 1.52 ms" in text
+    opened, text = summary["digits[portable] on local"]
+    assert opened and text.startswith("FAIL numerics digits[portable] on local max abs error")
+    assert summary["digits[xnnpack] on pixel8"][0] and summary["digits[?] on local"][0]
+    assert summary["digits[?] on local"][1].startswith(
+        "ERROR input digits[?] on local torch.export"
+    )
+    # Each matrix link leads inside its job's section, where following it opens it.
+    reader = _read(html)
+    for position, (_, _, ids) in enumerate(jobs.jobs.values()):
+        assert ids == {f"job-{position}"}
+    assert sorted(link for link in reader.links if link.startswith("#job-")) == sorted(
+        f"#job-{i}" for i in range(len(results))
+    )
+
+
+def test_what_every_job_shares_is_shown_once(tmp_path: Path, passed: Doc) -> None:
+    results = [on_device(passed, device) for device in ("local", "pixel8", "mac", "pixel9")]
+    out = tmp_path / "report.html"
+    write_html(as_results(results), out)
+    html = out.read_text()
+    limits = passed["size"]["verdicts"]
+    # The store-limits table once, a row per limit, each source with the date it was read.
+    assert html.count('id="store-limits"') == 1 and html.count("<table class=store-limits>") == 1
+    for limit in limits:
+        source = escape(f"{limit['source']} ({limit['read_on']})")
+        assert html.count(source) == sum(
+            1
+            for other in limits
+            if (other["source"], other["read_on"]) == (limit["source"], limit["read_on"])
+        )
+    # Each job says in one line how it fits them, and refers to the table.
+    assert html.count(f"fits all {len(limits)} store limits; closest: ") == len(results)
+    assert html.count('<a href="#store-limits">(limits)</a>') == len(results)
+
+
+def test_a_quantized_build_says_why_allclose_fails_it_and_passes(
+    tmp_path: Path, passed_int8: Doc, passed_two_io: Doc
+) -> None:
+    out = tmp_path / "report.html"
+    write_html(as_results([passed_int8, passed_two_io]), out)
+    html = out.read_text()
+    # int8: allclose 0/16 against float, marked and explained by the budget that judged it.
+    assert "<td class=muted>0/16<sup>†</sup></td>" in html
+    assert (
+        "† allclose (atol 0.0001, rtol 0.0001) against the float model is shown for reference "
+        "only: a quantized build is not expected to be that close to float. It is judged by its "
+        "error budget above (quantization: SQNR &gt;= 15 dB;"
+    ) in html
+    assert html.count("<sup>†</sup>") == 2  # the int8 job's column head and cell only
+    # The float build is judged by allclose itself: no mark.
+    assert "<td>4/4</td>" in html
+
+
+def test_jobs_without_a_result_are_in_the_matrix_and_listed_with_why(
+    tmp_path: Path, passed: Doc
+) -> None:
+    why = "int8 uses the XNNPACK quantizer, which backend portable does not take"
+    not_run = [
+        NotRun(JobKey("digits", "portable", "int8", "local"), why, skipped=True),
+        NotRun(
+            JobKey("digits", "xnnpack", None, "pixel8"), "no result: shard 1 of 2 did not report it"
+        ),
+    ]
+    out = tmp_path / "report.html"
+    write_html([as_result(passed)], out, not_run=not_run)
+    html = out.read_text()
+    cells = _read(html).cells
+    classes, text = cells[("digits", "portable+int8", "local")]
+    assert "status-skipped" in classes and text == "skipped cannot run"
+    classes, text = cells[("digits", "xnnpack", "pixel8")]
+    assert "status-not-run" in classes and text == "not run no result"  # not a bare "—"
+    assert "status-missing" in cells[("digits", "portable+int8", "pixel8")][0]  # never planned
+    assert f'<td class="status-skipped">skipped</td><td>{why}</td>' in html
+    assert (
+        '<td class="status-not-run">not run</td><td>no result: shard 1 of 2 did not report it</td>'
+        in html
+    )
+    assert "1 skipped</span>" in html and "1 not run</span>" in html
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium missing")
+def test_sixteen_jobs_fit_in_a_few_screens(
+    tmp_path: Path, passed: Doc, passed_portable: Doc, passed_int8: Doc, passed_two_io: Doc
+) -> None:
+    from PIL import Image
+
+    # A nightly page: 4 builds x 4 phones, all passed (the daily case), one not run.
+    devices = ("local", "pixel8", "pixel9", "mac")
+    docs = [on_device(doc, d) for doc in (passed, passed_portable, passed_int8, passed_two_io)
+            for d in devices]  # fmt: skip
+    out = tmp_path / "report.html"
+    write_html(
+        as_results(docs),
+        out,
+        not_run=[NotRun(JobKey("digits", "xnnpack", None, "s24"), "no result")],
+    )
+    shot = tmp_path / "page.png"
+    run = _chromium(tmp_path, "--hide-scrollbars", "--window-size=1280,12000", f"--screenshot={shot}",
+                    out.as_uri())  # fmt: skip
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    image = Image.open(shot).convert("RGB")
+    pixels = image.load()
+    width, height = image.size
+    last = max(
+        y
+        for y in range(0, height, 4)
+        if any(pixels[x, y] != (255, 255, 255) for x in range(0, width, 8))
+    )
+    # The whole page, plots included, in a few screens (every job expanded, as it
+    # was, ran past 16,000 px); collapsed jobs are a line each.
+    assert 2000 < last < 5000, last

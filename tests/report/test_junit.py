@@ -6,7 +6,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from etdeploy.report import Regression, job_key, write_junit
+from etdeploy.report import JobKey, NotRun, Regression, job_key, write_junit
 from tests.report.docs import (
     Doc,
     as_result,
@@ -32,6 +32,7 @@ def _check_structure(root: ET.Element) -> None:
         assert int(suite.get("tests")) == len(cases)
         assert int(suite.get("failures")) == sum(len(c.findall("failure")) for c in cases)
         assert int(suite.get("errors")) == sum(len(c.findall("error")) for c in cases)
+        assert int(suite.get("skipped")) == sum(len(c.findall("skipped")) for c in cases)
         assert float(suite.get("time")) >= 0
         assert suite[0].tag == "properties"
         assert [child.tag for child in suite][-2:] == ["system-out", "system-err"]
@@ -44,7 +45,7 @@ def _check_structure(root: ET.Element) -> None:
             assert order == sorted(
                 order, key=["failure", "error", "skipped", "system-out", "system-err"].index
             )
-    for attr in ("tests", "failures", "errors"):
+    for attr in ("tests", "failures", "errors", "skipped"):
         assert int(root.get(attr)) == sum(int(s.get(attr)) for s in suites)
 
 
@@ -144,6 +145,36 @@ def test_regressions_fail_a_passing_job(tmp_path: Path, passed: Doc, passed_port
     assert second.find("failure").get("type") == "numerics"
     assert "regression (sqnr)" in second.find("failure").text
     assert root.get("failures") == "2"
+
+
+def test_jobs_without_a_result_are_skipped_testcases_with_the_reason(
+    tmp_path: Path, passed: Doc
+) -> None:
+    not_run = [
+        NotRun(JobKey("digits", "portable", "int8", "local"),
+               "int8 uses the XNNPACK quantizer, which backend portable does not take", skipped=True),
+        NotRun(JobKey("digits", "xnnpack", None, "pixel8"),
+               "no result: shard 1 of 2 did not report it"),
+    ]  # fmt: skip
+    out = tmp_path / "junit.xml"
+    write_junit([as_result(passed)], out, not_run=not_run)
+    root = ET.parse(out).getroot()
+    _check_structure(root)
+    assert (root.get("tests"), root.get("skipped"), root.get("failures"), root.get("errors")) == (
+        "3", "2", "0", "0",
+    )  # fmt: skip
+    _ran, cannot, lost = root.findall("testsuite/testcase")
+    assert (cannot.get("classname"), cannot.get("name")) == (
+        "digits",
+        "digits[portable+int8] on local",
+    )
+    assert cannot.find("skipped").get("message") == (
+        "skipped: int8 uses the XNNPACK quantizer, which backend portable does not take"
+    )
+    assert lost.get("name") == "digits[xnnpack] on pixel8" and lost.get("time") == "0.000"
+    assert (
+        lost.find("skipped").get("message") == "not run: no result: shard 1 of 2 did not report it"
+    )
 
 
 def test_atomic_and_replaces(tmp_path: Path, passed: Doc) -> None:

@@ -14,6 +14,8 @@ from etdeploy.errors import UsageError
 from etdeploy.report import (
     FARM_SCHEMA,
     RESULT_SCHEMA,
+    JobKey,
+    NotRun,
     farm_document,
     job_key,
     summarize,
@@ -170,4 +172,22 @@ def test_farm_results_are_checked_as_results(passed: Doc) -> None:
     doc = farm_document([as_result(passed)], started_at="2026-12-03T08:05:00Z", finished_at=None)
     del doc["matrix"][0]["device"]
     with pytest.raises(UsageError, match=r"matrix\[0\].device: is missing"):
+        validate_farm(doc)
+
+
+def test_jobs_without_a_result_are_listed_with_their_reason(passed: Doc) -> None:
+    cannot = NotRun(JobKey("digits", "portable", "int8", "local"), "no quantizer", skipped=True)
+    lost = NotRun(JobKey("digits", "xnnpack", None, "pixel8"), "no result: shard 1 of 2")
+    doc = farm_document([as_result(passed)], started_at="2026-12-03T08:05:00Z", finished_at=None,
+                        not_run=[cannot, lost])  # fmt: skip
+    validate_farm(json.loads(json.dumps(doc)))
+    assert doc["skipped"] == [{"model": "digits", "backend": "portable", "quantization": "int8",
+                               "device": "local", "reason": "no quantizer"}]  # fmt: skip
+    assert doc["not_run"] == [{**lost.key.to_json(), "reason": "no result: shard 1 of 2"}]
+    assert [NotRun.from_json(d, skipped=True) for d in doc["skipped"]] == [cannot]
+    # Additions to /1: a document without them is still valid; a listed job needs its reason.
+    del doc["skipped"], doc["not_run"]
+    validate_farm(doc)
+    doc["skipped"] = [{**cannot.key.to_json()}]
+    with pytest.raises(UsageError, match=r"skipped\[0\].reason: is missing"):
         validate_farm(doc)
