@@ -222,15 +222,20 @@ def with_global_flags(fn: F) -> Callable[..., Any]:
 
 
 def command(
-    name: str | None = None, *, examples: Sequence[str] = (), **kwargs: Any
+    name: str | None = None,
+    *,
+    examples: Sequence[str] = (),
+    group: typer.Typer | None = None,
+    **kwargs: Any,
 ) -> Callable[[F], F]:
-    """Register a command: global flags after the subcommand too, examples in its
-    help, and EtdeployErrors as one line + exit code."""
+    """Register a command (of `group`, a subcommand group such as `farm`; else
+    top-level): global flags after the subcommand too, examples in its help, and
+    EtdeployErrors as one line + exit code."""
 
     def decorate(fn: F) -> F:
         if examples:
             kwargs.setdefault("epilog", examples_epilog(examples))
-        app.command(name, **kwargs)(with_global_flags(fn))
+        (group or app).command(name, **kwargs)(with_global_flags(fn))
         return fn
 
     return decorate

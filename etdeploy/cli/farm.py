@@ -13,7 +13,6 @@ imports it if needed).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from etdeploy.cli._app import app, console, err_console, format_ms, render_error
+from etdeploy.cli._app import app, command, console, err_console, format_ms
 from etdeploy.errors import EXIT_OK, EtdeployError, UsageError
 
 if TYPE_CHECKING:
@@ -56,42 +55,29 @@ farm_app = typer.Typer(
 app.add_typer(farm_app, name="farm")
 
 
-def _farm_command(name: str) -> Callable[[F], F]:
-    """A `farm` subcommand whose EtdeployErrors become one line + exit code (as
-    etdeploy.cli._app.command does for top-level commands)."""
-
-    def decorate(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kw: Any) -> Any:
-            try:
-                return fn(*args, **kw)
-            except EtdeployError as exc:
-                render_error(exc)
-                raise typer.Exit(exc.exit_code) from None
-            except KeyboardInterrupt:
-                err_console.print("[bold red]interrupted[/]")
-                raise typer.Exit(130) from None
-
-        farm_app.command(name)(wrapper)
-        return fn
-
-    return decorate
-
-
-@_farm_command("run")
+@command(
+    "run",
+    group=farm_app,
+    examples=(
+        "etdeploy farm nightly.toml --junit out.xml --html report.html",
+        'etdeploy farm nightly.toml -k "int8 and not pixel8"',
+        "etdeploy farm nightly.toml --shard-index 1 --shard-count 4",
+        "etdeploy farm nightly.toml --resume --retry-errors",
+    ),
+)
 def farm_run_command(
     spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec: its farm matrix and devices.NAME tables."),
-    out: Path = typer.Option(None, "--out", "-o", help="Folder for results.jsonl, farm.json and worker logs (default: SPEC-out)."),
-    json_path: Path = typer.Option(None, "--json", help="Also write the farm document (etdeploy.farm/1) here."),
-    junit_path: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per job; skipped cells as skipped testcases)."),
-    html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
-    baseline: Path = typer.Option(None, "--baseline", help="A previous run's results (farm.json or results.jsonl) to compare with."),
+    out: Path = typer.Option(None, "--out", "-o", metavar="DIR", help="Folder for results.jsonl, farm.json and worker logs (default: SPEC-out)."),
+    json_path: Path = typer.Option(None, "--json", metavar="PATH", help="Also write the farm document (etdeploy.farm/1) here."),
+    junit_path: Path = typer.Option(None, "--junit", metavar="PATH", help="Write JUnit XML here (one testcase per job; skipped cells as skipped testcases)."),
+    html_path: Path = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here."),
+    baseline: Path = typer.Option(None, "--baseline", metavar="PATH", help="A previous run's results (farm.json or results.jsonl) to compare with."),
     keyword: str = typer.Option(None, "-k", metavar="EXPR", help='Run only the jobs whose names match EXPR, as pytest -k: words that are parts of a job\'s name or key (int8, pixel8, "none" for float builds) joined by and, or, not and parentheses, e.g. -k "int8 and not pixel8".'),
-    shard_index: int = typer.Option(None, "--shard-index", min=0, help="Run only this shard (0-based) of the matrix."),
-    shard_count: int = typer.Option(None, "--shard-count", min=1, help="How many shards the matrix is split into."),
+    shard_index: int = typer.Option(None, "--shard-index", min=0, metavar="N", help="Run only this shard (0-based) of the matrix."),
+    shard_count: int = typer.Option(None, "--shard-count", min=1, metavar="N", help="How many shards the matrix is split into."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out: skip the jobs that finished."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: also run again the jobs whose earlier result was an infrastructure error."),
-    jobs_per_device: int = typer.Option(None, "--jobs-per-device", min=1, help="Jobs in flight per device (default 1; the device lock still runs one at a time, the rest build and stage meanwhile)."),
+    jobs_per_device: int = typer.Option(None, "--jobs-per-device", min=1, metavar="N", help="Jobs in flight per device (default 1; the device lock still runs one at a time, the rest build and stage meanwhile)."),
 ) -> None:  # fmt: skip
     """Run every model x backend x quantization x device job of SPEC.toml.
 
@@ -341,15 +327,19 @@ def _shard_title(shard: tuple[int, int]) -> str:
 # -- merge -------------------------------------------------------------------------------
 
 
-@_farm_command("merge")
+@command(
+    "merge",
+    group=farm_app,
+    examples=("etdeploy farm merge out-0 out-1 out-2 out-3 --spec nightly.toml --out merged",),
+)
 def farm_merge_command(
     sources: list[Path] = typer.Argument(..., metavar="OUT...", help="The --out folders of the shards (or their results.jsonl / farm.json)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the merged results.jsonl and farm.json."),
-    spec_path: Path = typer.Option(None, "--spec", help="The farm spec the shards ran: its whole matrix is the plan, so a shard that never reported shows as jobs not run."),
-    json_path: Path = typer.Option(None, "--json", help="Also write the merged farm document (etdeploy.farm/1) here."),
-    junit_path: Path = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per job; jobs not run are skipped testcases)."),
-    html_path: Path = typer.Option(None, "--html", help="Write a self-contained HTML report here."),
-    baseline: Path = typer.Option(None, "--baseline", help="A previous run's results (farm.json or results.jsonl) to compare with."),
+    out: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder for the merged results.jsonl and farm.json."),
+    spec_path: Path = typer.Option(None, "--spec", metavar="SPEC.toml", help="The farm spec the shards ran: its whole matrix is the plan, so a shard that never reported shows as jobs not run."),
+    json_path: Path = typer.Option(None, "--json", metavar="PATH", help="Also write the merged farm document (etdeploy.farm/1) here."),
+    junit_path: Path = typer.Option(None, "--junit", metavar="PATH", help="Write JUnit XML here (one testcase per job; jobs not run are skipped testcases)."),
+    html_path: Path = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here."),
+    baseline: Path = typer.Option(None, "--baseline", metavar="PATH", help="A previous run's results (farm.json or results.jsonl) to compare with."),
 ) -> None:  # fmt: skip
     """Merge the results of a farm's shards (or hosts) into one farm.json and reports.
 
@@ -416,12 +406,16 @@ def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Regression]
 # -- export ------------------------------------------------------------------------------
 
 
-@_farm_command("export")
+@command(
+    "export",
+    group=farm_app,
+    examples=("etdeploy farm export aws-device-farm nightly.toml --device pixel8 --out df/",),
+)
 def farm_export_command(
     target: str = typer.Argument(..., metavar="TARGET", help="Where to: aws-device-farm."),
     spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec to export."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the test spec, the test package and its zip."),
-    device: str = typer.Option(None, "--device", help="The spec's device whose jobs run on each Device Farm phone (default: its only adb device)."),
+    out: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder for the test spec, the test package and its zip."),
+    device: str = typer.Option(None, "--device", metavar="NAME", help="The spec's device whose jobs run on each Device Farm phone (default: its only adb device)."),
 ) -> None:  # fmt: skip
     """Write what a device-farm service needs to run SPEC.toml's jobs on its hosts.
 
