@@ -31,6 +31,7 @@ from etdeploy.report.html_format import (
     regression_value,
     size,
 )
+from etdeploy.report.html_localization import localization_block
 from etdeploy.report.plots import Job
 from etdeploy.report.result import Latency, RunResult, SizeSummary, Verdict
 
@@ -91,6 +92,9 @@ def job_section(job: Job, regressions: list[Regression], base: RunResult | None)
     out.append("</div>")
     if result.verdict is not None:
         out.append(_verdict_block(result.verdict))
+    if result.localization is not None:
+
+        out.append(localization_block(result.localization))
     host = result.host_check
     if host is not None:
         out.append("<h4>Host check (executorch's Python runtime on this machine)</h4><ul>")

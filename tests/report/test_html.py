@@ -440,3 +440,21 @@ def test_sixteen_jobs_fit_in_a_few_screens(
     # The whole page, plots included, in a few screens (every job expanded, as it
     # was, ran past 16,000 px); collapsed jobs are a line each.
     assert 2000 < last < 5000, last
+
+
+def test_a_localized_job_shows_its_taps_with_the_first_divergence_marked(tmp_path: Path) -> None:
+    from tests.report.docs import load_sample
+
+    doc = load_sample("localized_portable")
+    out = tmp_path / "report.html"
+    write_html(as_results([doc]), out)
+    html = out.read_text()
+    assert "<h4>Localization</h4>" in html
+    first = doc["localization"]["first_divergence"]
+    assert first["op"] == "layer_norm" and first["module"] == "norm"
+    # Its row, and only its row, is the first divergence; the taps after it carry it.
+    assert html.count("FIRST DIVERGENCE") == 1
+    row = html[html.index("FIRST DIVERGENCE") - 700 : html.index("FIRST DIVERGENCE")]
+    assert "<td>layer_norm</td>" in row and "<td>norm</td>" in row
+    assert html.count("<td>carried</td>") == 3
+    assert f"first divergence</b>: layer_norm in norm at <code>{first['source']}</code>" in html
