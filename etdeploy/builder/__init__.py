@@ -82,6 +82,17 @@ class BuildResult:
         return data_file_of(self.pte, self.manifest)
 
 
+def unsupported(backend: str, quantize: str | None, external_weights: bool = False) -> str | None:
+    """Why `backend` cannot be built with these options, whatever the model; None
+    when it can. The farm skips such a cell of its matrix with this reason."""
+    if quantize is not None and backend != "xnnpack":
+        # int8 and int8-dynamic are PT2E with the XNNPACK quantizer (builder.quantize).
+        return f"{quantize} uses the XNNPACK quantizer, which backend {backend} does not take"
+    if external_weights and backend not in EXTERNAL_WEIGHT_BACKENDS:
+        return f"backend {backend} keeps its weights inside its own blobs"
+    return None
+
+
 def data_path(pte: Path) -> Path:
     """Where a .pte's external data sits: beside it, model.pte -> model.ptd."""
     return pte.with_suffix(".ptd")
@@ -191,14 +202,11 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
     backend = get_backend(options.backend)  # bad names fail before any work
     if options.quantize not in (None, "int8", "int8-dynamic"):
         raise UsageError(f"unknown quantization {options.quantize!r}", "use int8 or int8-dynamic")
-    if options.quantize and backend.name != "xnnpack":
+    if options.quantize and (why := unsupported(backend.name, options.quantize)):
+        raise UsageError(f"--quantize {why}", "use --backend xnnpack with --quantize")
+    if options.external_weights and (why := unsupported(backend.name, None, True)):
         raise UsageError(
-            f"--quantize {options.quantize} uses the XNNPACK quantizer; backend {backend.name} does not take it",
-            "use --backend xnnpack with --quantize",
-        )
-    if options.external_weights and backend.name not in EXTERNAL_WEIGHT_BACKENDS:
-        raise UsageError(
-            f"--external-weights: backend {backend.name} keeps its weights inside its own blobs",
+            f"--external-weights: {why}",
             f"use --backend {' or '.join(EXTERNAL_WEIGHT_BACKENDS)} with --external-weights",
         )
     dynamic = parse_dynamic(options.dynamic)

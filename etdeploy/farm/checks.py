@@ -96,10 +96,12 @@ def cannot_run(backend: str, quant: str | None, device: str, config: Config) -> 
     per device. What depends on the device's runner (a kernel or delegate it
     lacks) is left to the job's preflight.
     """
-    # The builder's own rule (etdeploy.builder.build): int8 and int8-dynamic use
-    # the XNNPACK quantizer, which only the xnnpack backend takes.
-    if quant is not None and backend != "xnnpack":
-        return f"{quant} uses the XNNPACK quantizer, which backend {backend} does not take"
+    from etdeploy.builder import unsupported
+
+    # The builder's own rule, so the farm skips exactly what a build would refuse.
+    reason = unsupported(backend, quant)
+    if reason is not None:
+        return reason
     # Core ML exists only on Apple's OSes; an adb device is an Android phone.
     table = config.devices.get(device)
     if backend == "coreml" and table is not None and table.transport == "adb":

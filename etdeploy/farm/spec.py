@@ -91,6 +91,19 @@ JOB_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
     "host_check": bool,
     "runner": str,
     "profile": bool,
+    "external_weights": bool,
+    # How outputs are judged ("NAME=KIND"; [verify] of the spec sets the defaults).
+    "output_kinds": list,
+    "min_sqnr_db": NUMBER,
+    "min_top1": NUMBER,
+    "min_cosine": NUMBER,
+    "max_abs_error": NUMBER,
+    "quant_steps": NUMBER,
+    # run --localize per job (the budget "64MB" or bytes).
+    "localize": bool,
+    "localize_samples": int,
+    "localize_budget": (str, int),
+    "localize_module": str,
     "job_timeout_s": NUMBER,
     "retries": int,
 }
@@ -122,7 +135,7 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     **JOB_SETTING_TYPES,
 }
 _EXCLUDE_KEYS = ("model", "backend", "quantize", "device")
-_SECTIONS = ("farm", "build", "run", "devices", "limits", "sizecheck")
+_SECTIONS = ("farm", "build", "run", "verify", "devices", "limits", "sizecheck")
 
 
 def job_key(model: str, backend: str, quantize: str | None, device: str) -> str:
@@ -357,7 +370,12 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
 def _base_settings(config: Config) -> dict[str, Any]:
     """[run] and [build] of the spec over etdeploy run's defaults (the same merge
     `etdeploy run` makes), as job settings."""
-    return {k: v for k, v in run_settings(config).items() if k in JOB_SETTING_TYPES}
+    # localize_budget_bytes: [run] localize_budget, parsed by run_settings.
+    return {
+        k: v
+        for k, v in run_settings(config).items()
+        if k in JOB_SETTING_TYPES or k == "localize_budget_bytes"
+    }
 
 
 def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[str, dict[str, Any]]:
@@ -448,7 +466,7 @@ def _make_job(
     """A job with its merged settings typed as RunJob takes them; RunJob's own
     checks run here, so a bad value fails the spec, named where it was written."""
     run_settings = {k: v for k, v in settings.items() if k not in ("job_timeout_s", "retries")}
-    for key in ("inputs", "calibration", "dynamic"):
+    for key in ("inputs", "calibration", "dynamic", "output_kinds"):
         if key in run_settings:
             items = run_settings[key]
             for i, item in enumerate(items):
@@ -456,9 +474,17 @@ def _make_job(
             run_settings[key] = tuple(items)
     if "runner" in run_settings:
         run_settings["runner"] = Path(run_settings["runner"])
-    for key in ("deadline_s", "idle_timeout_s", "atol", "rtol"):
+    numbers = ("deadline_s", "idle_timeout_s", "atol", "rtol", "min_sqnr_db", "min_top1",
+               "min_cosine", "max_abs_error", "quant_steps")  # fmt: skip
+    for key in numbers:
         if key in run_settings:
             run_settings[key] = float(run_settings[key])
+    if "localize_budget" in run_settings:
+        from etdeploy.sizecheck.limits import parse_size
+
+        run_settings["localize_budget_bytes"] = parse_size(
+            run_settings.pop("localize_budget"), what=f"{label}: {where}.localize_budget"
+        )
     timeout = float(settings.get("job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
     retries = int(settings.get("retries", DEFAULT_RETRIES))
     job = FarmJob(model, backend, quant, device, run_settings, timeout, retries)

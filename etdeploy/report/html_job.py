@@ -93,7 +93,6 @@ def job_section(job: Job, regressions: list[Regression], base: RunResult | None)
     if result.verdict is not None:
         out.append(_verdict_block(result.verdict))
     if result.localization is not None:
-
         out.append(localization_block(result.localization))
     host = result.host_check
     if host is not None:
