@@ -23,7 +23,7 @@ from etdeploy.cli._app import (
 )
 
 if TYPE_CHECKING:
-    from etdeploy.devices.registry import AdbServerState, DeviceRow
+    from etdeploy.devices.listing import AdbServerState, DeviceRow
 
 # The JSON document's schema name; bump the number when a field changes meaning.
 SCHEMA = "etdeploy.devices/1"
@@ -50,7 +50,7 @@ def devices_command(
     """
     from etdeploy.cli._feedback import Feedback
     from etdeploy.config import load_config
-    from etdeploy.devices.registry import survey_devices
+    from etdeploy.devices.listing import survey_devices
 
     check_json_target(json_out)
     config = load_config(config_path)

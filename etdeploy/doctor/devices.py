@@ -25,7 +25,8 @@ def adb_checks(config: Config, *, adb_host: str | None, adb_port: int | None) ->
     """The adb binary, and every adb server a device sits behind (the default one
     and each configured device's). A server is asked for its version, never started."""
     from etdeploy.devices.adb import connect_server
-    from etdeploy.devices.registry import PROBE_TIMEOUT_S, adb_settings
+    from etdeploy.devices.listing import PROBE_TIMEOUT_S
+    from etdeploy.devices.registry import adb_settings
 
     checks = [_adb_binary()]
     wanted_by: dict[tuple[str, int], list[str]] = {}
@@ -101,7 +102,7 @@ def _adb_binary() -> Check:
 
 def device_checks(config: Config, *, adb_host: str | None, adb_port: int | None) -> list[Check]:
     """One row per device `--device` can name, then one per reachable device's runner."""
-    from etdeploy.devices.registry import describe_devices
+    from etdeploy.devices.listing import describe_devices
 
     checks: list[Check] = []
     runner_checks: list[Check] = []

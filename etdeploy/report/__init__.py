@@ -22,7 +22,8 @@ from etdeploy.errors import UsageError
 
 if TYPE_CHECKING:
     from etdeploy.report.baseline import Regression, compare_to_baseline
-    from etdeploy.report.common import JobKey, NotRun, job_key
+    from etdeploy.report.common import JobKey, NotRun, job_key, summarize
+    from etdeploy.report.farm_document import farm_document
     from etdeploy.report.html import write_html
     from etdeploy.report.junit import write_junit
     from etdeploy.report.record import JsonObject
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
         FARM_SCHEMA,
         FARM_SCHEMA_ID,
         RESULT_SCHEMA,
-        farm_document,
-        summarize,
         validate_farm,
         validate_result,
     )
@@ -46,7 +45,7 @@ _EXPORTS = {
     "write_html": "html", "write_junit": "junit",
     "RESULT_SCHEMA_ID": "result", "RunResult": "result",
     "FARM_SCHEMA": "schema", "FARM_SCHEMA_ID": "schema", "RESULT_SCHEMA": "schema",
-    "farm_document": "schema", "summarize": "schema",
+    "farm_document": "farm_document", "summarize": "common",
     "validate_farm": "schema", "validate_result": "schema",
 }  # fmt: skip
 

@@ -6,7 +6,7 @@ Kept free of heavy imports: the CLI imports the report package on every start.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, TypeVar
 
@@ -169,3 +169,25 @@ def budget_lines(verdict: Verdict | None) -> list[str]:
             f"budget: {stage.stage} ({stage.measured}): {', '.join(numbers)}; {mark} ({stage.limit})"
         )
     return lines
+
+
+def summarize(results: Sequence[RunResult]) -> dict[str, int]:
+    """Counts by status. `errors` counts every status "error"; `infrastructure_errors`
+    is the part of them that a device, transport or runner caused (exit code 3)."""
+    summary = {
+        "total": len(results),
+        "passed": 0,
+        "failed": 0,
+        "errors": 0,
+        "infrastructure_errors": 0,
+    }
+    for result in results:
+        if result.status == "passed":
+            summary["passed"] += 1
+        elif result.status == "failed":
+            summary["failed"] += 1
+        else:
+            summary["errors"] += 1
+            if result.is_infrastructure:
+                summary["infrastructure_errors"] += 1
+    return summary

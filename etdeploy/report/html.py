@@ -18,12 +18,11 @@ from pathlib import Path
 
 from etdeploy.atomic import atomic_write
 from etdeploy.report.baseline import Regression, compare_to_baseline
-from etdeploy.report.common import JobKey, NotRun, failure_kind, job_key, unique
+from etdeploy.report.common import JobKey, NotRun, failure_kind, job_key, summarize, unique
 from etdeploy.report.html_format import count, e, num, regression_value, size
 from etdeploy.report.html_job import job_section, status_class, status_label
 from etdeploy.report.plots import Job, plots_html
 from etdeploy.report.result import RunResult, SizeVerdict
-from etdeploy.report.schema import summarize
 
 _CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px;

@@ -15,11 +15,12 @@ import pytest
 
 from etdeploy import config as config_module
 from etdeploy.config import Config, load_config
-from etdeploy.devices import registry
+from etdeploy.devices import listing
 from etdeploy.devices.adb import AdbDevice
 from etdeploy.devices.base import DeviceInfo
+from etdeploy.devices.listing import describe_devices
 from etdeploy.devices.local import LocalDevice
-from etdeploy.devices.registry import TRANSPORTS, check_runner_abi, describe_devices, open_device
+from etdeploy.devices.registry import TRANSPORTS, check_runner_abi, open_device
 from etdeploy.devices.simulator import SimulatorDevice
 from etdeploy.devices.ssh import SshDevice
 from etdeploy.errors import DeviceError, UsageError
@@ -382,12 +383,12 @@ def test_describe_lists_local_configured_and_attached_devices(
 def test_the_survey_says_each_server_answered_and_how_many_phones_it_has(
     phones: AdbTestbed, no_ambient_adb: int
 ) -> None:
-    survey = registry.survey_devices(Config(), **at(phones))  # type: ignore[arg-type]
+    survey = listing.survey_devices(Config(), **at(phones))  # type: ignore[arg-type]
     (server,) = survey.adb_servers
     assert (server.server, server.answered, server.started, server.phones) == (
         f"127.0.0.1:{phones.server.port}", True, False, 3,
     )  # fmt: skip
-    elsewhere = registry.survey_devices(Config(), adb_host=NOWHERE_HOST, adb_port=no_ambient_adb)
+    elsewhere = listing.survey_devices(Config(), adb_host=NOWHERE_HOST, adb_port=no_ambient_adb)
     assert [s.to_json() for s in elsewhere.adb_servers] == [{
         "server": f"{NOWHERE_HOST}:{no_ambient_adb}", "answered": False, "started": False,
         "phones": 0,
@@ -416,7 +417,7 @@ def test_describe_does_not_wait_long_for_a_host_that_never_answers(
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
-    monkeypatch.setattr(registry, "PROBE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(listing, "PROBE_TIMEOUT_S", 1.0)
     table = {"transport": "ssh", "host": "127.0.0.1", "port": silent.getsockname()[1],
              "banner_timeout_s": 120, "connect_timeout_s": 120, "ssh_config": str(tmp_path / "none")}  # fmt: skip
     cfg = load_config(write_config(tmp_path / "etdeploy.toml", {"hung": table}))
