@@ -2,7 +2,7 @@
 
 Two runners speak it. Ours (android_harness/, flavor "etdeploy") takes
 upstream executor_runner's flags plus `--warmup`, `--result_json` and
-`--describe` (what it can run, for preflight); upstream's
+`--describe` (what it can run, for preflight: runner_describe.py); upstream's
 (flavor "upstream") takes only its own flags, so its warm-up runs are folded into
 the timed loop and dropped again when the log is read, and shapes come from the
 reference instead of a result document.
@@ -31,9 +31,6 @@ FLAVORS = ("etdeploy", "upstream")
 # The schema tag our runner writes at the top of --result_json
 # (android_harness/etdeploy_runner.cpp).
 RESULT_SCHEMA = "etdeploy.runner_result/1"
-
-# The schema tag of our runner's --describe document (android_harness/src/describe.cpp).
-DESCRIBE_SCHEMA = "etdeploy.runner_describe/1"
 
 
 @dataclass(frozen=True)
@@ -342,101 +339,6 @@ def result_from_log(log: RunnerLog | str, invocation: RunnerInvocation) -> Runne
         iterations_ms=parsed.iterations_ms[skipped:],
         warmup=invocation.warmup,
         etdump_path=invocation.etdump_path,
-    )
-
-
-# --- the runner's self-description (--describe) ----------------------------------
-
-
-@dataclass(frozen=True)
-class RunnerDescription:
-    """What a runner can run, from its --describe document: the ExecuTorch it was
-    built against, its operator registry and its registered backends."""
-
-    runner_version: str
-    executorch_version: str
-    kind: str  # host, android-ndk, cross-linux, ...
-    abi: str
-    kernel_libraries: tuple[str, ...]
-    backend_libraries: tuple[str, ...]
-    # Operator ("aten::add.out") -> its kernels' keys; None is a fallback kernel,
-    # which serves any dtype; a key ("v1/6;0,1|6;0,1") serves only those dtypes
-    # and dim orders (runtime/kernel/operator_registry.h).
-    kernels: dict[str, frozenset[str | None]]
-    backends: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        """The --describe document this was read from (its schema)."""
-        return {
-            "schema": DESCRIBE_SCHEMA,
-            "runner_version": self.runner_version,
-            "executorch_version": self.executorch_version,
-            "bundle": {
-                "kind": self.kind,
-                "abi": self.abi,
-                "kernel_libraries": list(self.kernel_libraries),
-                "backend_libraries": list(self.backend_libraries),
-            },
-            "kernels": [
-                {"op": op, "key": key}
-                for op in sorted(self.kernels)
-                for key in sorted(self.kernels[op], key=lambda k: (k is not None, k or ""))
-            ],
-            "backends": list(self.backends),
-        }
-
-
-def describe_argv(executable: str | PurePath) -> list[str]:
-    return [_path_text(executable), "--describe"]
-
-
-# A runner that does not know --describe: ours before it (our flag parser) or
-# upstream's executor_runner (gflags: "ERROR: unknown command line flag 'describe'").
-_NO_DESCRIBE = re.compile(r"unknown (?:command line )?flag '?-{0,2}describe")
-
-
-def describe_unsupported(stdout: str, stderr: str) -> bool:
-    """Whether a failed --describe means the runner lacks the flag (not that it broke)."""
-    return _NO_DESCRIBE.search(f"{stdout}\n{stderr}") is not None
-
-
-def _bad_description(problem: str) -> RunnerError:
-    return RunnerError(
-        f"runner --describe output is not usable: {problem}",
-        "the runner and etdeploy disagree on the describe format; rebuild the runner "
-        "with `etdeploy runner build --rebuild`",
-    )
-
-
-def parse_describe(text: str | bytes | dict[str, Any]) -> RunnerDescription:
-    """Read our runner's --describe document (the JSON on its stdout, or parsed)."""
-    try:
-        raw = text if isinstance(text, dict) else json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _bad_description(f"not JSON ({exc})") from exc
-    if not isinstance(raw, dict) or raw.get("schema") != DESCRIBE_SCHEMA:
-        schema = raw.get("schema") if isinstance(raw, dict) else None
-        raise _bad_description(f"schema is {schema!r}, expected {DESCRIBE_SCHEMA!r}")
-    bundle = raw.get("bundle") if isinstance(raw.get("bundle"), dict) else {}
-    entries = raw.get("kernels")
-    backends = raw.get("backends")
-    if not isinstance(entries, list) or not isinstance(backends, list):
-        raise _bad_description("kernels and backends must be lists")
-    kernels: dict[str, set[str | None]] = {}
-    for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("op"), str):
-            raise _bad_description(f"a kernel entry has no operator name: {entry!r}")
-        key = entry.get("key")
-        kernels.setdefault(entry["op"], set()).add(key if isinstance(key, str) else None)
-    return RunnerDescription(
-        runner_version=str(raw.get("runner_version", "")),
-        executorch_version=str(raw.get("executorch_version", "")),
-        kind=str(bundle.get("kind", "")),
-        abi=str(bundle.get("abi", "")),
-        kernel_libraries=tuple(str(x) for x in bundle.get("kernel_libraries", ())),
-        backend_libraries=tuple(str(x) for x in bundle.get("backend_libraries", ())),
-        kernels={op: frozenset(keys) for op, keys in kernels.items()},
-        backends=tuple(str(b) for b in backends),
     )
 
 

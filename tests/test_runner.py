@@ -194,7 +194,7 @@ def test_a_bare_hex_status_is_translated_to_its_name_cause_and_hint() -> None:
 
 
 def test_describe_output_is_read_and_a_runner_without_it_is_recognised() -> None:
-    from etdeploy.runner import describe_unsupported, parse_describe
+    from etdeploy.runner_describe import describe_unsupported, parse_describe
 
     with pytest.raises(RunnerError, match="schema"):
         parse_describe(json.dumps({"schema": "etdeploy.runner_result/1"}))
@@ -674,7 +674,7 @@ def test_describe_lists_the_kernel_registry_the_backends_and_the_build(
 ) -> None:
     from importlib import metadata
 
-    from etdeploy.runner import parse_describe
+    from etdeploy.runner_describe import parse_describe
 
     done = run_runner(runner_bundle, "--describe")
     assert done.returncode == 0, done.stderr

@@ -13,8 +13,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -22,99 +20,38 @@ from typing import Any
 import filelock
 
 import etdeploy
+from etdeploy.builder.artifact import Exported, default_output_name, export_artifact, write_error
+from etdeploy.builder.calibration import (
+    calibration_batches,
+    calibration_digest,
+    calibration_unchanged,
+    calibration_warning,
+    no_calibration_error,
+)
 from etdeploy.builder.manifest import SCHEMA, manifest_path, read_manifest, write_json_atomic
-from etdeploy.errors import EtdeployError, InputError, UsageError
+from etdeploy.builder.options import (
+    EXTERNAL_WEIGHT_BACKENDS,
+    BuildOptions,
+    BuildResult,
+    StatusCallback,
+    data_file_of,
+    data_path,
+    etrecord_path,
+    quantized_program_path,
+    unsupported,
+)
+from etdeploy.errors import UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
+__all__ = [
+    "EXTERNAL_WEIGHT_BACKENDS", "BuildOptions", "BuildResult", "Exported", "StatusCallback",
+    "build", "cache_key", "calibration_warning", "data_file_of", "data_path",
+    "default_output_name", "etrecord_path", "export_artifact", "parse_dynamic",
+    "quantized_program_path", "unsupported", "versions",
+]  # fmt: skip
+
 BUILD_REVISION = 6
-
-# Hears each stage of an uncached build as it starts.
-StatusCallback = Callable[[str], None]
-
-# Backends whose lowering writes every weight to the external data file with
-# --external-weights (builder.lower.tag_delegate_constants): the portable kernels'
-# constants through ExecutorchBackendConfig.external_constants, XNNPACK's through its
-# named data. Others (Core ML, Vulkan) keep their own weights inside their blobs.
-EXTERNAL_WEIGHT_BACKENDS = ("xnnpack", "portable")
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    backend: str = "xnnpack"
-    quantize: str | None = None  # None | "int8" | "int8-dynamic"
-    calibration: tuple[str, ...] = ()
-    random_calibration: bool = False
-    dynamic: tuple[str, ...] = ()  # "name:dim=min..max"
-    use_cache: bool = True
-    # Program-data separation: the weights in a .ptd beside the .pte (--external-weights).
-    external_weights: bool = False
-
-    def key_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {
-            "backend": self.backend,
-            "quantize": self.quantize,
-            "random_calibration": self.random_calibration,
-            "dynamic": sorted(self.dynamic),
-        }
-        if self.external_weights:  # only then: every other build keeps its cache key
-            fields["external_weights"] = True
-        return fields
-
-
-@dataclass
-class BuildResult:
-    pte: Path
-    manifest: dict[str, Any]
-    cached: bool
-    seconds: float
-    warnings: list[str] = field(default_factory=list)
-    # What torch and executorch logged and warned while building (empty for a cache hit).
-    log: str = ""
-
-    @property
-    def manifest_path(self) -> Path:
-        return manifest_path(self.pte)
-
-    @property
-    def data(self) -> Path | None:
-        """The program's external data (.ptd) beside it; None when the .pte holds its weights."""
-        return data_file_of(self.pte, self.manifest)
-
-
-def unsupported(backend: str, quantize: str | None, external_weights: bool = False) -> str | None:
-    """Why `backend` cannot be built with these options, whatever the model; None
-    when it can. The farm skips such a cell of its matrix with this reason."""
-    if quantize is not None and backend != "xnnpack":
-        # int8 and int8-dynamic are PT2E with the XNNPACK quantizer (builder.quantize).
-        return f"{quantize} uses the XNNPACK quantizer, which backend {backend} does not take"
-    if external_weights and backend not in EXTERNAL_WEIGHT_BACKENDS:
-        return f"backend {backend} keeps its weights inside its own blobs"
-    return None
-
-
-def data_path(pte: Path) -> Path:
-    """Where a .pte's external data sits: beside it, model.pte -> model.ptd."""
-    return pte.with_suffix(".ptd")
-
-
-def data_file_of(pte: Path, manifest: dict[str, Any] | None) -> Path | None:
-    """The external data of `pte` when its manifest records one: beside it under the
-    .pte's own stem (a copy renamed with -o keeps the pair's names together); None when
-    the .pte holds its weights."""
-    return data_path(pte) if isinstance((manifest or {}).get("data"), dict) else None
-
-
-def etrecord_path(pte: Path) -> Path:
-    """Where a .pte's ETRecord sits: beside it, model.pte -> model.etrecord."""
-    return pte.with_suffix(".etrecord")
-
-
-def quantized_program_path(pte: Path) -> Path:
-    """Where a quantized .pte's eager twin sits: the converted (quantize/dequantize)
-    ExportedProgram that was lowered, model.pte -> model.quantized.pt2. It is the
-    reference a device is judged against to the quantization step."""
-    return pte.with_suffix(".quantized.pt2")
 
 
 def versions() -> dict[str, str]:
@@ -162,20 +99,11 @@ def parse_dynamic(items: tuple[str, ...]) -> dict[str, dict[int, tuple[int, int]
     return result
 
 
-def _calibration_digest(paths: tuple[str, ...]) -> str:
-    from etdeploy.inputs import expand_sample_paths
-
-    digest = hashlib.sha256()
-    for path in expand_sample_paths(paths) if paths else []:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
 def cache_key(ref: ModelRef, options: BuildOptions, fingerprint: str) -> str:
     payload = {
         "model": fingerprint,
         "options": options.key_fields(),
-        "calibration": _calibration_digest(options.calibration)
+        "calibration": calibration_digest(options.calibration)
         if options.quantize == "int8"
         else "",
         "versions": versions(),
@@ -214,14 +142,14 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
     uncalibrated = not options.calibration and not options.random_calibration
     if ref.kind == "pt2" and options.quantize == "int8" and uncalibrated:
         # A saved program ships no samples: said before torch is even imported.
-        raise _no_calibration_error()
+        raise no_calibration_error()
     fingerprint = ref.fingerprint()
     key = cache_key(ref, options, fingerprint)
     entry = cache_dir("builds") / key[:32]
     pte = entry / f"{ref.name}.pte"
     with filelock.FileLock(str(entry) + ".lock"):
         cached = read_manifest(pte) if options.use_cache and pte.is_file() else None
-        if cached is not None and not _calibration_unchanged(cached):
+        if cached is not None and not calibration_unchanged(cached):
             cached = None  # calibrated on sample files that have changed since: rebuild
         data = data_file_of(pte, cached)
         if data is not None and not data.is_file():
@@ -273,7 +201,7 @@ def _store(
             shutil.rmtree(entry)
         os.replace(tmp, entry)
     except OSError as exc:
-        raise _write_error(
+        raise write_error(
             exc, entry.parent, "the build cache",
             space="free space there, or point ETDEPLOY_CACHE_DIR at a folder with room; "
             "`etdeploy clean` prunes old builds",
@@ -309,7 +237,7 @@ def _build_uncached(
     dynamic = spec.dynamic
     # The calibration set is checked before the export: a missing one is said
     # as soon as the model is loaded, not after torch.export has run.
-    calibration = _calibration_batches(spec, options) if options.quantize else None
+    calibration = calibration_batches(spec, options) if options.quantize else None
     say("exporting with torch.export")
     exported = export_model(spec, ref.source_files)
     calibration_record: dict[str, Any] | None = None
@@ -381,236 +309,3 @@ def _build_uncached(
     if lowered.etrecord is not None:
         manifest["etrecord"] = f"{ref.name}.etrecord"
     return manifest, lowered.buffer, lowered.etrecord, quantized, warnings, lowered.data
-
-
-def calibration_warning(record: dict[str, Any] | None) -> str | None:
-    """What a verdict must say about where int8's ranges came from."""
-    kind = (record or {}).get("kind")
-    if kind == "random":
-        return (
-            "int8 calibrated on noise (--random-calibration): activation ranges come from "
-            "random inputs, not real data, so accuracy on real inputs is not what it could be"
-        )
-    if kind == "examples":
-        return (
-            "int8 calibrated on the model's example inputs only: they fix shapes for export "
-            "and are not a calibration set; give --calibration with real samples"
-        )
-    return None
-
-
-def _calibration_unchanged(manifest: dict[str, Any]) -> bool:
-    calibration = (manifest.get("quantization") or {}).get("calibration") or {}
-    if "digest" not in calibration:
-        return True
-    try:
-        return _calibration_digest(tuple(calibration["sources"])) == calibration["digest"]
-    except EtdeployError:  # a source that is gone now
-        return False
-
-
-def _no_calibration_error() -> InputError:
-    return InputError(
-        "--quantize int8 needs real calibration inputs",
-        "give --calibration DIR (sample files like the ones you verify with), "
-        "or --random-calibration to calibrate on noise (recorded in the manifest)",
-    )
-
-
-def _calibration_batches(
-    spec: Any, options: BuildOptions
-) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
-    import torch
-
-    from etdeploy.inputs import load_samples, to_tensors
-
-    if options.quantize == "int8-dynamic":
-        return [spec.example_inputs], {"kind": "none (dynamic activations)"}
-    if options.random_calibration:
-        generator = torch.Generator().manual_seed(0)
-        batches = [
-            tuple(
-                torch.randn(t.shape, generator=generator).to(t.dtype) for t in spec.example_inputs
-            )
-            for _ in range(16)
-        ]
-        return batches, {
-            "kind": "random",
-            "samples": 16,
-            "note": "calibrated on noise (--random-calibration)",
-        }
-    paths = options.calibration or tuple(str(p) for p in (spec.calibration or spec.samples))
-    if not paths:
-        raise _no_calibration_error()
-    # The example inputs give each input's dtype and shape, so raw .bin and image
-    # samples calibrate as they verify.
-    names = spec.input_names or [f"input_{i}" for i in range(len(spec.example_inputs))]
-    metas = [
-        {"name": n, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
-        for n, t in zip(names, spec.example_inputs, strict=False)
-    ]
-    samples = load_samples(paths, metas)
-    batches = [to_tensors(s) for s in samples]
-    for sample, batch in zip(samples, batches, strict=True):
-        if len(batch) != len(spec.example_inputs) or any(
-            b.shape != e.shape or b.dtype != e.dtype
-            for b, e in zip(batch, spec.example_inputs, strict=False)
-        ):
-            given = ", ".join(f"{b.dtype}{list(b.shape)}" for b in batch)
-            want = ", ".join(f"{e.dtype}{list(e.shape)}" for e in spec.example_inputs)
-            raise InputError(
-                f"calibration sample {sample.name} has the wrong shape: given {given}, the model takes {want}",
-                "calibrate on samples shaped like the example inputs",
-            )
-    on_examples = all(
-        all(torch.equal(b, e) for b, e in zip(batch, spec.example_inputs, strict=True))
-        for batch in batches
-    )
-    return batches, {
-        # Samples equal to the example inputs are shapes, not a calibration set.
-        "kind": "examples" if on_examples else "real",
-        "samples": len(samples),
-        "sources": list(paths),
-        # Checked on every cache hit: the factory's own samples are only known
-        # after running it, so they cannot be in the cache key.
-        "digest": _calibration_digest(tuple(paths)),
-    }
-
-
-def default_output_name(model_name: str, options: BuildOptions) -> str:
-    """What `etdeploy build` names its output without -o: the model, the backend
-    and the quantization, so builds for two backends never share a file:
-    digits-xnnpack.pte, digits-xnnpack-int8.pte, digits-portable.pte."""
-    parts = [model_name, options.backend, *([options.quantize] if options.quantize else [])]
-    return "-".join(parts) + ".pte"
-
-
-@dataclass(frozen=True)
-class Exported:
-    """What export_artifact wrote: the .pte and the files beside it."""
-
-    pte: Path
-    files: tuple[Path, ...]
-    # The target already held this very program (same sha256): nothing changed.
-    unchanged: bool
-    # The target held another program and --force replaced it.
-    replaced: bool = False
-
-
-def export_artifact(
-    result: BuildResult, output: Path, *, etrecord: bool = False, force: bool = False
-) -> Exported:
-    """Copy a cached build to `output`: the .pte, its manifest, the quantized
-    program a run of it is judged against, and with `etrecord` its ETRecord (what
-    `run --profile` needs to name operators and modules).
-
-    Never overwrites a different program silently: a file at `output` whose
-    sha256 differs is refused unless `force`. All files are written whole or not
-    at all (temporary names, fsync, rename); a full disk, a parent that is a file
-    or a folder that cannot be created is a UsageError with a hint, and leaves
-    nothing behind.
-    """
-    from etdeploy.atomic import atomic_copy_all
-
-    _make_parent(output)
-    if output.is_dir():
-        raise UsageError(
-            f"cannot write {output}: it is a folder", "give -o a file name ending in .pte"
-        )
-    new_sha = result.manifest["sha256"]
-    existing = _sha256_of(output) if output.exists() else None
-    if existing is not None and existing != new_sha and not force:
-        raise UsageError(
-            f"{output} exists and holds another program ({_describe_existing(output)}); "
-            "not overwriting it",
-            "pass --force to replace it, or choose another -o (without -o the name "
-            "carries the backend and quantization)",
-        )
-    copies = [(result.manifest_path, manifest_path(output))]
-    if quantized_program_path(result.pte).is_file():
-        # A run of the copy is judged against it like a run of the cached build.
-        copies.append((quantized_program_path(result.pte), quantized_program_path(output)))
-    if etrecord and result.manifest.get("etrecord"):
-        # Named after the .pte it describes, so profiling finds it beside the copy.
-        copies.append((result.pte.parent / result.manifest["etrecord"], etrecord_path(output)))
-    if result.data is not None:
-        # The weights (--external-weights): model.ptd beside model.pte, as the copy's
-        # manifest names it.
-        copies.append((result.data, data_path(output)))
-    # The .pte last: it is the file a reader looks for first.
-    copies.append((result.pte, output))
-    replaced = existing is not None and existing != new_sha
-    try:
-        atomic_copy_all(copies)
-    except OSError as exc:
-        raise _write_error(
-            exc, output.parent, str(output),
-            space="free space there, or choose another -o",
-            access="choose an -o in a folder you can write to",
-        ) from None  # fmt: skip
-    written = {dst for _, dst in copies}
-    if replaced:
-        # Files beside the replaced program describe it, not this one.
-        for stale in (etrecord_path(output), quantized_program_path(output), data_path(output)):
-            if stale not in written:
-                stale.unlink(missing_ok=True)
-    return Exported(output, tuple(dst for _, dst in copies), existing == new_sha, replaced)
-
-
-def _make_parent(output: Path) -> None:
-    parent = output.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        blocker = next(
-            (p for p in (parent, *parent.parents) if p.exists() and not p.is_dir()), parent
-        )
-        raise UsageError(
-            f"cannot write {output}: {blocker} is a file, not a folder",
-            "choose another -o, or move that file out of the way",
-        ) from None
-    except OSError as exc:
-        raise UsageError(
-            f"cannot create the folder {parent} for {output}: {exc.strerror or exc}",
-            "choose an -o in a folder you can write to",
-        ) from None
-
-
-def _write_error(exc: OSError, where: Path, what: str, *, space: str, access: str) -> UsageError:
-    """An OSError while writing as one line: what could not be written, why, and
-    the hint that fits (`space` for a full disk, `access` for a folder that
-    cannot be written)."""
-    import errno
-
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return UsageError(
-            f"no space left to write {what} (the filesystem of {where} is full)", space
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return UsageError(f"cannot write {what}: {exc.strerror} ({where})", access)
-    return UsageError(f"cannot write {what}: {exc.strerror or exc}", space)
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-    except OSError as exc:
-        raise UsageError(
-            f"{path} exists and cannot be read ({exc.strerror}); not overwriting it",
-            "choose another -o",
-        ) from None
-    return digest.hexdigest()
-
-
-def _describe_existing(path: Path) -> str:
-    try:
-        manifest = read_manifest(path)
-    except (OSError, ValueError):
-        manifest = None
-    if manifest is None:
-        return "not built by etdeploy, or its manifest is gone"
-    quant = (manifest.get("quantization") or {}).get("mode")
-    return f"{manifest.get('backend', '?')}{' ' + quant if quant else ''}, built {manifest.get('built_at', '?')}"

@@ -39,9 +39,9 @@ import filelock
 
 from etdeploy.builder import (
     BuildOptions,
-    _calibration_batches,
-    _calibration_unchanged,
     cache_key,
+    calibration_batches,
+    calibration_unchanged,
     parse_dynamic,
     versions,
 )
@@ -147,7 +147,7 @@ def build_tapped(model: str, options: BuildOptions, plan: TapPlan) -> TappedBuil
     pte = entry / f"{ref.name}.tapped.pte"
     with filelock.FileLock(str(entry) + ".lock"):
         cached = _read_tapped_manifest(pte) if options.use_cache and pte.is_file() else None
-        if cached is not None and _calibration_unchanged(cached):
+        if cached is not None and calibration_unchanged(cached):
             return TappedBuild(pte, cached, True, time.perf_counter() - started)
         with warnings_module.catch_warnings():
             # torch.export and the lowering emit deprecation chatter on every call.
@@ -222,7 +222,7 @@ def _build_uncached(
     if options.quantize:
         from etdeploy.builder.quantize import quantize
 
-        batches, calibration = _calibration_batches(spec, options)
+        batches, calibration = calibration_batches(spec, options)
         program = quantize(exported, options.quantize, batches)
         steps = _tap_steps(program)
     else:

@@ -1,0 +1,157 @@
+"""`etdeploy build -o`: the cached build copied out under a name that says what
+it is, never over a different program without --force, all files whole or none."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from etdeploy.builder.manifest import manifest_path, read_manifest
+from etdeploy.builder.options import (
+    BuildOptions,
+    BuildResult,
+    data_path,
+    etrecord_path,
+    quantized_program_path,
+)
+from etdeploy.errors import UsageError
+
+
+def default_output_name(model_name: str, options: BuildOptions) -> str:
+    """What `etdeploy build` names its output without -o: the model, the backend
+    and the quantization, so builds for two backends never share a file:
+    digits-xnnpack.pte, digits-xnnpack-int8.pte, digits-portable.pte."""
+    parts = [model_name, options.backend, *([options.quantize] if options.quantize else [])]
+    return "-".join(parts) + ".pte"
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What export_artifact wrote: the .pte and the files beside it."""
+
+    pte: Path
+    files: tuple[Path, ...]
+    # The target already held this very program (same sha256): nothing changed.
+    unchanged: bool
+    # The target held another program and --force replaced it.
+    replaced: bool = False
+
+
+def export_artifact(
+    result: BuildResult, output: Path, *, etrecord: bool = False, force: bool = False
+) -> Exported:
+    """Copy a cached build to `output`: the .pte, its manifest, the quantized
+    program a run of it is judged against, and with `etrecord` its ETRecord (what
+    `run --profile` needs to name operators and modules).
+
+    Never overwrites a different program silently: a file at `output` whose
+    sha256 differs is refused unless `force`. All files are written whole or not
+    at all (temporary names, fsync, rename); a full disk, a parent that is a file
+    or a folder that cannot be created is a UsageError with a hint, and leaves
+    nothing behind.
+    """
+    from etdeploy.atomic import atomic_copy_all
+
+    _make_parent(output)
+    if output.is_dir():
+        raise UsageError(
+            f"cannot write {output}: it is a folder", "give -o a file name ending in .pte"
+        )
+    new_sha = result.manifest["sha256"]
+    existing = _sha256_of(output) if output.exists() else None
+    if existing is not None and existing != new_sha and not force:
+        raise UsageError(
+            f"{output} exists and holds another program ({_describe_existing(output)}); "
+            "not overwriting it",
+            "pass --force to replace it, or choose another -o (without -o the name "
+            "carries the backend and quantization)",
+        )
+    copies = [(result.manifest_path, manifest_path(output))]
+    if quantized_program_path(result.pte).is_file():
+        # A run of the copy is judged against it like a run of the cached build.
+        copies.append((quantized_program_path(result.pte), quantized_program_path(output)))
+    if etrecord and result.manifest.get("etrecord"):
+        # Named after the .pte it describes, so profiling finds it beside the copy.
+        copies.append((result.pte.parent / result.manifest["etrecord"], etrecord_path(output)))
+    if result.data is not None:
+        # The weights (--external-weights): model.ptd beside model.pte, as the copy's
+        # manifest names it.
+        copies.append((result.data, data_path(output)))
+    # The .pte last: it is the file a reader looks for first.
+    copies.append((result.pte, output))
+    replaced = existing is not None and existing != new_sha
+    try:
+        atomic_copy_all(copies)
+    except OSError as exc:
+        raise write_error(
+            exc, output.parent, str(output),
+            space="free space there, or choose another -o",
+            access="choose an -o in a folder you can write to",
+        ) from None  # fmt: skip
+    written = {dst for _, dst in copies}
+    if replaced:
+        # Files beside the replaced program describe it, not this one.
+        for stale in (etrecord_path(output), quantized_program_path(output), data_path(output)):
+            if stale not in written:
+                stale.unlink(missing_ok=True)
+    return Exported(output, tuple(dst for _, dst in copies), existing == new_sha, replaced)
+
+
+def _make_parent(output: Path) -> None:
+    parent = output.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next(
+            (p for p in (parent, *parent.parents) if p.exists() and not p.is_dir()), parent
+        )
+        raise UsageError(
+            f"cannot write {output}: {blocker} is a file, not a folder",
+            "choose another -o, or move that file out of the way",
+        ) from None
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the folder {parent} for {output}: {exc.strerror or exc}",
+            "choose an -o in a folder you can write to",
+        ) from None
+
+
+def write_error(exc: OSError, where: Path, what: str, *, space: str, access: str) -> UsageError:
+    """An OSError while writing as one line: what could not be written, why, and
+    the hint that fits (`space` for a full disk, `access` for a folder that
+    cannot be written)."""
+    import errno
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UsageError(
+            f"no space left to write {what} (the filesystem of {where} is full)", space
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return UsageError(f"cannot write {what}: {exc.strerror} ({where})", access)
+    return UsageError(f"cannot write {what}: {exc.strerror or exc}", space)
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        raise UsageError(
+            f"{path} exists and cannot be read ({exc.strerror}); not overwriting it",
+            "choose another -o",
+        ) from None
+    return digest.hexdigest()
+
+
+def _describe_existing(path: Path) -> str:
+    try:
+        manifest = read_manifest(path)
+    except (OSError, ValueError):
+        manifest = None
+    if manifest is None:
+        return "not built by etdeploy, or its manifest is gone"
+    quant = (manifest.get("quantization") or {}).get("mode")
+    return f"{manifest.get('backend', '?')}{' ' + quant if quant else ''}, built {manifest.get('built_at', '?')}"
