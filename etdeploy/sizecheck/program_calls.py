@@ -7,12 +7,10 @@ registries; constants and delegate blobs are never read.
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 from etdeploy.sizecheck._generated import program_generated as fb
-from etdeploy.sizecheck.pte import bad_file, check_readable_file, evalue_tensor, fb_str, mapped
+from etdeploy.sizecheck.pte import evalue_tensor, fb_str, program_root
 
 
 @dataclass(frozen=True)
@@ -38,30 +36,15 @@ class ProgramCalls:
 def read_program_calls(path: str | os.PathLike[str]) -> ProgramCalls:
     """The operators each method's instructions call and the delegates it needs,
     without reading constants or delegate blobs; UsageError if not a program."""
-    p = Path(path)
-    size = check_readable_file(p).st_size
-    if size < 8:
-        raise bad_file(p, f"truncated or not a program: {size} bytes, a .pte has at least 8")
-    with mapped(p, size) as mm:
-        ident = bytes(mm[4:8]).decode("ascii", errors="replace")
-        if not (ident.startswith("ET") and ident[2:4].isalnum()):
-            raise bad_file(p, f"not an ExecuTorch program (file identifier {ident!r}, want 'ET..')")
-        try:
-            program = fb.Program.GetRootAs(mm, 0)
-            calls: list[OperatorCall] = []
-            delegates: list[tuple[str, str]] = []
-            for pi in range(program.ExecutionPlanLength()):
-                plan = program.ExecutionPlan(pi)
-                method = fb_str(plan.Name())
-                calls += _kernel_calls(plan, method)
-                delegates += [(method, fb_str(plan.Delegates(j).Id())) for j in range(plan.DelegatesLength())]  # fmt: skip
-            return ProgramCalls(ident, program.Version(), tuple(calls), tuple(delegates))
-        except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
-            raise bad_file(
-                p,
-                f"truncated or corrupt program flatbuffer ({type(exc).__name__})",
-                "the file was cut short or damaged; rebuild or copy it again",
-            ) from None
+    with program_root(path) as (ident, program):
+        calls: list[OperatorCall] = []
+        delegates: list[tuple[str, str]] = []
+        for pi in range(program.ExecutionPlanLength()):
+            plan = program.ExecutionPlan(pi)
+            method = fb_str(plan.Name())
+            calls += _kernel_calls(plan, method)
+            delegates += [(method, fb_str(plan.Delegates(j).Id())) for j in range(plan.DelegatesLength())]  # fmt: skip
+        return ProgramCalls(ident, program.Version(), tuple(calls), tuple(delegates))
 
 
 def _kernel_calls(plan: fb.ExecutionPlan, method: str) -> list[OperatorCall]:

@@ -134,6 +134,29 @@ def mapped(path: Path, size: int) -> Iterator[mmap.mmap]:
         mm.close()
 
 
+@contextmanager
+def program_root(path: str | os.PathLike[str]) -> Iterator[tuple[str, fb.Program]]:
+    """The file identifier and the program flatbuffer of a .pte, memory-mapped, for
+    readers that need only the program (its methods and instructions), never its
+    segments. A file that is not a program, or is cut short, is a UsageError."""
+    p = Path(path)
+    size = check_readable_file(p).st_size
+    if size < 8:
+        raise bad_file(p, f"truncated or not a program: {size} bytes, a .pte has at least 8")
+    with mapped(p, size) as mm:
+        ident = bytes(mm[4:8]).decode("ascii", errors="replace")
+        if not (ident.startswith("ET") and ident[2:4].isalnum()):
+            raise bad_file(p, f"not an ExecuTorch program (file identifier {ident!r}, want 'ET..')")
+        try:
+            yield ident, fb.Program.GetRootAs(mm, 0)
+        except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
+            raise bad_file(
+                p,
+                f"truncated or corrupt program flatbuffer ({type(exc).__name__})",
+                "the file was cut short or damaged; rebuild or copy it again",
+            ) from None
+
+
 def read_extended_header(head: bytes) -> ExtendedHeader | None:
     """Parse the "eh00" header from the file's first bytes, or None when absent."""
     if len(head) < 8 + EXTENDED_HEADER_MIN_LENGTH or head[8:12] != EXTENDED_HEADER_MAGIC:
