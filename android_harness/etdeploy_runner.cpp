@@ -8,10 +8,13 @@
 //   Model executed successfully N time(s) in X ms.
 // With --data_path it loads the program's external data (.ptd) as upstream
 // does. It adds --warmup (untimed runs first), --result_json (the same facts as a
-// document, plus each output's dtype and shape) and --describe (the kernels,
-// backends and versions it was built with, as JSON). Unlike upstream it never
-// aborts: every failure is one line "error: <what> failed: <Error> (0x..)" on
-// stderr and a non-zero exit status (see usage_text() in src/flags.cpp).
+// document, plus each output's dtype and shape), --next_sample (more samples
+// through the program loaded once: a large program's load, XNNPACK's weight
+// packing included, is paid once per call, not once per sample) and --describe
+// (the kernels, backends and versions it was built with, as JSON). Unlike
+// upstream it never aborts: every failure is one line
+// "error: <what> failed: <Error> (0x..)" on stderr and a non-zero exit status
+// (see usage_text() in src/flags.cpp).
 //
 // Built on the runtime API (Program, Method, MemoryManager) rather than
 // extension::Module so that each stage reports its own error: a program that
@@ -387,6 +390,251 @@ std::string output_file_name(const std::string& base, size_t index) {
   return base + "-" + std::to_string(index) + ".bin";
 }
 
+// What every sample of one call shares: the program as loaded.
+struct CallFacts {
+  std::string model_path;
+  std::string data_path;
+  std::string method_name;
+  int64_t pool_threads = 1;
+  double load_ms = 0.0;
+};
+
+// One sample on the loaded method: `warmup` untimed and `executions` timed runs,
+// then its outputs and (when asked) its result document, the same document
+// whether it is the call's first sample or a later one. `etdump_path` empty: no
+// ETDump is written for this sample.
+int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
+               const etdeploy_runner::SampleFlags& sample, int64_t warmup, int64_t executions,
+               executorch::etdump::ETDumpGen* etdump, const std::string& etdump_path) {
+  std::vector<PreparedInput> inputs;
+  if (const int status = prepare_inputs(
+          meta, etdeploy_runner::split_commas(sample.inputs),
+          etdeploy_runner::split_commas(sample.input_shapes), inputs);
+      status != 0) {
+    return status;
+  }
+
+  for (int64_t i = 0; i < warmup; ++i) {
+    if (const Error status = set_inputs(method, inputs); status != Error::Ok) {
+      return fail_et("setting inputs", status);
+    }
+    const Clock::time_point start = Clock::now();
+    if (const Error status = method.execute(); status != Error::Ok) {
+      return fail_et("warm-up execution " + std::to_string(i + 1), status);
+    }
+    std::printf("Warm-up %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, warmup,
+                elapsed_ms(start, Clock::now()));
+  }
+
+  std::vector<double> iterations_ms;
+  double total_ms = 0.0;
+  for (int64_t i = 0; i < executions; ++i) {
+    if (const Error status = set_inputs(method, inputs); status != Error::Ok) {
+      return fail_et("setting inputs", status);
+    }
+    const Clock::time_point start = Clock::now();
+    const Error status = method.execute();
+    const double ms = elapsed_ms(start, Clock::now());
+    if (status != Error::Ok) {
+      return fail_et("execution " + std::to_string(i + 1), status);
+    }
+    iterations_ms.push_back(ms);
+    total_ms += ms;
+    std::printf("Iteration %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, executions,
+                ms);
+  }
+  std::printf("Model executed successfully %" PRId64 " time(s) in %f ms.\n",
+              executions, total_ms);
+
+  std::vector<EValue> outputs(method.outputs_size());
+  if (const Error status = method.get_outputs(outputs.data(), outputs.size());
+      status != Error::Ok) {
+    return fail_et("reading outputs", status);
+  }
+  std::printf("%zu outputs: \n", outputs.size());
+
+  std::vector<OutputRecord> records;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    OutputRecord record;
+    record.index = i;
+    record.tag = etdeploy_runner::tag_name(outputs[i].tag);
+    if (outputs[i].isTensor()) {
+      const Tensor tensor = outputs[i].toTensor();
+      record.is_tensor = true;
+      record.dtype = dtype_name(tensor.scalar_type());
+      record.nbytes = tensor.nbytes();
+      for (const auto size : tensor.sizes()) {
+        record.shape.push_back(size);
+      }
+      for (const auto dim : tensor.dim_order()) {
+        record.dim_order.push_back(dim);
+      }
+      std::string shape = "[";
+      for (size_t d = 0; d < record.shape.size(); ++d) {
+        shape += (d ? ", " : "") + std::to_string(record.shape[d]);
+      }
+      shape += "]";
+      std::printf("Output %zu: tensor %s %s\n", i, record.dtype.c_str(), shape.c_str());
+      if (!sample.output_file.empty()) {
+        record.file = output_file_name(sample.output_file, i);
+        std::string write_error;
+        if (!etdeploy_runner::write_file_atomically(
+                record.file, tensor.const_data_ptr(), tensor.nbytes(), write_error)) {
+          return fail(kExitOutputFailed, "writing output " + std::to_string(i) + ": " +
+                                             write_error);
+        }
+        std::printf("Writing output to file: %s\n", record.file.c_str());
+      }
+    } else {
+      // Non-tensor outputs keep their index (upstream writes no file for them).
+      if (outputs[i].isInt()) {
+        record.scalar_json = std::to_string(outputs[i].toInt());
+      } else if (outputs[i].isDouble()) {
+        JsonWriter number;
+        number.value(outputs[i].toDouble());
+        record.scalar_json = number.text();
+      } else if (outputs[i].isBool()) {
+        record.scalar_json = outputs[i].toBool() ? "true" : "false";
+      }
+      std::printf("Output %zu: %s\n", i, record.tag.c_str());
+    }
+    records.push_back(std::move(record));
+  }
+
+  if (etdump != nullptr && !etdump_path.empty()) {
+    executorch::etdump::ETDumpResult dump = etdump->get_etdump_data();
+    if (dump.buf == nullptr || dump.size == 0) {
+      return fail(kExitOutputFailed, "writing etdump: the event tracer recorded nothing");
+    }
+    std::string write_error;
+    const bool written = etdeploy_runner::write_file_atomically(
+        etdump_path, dump.buf, dump.size, write_error);
+    // ETDumpGen allocated the buffer with malloc when it was given none.
+    std::free(dump.buf);
+    if (!written) {
+      return fail(kExitOutputFailed, "writing etdump: " + write_error);
+    }
+    std::printf("ETDump written to file '%s'.\n", etdump_path.c_str());
+  }
+
+  if (!sample.result_json.empty()) {
+    JsonWriter json;
+    json.begin_object();
+    json.key("schema");
+    json.value("etdeploy.runner_result/1");
+    json.key("runner_version");
+    json.value(ETDEPLOY_RUNNER_VERSION);
+    json.key("executorch_version");
+    json.value(ETDEPLOY_EXECUTORCH_VERSION);
+    json.key("model_path");
+    json.value(call.model_path);
+    json.key("data_path");
+    if (call.data_path.empty()) {
+      json.null();
+    } else {
+      json.value(call.data_path);
+    }
+    json.key("method");
+    json.value(call.method_name);
+    json.key("cpu_threads");
+    json.value(call.pool_threads);
+    json.key("load_ms");
+    json.value(call.load_ms);
+    json.key("warmup");
+    json.value(warmup);
+    json.key("num_executions");
+    json.value(executions);
+    json.key("iterations_ms");
+    json.begin_array();
+    for (const double ms : iterations_ms) {
+      json.value(ms);
+    }
+    json.end_array();
+    json.key("total_ms");
+    json.value(total_ms);
+    json.key("peak_rss_bytes");
+    json.value(peak_rss_bytes());
+    json.key("inputs");
+    json.begin_array();
+    for (const PreparedInput& input : inputs) {
+      json.begin_object();
+      json.key("index");
+      json.value(static_cast<int64_t>(input.index));
+      json.key("dtype");
+      json.value(input.dtype);
+      json.key("shape");
+      json.begin_array();
+      for (const int32_t size : input.shape) {
+        json.value(static_cast<int64_t>(size));
+      }
+      json.end_array();
+      json.key("nbytes");
+      json.value(static_cast<uint64_t>(input.nbytes));
+      json.key("file");
+      if (input.file.empty()) {
+        json.null();
+      } else {
+        json.value(input.file);
+      }
+      json.end_object();
+    }
+    json.end_array();
+    json.key("outputs");
+    json.begin_array();
+    for (const OutputRecord& record : records) {
+      json.begin_object();
+      json.key("index");
+      json.value(static_cast<int64_t>(record.index));
+      json.key("tag");
+      json.value(record.tag);
+      if (record.is_tensor) {
+        json.key("dtype");
+        json.value(record.dtype);
+        json.key("shape");
+        json.begin_array();
+        for (const int64_t size : record.shape) {
+          json.value(size);
+        }
+        json.end_array();
+        json.key("dim_order");
+        json.begin_array();
+        for (const int64_t dim : record.dim_order) {
+          json.value(dim);
+        }
+        json.end_array();
+        json.key("nbytes");
+        json.value(static_cast<uint64_t>(record.nbytes));
+        json.key("file");
+        if (record.file.empty()) {
+          json.null();
+        } else {
+          json.value(record.file);
+        }
+      } else if (!record.scalar_json.empty()) {
+        json.key("value");
+        json.raw(record.scalar_json);
+      }
+      json.end_object();
+    }
+    json.end_array();
+    json.key("etdump_path");
+    if (etdump_path.empty()) {
+      json.null();
+    } else {
+      json.value(etdump_path);
+    }
+    json.end_object();
+    std::string document = json.text() + "\n";
+    std::string write_error;
+    if (!etdeploy_runner::write_file_atomically(
+            sample.result_json, document.data(), document.size(), write_error)) {
+      return fail(kExitOutputFailed, "writing result json: " + write_error);
+    }
+  }
+
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -433,8 +681,6 @@ int main(int argc, char** argv) {
   }
   const int64_t pool_threads =
       threadpool != nullptr ? static_cast<int64_t>(threadpool->get_thread_count()) : 1;
-
-  const std::vector<std::string> input_files = etdeploy_runner::split_commas(flags.inputs);
 
   const Clock::time_point load_start = Clock::now();
   // mmap rather than reading the file: weights are paged in on use, so a large
@@ -518,229 +764,25 @@ int main(int argc, char** argv) {
   std::printf("Model loaded in %f ms.\n", load_ms);
   std::fflush(stdout);
 
-  std::vector<PreparedInput> inputs;
-  if (const int status = prepare_inputs(
-          *meta, input_files, etdeploy_runner::split_commas(flags.input_shapes), inputs);
-      status != 0) {
-    return status;
-  }
-
-  for (int64_t i = 0; i < flags.warmup; ++i) {
-    if (const Error status = set_inputs(*method, inputs); status != Error::Ok) {
-      return fail_et("setting inputs", status);
+  const CallFacts call{flags.model_path, flags.data_path, flags.method_name, pool_threads,
+                       load_ms};
+  // The first sample is the timed one (and the only one an ETDump covers: it is
+  // written before the next sample runs); the rest run once each, each one's
+  // "Sample k of N" line first so a failure's log says which sample it was in.
+  const size_t total = 1 + flags.next_samples.size();
+  for (size_t k = 0; k < total; ++k) {
+    if (total > 1) {
+      std::printf("Sample %zu of %zu\n", k + 1, total);
     }
-    const Clock::time_point start = Clock::now();
-    if (const Error status = method->execute(); status != Error::Ok) {
-      return fail_et("warm-up execution " + std::to_string(i + 1), status);
+    const bool first = k == 0;
+    const int status = run_sample(
+        *method, *meta, call, first ? flags.first_sample() : flags.next_samples[k - 1],
+        first ? flags.warmup : 0, first ? flags.num_executions : 1, etdump.get(),
+        first ? flags.etdump_path : std::string());
+    if (status != 0) {
+      return status;
     }
-    std::printf("Warm-up %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, flags.warmup,
-                elapsed_ms(start, Clock::now()));
-  }
-
-  std::vector<double> iterations_ms;
-  double total_ms = 0.0;
-  for (int64_t i = 0; i < flags.num_executions; ++i) {
-    if (const Error status = set_inputs(*method, inputs); status != Error::Ok) {
-      return fail_et("setting inputs", status);
-    }
-    const Clock::time_point start = Clock::now();
-    const Error status = method->execute();
-    const double ms = elapsed_ms(start, Clock::now());
-    if (status != Error::Ok) {
-      return fail_et("execution " + std::to_string(i + 1), status);
-    }
-    iterations_ms.push_back(ms);
-    total_ms += ms;
-    std::printf("Iteration %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, flags.num_executions,
-                ms);
-  }
-  std::printf("Model executed successfully %" PRId64 " time(s) in %f ms.\n",
-              flags.num_executions, total_ms);
-
-  std::vector<EValue> outputs(method->outputs_size());
-  if (const Error status = method->get_outputs(outputs.data(), outputs.size());
-      status != Error::Ok) {
-    return fail_et("reading outputs", status);
-  }
-  std::printf("%zu outputs: \n", outputs.size());
-
-  std::vector<OutputRecord> records;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    OutputRecord record;
-    record.index = i;
-    record.tag = etdeploy_runner::tag_name(outputs[i].tag);
-    if (outputs[i].isTensor()) {
-      const Tensor tensor = outputs[i].toTensor();
-      record.is_tensor = true;
-      record.dtype = dtype_name(tensor.scalar_type());
-      record.nbytes = tensor.nbytes();
-      for (const auto size : tensor.sizes()) {
-        record.shape.push_back(size);
-      }
-      for (const auto dim : tensor.dim_order()) {
-        record.dim_order.push_back(dim);
-      }
-      std::string shape = "[";
-      for (size_t d = 0; d < record.shape.size(); ++d) {
-        shape += (d ? ", " : "") + std::to_string(record.shape[d]);
-      }
-      shape += "]";
-      std::printf("Output %zu: tensor %s %s\n", i, record.dtype.c_str(), shape.c_str());
-      if (!flags.output_file.empty()) {
-        record.file = output_file_name(flags.output_file, i);
-        std::string write_error;
-        if (!etdeploy_runner::write_file_atomically(
-                record.file, tensor.const_data_ptr(), tensor.nbytes(), write_error)) {
-          return fail(kExitOutputFailed, "writing output " + std::to_string(i) + ": " +
-                                             write_error);
-        }
-        std::printf("Writing output to file: %s\n", record.file.c_str());
-      }
-    } else {
-      // Non-tensor outputs keep their index (upstream writes no file for them).
-      if (outputs[i].isInt()) {
-        record.scalar_json = std::to_string(outputs[i].toInt());
-      } else if (outputs[i].isDouble()) {
-        JsonWriter number;
-        number.value(outputs[i].toDouble());
-        record.scalar_json = number.text();
-      } else if (outputs[i].isBool()) {
-        record.scalar_json = outputs[i].toBool() ? "true" : "false";
-      }
-      std::printf("Output %zu: %s\n", i, record.tag.c_str());
-    }
-    records.push_back(std::move(record));
-  }
-
-  if (etdump) {
-    executorch::etdump::ETDumpResult dump = etdump->get_etdump_data();
-    if (dump.buf == nullptr || dump.size == 0) {
-      return fail(kExitOutputFailed, "writing etdump: the event tracer recorded nothing");
-    }
-    std::string write_error;
-    const bool written = etdeploy_runner::write_file_atomically(
-        flags.etdump_path, dump.buf, dump.size, write_error);
-    // ETDumpGen allocated the buffer with malloc when it was given none.
-    std::free(dump.buf);
-    if (!written) {
-      return fail(kExitOutputFailed, "writing etdump: " + write_error);
-    }
-    std::printf("ETDump written to file '%s'.\n", flags.etdump_path.c_str());
-  }
-
-  if (!flags.result_json.empty()) {
-    JsonWriter json;
-    json.begin_object();
-    json.key("schema");
-    json.value("etdeploy.runner_result/1");
-    json.key("runner_version");
-    json.value(ETDEPLOY_RUNNER_VERSION);
-    json.key("executorch_version");
-    json.value(ETDEPLOY_EXECUTORCH_VERSION);
-    json.key("model_path");
-    json.value(flags.model_path);
-    json.key("data_path");
-    if (flags.data_path.empty()) {
-      json.null();
-    } else {
-      json.value(flags.data_path);
-    }
-    json.key("method");
-    json.value(flags.method_name);
-    json.key("cpu_threads");
-    json.value(pool_threads);
-    json.key("load_ms");
-    json.value(load_ms);
-    json.key("warmup");
-    json.value(flags.warmup);
-    json.key("num_executions");
-    json.value(flags.num_executions);
-    json.key("iterations_ms");
-    json.begin_array();
-    for (const double ms : iterations_ms) {
-      json.value(ms);
-    }
-    json.end_array();
-    json.key("total_ms");
-    json.value(total_ms);
-    json.key("peak_rss_bytes");
-    json.value(peak_rss_bytes());
-    json.key("inputs");
-    json.begin_array();
-    for (const PreparedInput& input : inputs) {
-      json.begin_object();
-      json.key("index");
-      json.value(static_cast<int64_t>(input.index));
-      json.key("dtype");
-      json.value(input.dtype);
-      json.key("shape");
-      json.begin_array();
-      for (const int32_t size : input.shape) {
-        json.value(static_cast<int64_t>(size));
-      }
-      json.end_array();
-      json.key("nbytes");
-      json.value(static_cast<uint64_t>(input.nbytes));
-      json.key("file");
-      if (input.file.empty()) {
-        json.null();
-      } else {
-        json.value(input.file);
-      }
-      json.end_object();
-    }
-    json.end_array();
-    json.key("outputs");
-    json.begin_array();
-    for (const OutputRecord& record : records) {
-      json.begin_object();
-      json.key("index");
-      json.value(static_cast<int64_t>(record.index));
-      json.key("tag");
-      json.value(record.tag);
-      if (record.is_tensor) {
-        json.key("dtype");
-        json.value(record.dtype);
-        json.key("shape");
-        json.begin_array();
-        for (const int64_t size : record.shape) {
-          json.value(size);
-        }
-        json.end_array();
-        json.key("dim_order");
-        json.begin_array();
-        for (const int64_t dim : record.dim_order) {
-          json.value(dim);
-        }
-        json.end_array();
-        json.key("nbytes");
-        json.value(static_cast<uint64_t>(record.nbytes));
-        json.key("file");
-        if (record.file.empty()) {
-          json.null();
-        } else {
-          json.value(record.file);
-        }
-      } else if (!record.scalar_json.empty()) {
-        json.key("value");
-        json.raw(record.scalar_json);
-      }
-      json.end_object();
-    }
-    json.end_array();
-    json.key("etdump_path");
-    if (flags.etdump_path.empty()) {
-      json.null();
-    } else {
-      json.value(flags.etdump_path);
-    }
-    json.end_object();
-    std::string document = json.text() + "\n";
-    std::string write_error;
-    if (!etdeploy_runner::write_file_atomically(
-            flags.result_json, document.data(), document.size(), write_error)) {
-      return fail(kExitOutputFailed, "writing result json: " + write_error);
-    }
+    std::fflush(stdout);
   }
 
   std::fflush(stdout);

@@ -16,9 +16,9 @@ figure is each one's median.
 Two sets of flags, the same for both models:
   - as a user types it: each model's own samples (digits ships 16, the ensemble 4), 10
     timed executions after 3 warm-ups. The device's own work differs here: XNNPACK packs
-    261 MB of weights each time the runner loads the program (once per sample) and each
-    execution streams them, so the runner's reported load and execution times are shown
-    beside the wall time;
+    261 MB of weights each time the runner loads the program (twice: the timed sample's
+    call and the one that takes the other samples) and each execution streams them, so
+    the runner's reported load and execution times are shown beside the wall time;
   - the fixed cost of a run: one sample, `-n 1 --warmup 0`, where what remains is
     etdeploy's own work (start-up, build and reference lookups, preflight, the size
     verdict, deploy's skips) plus one load and one execution.

@@ -1,7 +1,8 @@
 """The runner contract: how etdeploy invokes a runner and reads back what it did.
 
 Two runners speak it. Ours (android_harness/, flavor "etdeploy") takes
-upstream executor_runner's flags plus `--warmup`, `--result_json` and
+upstream executor_runner's flags plus `--warmup`, `--result_json`,
+`--next_sample` (more samples through the program loaded once) and
 `--describe` (what it can run, for preflight: runner_describe.py); upstream's
 (flavor "upstream") takes only its own flags, so its warm-up runs are folded into
 the timed loop and dropped again when the log is read, and shapes come from the
@@ -34,6 +35,32 @@ RESULT_SCHEMA = "etdeploy.runner_result/1"
 
 
 @dataclass(frozen=True)
+class SampleFiles:
+    """A sample after the first in one call (our runner's --next_sample): its input
+    files, their shapes when not the method's, and where its outputs and result go.
+    It runs once, on the program the call loaded."""
+
+    input_paths: tuple[str, ...]
+    output_base: str
+    result_json_path: str
+    input_shapes: tuple[tuple[int, ...], ...] | None = None
+
+
+def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
+    return ",".join("x".join(map(str, shape)) for shape in shapes)
+
+
+def _check_input_paths(paths: Iterable[str]) -> None:
+    for path in paths:
+        # The runner splits --inputs on commas (as upstream does).
+        if "," in path:
+            raise UsageError(
+                f"input path {path!r} contains a comma, which the runner cannot take",
+                "rename the file or stage inputs in a directory without commas",
+            )
+
+
+@dataclass(frozen=True)
 class RunnerInvocation:
     """One run of a runner. Paths are as the runner sees them (on the device)."""
 
@@ -53,6 +80,8 @@ class RunnerInvocation:
     # Each input's shape when it differs from the method's (dynamic dims); our
     # runner's --input_shapes. None: the method's shapes.
     input_shapes: tuple[tuple[int, ...], ...] | None = None
+    # Our runner only: samples run once each after this one's timed executions.
+    next_samples: tuple[SampleFiles, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", _path_text(self.model_path))
@@ -71,13 +100,11 @@ class RunnerInvocation:
             raise UsageError(f"warmup must be 0 or more, got {self.warmup}")
         if self.cpu_threads is not None and self.cpu_threads < 1 and self.cpu_threads != -1:
             raise UsageError(f"cpu_threads must be positive or -1, got {self.cpu_threads}")
-        for path in self.input_paths:
-            # The runner splits --inputs on commas (as upstream does).
-            if "," in path:
-                raise UsageError(
-                    f"input path {path!r} contains a comma, which the runner cannot take",
-                    "rename the file or stage inputs in a directory without commas",
-                )
+        _check_input_paths(self.input_paths)
+        for sample in self.next_samples:
+            _check_input_paths(sample.input_paths)
+        if self.next_samples and self.flavor != "etdeploy":
+            raise UsageError("only etdeploy's runner takes more than one sample per call")
         if not self.method:
             raise UsageError("method name must not be empty")
         if self.input_shapes is not None and self.flavor == "upstream":
@@ -121,8 +148,20 @@ def runner_argv(executable: str | PurePath, invocation: RunnerInvocation) -> lis
         if invocation.result_json_path is not None:
             argv.append(f"--result_json={invocation.result_json_path}")
         if invocation.input_shapes is not None:
-            shapes = ",".join("x".join(map(str, shape)) for shape in invocation.input_shapes)
-            argv.append(f"--input_shapes={shapes}")
+            argv.append(f"--input_shapes={_shapes_text(invocation.input_shapes)}")
+        argv.extend(arg for sample in invocation.next_samples for arg in next_sample_argv(sample))
+    return argv
+
+
+def next_sample_argv(sample: SampleFiles) -> list[str]:
+    """The flags that add `sample` to a call of our runner."""
+    argv = ["--next_sample"]
+    if sample.input_paths:
+        argv.append(f"--inputs={','.join(sample.input_paths)}")
+    if sample.input_shapes is not None:
+        argv.append(f"--input_shapes={_shapes_text(sample.input_shapes)}")
+    argv.append(f"--output_file={sample.output_base}")
+    argv.append(f"--result_json={sample.result_json_path}")
     return argv
 
 

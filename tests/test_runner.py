@@ -27,6 +27,7 @@ from etdeploy.runner import (
     EtError,
     RunnerFailure,
     RunnerInvocation,
+    SampleFiles,
     find_et_error,
     output_files,
     parse_log,
@@ -86,6 +87,32 @@ def test_invocation_refuses_what_the_runner_cannot_take() -> None:
         RunnerInvocation(model_path="m.pte", num_executions=0)
     with pytest.raises(UsageError, match="flavor"):
         RunnerInvocation(model_path="m.pte", flavor="gflags")
+
+
+def test_argv_adds_each_later_sample_after_a_next_sample_marker() -> None:
+    invocation = RunnerInvocation(
+        model_path="m.pte",
+        input_paths=("/d/a.bin",),
+        output_base="/d/s0-out",
+        result_json_path="/d/s0.json",
+        next_samples=(
+            SampleFiles(("/d/b.bin",), "/d/s1-out", "/d/s1.json"),
+            SampleFiles(("/d/c.bin",), "/d/s2-out", "/d/s2.json", input_shapes=((3, 5),)),
+        ),
+    )
+    argv = runner_argv("etdeploy_runner", invocation)
+    assert argv[argv.index("--next_sample") :] == [
+        "--next_sample", "--inputs=/d/b.bin", "--output_file=/d/s1-out", "--result_json=/d/s1.json",
+        "--next_sample", "--inputs=/d/c.bin", "--input_shapes=3x5", "--output_file=/d/s2-out",
+        "--result_json=/d/s2.json",
+    ]  # fmt: skip
+    # Upstream's runner loads the program once per sample: it takes one per call.
+    with pytest.raises(UsageError, match="more than one sample"):
+        RunnerInvocation(
+            model_path="m.pte", flavor="upstream", next_samples=invocation.next_samples
+        )
+    with pytest.raises(UsageError, match="comma"):
+        RunnerInvocation(model_path="m.pte", next_samples=(SampleFiles(("a,b",), "o", "r"),))
 
 
 def test_output_files_are_base_dash_index_dot_bin() -> None:
@@ -633,6 +660,71 @@ def test_etdump_records_every_execution(
         if event.profile_event is not None and event.profile_event.name == "Method::execute"
     ]
     assert len(executions) == 3  # one warm-up and two timed
+
+
+@pytest.mark.slow
+def test_later_samples_run_on_the_program_loaded_once_with_the_same_bits_as_calls_of_their_own(
+    runner_bundle: RunnerBundle, programs: dict[str, Program], tmp_path: Path
+) -> None:
+    program = programs["cnn_xnnpack"]
+    # Three different real-valued images: the first, mirrored, and darkened.
+    image = program.inputs[0].numpy()
+    files = []
+    for k, variant in enumerate((image, image[..., ::-1], image * 0.25)):
+        files.append(tmp_path / f"in{k}.bin")
+        files[-1].write_bytes(np.ascontiguousarray(variant).tobytes())
+    samples = tuple(
+        SampleFiles((str(files[k]),), str(tmp_path / f"s{k}-out"), str(tmp_path / f"s{k}.json"))
+        for k in (1, 2)
+    )
+    invocation = RunnerInvocation(
+        model_path=str(program.path), input_paths=(str(files[0]),),
+        output_base=str(tmp_path / "s0-out"), result_json_path=str(tmp_path / "s0.json"),
+        num_executions=3, warmup=1, next_samples=samples,
+    )  # fmt: skip
+    done = run_invocation(runner_bundle, invocation)
+    assert done.returncode == 0, done.stderr
+    assert parse_log(done.stdout).load_ms is not None
+    assert done.stdout.count("Model loaded in") == 1
+    assert [line for line in done.stdout.splitlines() if line.startswith("Sample ")] == [
+        "Sample 1 of 3", "Sample 2 of 3", "Sample 3 of 3",
+    ]  # fmt: skip
+    first = parse_result_json((tmp_path / "s0.json").read_text())
+    assert len(first.iterations_ms) == 3 and first.warmup == 1
+    for k in (1, 2):
+        (batched,), result = read_outputs(tmp_path / f"s{k}.json")
+        # Later samples run once each, on the load the first one paid for.
+        assert len(result.iterations_ms) == 1 and result.warmup == 0
+        assert result.load_ms == first.load_ms
+        alone = run_invocation(
+            runner_bundle,
+            RunnerInvocation(
+                model_path=str(program.path), input_paths=(str(files[k]),),
+                output_base=str(tmp_path / f"alone{k}-out"),
+                result_json_path=str(tmp_path / f"alone{k}.json"),
+            ),
+        )  # fmt: skip
+        assert alone.returncode == 0, alone.stderr
+        (own,), _ = read_outputs(tmp_path / f"alone{k}.json")
+        np.testing.assert_array_equal(batched, own)
+    # Different images, different outputs: no sample was given another's result.
+    (zeroth,), _ = read_outputs(tmp_path / "s0.json")
+    (second,), _ = read_outputs(tmp_path / "s2.json")
+    assert not np.array_equal(zeroth, second)
+
+
+@pytest.mark.slow
+def test_a_flag_of_the_whole_call_after_next_sample_is_refused_naming_it(
+    runner_bundle: RunnerBundle, programs: dict[str, Program]
+) -> None:
+    done = run_runner(
+        runner_bundle,
+        f"--model_path={programs['cnn_portable'].path}",
+        "--next_sample",
+        "--warmup=2",
+    )
+    assert done.returncode == 2
+    assert "--warmup applies to the whole call" in done.stderr
 
 
 @pytest.mark.slow

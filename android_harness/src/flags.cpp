@@ -45,6 +45,15 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       {"version", &flags.version},
       {"describe", &flags.describe},
   };
+  // After a --next_sample only these name the new sample's files; anything else
+  // belongs to the whole call and must come before the first --next_sample.
+  const auto sample_flag = [](SampleFlags& sample, const std::string& name) -> std::string* {
+    if (name == "inputs") return &sample.inputs;
+    if (name == "input_shapes") return &sample.input_shapes;
+    if (name == "output_file") return &sample.output_file;
+    if (name == "result_json") return &sample.result_json;
+    return nullptr;
+  };
 
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -62,6 +71,20 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       name = body.substr(0, eq);
       value = body.substr(eq + 1);
       has_value = true;
+    }
+
+    if (name == "next_sample") {
+      if (has_value) {
+        error = "flag --next_sample takes no value, got '" + value + "'";
+        return false;
+      }
+      flags.next_samples.emplace_back();
+      continue;
+    }
+    if (!flags.next_samples.empty() && sample_flag(flags.next_samples.back(), name) == nullptr) {
+      error = "flag --" + name +
+              " applies to the whole call: give it before the first --next_sample";
+      return false;
     }
 
     if (auto it = bool_flags.find(name); it != bool_flags.end()) {
@@ -86,6 +109,10 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       value = argv[++i];
     }
 
+    if (!flags.next_samples.empty()) {
+      *sample_flag(flags.next_samples.back(), name) = value;
+      continue;
+    }
     if (auto it = string_flags.find(name); it != string_flags.end()) {
       *it->second = value;
       continue;
@@ -142,6 +169,10 @@ std::string usage_text(const char* program) {
       "                         dtype and shape as JSON\n"
       "  --input_shapes S,S,... each input's shape as AxBxC (empty: the method's);\n"
       "                         for inputs exported with dynamic dims\n"
+      "  --next_sample          start another sample: the --inputs, --input_shapes,\n"
+      "                         --output_file and --result_json after it are its\n"
+      "                         own; it runs once on the program already loaded,\n"
+      "                         after the first sample's timed executions\n"
       "  --version              print the runner and ExecuTorch versions\n"
       "  --describe             print, as JSON, the ExecuTorch version, every\n"
       "                         registered kernel and backend, and the bundle's\n"

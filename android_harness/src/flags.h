@@ -10,6 +10,20 @@
 
 namespace etdeploy_runner {
 
+// What differs between the samples of one call: --next_sample starts another
+// sample's group of these, run once each after the first sample's timed runs,
+// on the program already loaded.
+struct SampleFlags {
+  // Comma-separated raw input files, one per method input.
+  std::string inputs;
+  // Ours: the shape of each input, comma-separated, dims joined by 'x'
+  // ("3x5,2x3"); an empty field keeps the method's shape. For dynamic inputs.
+  std::string input_shapes;
+  // Base name of the output files: BASE-<i>.bin for each tensor output i.
+  std::string output_file;
+  std::string result_json;
+};
+
 struct Flags {
   std::string model_path = "model.pte";
   // The program's external data (.ptd: weights kept outside the .pte); empty
@@ -34,6 +48,11 @@ struct Flags {
   bool version = false;
   // Ours: print what this runner can run (kernels, backends, versions) as JSON.
   bool describe = false;
+  // Ours: the samples after the first, each given after a --next_sample.
+  std::vector<SampleFlags> next_samples;
+
+  // The first sample: the one timed with --warmup and --num_executions.
+  SampleFlags first_sample() const { return {inputs, input_shapes, output_file, result_json}; }
 };
 
 // Fills `flags` from argv. On a bad command line returns false and sets `error`

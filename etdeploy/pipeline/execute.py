@@ -1,7 +1,8 @@
-"""execute: the runner on the device, once per sample, under a deadline.
+"""execute: the runner on the device for every sample, under a deadline.
 
-Warm-up and N timed iterations on the first sample, one execution on each of
-the rest. The outputs, timings and logs come back; a runner that fails,
+Warm-up and N timed iterations on the first sample, in a call of its own; one
+execution on each of the rest, as many per runner call as our runner's command
+line takes (upstream's runner: one call per sample). The outputs, timings and logs come back; a runner that fails,
 crashes or passes its deadline raises RunnerFailure with its log. With
 --profile the timed executions also write an ETDump, read here with the
 Inspector (etdeploy.profile).
@@ -9,6 +10,7 @@ Inspector (etdeploy.profile).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import statistics
 from collections.abc import Sequence
@@ -47,8 +49,28 @@ class Executed:
     iterations_ms: tuple[float, ...]
     peak_rss_bytes: int | None
     runner_version: str | None
-    logs: tuple[str, ...]
+    logs: tuple[str, ...]  # per runner call
     etdump: Path | None = None
+
+
+# One call of our runner takes the samples after the timed one until its command
+# line would pass this many bytes: an adbd older than Android 7 takes a shell
+# command of at most MAX_PAYLOAD_V1 = 4 KiB in one OPEN message (adb/adb.h in AOSP
+# packages/modules/adb, read 2026-12-03 via the search tool); newer ones 1 MiB.
+# 3 KiB leaves room for what a device wraps around the runner's argv.
+CALL_ARGV_BUDGET = 3 * 1024
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample's part of a runner call: its files on the device and here."""
+
+    name: str
+    inputs: Sequence[str]
+    shapes: tuple[tuple[int, ...], ...] | None
+    reference_shapes: Sequence[tuple[int, ...]]
+    out_base: str  # on the device: OUT_BASE-out-<i>.bin, OUT_BASE-result.json
+    local: Path  # here: LOCAL-out-<i>.bin, LOCAL-result.json
 
 
 def execute(
@@ -62,25 +84,24 @@ def execute(
     job: RunJob,
     local_dir: Path,
 ) -> Executed:
-    """Every sample through the runner; the first is the timed one."""
-    runs: list[SampleRun] = []
-    for s, inputs in enumerate(deployed.inputs):
-        timed = s == 0
-        runs.append(
-            run_sample(
-                device, bundle, program, job,
-                runner=deployed.runner, pte=deployed.pte, data=deployed.data, inputs=inputs,
-                shapes=_shapes_if_dynamic(program, samples[s]),
-                reference_shapes=[tuple(r.shape) for r in references[s]],
-                out_base=f"{deployed.job_dir}/s{s}",
-                cwd=deployed.job_dir,
-                local=local_dir / f"s{s}",
-                sample_name=sample_names[s],
-                iterations=job.iterations if timed else 1,
-                warmup=job.warmup if timed else 0,
-                profile=timed and job.profile,
-            )
-        )  # fmt: skip
+    """Every sample through the runner. The first is the timed one, in a call of its
+    own; our runner takes the rest in as few calls as the command line allows, so a
+    program is loaded (and XNNPACK packs its weights) once per call, not per sample."""
+    each = [
+        Sample(
+            name=sample_names[s], inputs=inputs,
+            shapes=shapes_if_dynamic(program, samples[s]),
+            reference_shapes=[tuple(r.shape) for r in references[s]],
+            out_base=f"{deployed.job_dir}/s{s}", local=local_dir / f"s{s}",
+        )
+        for s, inputs in enumerate(deployed.inputs)
+    ]  # fmt: skip
+    call = dict(runner=deployed.runner, pte=deployed.pte, data=deployed.data, cwd=deployed.job_dir)
+    runs = run_samples(
+        device, bundle, program, job, each[:1], **call,
+        iterations=job.iterations, warmup=job.warmup, profile=job.profile,
+    )  # fmt: skip
+    runs += run_samples(device, bundle, program, job, each[1:], **call)
     first = runs[0].report
     return Executed(
         outputs=tuple(run.outputs for run in runs),
@@ -88,51 +109,124 @@ def execute(
         iterations_ms=tuple(first.iterations_ms),
         peak_rss_bytes=first.peak_rss_bytes,
         runner_version=first.runner_version,
-        logs=tuple(run.log for run in runs),
+        # One log per runner call: the samples of one call share it.
+        logs=tuple(dict.fromkeys(run.log for run in runs)),
         etdump=runs[0].etdump,
     )
 
 
-def run_sample(
+def run_samples(
     device: Device,
     bundle: RunnerBundle,
     program: Program,
     job: RunJob,
+    samples: Sequence[Sample],
     *,
     runner: str,
     pte: str,
-    inputs: Sequence[str],
-    data: str | None = None,
-    shapes: tuple[tuple[int, ...], ...] | None,
-    reference_shapes: Sequence[tuple[int, ...]],
-    out_base: str,
     cwd: str,
-    local: Path,
-    sample_name: str,
+    data: str | None = None,
     iterations: int = 1,
     warmup: int = 0,
     profile: bool = False,
-) -> SampleRun:
-    """One runner call on files already on the device; its outputs pulled back to
-    `local`-prefixed files. With upstream's runner (no result JSON), the output
-    shapes are the reference's."""
+) -> list[SampleRun]:
+    """`samples` through the runner on files already on the device, their outputs
+    pulled back. Our runner takes several per call (each call's first sample gets
+    `warmup` and `iterations`, the others one execution each; each call's deadline
+    is the job's for every sample in it); upstream's one per call."""
+    runs: list[SampleRun] = []
+    for group in _calls(samples, bundle, runner, pte):
+        runs += _run_call(
+            device, bundle, program, job, group, runner=runner, pte=pte, cwd=cwd, data=data,
+            iterations=iterations, warmup=warmup, profile=profile,
+        )  # fmt: skip
+    return runs
+
+
+def _invocation(
+    bundle: RunnerBundle,
+    program: Program,
+    job: RunJob,
+    group: Sequence[Sample],
+    *,
+    pte: str,
+    data: str | None,
+    iterations: int,
+    warmup: int,
+    profile: bool,
+) -> contract.RunnerInvocation:
+    first, rest = group[0], group[1:]
     upstream = bundle.flavor == "upstream"
-    invocation = contract.RunnerInvocation(
+    return contract.RunnerInvocation(
         model_path=pte,
         data_path=data,
-        input_paths=tuple(inputs),
-        output_base=f"{out_base}-out",
+        input_paths=tuple(first.inputs),
+        output_base=f"{first.out_base}-out",
         num_executions=iterations,
         warmup=warmup,
         method=program.method,
         cpu_threads=job.cpu_threads,
-        etdump_path=f"{out_base}-run.etdump" if profile else None,
-        result_json_path=None if upstream else f"{out_base}-result.json",
+        etdump_path=f"{first.out_base}-run.etdump" if profile else None,
+        result_json_path=None if upstream else f"{first.out_base}-result.json",
         flavor=bundle.flavor,
-        input_shapes=shapes,
-    )
+        input_shapes=first.shapes,
+        next_samples=tuple(
+            contract.SampleFiles(
+                input_paths=tuple(s.inputs), output_base=f"{s.out_base}-out",
+                result_json_path=f"{s.out_base}-result.json", input_shapes=s.shapes,
+            )
+            for s in rest
+        ),
+    )  # fmt: skip
+
+
+def _calls(
+    samples: Sequence[Sample], bundle: RunnerBundle, runner: str, pte: str
+) -> list[list[Sample]]:
+    """`samples` split into runner calls: one each for upstream's runner; for ours,
+    as many per call as fit CALL_ARGV_BUDGET (always at least one)."""
+    if bundle.flavor != "etdeploy":
+        return [[sample] for sample in samples]
+    calls: list[list[Sample]] = []
+    used = 0
+    for sample in samples:
+        files = contract.SampleFiles(
+            input_paths=tuple(sample.inputs), output_base=f"{sample.out_base}-out",
+            result_json_path=f"{sample.out_base}-result.json", input_shapes=sample.shapes,
+        )  # fmt: skip
+        cost = sum(len(arg) + 1 for arg in contract.next_sample_argv(files))
+        if not calls or used + cost > CALL_ARGV_BUDGET:
+            calls.append([])
+            # The call's fixed part: the runner and the program paths, the flags.
+            used = len(runner) + len(pte) + 256
+        calls[-1].append(sample)
+        used += cost
+    return calls
+
+
+def _run_call(
+    device: Device,
+    bundle: RunnerBundle,
+    program: Program,
+    job: RunJob,
+    group: Sequence[Sample],
+    *,
+    runner: str,
+    pte: str,
+    cwd: str,
+    data: str | None,
+    iterations: int,
+    warmup: int,
+    profile: bool,
+) -> list[SampleRun]:
+    invocation = _invocation(
+        bundle, program, job, group, pte=pte, data=data,
+        iterations=iterations, warmup=warmup, profile=profile,
+    )  # fmt: skip
     argv = contract.runner_argv(runner, invocation)
-    out = device.run(argv, deadline_s=job.deadline_s, cwd=cwd, idle_timeout_s=job.idle_timeout_s)
+    out = device.run(
+        argv, deadline_s=job.deadline_s * len(group), cwd=cwd, idle_timeout_s=job.idle_timeout_s
+    )
     log = _log_text(out)
     if out.timed_out or out.exit_code != 0:
         raise contract.runner_failure(
@@ -145,39 +239,54 @@ def run_sample(
             device=device.name,
             silent_for_s=job.idle_timeout_s if out.idle else None,
         )
-    if upstream:
+    runs = [_collect(device, program, sample, invocation, out, log) for sample in group]
+    if invocation.etdump_path is not None:
+        etdump = device.pull(invocation.etdump_path, Path(f"{group[0].local}-run.etdump"))
+        runs[0] = dataclasses.replace(runs[0], etdump=etdump)
+    return runs
+
+
+def _collect(
+    device: Device,
+    program: Program,
+    sample: Sample,
+    invocation: contract.RunnerInvocation,
+    out: RunOutput,
+    log: str,
+) -> SampleRun:
+    """One sample's report and outputs, pulled back. With upstream's runner (no
+    result JSON), the output shapes are the reference's."""
+    if invocation.flavor == "upstream":
         report = contract.result_from_log(
             f"{out.stdout}\n{out.stderr}\n{out.device_log}", invocation
         )
         wanted = [
-            (index, program.outputs[index].dtype or "", list(reference_shapes[k]))
+            (index, program.outputs[index].dtype or "", list(sample.reference_shapes[k]))
             for k, index in enumerate(program.tensor_outputs)
         ]
     else:
-        assert invocation.result_json_path is not None
-        local_json = device.pull(invocation.result_json_path, Path(f"{local}-result.json"))
+        local_json = device.pull(
+            f"{sample.out_base}-result.json", Path(f"{sample.local}-result.json")
+        )
         report = contract.parse_result_json(local_json.read_bytes())
         wanted = [(o.index, o.dtype or "", list(o.shape or ())) for o in report.tensor_outputs()]
     outputs = []
     for index, dtype, shape in wanted:
-        (remote_output,) = contract.output_files(invocation.output_base, [index])
-        pulled = device.pull(remote_output, Path(f"{local}-out-{index}.bin"))
+        (remote_output,) = contract.output_files(f"{sample.out_base}-out", [index])
+        pulled = device.pull(remote_output, Path(f"{sample.local}-out-{index}.bin"))
         try:
             outputs.append(_read_output(pulled, dtype, shape))
         except InputError as exc:
             # The runner wrote it: a wrong size is the runner's fault, not the user's input.
             raise RunnerError(
-                f"output {index} of sample {sample_name}: {exc.message}",
+                f"output {index} of sample {sample.name}: {exc.message}",
                 "the runner and the program disagree on the output; with upstream's runner "
                 "shapes come from the reference, so check that it matches the program",
                 device=device.name,
                 command=out.command,
                 log=log,
             ) from exc
-    etdump = None
-    if invocation.etdump_path is not None:
-        etdump = device.pull(invocation.etdump_path, Path(f"{local}-run.etdump"))
-    return SampleRun(tuple(outputs), report, log, etdump)
+    return SampleRun(tuple(outputs), report, log)
 
 
 def _read_output(path: Path, dtype: str, shape: list[int]) -> np.ndarray:
@@ -186,7 +295,7 @@ def _read_output(path: Path, dtype: str, shape: list[int]) -> np.ndarray:
     return read_raw(path, dtype, shape)
 
 
-def _shapes_if_dynamic(
+def shapes_if_dynamic(
     program: Program, sample: tuple[np.ndarray, ...]
 ) -> tuple[tuple[int, ...], ...] | None:
     """The sample's shapes when any differs from the program's (a dynamic dim)."""

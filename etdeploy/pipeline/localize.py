@@ -457,7 +457,7 @@ class _Context:
         by index. Deployed like the program itself: content-addressed, so the
         runner and the inputs already there are not sent again."""
         from etdeploy.pipeline.deploy import deploy, remove_quietly
-        from etdeploy.pipeline.execute import _shapes_if_dynamic, run_sample
+        from etdeploy.pipeline.execute import Sample, run_samples, shapes_if_dynamic
 
         program = describe_program(tapped.pte, tapped.manifest["sha256"], tapped.manifest, ())
         staged = dataclasses.replace(
@@ -467,21 +467,24 @@ class _Context:
             references=tuple(self.staged.references[i] for i in self.chosen),
         )
         job_id = f"{self.job_id}-localize"
-        values: Values = []
+        indices = program.tensor_outputs
         with self.device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
             deployed = deploy(self.device, self.bundle, program, staged, job_id, self.progress)
             try:
-                for k, inputs in enumerate(deployed.inputs):
-                    indices = program.tensor_outputs
-                    run = run_sample(
-                        self.device, self.bundle, program, self.job,
-                        runner=deployed.runner, pte=deployed.pte, inputs=inputs,
-                        shapes=_shapes_if_dynamic(program, staged.samples[k]),
+                samples = [
+                    Sample(
+                        name=staged.sample_names[k], inputs=inputs,
+                        shapes=shapes_if_dynamic(program, staged.samples[k]),
                         reference_shapes=[tuple(eager[k][i].shape) for i in indices],
-                        out_base=f"{deployed.job_dir}/s{k}", cwd=deployed.job_dir,
-                        local=Path(tmp) / f"s{k}", sample_name=staged.sample_names[k],
-                    )  # fmt: skip
-                    values.append(dict(zip(indices, run.outputs, strict=True)))
+                        out_base=f"{deployed.job_dir}/s{k}", local=Path(tmp) / f"s{k}",
+                    )
+                    for k, inputs in enumerate(deployed.inputs)
+                ]  # fmt: skip
+                runs = run_samples(
+                    self.device, self.bundle, program, self.job, samples,
+                    runner=deployed.runner, pte=deployed.pte, cwd=deployed.job_dir,
+                )  # fmt: skip
+                values: Values = [dict(zip(indices, run.outputs, strict=True)) for run in runs]
             finally:
                 if not self.job.keep:
                     remove_quietly(self.device, deployed.job_dir)

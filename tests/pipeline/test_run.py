@@ -98,6 +98,22 @@ def test_a_second_run_sends_no_bytes(device: LocalDevice) -> None:
     )
 
 
+def test_the_samples_after_the_timed_one_share_runner_calls(device: LocalDevice) -> None:
+    result = run(RunJob(model="digits", iterations=3, warmup=1), device)
+    assert result["status"] == "passed", result["verdict"]["reason"]
+    # 16 samples: the timed one in a call of its own, the other 15 in a few calls
+    # (one log each), so the program is loaded a few times, not 16.
+    logs = result["logs"]
+    assert 2 <= len(logs) <= 4, [log.splitlines()[0] for log in logs]
+    assert logs[0].count("Model loaded in") == 1 and "Sample " not in logs[0]
+    assert all(log.count("Model loaded in") == 1 and "Sample 2 of " in log for log in logs[1:])
+    # Each sample still judged against its own eager output: a sample handed
+    # another's result would miss by far more than float rounding.
+    verdict = result["verdict"]
+    assert verdict["top1_agreement"] == 1.0 and verdict["worst"]["max_abs"] < 1e-4
+    assert len(result["latency_ms"]["iterations"]) == 3
+
+
 def test_digits_int8_is_judged_by_sqnr_and_top1(device: LocalDevice) -> None:
     result = run(RunJob(model="digits", quantize="int8", iterations=3, warmup=1), device)
     assert result["artifact"]["quantization"] == "int8"
