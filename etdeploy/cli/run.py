@@ -70,7 +70,7 @@ def run_command(
     host_check: bool = typer.Option(None, "--host-check/--no-host-check", help="Also run the .pte in executorch's Python runtime here.", rich_help_panel=INPUTS_PANEL),
     iterations: int = typer.Option(None, "--iterations", "-n", min=1, metavar="N", help="Timed executions (default 10).", rich_help_panel=TIMING_PANEL),
     warmup: int = typer.Option(None, "--warmup", min=0, metavar="N", help="Untimed executions first (default 3).", rich_help_panel=TIMING_PANEL),
-    deadline: float = typer.Option(None, "--deadline", metavar="SECONDS", help="Seconds per sample before a runner call is killed (default 120).", rich_help_panel=TIMING_PANEL),
+    deadline: float = typer.Option(None, "--deadline", metavar="SECONDS", help="Seconds before the runner is killed (default 120); a call that also runs other samples gets more in proportion to its executions.", rich_help_panel=TIMING_PANEL),
     idle_timeout: float = typer.Option(None, "--idle-timeout", metavar="SECONDS", help="Seconds of runner silence that count as hung.", rich_help_panel=TIMING_PANEL),
     atol: float = typer.Option(None, "--atol", metavar="X", help="float32 absolute tolerance (default 1e-4).", rich_help_panel=VERIFY_PANEL),
     output_kind: list[str] = typer.Option([], "--output-kind", metavar="NAME=KIND", help="How an output is judged: KIND is classifier, regression, embedding, mask or other.", rich_help_panel=VERIFY_PANEL),

@@ -1,8 +1,8 @@
 """execute: the runner on the device for every sample, under a deadline.
 
-Warm-up and N timed iterations on the first sample, in a call of its own; one
-execution on each of the rest, as many per runner call as our runner's command
-line takes (upstream's runner: one call per sample). The outputs, timings and logs come back; a runner that fails,
+Warm-up and N timed iterations on the first sample, then one execution on each
+of the rest, as many samples per runner call as our runner's command line takes
+(upstream's runner: one call per sample). The outputs, timings and logs come back; a runner that fails,
 crashes or passes its deadline raises RunnerFailure with its log. With
 --profile the timed executions also write an ETDump, read here with the
 Inspector (etdeploy.profile).
@@ -84,9 +84,10 @@ def execute(
     job: RunJob,
     local_dir: Path,
 ) -> Executed:
-    """Every sample through the runner. The first is the timed one, in a call of its
-    own; our runner takes the rest in as few calls as the command line allows, so a
-    program is loaded (and XNNPACK packs its weights) once per call, not per sample."""
+    """Every sample through the runner. The first is the timed one (warm-ups and
+    timed executions), then every other runs once; our runner takes them in as few
+    calls as the command line allows, so a program is loaded (and XNNPACK packs its
+    weights) once per call, not once per sample."""
     each = [
         Sample(
             name=sample_names[s], inputs=inputs,
@@ -96,12 +97,11 @@ def execute(
         )
         for s, inputs in enumerate(deployed.inputs)
     ]  # fmt: skip
-    call = dict(runner=deployed.runner, pte=deployed.pte, data=deployed.data, cwd=deployed.job_dir)
     runs = run_samples(
-        device, bundle, program, job, each[:1], **call,
+        device, bundle, program, job, each,
+        runner=deployed.runner, pte=deployed.pte, data=deployed.data, cwd=deployed.job_dir,
         iterations=job.iterations, warmup=job.warmup, profile=job.profile,
     )  # fmt: skip
-    runs += run_samples(device, bundle, program, job, each[1:], **call)
     first = runs[0].report
     return Executed(
         outputs=tuple(run.outputs for run in runs),
@@ -131,16 +131,24 @@ def run_samples(
     profile: bool = False,
 ) -> list[SampleRun]:
     """`samples` through the runner on files already on the device, their outputs
-    pulled back. Our runner takes several per call (each call's first sample gets
-    `warmup` and `iterations`, the others one execution each; each call's deadline
-    is the job's for every sample in it); upstream's one per call."""
+    pulled back. The first gets `warmup` and `iterations` (and the ETDump), every
+    other one execution. Our runner takes several per call, upstream's one."""
     runs: list[SampleRun] = []
-    for group in _calls(samples, bundle, runner, pte):
+    for n, group in enumerate(_calls(samples, bundle, runner, pte)):
+        first = n == 0
         runs += _run_call(
             device, bundle, program, job, group, runner=runner, pte=pte, cwd=cwd, data=data,
-            iterations=iterations, warmup=warmup, profile=profile,
+            iterations=iterations if first else 1, warmup=warmup if first else 0,
+            profile=profile and first,
         )  # fmt: skip
     return runs
+
+
+def call_deadline_s(job: RunJob, executions: int) -> float:
+    """A runner call's deadline: `--deadline` covers the timed sample's warm-ups and
+    executions; a call that runs more executions (other samples after it) gets
+    proportionally more, one that runs fewer no less."""
+    return job.deadline_s * max(1.0, executions / (job.warmup + job.iterations))
 
 
 def _invocation(
@@ -224,8 +232,12 @@ def _run_call(
         iterations=iterations, warmup=warmup, profile=profile,
     )  # fmt: skip
     argv = contract.runner_argv(runner, invocation)
+    executions = warmup + iterations + len(group) - 1
     out = device.run(
-        argv, deadline_s=job.deadline_s * len(group), cwd=cwd, idle_timeout_s=job.idle_timeout_s
+        argv,
+        deadline_s=call_deadline_s(job, executions),
+        cwd=cwd,
+        idle_timeout_s=job.idle_timeout_s,
     )
     log = _log_text(out)
     if out.timed_out or out.exit_code != 0:

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from etdeploy.cli import app
 from etdeploy.devices.local import LocalDevice
 from etdeploy.pipeline import RESULT_SCHEMA, RunJob, run_job
+from etdeploy.pipeline.execute import call_deadline_s
 
 pytestmark = pytest.mark.slow
 
@@ -98,20 +99,30 @@ def test_a_second_run_sends_no_bytes(device: LocalDevice) -> None:
     )
 
 
-def test_the_samples_after_the_timed_one_share_runner_calls(device: LocalDevice) -> None:
+def test_the_samples_share_runner_calls_and_the_program_is_loaded_once_per_call(
+    device: LocalDevice,
+) -> None:
     result = run(RunJob(model="digits", iterations=3, warmup=1), device)
     assert result["status"] == "passed", result["verdict"]["reason"]
-    # 16 samples: the timed one in a call of its own, the other 15 in a few calls
-    # (one log each), so the program is loaded a few times, not 16.
+    # 16 samples in a few calls (one log each), not 16: the timed one first, then
+    # the others once each, each call loading the program once.
     logs = result["logs"]
-    assert 2 <= len(logs) <= 4, [log.splitlines()[0] for log in logs]
-    assert logs[0].count("Model loaded in") == 1 and "Sample " not in logs[0]
-    assert all(log.count("Model loaded in") == 1 and "Sample 2 of " in log for log in logs[1:])
+    assert 1 <= len(logs) <= 3, [log.splitlines()[0] for log in logs]
+    assert all(log.count("Model loaded in") == 1 for log in logs)
+    assert "Sample 1 of " in logs[0] and "Warm-up 1 of 1" in logs[0]
+    assert sum(log.count("Writing output to file") for log in logs) == 16
     # Each sample still judged against its own eager output: a sample handed
     # another's result would miss by far more than float rounding.
     verdict = result["verdict"]
     assert verdict["top1_agreement"] == 1.0 and verdict["worst"]["max_abs"] < 1e-4
     assert len(result["latency_ms"]["iterations"]) == 3
+
+
+def test_a_call_that_runs_more_executions_than_the_timed_sample_gets_a_longer_deadline() -> None:
+    job = RunJob(model="digits", iterations=10, warmup=3, deadline_s=60)
+    assert call_deadline_s(job, 13) == 60  # the timed sample's own executions
+    assert call_deadline_s(job, 13 + 13) == 120  # and as many again for other samples
+    assert call_deadline_s(job, 4) == 60  # never less than --deadline
 
 
 def test_digits_int8_is_judged_by_sqnr_and_top1(device: LocalDevice) -> None:
