@@ -176,9 +176,12 @@ def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exi
     out = tmp_path / "out"
     log = tmp_path / "farm.log"
     with open(log, "wb") as stderr:
+        # SIGINT at its default, as in a terminal: a suite run as a background job
+        # (`make test &`) ignores it, and Python then never raises KeyboardInterrupt.
         process = subprocess.Popen(
             [sys.executable, "-m", "etdeploy", "farm", str(spec_path), "--out", str(out)],
             stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
     try:
         results = out / RESULTS_NAME
