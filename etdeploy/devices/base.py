@@ -165,6 +165,8 @@ class Device(Protocol):
         self, remote: str, local: Path, *, progress: ProgressCallback | None = None
     ) -> Path: ...
 
+    def pull_files(self, files: Sequence[tuple[str, Path]]) -> list[Path]: ...
+
     def exists(self, remote: str) -> bool: ...
 
     def makedirs(self, remote: str) -> None: ...
@@ -359,6 +361,24 @@ class DeviceBase(abc.ABC):
         with self._transfer_lock, local_partial(local) as partial:
             self._download(Download(source, local, partial, progress))
         return local
+
+    def pull_files(self, files: Sequence[tuple[str, Path]]) -> list[Path]:
+        """Several (remote, local) files back, all or none: each is written under a
+        temporary local name, and only when every one arrived are they renamed."""
+        pairs = [(self.resolve(remote), Path(local)) for remote, local in files]
+        with self._transfer_lock, contextlib.ExitStack() as partials:
+            downloads = [
+                Download(source, local, partials.enter_context(local_partial(local)), None)
+                for source, local in pairs
+            ]
+            self._download_files(downloads)
+        return [local for _, local in pairs]
+
+    def _download_files(self, downloads: Sequence[Download]) -> None:
+        """Each of `downloads`, one by one; a transport that can bring several back in
+        one exchange (adb's sync session) does so instead."""
+        for download in downloads:
+            self._download(download)
 
     @abc.abstractmethod
     def _prepare_push(self, target: str) -> RemoteFile | None:

@@ -251,7 +251,7 @@ def _run_call(
             device=device.name,
             silent_for_s=job.idle_timeout_s if out.idle else None,
         )
-    runs = [_collect(device, program, sample, invocation, out, log) for sample in group]
+    runs = _collect(device, program, group, invocation, out, log)
     if invocation.etdump_path is not None:
         etdump = device.pull(invocation.etdump_path, Path(f"{group[0].local}-run.etdump"))
         runs[0] = dataclasses.replace(runs[0], etdump=etdump)
@@ -261,44 +261,65 @@ def _run_call(
 def _collect(
     device: Device,
     program: Program,
-    sample: Sample,
+    group: Sequence[Sample],
     invocation: contract.RunnerInvocation,
     out: RunOutput,
     log: str,
-) -> SampleRun:
-    """One sample's report and outputs, pulled back. With upstream's runner (no
-    result JSON), the output shapes are the reference's."""
+) -> list[SampleRun]:
+    """Each sample's report and outputs, pulled back: every result document in one
+    pull_files, then every output file in another (over adb, two sync sessions
+    for the whole call). With upstream's runner (no result JSON), the output shapes
+    are the reference's."""
     if invocation.flavor == "upstream":
-        report = contract.result_from_log(
-            f"{out.stdout}\n{out.stderr}\n{out.device_log}", invocation
-        )
+        (sample,) = group
+        reports = [
+            contract.result_from_log(f"{out.stdout}\n{out.stderr}\n{out.device_log}", invocation)
+        ]
         wanted = [
-            (index, program.outputs[index].dtype or "", list(sample.reference_shapes[k]))
-            for k, index in enumerate(program.tensor_outputs)
+            [
+                (index, program.outputs[index].dtype or "", list(sample.reference_shapes[k]))
+                for k, index in enumerate(program.tensor_outputs)
+            ]
         ]
     else:
-        local_json = device.pull(
-            f"{sample.out_base}-result.json", Path(f"{sample.local}-result.json")
+        documents = device.pull_files(
+            [(f"{s.out_base}-result.json", Path(f"{s.local}-result.json")) for s in group]
         )
-        report = contract.parse_result_json(local_json.read_bytes())
-        wanted = [(o.index, o.dtype or "", list(o.shape or ())) for o in report.tensor_outputs()]
-    outputs = []
-    for index, dtype, shape in wanted:
-        (remote_output,) = contract.output_files(f"{sample.out_base}-out", [index])
-        pulled = device.pull(remote_output, Path(f"{sample.local}-out-{index}.bin"))
-        try:
-            outputs.append(_read_output(pulled, dtype, shape))
-        except InputError as exc:
-            # The runner wrote it: a wrong size is the runner's fault, not the user's input.
-            raise RunnerError(
-                f"output {index} of sample {sample.name}: {exc.message}",
-                "the runner and the program disagree on the output; with upstream's runner "
-                "shapes come from the reference, so check that it matches the program",
-                device=device.name,
-                command=out.command,
-                log=log,
-            ) from exc
-    return SampleRun(tuple(outputs), report, log)
+        reports = [contract.parse_result_json(d.read_bytes()) for d in documents]
+        wanted = [
+            [(o.index, o.dtype or "", list(o.shape or ())) for o in report.tensor_outputs()]
+            for report in reports
+        ]
+    pulled = iter(
+        device.pull_files(
+            [
+                (
+                    contract.output_files(f"{sample.out_base}-out", [index])[0],
+                    Path(f"{sample.local}-out-{index}.bin"),
+                )
+                for sample, outputs in zip(group, wanted, strict=True)
+                for index, _, _ in outputs
+            ]
+        )
+    )
+    runs = []
+    for sample, report, outputs in zip(group, reports, wanted, strict=True):
+        arrays = []
+        for index, dtype, shape in outputs:
+            try:
+                arrays.append(_read_output(next(pulled), dtype, shape))
+            except InputError as exc:
+                # The runner wrote it: a wrong size is the runner's fault, not the user's input.
+                raise RunnerError(
+                    f"output {index} of sample {sample.name}: {exc.message}",
+                    "the runner and the program disagree on the output; with upstream's runner "
+                    "shapes come from the reference, so check that it matches the program",
+                    device=device.name,
+                    command=out.command,
+                    log=log,
+                ) from exc
+        runs.append(SampleRun(tuple(arrays), report, log))
+    return runs
 
 
 def _read_output(path: Path, dtype: str, shape: list[int]) -> np.ndarray:

@@ -646,6 +646,26 @@ def test_pull_brings_a_file_back_and_a_missing_one_is_a_device_error(
         any_device.pull(f"{WORKDIR}/t-pull/absent.bin", tmp_path / "absent.bin")
 
 
+def test_pull_files_brings_several_back_whole_and_a_missing_one_writes_none(
+    any_device: AdbDevice, tmp_path: Path
+) -> None:
+    # An empty, a tiny and a multi-chunk file: what a runner call leaves behind.
+    sent = [random_file(tmp_path / f"out-{i}.bin", n) for i, n in enumerate((0, 17, 300_000))]
+    remotes = [f"{WORKDIR}/t-pull-files/out-{i}.bin" for i in range(3)]
+    for local, remote in zip(sent, remotes, strict=True):
+        any_device.push(local, remote)
+    back = any_device.pull_files([(r, tmp_path / "back" / r.rpartition("/")[2]) for r in remotes])
+    assert [b.read_bytes() for b in back] == [s.read_bytes() for s in sent]
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == [b.name for b in back]
+    # All or none: the file that did arrive before the missing one is not kept.
+    again = tmp_path / "again"
+    with pytest.raises(DeviceError, match=r"(?i)no such file"):
+        any_device.pull_files(
+            [(remotes[2], again / "out-2.bin"), (f"{WORKDIR}/t-pull-files/absent.bin", again / "x")]
+        )
+    assert list(again.iterdir()) == []
+
+
 def test_sha256_of_a_missing_file_is_none(any_device: AdbDevice) -> None:
     assert any_device.sha256(f"{WORKDIR}/nothing/here.bin") is None
 

@@ -141,6 +141,23 @@ def test_a_skipped_push_still_applies_the_mode(tmp_path: Path) -> None:
     assert os.stat(first.remote).st_mode & 0o777 == 0o755
 
 
+def test_pull_files_writes_every_file_or_none(tmp_path: Path) -> None:
+    device = LocalDevice(workdir=tmp_path / "dev")
+    for i in range(2):
+        src = tmp_path / f"out-{i}.bin"
+        src.write_bytes(bytes([i]) * 100)
+        device.push(src, f"job/out-{i}.bin")
+    back = device.pull_files(
+        [(f"job/out-{i}.bin", tmp_path / "back" / f"{i}.bin") for i in range(2)]
+    )
+    assert [b.read_bytes() for b in back] == [b"\x00" * 100, b"\x01" * 100]
+    with pytest.raises(DeviceError, match="no such file"):
+        device.pull_files(
+            [("job/out-0.bin", tmp_path / "b2" / "0.bin"), ("job/x", tmp_path / "b2" / "x")]
+        )
+    assert list((tmp_path / "b2").iterdir()) == []
+
+
 def test_pull_writes_the_whole_file_or_nothing(tmp_path: Path) -> None:
     device = LocalDevice(workdir=tmp_path / "dev")
     src = tmp_path / "out.bin"

@@ -20,7 +20,7 @@ import re
 import shlex
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from adbutils.errors import AdbError
 
@@ -226,6 +226,13 @@ class AdbDevice(DeviceBase):
             )
         command = f"pull {remote} {download.local}"
         self._link.receive(remote, download.partial, command, download.progress(found.size))
+
+    def _download_files(self, downloads: Sequence[Download]) -> None:
+        # One sync session for all: each file costs a request, not a connection.
+        if not downloads:
+            return
+        command = f"pull {' '.join(d.source for d in downloads)}"
+        self._link.receive_many([(d.source, d.partial, d.progress(0)) for d in downloads], command)
 
     def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
         return self._link.check(script, what, deadline_s=deadline_s)

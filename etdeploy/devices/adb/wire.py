@@ -19,7 +19,7 @@ import stat
 import struct
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -440,15 +440,25 @@ class PhoneLink:
     def receive(self, remote: str, local: Path, command: str, progress: TransferProgress) -> None:
         """Write the phone's `remote` to the local file, reporting progress; `command`
         names the pull in errors."""
+        self.receive_many([(remote, local, progress)], command)
+
+    def receive_many(
+        self, files: Sequence[tuple[str, Path, TransferProgress]], command: str
+    ) -> None:
+        """Each (remote, local) file in one sync session: one connection for many
+        small files (a run's outputs) instead of one each. A missing remote file is
+        the device's FAIL reply, a DeviceError naming it."""
         v2 = "sendrecv_v2" in self.features
-        connection = self._sync(f"pulling {remote}", command)
+        connection = self._sync(f"pulling {files[0][0]}", command)
         sock = connection.conn
+        remote, progress = files[0][0], files[0][2]
         try:
-            self._request(sock, b"RCV2" if v2 else b"RECV", remote)
-            if v2:
-                sock.sendall(struct.pack("<4sI", b"RCV2", 0))
-            with open(local, "wb") as out:
-                self._receive_data(sock, remote, out, command, progress)
+            for remote, local, progress in files:
+                self._request(sock, b"RCV2" if v2 else b"RECV", remote)
+                if v2:
+                    sock.sendall(struct.pack("<4sI", b"RCV2", 0))
+                with open(local, "wb") as out:
+                    self._receive_data(sock, remote, out, command, progress)
             with contextlib.suppress(OSError):
                 sock.sendall(_SYNC_HEADER.pack(b"QUIT", 0))
         except TimeoutError as exc:
