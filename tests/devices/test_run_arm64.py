@@ -15,7 +15,6 @@ on a real phone; the bundle brings its own glibc, so bionic is never involved.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from etdeploy.runner_build import KIND_ARM64, RunnerBundle, binary_abi, runner_f
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.arm64 import require_arm64
 from tests.support.device_config import ssh_table, write_config
+from tests.support.processes import processes_naming
 from tests.support.sshd import SshServer, start_sshd
 
 pytestmark = pytest.mark.slow
@@ -126,18 +126,7 @@ def assert_the_arm64_bundle_ran(result: dict[str, Any], bundle: RunnerBundle) ->
 
 def emulated_processes(marker: str) -> list[int]:
     """Live qemu-aarch64 processes whose command line mentions marker."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if "qemu-aarch64" in argv and marker in argv and state not in ("Z", "X"):
-            found.append(int(entry))
-    return found
+    return processes_naming("qemu-aarch64", marker)
 
 
 @pytest.fixture(scope="module")

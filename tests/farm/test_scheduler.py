@@ -5,7 +5,6 @@ a cooldown between a device's jobs, and Ctrl-C in the middle of a farm."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from tests.support.farm_fixtures import (
     worker_pids,
     write_spec,
 )
+from tests.support.processes import processes_naming
 
 
 @pytest.mark.slow
@@ -141,22 +141,6 @@ def test_a_cooldown_leaves_the_device_idle_between_its_jobs(tmp_path: Path) -> N
     assert second["held_from"] - first["held_to"] >= 2
 
 
-def _processes_naming(text: str) -> list[int]:
-    """Live processes whose command line holds `text` (a runner started for a job)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X") and text.encode() in argv:
-            found.append(int(entry))
-    return found
-
-
 @pytest.mark.slow
 def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exits_130(
     bed: FarmTestbed, tmp_path: Path
@@ -197,7 +181,7 @@ def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exi
         (worker_log,) = running_on_the_phone()
         job_id = worker_log.parent.name
         on_phone = bed.phone("pixel-a").device_path(f"/data/local/tmp/etdeploy/{job_id}")
-        wait_for(lambda: bool(_processes_naming(job_id)), 30, "the runner started on the phone")
+        wait_for(lambda: bool(processes_naming(job_id)), 30, "the runner started on the phone")
         assert on_phone.is_dir()
 
         process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
@@ -215,7 +199,7 @@ def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exi
     assert f"--out {out} --resume" in said and "Traceback" not in said
 
     # Workers stopped: none left, and the runner on the phone went with its worker.
-    assert worker_pids(out) == [] and _processes_naming(job_id) == []
+    assert worker_pids(out) == [] and processes_naming(job_id) == []
     assert worker_log.read_text().rstrip().endswith("stopped by the farm")
     # The phone released: its job directory cleaned up, its lock free at once.
     assert not on_phone.exists()

@@ -28,6 +28,7 @@ from pathlib import Path
 import adbutils
 
 from tests.support.loopback_adb import DEFAULT_FEATURES, LoopbackAdbDevice
+from tests.support.processes import live_processes
 
 _started_ports: set[int] = set()
 
@@ -41,17 +42,7 @@ def free_port() -> int:
 def adb_server_pids(port: int) -> list[int]:
     """Pids of adb server processes listening on `port` (found by command line)."""
     pids: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if state[state.rfind(")") + 2 :][:1] in ("Z", "X"):
-            continue
-        words = [w.decode(errors="replace") for w in argv if w]
+    for pid, words in live_processes():
         if not words or not os.path.basename(words[0]).startswith("adb"):
             continue
         if "fork-server" not in words and "server" not in words:
@@ -59,7 +50,7 @@ def adb_server_pids(port: int) -> list[int]:
         if f"tcp:{port}" in words or any(
             a == "-P" and b == str(port) for a, b in itertools.pairwise(words)
         ):
-            pids.append(int(entry))
+            pids.append(pid)
     return pids
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import threading
 import time
@@ -32,6 +31,7 @@ from etdeploy.cli import app
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import ssh_table
 from tests.support.loopback_adb import LoopbackAdbDevice
+from tests.support.processes import processes_naming
 from tests.support.sshd import SshServer, start_sshd
 
 MiB = 1 << 20
@@ -157,21 +157,7 @@ def write_spec(
 
 def worker_pids(out_dir: Path) -> list[int]:
     """Live farm worker processes writing under out_dir (found by command line)."""
-    marker = str(out_dir).encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rfind(")") + 2 :][:1] in ("Z", "X"):
-            continue
-        if b"worker_main" in argv and marker in argv:
-            found.append(int(entry))
-    return found
+    return processes_naming("worker_main", str(out_dir))
 
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> None:
