@@ -72,6 +72,14 @@ class Sample:
     out_base: str  # on the device: OUT_BASE-out-<i>.bin, OUT_BASE-result.json
     local: Path  # here: LOCAL-out-<i>.bin, LOCAL-result.json
 
+    @property
+    def files(self) -> contract.SampleFiles:
+        """Its files as the runner is told them."""
+        return contract.SampleFiles(
+            input_paths=tuple(self.inputs), output_base=f"{self.out_base}-out",
+            result_json_path=f"{self.out_base}-result.json", input_shapes=self.shapes,
+        )  # fmt: skip
+
 
 def execute(
     device: Device,
@@ -169,22 +177,16 @@ def _invocation(
         model_path=pte,
         data_path=data,
         input_paths=tuple(first.inputs),
-        output_base=f"{first.out_base}-out",
+        output_base=first.files.output_base,
         num_executions=iterations,
         warmup=warmup,
         method=program.method,
         cpu_threads=job.cpu_threads,
         etdump_path=f"{first.out_base}-run.etdump" if profile else None,
-        result_json_path=None if upstream else f"{first.out_base}-result.json",
+        result_json_path=None if upstream else first.files.result_json_path,
         flavor=bundle.flavor,
         input_shapes=first.shapes,
-        next_samples=tuple(
-            contract.SampleFiles(
-                input_paths=tuple(s.inputs), output_base=f"{s.out_base}-out",
-                result_json_path=f"{s.out_base}-result.json", input_shapes=s.shapes,
-            )
-            for s in rest
-        ),
+        next_samples=tuple(s.files for s in rest),
     )  # fmt: skip
 
 
@@ -198,11 +200,7 @@ def _calls(
     calls: list[list[Sample]] = []
     used = 0
     for sample in samples:
-        files = contract.SampleFiles(
-            input_paths=tuple(sample.inputs), output_base=f"{sample.out_base}-out",
-            result_json_path=f"{sample.out_base}-result.json", input_shapes=sample.shapes,
-        )  # fmt: skip
-        cost = sum(len(arg) + 1 for arg in contract.next_sample_argv(files))
+        cost = sum(len(arg) + 1 for arg in contract.next_sample_argv(sample.files))
         if not calls or used + cost > CALL_ARGV_BUDGET:
             calls.append([])
             # The call's fixed part: the runner and the program paths, the flags.
@@ -283,7 +281,7 @@ def _collect(
         ]
     else:
         documents = device.pull_files(
-            [(f"{s.out_base}-result.json", Path(f"{s.local}-result.json")) for s in group]
+            [(s.files.result_json_path, Path(f"{s.local}-result.json")) for s in group]
         )
         reports = [contract.parse_result_json(d.read_bytes()) for d in documents]
         wanted = [
@@ -294,7 +292,7 @@ def _collect(
         device.pull_files(
             [
                 (
-                    contract.output_files(f"{sample.out_base}-out", [index])[0],
+                    contract.output_files(sample.files.output_base, [index])[0],
                     Path(f"{sample.local}-out-{index}.bin"),
                 )
                 for sample, outputs in zip(group, wanted, strict=True)
