@@ -144,18 +144,14 @@ def job_key(model: str, backend: str, quantize: str | None, device: str) -> str:
 
 
 @dataclass(frozen=True)
-class FarmJob:
-    """One cell of the matrix: a model built for a backend (and quantization),
-    run on one device, with its resolved settings."""
+class MatrixCell:
+    """A model built for a backend (and quantization) on one device: what a job and
+    a skipped cell share, and what they are keyed and labelled by."""
 
     model: str
     backend: str
     quantize: str | None
     device: str
-    # RunJob keyword arguments besides model/device/backend/quantize.
-    settings: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
-    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S
-    retries: int = DEFAULT_RETRIES
 
     @property
     def key(self) -> str:
@@ -165,6 +161,21 @@ class FarmJob:
     def label(self) -> str:
         variant = f"{self.backend}+{self.quantize}" if self.quantize else self.backend
         return f"{self.model}[{variant}] on {self.device}"
+
+    def key_json(self) -> dict[str, str | None]:
+        """The key as the report package spells it (etdeploy.report.JobKey)."""
+        return {"model": self.model, "backend": self.backend,
+                "quantization": self.quantize, "device": self.device}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FarmJob(MatrixCell):
+    """One cell of the matrix to run, with its resolved settings."""
+
+    # RunJob keyword arguments besides model/device/backend/quantize.
+    settings: Mapping[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    job_timeout_s: float = DEFAULT_JOB_TIMEOUT_S
+    retries: int = DEFAULT_RETRIES
 
     def run_job(self) -> RunJob:
         """The pipeline's RunJob (its checks run here: bad values fail at parse time)."""
@@ -175,35 +186,13 @@ class FarmJob:
             quantize=self.quantize, **self.settings,
         )  # fmt: skip
 
-    def key_json(self) -> dict[str, str | None]:
-        """The key as the report package spells it (etdeploy.report.JobKey)."""
-        return {"model": self.model, "backend": self.backend,
-                "quantization": self.quantize, "device": self.device}  # fmt: skip
-
 
 @dataclass(frozen=True)
-class SkippedJob:
+class SkippedJob(MatrixCell):
     """A cell of the matrix that cannot run, and why: left out before anything
     starts, listed as skipped in every report, never counted against the farm."""
 
-    model: str
-    backend: str
-    quantize: str | None
-    device: str
     reason: str
-
-    @property
-    def key(self) -> str:
-        return job_key(self.model, self.backend, self.quantize, self.device)
-
-    @property
-    def label(self) -> str:
-        variant = f"{self.backend}+{self.quantize}" if self.quantize else self.backend
-        return f"{self.model}[{variant}] on {self.device}"
-
-    def key_json(self) -> dict[str, str | None]:
-        return {"model": self.model, "backend": self.backend,
-                "quantization": self.quantize, "device": self.device}  # fmt: skip
 
 
 @dataclass(frozen=True)
