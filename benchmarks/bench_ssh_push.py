@@ -30,8 +30,7 @@ import time
 from pathlib import Path
 
 from etdeploy.devices.ssh import SshDevice, SshSettings
-from etdeploy.devices.transfer import sha256_file
-from etdeploy.digests import RACY_MARGIN_NS
+from etdeploy.digests import RACY_MARGIN_NS, sha256_file
 from tests.support.sshd import start_sshd
 
 SIZE_MB = 256

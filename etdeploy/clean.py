@@ -115,7 +115,7 @@ def parse_age(text: str) -> float:
 
 def parse_max_size(text: str) -> int:
     """Bytes from "2GB", "500MiB", "1.5GB" or a plain number of bytes."""
-    from etdeploy.sizecheck.limits import parse_size
+    from etdeploy.units import parse_size
 
     return parse_size(text, what="--max-size")
 

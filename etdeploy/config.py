@@ -221,7 +221,7 @@ def run_settings(config: Config, **flags: Any) -> dict[str, Any]:
         if "runner" in from_file:
             from_file["runner"] = _relative_to(base, from_file["runner"])
     if "localize_budget" in from_file:
-        from etdeploy.sizecheck.limits import parse_size
+        from etdeploy.units import parse_size
 
         label = config.path.name if config.path else CONFIG_NAME
         from_file["localize_budget_bytes"] = parse_size(

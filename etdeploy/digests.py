@@ -24,13 +24,13 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
 
 from etdeploy.atomic import atomic_write
 from etdeploy.errors import UsageError
+from etdeploy.files import check_readable_file
 from etdeploy.paths import cache_dir
 
 CACHE_KIND = "file-digests"
@@ -78,26 +78,21 @@ def known_sha256(path: str | os.PathLike[str], st: os.stat_result | None = None)
     return digest
 
 
-def _hash(path: Path) -> str:
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a local file, streamed in constant memory (OSError if it cannot be
+    read): the one place a local file is hashed."""
     digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            while block := fh.read(_HASH_BLOCK):
-                digest.update(block)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot be read: {exc.strerror}", "check the path") from None
+    with open(path, "rb") as fh:
+        while block := fh.read(_HASH_BLOCK):
+            digest.update(block)
     return digest.hexdigest()
 
 
-def _regular_file(path: Path) -> os.stat_result:
-    # Checked before open(): opening a FIFO blocks until a writer appears.
+def _hash(path: Path) -> str:
     try:
-        st = os.stat(path)
+        return sha256_file(path)
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read: {exc.strerror}", "check the path") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{path}: not a regular file", "pass a file")
-    return st
 
 
 def file_sha256(
@@ -107,7 +102,7 @@ def file_sha256(
     ctime as when it was hashed) is not read again unless trust_record is False. `st` is
     the file's stat when the caller has it (it checked the file already)."""
     p = Path(path)
-    before = st or _regular_file(p)
+    before = st or check_readable_file(p)
     if trust_record:
         known = known_sha256(p, before)
         if known is not None:

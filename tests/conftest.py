@@ -10,6 +10,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Real .pte programs built once per session, for the .pte reader and the size checks.
+pytest_plugins = ["tests.support.programs"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # Never the user's own cache: tests must see what a new user sees.

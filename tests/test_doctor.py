@@ -64,7 +64,7 @@ def test_doctor_starts_without_torch_even_reading_a_pte(digits_pte: Path, tmp_pa
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     loaded = set(done.stdout.split("MODULES:", 1)[-1].split())
-    assert "etdeploy.doctor" in loaded and "etdeploy.sizecheck.pte" in loaded, done.stderr
+    assert "etdeploy.doctor" in loaded and "etdeploy.pte.reader" in loaded, done.stderr
     assert "torch" not in loaded and "executorch" not in loaded
     assert "exit 0" in done.stdout or "exit None" in done.stdout
 

@@ -3,7 +3,6 @@ it is, never over a different program without --force, all files whole or none."
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from etdeploy.builder.options import (
     etrecord_path,
     quantized_program_path,
 )
+from etdeploy.digests import sha256_file
 from etdeploy.errors import UsageError
 
 
@@ -133,17 +133,13 @@ def write_error(exc: OSError, where: Path, what: str, *, space: str, access: str
 
 
 def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
+        return sha256_file(path)
     except OSError as exc:
         raise UsageError(
             f"{path} exists and cannot be read ({exc.strerror}); not overwriting it",
             "choose another -o",
         ) from None
-    return digest.hexdigest()
 
 
 def _describe_existing(path: Path) -> str:

@@ -1,7 +1,7 @@
 """What a .pte alone tells: its header, segments, weights, delegate blobs and method
 signatures.
 
-Read with sizecheck's torch-free reader (etdeploy.sizecheck.pte), not executorch's own
+Read with sizecheck's torch-free reader (etdeploy.pte.reader), not executorch's own
 deserialiser, which imports torch (about 5 s) and loads the whole file; so `etdeploy
 inspect` starts fast and maps multi-GB programs without reading their weights.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from etdeploy.builder.lower import _scalar_name
 from etdeploy.errors import UsageError
-from etdeploy.sizecheck.pte import MethodValue, read_pte
+from etdeploy.pte.reader import MethodValue, read_pte
 
 
 def _value(v: MethodValue) -> str:

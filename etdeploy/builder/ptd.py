@@ -22,7 +22,7 @@ import struct
 from pathlib import Path
 
 from etdeploy.errors import InputError
-from etdeploy.sizecheck.pte import PteLayout, check_readable_file
+from etdeploy.pte.reader import PteLayout, check_readable_file
 
 FILE_IDENTIFIER = b"FT01"
 # Field slots in a table's vtable: 4 + 2 * field id.

@@ -285,13 +285,6 @@ def note(text: str) -> None:
         err_console.print(f"[dim]{escape(text)}[/]", highlight=False, soft_wrap=True)
 
 
-def format_ms(value: float | None) -> str:
-    """A latency in milliseconds, as µs below one: "3.9 µs", "0.21 ms" would hide digits."""
-    if value is None:
-        return "-"
-    return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.2f} ms"
-
-
 # Libraries' import-time chatter on stderr (torch's pytree deprecation notice,
 # torchao's CUDA-only extensions it cannot load on a CPU build) says nothing about
 # the user's run and buries our one-line errors; real errors still show.

@@ -40,6 +40,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from etdeploy.cli._app import err_console, is_quiet
+from etdeploy.units import format_bytes
 
 # Piped: a stage or transfer shorter than this leaves no line in the log.
 PIPED_AFTER_S = 1.0
@@ -47,12 +48,6 @@ PIPED_AFTER_S = 1.0
 HEARTBEAT_S = 30.0
 # Piped: a transfer still going gets a line of its progress this often.
 PIPED_TRANSFER_EVERY_S = 5.0
-
-
-def _bytes(value: int) -> str:
-    from etdeploy.sizecheck.limits import format_bytes  # here: `etdeploy --help` stays light
-
-    return format_bytes(value)
 
 
 class _StageOrTransfer(ProgressColumn):
@@ -212,13 +207,13 @@ class Feedback:
             del self._transfers[path]
             seconds = now - first
             if last is not None or seconds >= self._after_s:
-                rate = f" ({_bytes(int(total / seconds))}/s)" if seconds > 0 else ""
-                self._line(f"sent {name}: {_bytes(total)} in {seconds:.1f} s{rate}")
+                rate = f" ({format_bytes(int(total / seconds))}/s)" if seconds > 0 else ""
+                self._line(f"sent {name}: {format_bytes(total)} in {seconds:.1f} s{rate}")
             return
         due = first + self._after_s if last is None else last + PIPED_TRANSFER_EVERY_S
         if now >= due:
             self._transfers[path] = (first, now)
-            self._line(f"sending {name}: {_bytes(done)} of {_bytes(total)}")
+            self._line(f"sending {name}: {format_bytes(done)} of {format_bytes(total)}")
 
     # -- plain lines ---------------------------------------------------------------
 

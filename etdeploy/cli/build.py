@@ -132,7 +132,7 @@ def _quantization_text(quant: dict[str, Any] | None) -> str:
 
 
 def render_build(manifest: dict, target: Path, cached: bool | None, seconds: float) -> None:
-    from etdeploy.sizecheck.limits import format_bytes  # here: `etdeploy --help` stays light
+    from etdeploy.units import format_bytes
 
     delegation = manifest["delegation"]
     how = "" if cached is None else f"  ({'cached' if cached else 'built'} in {seconds:.1f} s)"
@@ -218,7 +218,7 @@ def inspect_command(
 
 def _layout_value(key: str, value: object) -> str:
     """Byte counts in the stores' decimal units; per-name tables as "name: value" lists."""
-    from etdeploy.sizecheck.limits import format_bytes
+    from etdeploy.units import format_bytes
 
     if isinstance(value, dict):
         if key == "named_data":

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from etdeploy.cli._app import command, console, err_console
+from etdeploy.units import format_bytes
 
 if TYPE_CHECKING:
     from etdeploy.clean import CleanReport
@@ -73,29 +74,20 @@ def render_report(report: CleanReport) -> None:
             table.add_column(column, overflow="fold")
         for item in report.removed[:_SHOWN]:
             table.add_row(
-                escape(item.path), item.kind, human_bytes(item.size_bytes), escape(item.reason)
+                escape(item.path), item.kind, format_bytes(item.size_bytes), escape(item.reason)
             )
         if len(report.removed) > _SHOWN:
             rest = report.removed[_SHOWN:]
             table.add_row(
-                f"... and {len(rest)} more", "", human_bytes(sum(i.size_bytes for i in rest)), ""
+                f"... and {len(rest)} more", "", format_bytes(sum(i.size_bytes for i in rest)), ""
             )
         console.print(table)
     console.print(
         f"{escape(report.where)}: {verb} {len(report.removed)} item(s), "
-        f"{human_bytes(report.freed_bytes)}; kept {len(report.kept) + len(report.skipped)} "
-        f"({human_bytes(report.kept_bytes)})",
+        f"{format_bytes(report.freed_bytes)}; kept {len(report.kept) + len(report.skipped)} "
+        f"({format_bytes(report.kept_bytes)})",
         highlight=False,
         soft_wrap=True,
     )
     for item in report.skipped:
         console.print(f"  skipped {escape(item.path)}: {escape(item.reason)}", highlight=False)
-
-
-def human_bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB"):
-        if value < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} GB"

@@ -22,8 +22,14 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from etdeploy.cli._app import app, command, console, err_console, format_ms
+from etdeploy.cli._app import (
+    app,
+    command,
+    console,
+    err_console,
+)
 from etdeploy.errors import EXIT_OK, EtdeployError, UsageError
+from etdeploy.units import format_ms
 
 if TYPE_CHECKING:
     # typer vendors click; its Context is the one a group's parse_args receives.

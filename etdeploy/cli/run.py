@@ -19,10 +19,10 @@ from etdeploy.cli._app import (
     console,
     emit_json,
     err_console,
-    format_ms,
     json_to_stdout,
 )
 from etdeploy.errors import EXIT_OK, EtdeployError
+from etdeploy.units import format_ms
 
 if TYPE_CHECKING:
     from etdeploy.report.result import (
@@ -182,7 +182,7 @@ def _localize_flags(
     localize: bool | None, samples: int | None, budget: str | None, module: str | None
 ) -> dict[str, object]:
     """The --localize flags given, over etdeploy.toml's [run] localize keys."""
-    from etdeploy.sizecheck.limits import parse_size
+    from etdeploy.units import parse_size
 
     given = {
         "localize": localize,
@@ -454,7 +454,7 @@ def _num(value: float, spec: str) -> str:
 def _bytes(value: int | None) -> str:
     if value is None:
         return "-"
-    from etdeploy.sizecheck.limits import format_bytes
+    from etdeploy.units import format_bytes
 
     return format_bytes(value)
 

@@ -71,8 +71,9 @@ def sizecheck_command(
     from etdeploy.config import load_config
     from etdeploy.sizecheck.check import report_to_json
     from etdeploy.sizecheck.compress import ANALYZER_LEVEL, PLAY_LEVEL
-    from etdeploy.sizecheck.limits import DOWNLOAD, RAW, format_bytes
+    from etdeploy.sizecheck.limits import DOWNLOAD, RAW
     from etdeploy.sizecheck.summary import resolve_settings
+    from etdeploy.units import format_bytes
 
     check_json_target(json_out)
     settings = resolve_settings(
@@ -112,7 +113,8 @@ def sizecheck_command(
 
 def render_report(report: SizeReport, top: int) -> None:
     """Verdicts, then per .pte the parts, the largest tensors and the int8 estimate."""
-    from etdeploy.sizecheck.limits import DOWNLOAD, format_bytes
+    from etdeploy.sizecheck.limits import DOWNLOAD
+    from etdeploy.units import format_bytes
 
     files = Table(title="sizes", show_lines=False)
     files.add_column("file")

@@ -52,13 +52,12 @@ from etdeploy.devices.transfer import (
     TransferProgress,
     Upload,
     local_partial,
-    sha256_file,
 )
 from etdeploy.devices.workdir import Listing, listing_script, parse_listing, remove_script
 from etdeploy.errors import DeviceError, UsageError
 from etdeploy.paths import cache_dir
 
-# sha256_file is named from here by the pipeline; ProgressCallback is part of push's signature.
+# ProgressCallback is part of push's signature.
 __all__ = [
     "Command",
     "Device",
@@ -68,7 +67,6 @@ __all__ = [
     "PushResult",
     "RunOutput",
     "job_dir",
-    "sha256_file",
 ]
 
 

@@ -28,9 +28,8 @@ from etdeploy.devices.transfer import (
     copy_stream,
     drop_local_partials,
     local_partial,
-    sha256_file,
 )
-from etdeploy.digests import file_sha256, known_sha256
+from etdeploy.digests import file_sha256, known_sha256, sha256_file
 from etdeploy.errors import DeviceError, RunnerError
 from etdeploy.paths import cache_dir
 

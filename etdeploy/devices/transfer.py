@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 import os
 import shlex
 import threading
@@ -35,15 +34,6 @@ HASH_CHUNK = 1 << 20
 PARTIAL_MARKER = ".etdeploy-partial-"
 # Exit status of the remote sha256 helper when the file does not exist.
 NO_SUCH_FILE = 44
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a local file, streamed in constant memory."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # -- temporary names -------------------------------------------------------------------

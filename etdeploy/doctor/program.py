@@ -28,7 +28,7 @@ def pte_checks(pte: Path, config: Config) -> list[Check]:
     what --device checks)."""
     from etdeploy.builder.manifest import read_manifest
     from etdeploy.preflight.needs import version_verdict
-    from etdeploy.sizecheck.pte import read_pte
+    from etdeploy.pte.reader import read_pte
 
     name = Path(pte).name
     try:
@@ -114,8 +114,8 @@ def preflight_checks(
     the runner that device would get. Doctor never builds one: a runner not built
     yet is a warning saying how to build it."""
     from etdeploy.builder.manifest import read_manifest
-    from etdeploy.devices.base import sha256_file
     from etdeploy.devices.registry import check_runner_abi, open_device
+    from etdeploy.digests import sha256_file
     from etdeploy.preflight import built_runner_for, check
 
     try:

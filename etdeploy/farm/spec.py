@@ -469,7 +469,7 @@ def _make_job(
         if key in run_settings:
             run_settings[key] = float(run_settings[key])
     if "localize_budget" in run_settings:
-        from etdeploy.sizecheck.limits import parse_size
+        from etdeploy.units import parse_size
 
         run_settings["localize_budget_bytes"] = parse_size(
             run_settings.pop("localize_budget"), what=f"{label}: {where}.localize_budget"

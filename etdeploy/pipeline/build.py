@@ -15,7 +15,7 @@ travels as a pair: the build's .ptd, or --data for a --pte built elsewhere (else
 the .ptd its manifest names beside it). The pair is checked before anything runs.
 
 Nothing here reads a whole file on a warm run: digests come from the build
-manifest, or for a --pte from the local digest record (sizecheck.cache.file_sha256:
+manifest, or for a --pte from the local digest record (digests.file_sha256:
 an unchanged file is recognised by its stat), and the program is read by its
 flatbuffer only, never its constant segment.
 """
@@ -232,7 +232,7 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
 
 def _local_sha256(path: Path, flag: str) -> str:
     """The sha256 of a local file, read only when its stat changed since it was hashed."""
-    from etdeploy.sizecheck.cache import file_sha256
+    from etdeploy.digests import file_sha256
 
     try:
         return file_sha256(path)
@@ -368,7 +368,7 @@ def describe_program(
     warnings: Sequence[str],
     data: DataFile | None = None,
 ) -> Program:
-    from etdeploy.sizecheck.signatures import read_signatures
+    from etdeploy.pte.signatures import read_signatures
 
     try:
         # The methods' signatures only: the program flatbuffer, no segment or delegate blob.
@@ -431,7 +431,7 @@ def _checked_pair(
     built elsewhere, a --data given) the program's delegate and constant tables are read
     for the names it needs, and the .ptd's keys for the names it holds."""
     from etdeploy.builder.ptd import check_pair, program_data_keys
-    from etdeploy.sizecheck.pte import read_pte
+    from etdeploy.pte.reader import read_pte
 
     recorded = (manifest or {}).get("data")
     built = manifest is not None and not manifest.get("partial")

@@ -401,7 +401,7 @@ def _eager_values(
 ) -> Values:
     """Each sample through the tapped ExportedProgram: every output by index,
     cached per (the program's bytes, the inputs) like the other references."""
-    from etdeploy.devices.base import sha256_file
+    from etdeploy.digests import sha256_file
     from etdeploy.pipeline.references import _cached, reference_key
 
     path = tapped.reference_program

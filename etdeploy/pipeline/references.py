@@ -59,7 +59,7 @@ def quantized_reference(
     """The samples through the converted (quantize/dequantize) program a quantized
     build lowered (builder.quantized_program_path), cached per (its bytes, inputs).
     This is what the device must reproduce to the quantization step."""
-    from etdeploy.sizecheck.cache import file_sha256
+    from etdeploy.digests import file_sha256
 
     # Recognised by its stat on a warm run: the converted program of a large model is
     # as big as its weights, and hashing it each run would cost what the file does.

@@ -6,7 +6,7 @@ Two self-descriptions are compared:
   kernel in its operator registry, every registered backend, its bundle kind and
   ABI), cached per bundle key, since registration happens in the bundle's own
   static initializers and so changes only when the bundle does;
-- the program's, read without torch (etdeploy.sizecheck.program_calls):
+- the program's, read without torch (etdeploy.pte.calls):
   the operator each instruction calls with its tensors' dtypes and dim orders
   (what the runtime builds a kernel key from), the delegates each method needs,
   and the ExecuTorch that built it (its manifest; the .pte itself carries only

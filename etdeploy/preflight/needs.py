@@ -86,7 +86,7 @@ def kernel_key(tensors: Iterable[tuple[int, tuple[int, ...]]]) -> str:
 
 def key_tensors(key: str) -> tuple[str, ...]:
     """The tensors a kernel key names, each as dtype and dim order ("float32 (0,1)")."""
-    from etdeploy.sizecheck.pte import scalar_type_name
+    from etdeploy.pte.reader import scalar_type_name
 
     if not key.startswith("v1/"):
         return ()
@@ -100,7 +100,7 @@ def key_tensors(key: str) -> tuple[str, ...]:
 
 def program_needs(pte: Path, manifest: Mapping[str, Any] | None = None) -> ProgramNeeds:
     """What `pte` needs from a runtime, torch-free; InputError if it is not a program."""
-    from etdeploy.sizecheck.program_calls import read_program_calls
+    from etdeploy.pte.calls import read_program_calls
 
     try:
         calls = read_program_calls(pte)

@@ -20,7 +20,6 @@ bundle self-contained. Nothing here imports torch or executorch.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -40,6 +39,7 @@ from pathlib import Path
 import filelock
 
 from etdeploy.atomic import atomic_write, write_json
+from etdeploy.digests import sha256_file
 from etdeploy.errors import RunnerError, UsageError
 from etdeploy.paths import cache_dir
 
@@ -232,14 +232,6 @@ def published_hashes(release: str) -> tuple[dict[str, str], str]:
     return {name: digest for name, digest in hashes.items() if digest}, f"{INDEX_URL}, read {date}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _record_path(wheel: Path) -> Path:
     return wheel.with_name(wheel.name + ".json")
 
@@ -254,7 +246,7 @@ def cached_wheel(release: str) -> Wheel | None:
             recorded = json.loads(record.read_text())
         except (OSError, ValueError):
             continue
-        if wheel.is_file() and _sha256(wheel) == recorded.get("sha256"):
+        if wheel.is_file() and sha256_file(wheel) == recorded.get("sha256"):
             return Wheel(wheel, str(recorded["sha256"]), str(recorded.get("hash_source", "")))
     return None
 
@@ -318,7 +310,7 @@ def fetch_wheel(release: str, glibc: tuple[int, int], progress: Progress) -> Whe
                 "report this: pip picked an unexpected file",
             )
         got = files[0]
-        digest = _sha256(got)
+        digest = sha256_file(got)
         if digest != wanted[got.name]:
             raise RunnerError(
                 f"{got.name} has sha256 {digest}, but PyPI publishes {wanted[got.name]}",

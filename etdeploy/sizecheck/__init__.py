@@ -1,4 +1,4 @@
-"""Size checks for what etdeploy ships: the .pte layout (pte), parallel deflate estimates
+"""Size checks for what etdeploy ships: parallel deflate estimates
 (compress), a sampled estimate with its error bound for multi-GB files (sample), the cache
 that measures a content once (cache), the stores' limits (limits), verdicts (check), what to
 cut (breakdown), and the settings from etdeploy.toml with the verdict `run` and `farm` report
@@ -10,7 +10,7 @@ Nothing here imports torch or executorch, so `etdeploy sizecheck` starts fast.
 from __future__ import annotations
 
 from etdeploy.sizecheck.breakdown import Breakdown, breakdown, build_breakdown
-from etdeploy.sizecheck.cache import file_sha256, measure_file
+from etdeploy.sizecheck.cache import measure_file
 from etdeploy.sizecheck.check import (
     SCHEMA,
     SizedFile,
@@ -20,8 +20,7 @@ from etdeploy.sizecheck.check import (
     report_to_json,
 )
 from etdeploy.sizecheck.compress import Measurement, gzip_size, measure
-from etdeploy.sizecheck.limits import Limit, apply_overrides, default_limits, parse_size
-from etdeploy.sizecheck.pte import PteLayout, read_pte
+from etdeploy.sizecheck.limits import Limit, apply_overrides, default_limits
 from etdeploy.sizecheck.sample import SamplePlan, sample_measure
 from etdeploy.sizecheck.summary import (
     SUMMARY_SCHEMA,
@@ -36,7 +35,6 @@ __all__ = [
     "Breakdown",
     "Limit",
     "Measurement",
-    "PteLayout",
     "SamplePlan",
     "Settings",
     "SizeReport",
@@ -47,12 +45,9 @@ __all__ = [
     "build_breakdown",
     "check_size",
     "default_limits",
-    "file_sha256",
     "gzip_size",
     "measure",
     "measure_file",
-    "parse_size",
-    "read_pte",
     "report_to_json",
     "resolve_settings",
     "sample_measure",

@@ -20,14 +20,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from etdeploy.sizecheck.compress import PLAY_LEVEL, Measurement, measure
-from etdeploy.sizecheck.pte import (
+from etdeploy.pte.reader import (
     FLOAT_DTYPES,
     XNN_FLOAT_DTYPES,
     PteLayout,
     dtype_bytes,
     read_pte,
 )
+from etdeploy.sizecheck.compress import PLAY_LEVEL, Measurement, measure
 
 HEADER = "header"
 PROGRAM = "program"

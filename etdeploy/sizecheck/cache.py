@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from etdeploy import digests
 from etdeploy.atomic import atomic_write
-from etdeploy.digests import RACY_MARGIN_NS, known_sha256, stat_identity
+from etdeploy.digests import RACY_MARGIN_NS, file_sha256, known_sha256, stat_identity
 from etdeploy.errors import UsageError
+from etdeploy.files import check_readable_file
 from etdeploy.paths import cache_dir
 from etdeploy.sizecheck import compress
 from etdeploy.sizecheck.compress import (
@@ -42,7 +42,6 @@ from etdeploy.sizecheck.compress import (
     Measurement,
     check_levels,
 )
-from etdeploy.sizecheck.pte import check_readable_file
 from etdeploy.sizecheck.sample import DEFAULT_PLAN, SamplePlan, sample_measure
 
 CACHE_KIND = "sizecheck"
@@ -51,7 +50,7 @@ FORMAT = 1
 
 ESTIMATES = ("exact", "sample")  # what a user asks for: --estimate, [sizecheck] estimate
 
-__all__ = ["ESTIMATES", "RACY_MARGIN_NS", "file_sha256", "known_sha256", "measure_file"]
+__all__ = ["ESTIMATES", "RACY_MARGIN_NS", "known_sha256", "measure_file"]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -66,13 +65,6 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
     # A cache that cannot be written (read-only, full disk) costs speed, never the verdict.
     with contextlib.suppress(OSError):
         atomic_write(path, (json.dumps(doc, sort_keys=True) + "\n").encode("utf-8"))
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """sha256 of the file at `path` (a readable regular file, or a UsageError saying what
-    it is instead); an unchanged file is recognised by its stat (etdeploy.digests)."""
-    p = Path(path)
-    return digests.file_sha256(p, check_readable_file(p))
 
 
 # --- measurements by content ------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import UsageError
+from etdeploy.pte.reader import PteLayout, check_readable_file, read_pte
 from etdeploy.sizecheck.breakdown import Breakdown, build_breakdown, layout_parts
 from etdeploy.sizecheck.cache import measure_file
 from etdeploy.sizecheck.compress import (
@@ -32,18 +33,9 @@ from etdeploy.sizecheck.compress import (
     Measurement,
     estimate_label,
 )
-from etdeploy.sizecheck.limits import (
-    DOWNLOAD,
-    LIMIT,
-    RAW,
-    Limit,
-    default_limits,
-    format_bytes,
-    parse_size,
-    select_limits,
-)
-from etdeploy.sizecheck.pte import PteLayout, check_readable_file, read_pte
+from etdeploy.sizecheck.limits import DOWNLOAD, LIMIT, RAW, Limit, default_limits, select_limits
 from etdeploy.sizecheck.sample import DEFAULT_PLAN, SamplePlan
+from etdeploy.units import format_bytes, parse_size
 
 SCHEMA = "etdeploy.sizecheck/1"
 FITS = "fits"

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from etdeploy.errors import UsageError
+from etdeploy.pte.reader import check_readable_file
 from etdeploy.sizecheck import compress
 from etdeploy.sizecheck.compress import (
     BUNDLETOOL_MEM_LEVEL,
@@ -51,7 +52,6 @@ from etdeploy.sizecheck.compress import (
     check_levels,
     default_workers,
 )
-from etdeploy.sizecheck.pte import check_readable_file
 
 # Chunks per sampled kind also deflated as two halves, to measure what a chunk end costs.
 SPLIT_SAMPLES = 8

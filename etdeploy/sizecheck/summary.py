@@ -27,6 +27,7 @@ from typing import Any
 
 from etdeploy.config import CONFIG_NAME, Config
 from etdeploy.errors import UsageError
+from etdeploy.pte.reader import check_readable_file
 from etdeploy.sizecheck.cache import ESTIMATES
 from etdeploy.sizecheck.check import SizeReport, check_size, verdict_to_json
 from etdeploy.sizecheck.compress import BUNDLETOOL_MEM_LEVEL, GZIP_FRAMING_BYTES, PLAY_LEVEL
@@ -37,11 +38,10 @@ from etdeploy.sizecheck.limits import (
     Limit,
     apply_overrides,
     default_limits,
-    parse_size,
     select_limits,
     stores_for,
 )
-from etdeploy.sizecheck.pte import check_readable_file
+from etdeploy.units import parse_size
 
 SUMMARY_SCHEMA = "etdeploy.size-summary/1"
 

@@ -15,7 +15,7 @@ import pytest
 from etdeploy.builder import BuildOptions, build, data_path
 from etdeploy.builder.ptd import check_pair, program_data_keys, read_data_keys
 from etdeploy.errors import InputError, UsageError
-from etdeploy.sizecheck.pte import read_pte
+from etdeploy.pte.reader import read_pte
 
 pytestmark = pytest.mark.slow
 

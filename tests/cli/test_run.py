@@ -52,7 +52,7 @@ def test_json_dash_puts_the_result_alone_on_stdout(tmp_path: Path) -> None:
 def _nudged(pte: Path, out: Path, factor: float) -> Path:
     """`pte` with its classifier's weights scaled by `factor`: a lowering that is
     a little off, as a bad kernel would be."""
-    from etdeploy.sizecheck.pte import read_pte
+    from etdeploy.pte.reader import read_pte
 
     data = bytearray(pte.read_bytes())
     weight = max(

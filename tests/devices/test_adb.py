@@ -31,8 +31,8 @@ from etdeploy.devices.adb import (
     resolve_serial,
 )
 from etdeploy.devices.records import record_path
-from etdeploy.devices.transfer import sha256_file, temporary_name
-from etdeploy.digests import RACY_MARGIN_NS
+from etdeploy.devices.transfer import temporary_name
+from etdeploy.digests import RACY_MARGIN_NS, sha256_file
 from etdeploy.errors import DeviceError, TransportError, UsageError
 from tests.support.adb_server import AdbServer, AdbTestbed, adb_server_pids, adb_testbed, free_port
 from tests.support.loopback_adb import LoopbackAdbDevice, LoopbackFaults

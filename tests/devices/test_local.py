@@ -11,8 +11,8 @@ import pytest
 
 from etdeploy import digests
 from etdeploy.devices.local import LocalDevice
-from etdeploy.devices.transfer import sha256_file, temporary_name
-from etdeploy.digests import RACY_MARGIN_NS
+from etdeploy.devices.transfer import temporary_name
+from etdeploy.digests import RACY_MARGIN_NS, sha256_file
 from etdeploy.errors import DeviceError
 from tests.support.interrupt import interrupted_after
 

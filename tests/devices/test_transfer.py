@@ -15,9 +15,9 @@ from etdeploy.devices.transfer import (
     local_partial,
     parse_sha256_line,
     prepare_command,
-    sha256_file,
     temporary_name,
 )
+from etdeploy.digests import sha256_file
 
 
 def test_a_local_partial_becomes_the_file_only_when_written_whole(tmp_path: Path) -> None:

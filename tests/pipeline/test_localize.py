@@ -305,7 +305,7 @@ def test_a_divergence_the_tapped_twin_does_not_reproduce_is_not_localisable(
     the model's build): every tapped twin built from the model computes the
     model, so none reproduces the divergence; ops, modules and partitions are
     each tried before it says so."""
-    from etdeploy.sizecheck.pte import read_pte
+    from etdeploy.pte.reader import read_pte
 
     built = CliRunner().invoke(
         app, ["build", f"{CHAIN}:correct", "--backend", "portable", "-o", str(tmp_path / "c.pte")]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from etdeploy.builder import quantized_program_path
 from etdeploy.cli import app
-from etdeploy.sizecheck.pte import read_pte
+from etdeploy.pte.reader import read_pte
 
 pytestmark = pytest.mark.slow
 

@@ -211,7 +211,7 @@ def test_cli_run_digits_prints_the_table_and_passes(tmp_path: Path) -> None:
 
 
 def test_an_altered_weight_fails_verification_and_names_the_output(tmp_path: Path) -> None:
-    from etdeploy.sizecheck.pte import read_pte
+    from etdeploy.pte.reader import read_pte
 
     built = cli("build", "digits", "--backend", "portable", "-o", tmp_path / "digits.pte")
     assert built.exit_code == 0, built.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from etdeploy.pte.reader import read_pte
 from etdeploy.sizecheck.breakdown import (
     CONSTANT_SEGMENT,
     DELEGATE,
@@ -16,8 +17,7 @@ from etdeploy.sizecheck.breakdown import (
     build_breakdown,
     layout_parts,
 )
-from etdeploy.sizecheck.pte import read_pte
-from tests.sizecheck.conftest import BuiltPrograms
+from tests.support.programs import BuiltPrograms
 
 
 def _assert_tiles(parts, size: int) -> None:  # type: ignore[no-untyped-def]

@@ -22,13 +22,14 @@ import pytest
 
 from etdeploy import digests as file_digests
 from etdeploy.config import Config
+from etdeploy.digests import RACY_MARGIN_NS, file_sha256, known_sha256
 from etdeploy.paths import cache_dir
+from etdeploy.pte.reader import read_pte
 from etdeploy.sizecheck import compress
-from etdeploy.sizecheck.cache import RACY_MARGIN_NS, file_sha256, known_sha256, measure_file
+from etdeploy.sizecheck.cache import measure_file
 from etdeploy.sizecheck.check import check_size
-from etdeploy.sizecheck.pte import read_pte
 from etdeploy.sizecheck.summary import summary_for_result
-from tests.sizecheck.conftest import BuiltPrograms
+from tests.support.programs import BuiltPrograms
 
 
 @dataclass

@@ -19,7 +19,7 @@ from etdeploy.sizecheck.check import (
 )
 from etdeploy.sizecheck.compress import gzip_size
 from etdeploy.sizecheck.limits import apply_overrides, default_limits
-from tests.sizecheck.conftest import BuiltPrograms
+from tests.support.programs import BuiltPrograms
 
 
 def _status(report, key: str) -> str:  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import etdeploy.cli.sizecheck  # noqa: F401  registers the command on the app
 from etdeploy.cli import app
-from tests.sizecheck.conftest import BuiltPrograms, TrainedPrograms
+from tests.support.programs import BuiltPrograms, TrainedPrograms
 
 runner = CliRunner()
 

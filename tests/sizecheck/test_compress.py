@@ -18,7 +18,7 @@ from etdeploy.sizecheck.compress import (
     gzip_size,
     measure,
 )
-from tests.sizecheck.conftest import BuiltPrograms
+from tests.support.programs import BuiltPrograms
 
 
 def _gzip(path: Path, level: int) -> int:

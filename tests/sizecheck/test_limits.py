@@ -16,10 +16,9 @@ from etdeploy.sizecheck.limits import (
     WARNING,
     apply_overrides,
     default_limits,
-    format_bytes,
-    parse_size,
     select_limits,
 )
+from etdeploy.units import format_bytes, parse_size
 
 EXPECTED_BYTES = {
     "play.base": 500_000_000,

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from etdeploy.pte.reader import read_pte
 from etdeploy.sizecheck.breakdown import layout_parts
 from etdeploy.sizecheck.check import FITS, OVER, check_size
 from etdeploy.sizecheck.compress import EXACT, SAMPLED, measure
-from etdeploy.sizecheck.pte import read_pte
 from etdeploy.sizecheck.sample import DEFAULT_PLAN, SamplePlan, sample_measure
-from tests.sizecheck.conftest import TrainedPrograms
+from tests.support.programs import TrainedPrograms
 
 # The programs are 17 MB (float) and 4.4 MB (int8): a plan with smaller chunks draws enough
 # of them there (the default plan deflates those whole; it is tested on the 48 MB payloads).

@@ -14,11 +14,11 @@ import pytest
 
 from etdeploy.config import Config, load_config, parse_config
 from etdeploy.errors import UsageError
+from etdeploy.pte.reader import read_pte
 from etdeploy.sizecheck.breakdown import layout_parts
 from etdeploy.sizecheck.check import check_size, report_to_json
-from etdeploy.sizecheck.pte import read_pte
 from etdeploy.sizecheck.summary import SUMMARY_SCHEMA, resolve_settings, summary_for_result
-from tests.sizecheck.conftest import BuiltPrograms
+from tests.support.programs import BuiltPrograms
 
 SUMMARY_KEYS = {
     "schema", "path", "raw_bytes", "download_bytes", "extra_bytes", "total_raw_bytes",

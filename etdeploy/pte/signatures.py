@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from etdeploy.sizecheck.pte import (
+from etdeploy.pte.reader import (
     MethodValue,
     fb_str,
     method_value,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from etdeploy.errors import EXIT_BAD_INPUT, UsageError
-from etdeploy.sizecheck.pte import read_pte
-from tests.sizecheck.conftest import BuiltPrograms
+from etdeploy.pte.reader import read_pte
+from tests.support.programs import BuiltPrograms
 
 # ScalarType enum value -> our dtype name, from executorch's own enum (exir/scalar_type.py).
 _KINDS = {
@@ -139,7 +139,7 @@ def test_external_constants_are_named_and_not_in_the_file(programs: BuiltProgram
 
 def test_reading_a_pte_does_not_import_torch(programs: BuiltPrograms) -> None:
     code = (
-        "import sys\nfrom etdeploy.sizecheck.pte import read_pte\n"
+        "import sys\nfrom etdeploy.pte.reader import read_pte\n"
         f"read_pte({str(programs.xnnpack)!r})\n"
         "print('torch' in sys.modules, 'executorch' in sys.modules)"
     )

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,10 +33,11 @@ from typing import Any
 import flatbuffers
 
 from etdeploy.errors import UsageError
-from etdeploy.sizecheck._generated import program_generated as fb
-from etdeploy.sizecheck._generated import xnnpack_generated as xfb
-from etdeploy.sizecheck._generated.scalar_type_generated import ScalarType
-from etdeploy.sizecheck.pte_layout import (
+from etdeploy.files import check_readable_file
+from etdeploy.pte._generated import program_generated as fb
+from etdeploy.pte._generated import xnnpack_generated as xfb
+from etdeploy.pte._generated.scalar_type_generated import ScalarType
+from etdeploy.pte.layout import (
     SCALAR_TYPE_BYTES,
     ConstantTensor,
     DelegateConstant,
@@ -89,31 +89,6 @@ def bad_file(path: Path, message: str, hint: str | None = None) -> UsageError:
         f"{path}: {message}",
         hint or "pass a .pte written by ExecuTorch's to_executorch(); --any-file sizes other files",
     )
-
-
-def check_readable_file(path: Path) -> os.stat_result:
-    """Stat `path` without opening it; raise UsageError unless it is a readable regular file.
-
-    Checked before open() because opening a FIFO blocks until a writer appears.
-    """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        if os.path.islink(path):
-            target = os.readlink(path)
-            raise bad_file(
-                path, f"broken symbolic link (points to {target})", "check the link's target"
-            ) from None
-        raise bad_file(path, "no such file", "check the path") from None
-    except OSError as exc:
-        raise bad_file(path, f"cannot be read: {exc.strerror}", "check the path") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise bad_file(path, "is a directory", "pass the .pte file inside it")
-    if not stat.S_ISREG(st.st_mode):
-        raise bad_file(path, "is not a regular file (a FIFO, socket or device)", "pass a file")
-    if not os.access(path, os.R_OK):
-        raise bad_file(path, "cannot be read: permission denied", "check the file's permissions")
-    return st
 
 
 @contextmanager

@@ -6,7 +6,7 @@ xnnpack_generated.py: executorch/backends/xnnpack/serialization/schema.fbs (the 
 delegate graph, identifier XN01; XN00 graphs read the same way for the fields we use).
 
 They were generated with flatc 24.3.25, the flatc shipped in executorch 1.5.1
-(executorch/data/bin/flatc), by `python -m etdeploy.sizecheck._generated.regenerate`; each
+(executorch/data/bin/flatc), by `python -m etdeploy.pte._generated.regenerate`; each
 file's header records the schema's sha256. They need only the `flatbuffers` package at run
 time. Regenerate them when the executorch pin moves.
 """

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from etdeploy.sizecheck._generated import program_generated as fb
-from etdeploy.sizecheck.pte import evalue_tensor, fb_str, program_root
+from etdeploy.pte._generated import program_generated as fb
+from etdeploy.pte.reader import evalue_tensor, fb_str, program_root
 
 
 @dataclass(frozen=True)
