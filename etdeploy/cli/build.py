@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,15 +21,17 @@ from etdeploy.cli._app import (
     json_to_stdout,
     note,
 )
+from etdeploy.cli._settings import with_setting_options
 from etdeploy.errors import UsageError
+from etdeploy.pipeline.job import RunJob
+from etdeploy.settings import MODEL_PANEL
 
 if TYPE_CHECKING:
     from etdeploy.builder import Exported
 
-MODEL_PANEL = "Model"
-BUILD_PANEL = "Build"
-QUANT_PANEL = "Quantization"
 OUTPUT_PANEL = "Output"
+# The run settings that are build options: flags, help and [build] keys from etdeploy.settings.
+BUILD_SETTINGS = ("quantize", "calibration", "dynamic", "external_weights", "use_cache")
 
 
 @command(
@@ -41,45 +44,49 @@ OUTPUT_PANEL = "Output"
         "etdeploy build model.py:build --etrecord -o m.pte  # keep what --profile reads",
     ),
 )
+@functools.partial(with_setting_options, cls=RunJob, only=BUILD_SETTINGS)
 def build_command(
     model: str = typer.Argument(..., metavar="MODEL", help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
-    backend: list[str] = typer.Option(["xnnpack"], "--backend", "-b", metavar="NAME", help="xnnpack, portable, coreml, vulkan; repeat for several.", rich_help_panel=BUILD_PANEL),
-    dynamic: list[str] = typer.Option([], "--dynamic", metavar="INPUT:DIM=MIN..MAX", help="A dynamic dim, e.g. image:0=1..16; repeat for several.", rich_help_panel=BUILD_PANEL),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild even when a cached artefact matches.", rich_help_panel=BUILD_PANEL),
-    quantize: str = typer.Option(None, "--quantize", metavar="MODE", help="int8 (calibrated on real samples) or int8-dynamic.", rich_help_panel=QUANT_PANEL),
-    calibration: list[str] = typer.Option([], "--calibration", metavar="PATH", help="Real calibration samples: files, dirs or globs.", rich_help_panel=QUANT_PANEL),
-    random_calibration: bool = typer.Option(False, "--random-calibration", help="Calibrate int8 on noise (recorded in the manifest).", rich_help_panel=QUANT_PANEL),
+    backend: list[str] = typer.Option([], "--backend", "-b", metavar="NAME", help="xnnpack (default), portable, coreml, vulkan; repeat for several.", rich_help_panel=MODEL_PANEL),
+    random_calibration: bool = typer.Option(False, "--random-calibration", help="Calibrate int8 on noise (recorded in the manifest).", rich_help_panel=MODEL_PANEL),
     output: Path = typer.Option(None, "--output", "-o", metavar="PATH", help="The .pte to write, or a folder for it (default ./MODEL-BACKEND[-QUANT].pte).", rich_help_panel=OUTPUT_PANEL),
     force: bool = typer.Option(False, "--force", help="Replace a different program already at the output path.", rich_help_panel=OUTPUT_PANEL),
-    external_weights: bool = typer.Option(False, "--external-weights", help="Write the weights to a .ptd beside the .pte (xnnpack, portable): a change to the code alone then re-sends only the small .pte.", rich_help_panel=BUILD_PANEL),
     etrecord: bool = typer.Option(False, "--etrecord", help="Also write the ETRecord beside the .pte: what `run --pte FILE --profile` needs to name operators and modules.", rich_help_panel=OUTPUT_PANEL),
+    config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read for its \\[build] table (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
+    settings: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
     """Build a .pte (and its .pte.json manifest) and report what the backend claimed.
 
     Builds are cached by content; the output is a copy named by what it is
     (model, backend, quantization). A different program already at the output
-    path is never overwritten without --force.
+    path is never overwritten without --force. etdeploy.toml's \\[build] table gives
+    the defaults of these options.
     """
     from etdeploy.builder import BuildOptions, build, default_output_name, export_artifact
     from etdeploy.cli._feedback import Feedback
+    from etdeploy.config import config_settings, load_config
     from etdeploy.model.loader import parse_model_ref
+    from etdeploy.settings import from_flags, layered
 
     name = parse_model_ref(model).name
-    if output is not None and len(backend) > 1 and output.suffix == ".pte":
+    chosen = layered(config_settings(load_config(config_path)), from_flags(settings or {}, RunJob))
+    job = RunJob(model=model, **chosen)
+    backends = backend or [job.backend]
+    if output is not None and len(backends) > 1 and output.suffix == ".pte":
         raise UsageError(
             "-o names one file but several backends were asked for", "give -o a folder"
         )
-    for be in backend:
+    for be in backends:
         options = BuildOptions(
             backend=be,
-            quantize=quantize,
-            calibration=tuple(calibration),
+            quantize=job.quantize,
+            calibration=job.calibration,
             random_calibration=random_calibration,
-            dynamic=tuple(dynamic),
-            use_cache=not no_cache,
-            external_weights=external_weights,
+            dynamic=job.dynamic,
+            use_cache=job.use_cache,
+            external_weights=job.external_weights,
         )
-        label = f"{name} for {be}" + (f" ({quantize})" if quantize else "")
+        label = f"{name} for {be}" + (f" ({job.quantize})" if job.quantize else "")
         with Feedback() as feedback:
             feedback.status(f"building {label}")
             result = build(model, options, status=lambda s, lb=label: feedback.status(f"{lb}: {s}"))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -21,8 +22,13 @@ from etdeploy.cli._app import (
     err_console,
     json_to_stdout,
 )
+from etdeploy.cli._settings import with_setting_options
 from etdeploy.errors import EXIT_OK, EtdeployError
+from etdeploy.pipeline.job import RunJob
+from etdeploy.settings import DEVICE_PANEL
 from etdeploy.units import format_ms
+
+OUTPUT_PANEL = "Output and settings"
 
 if TYPE_CHECKING:
     from etdeploy.report.result import (
@@ -33,15 +39,6 @@ if TYPE_CHECKING:
         TapResult,
         Verdict,
     )
-
-
-MODEL_PANEL = "Model and build"
-INPUTS_PANEL = "Inputs and reference"
-DEVICE_PANEL = "Device"
-TIMING_PANEL = "Timing and profiling"
-VERIFY_PANEL = "Verification"
-OUTPUT_PANEL = "Output and settings"
-LOCALIZE_PANEL = "Localization"
 
 
 @command(
@@ -55,48 +52,14 @@ LOCALIZE_PANEL = "Localization"
         "etdeploy run digits --json - | jq .verdict.passed    # the result on stdout",
     ),
 )
+@functools.partial(with_setting_options, cls=RunJob)
 def run_command(
     model: str = typer.Argument(None, metavar="MODEL", help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
-    device: str = typer.Option(None, "--device", "-d", metavar="NAME", help="local, a devices.NAME table of etdeploy.toml, a serial, or a model name (pixel8).", rich_help_panel=DEVICE_PANEL),
-    backend: str = typer.Option(None, "--backend", "-b", metavar="NAME", help="xnnpack (default), portable, coreml, vulkan.", rich_help_panel=MODEL_PANEL),
-    quantize: str = typer.Option(None, "--quantize", metavar="MODE", help="int8 (calibrated on real samples) or int8-dynamic.", rich_help_panel=MODEL_PANEL),
-    calibration: list[str] = typer.Option([], "--calibration", metavar="PATH", help="Real calibration samples for int8: files, dirs or globs.", rich_help_panel=MODEL_PANEL),
-    dynamic: list[str] = typer.Option([], "--dynamic", metavar="INPUT:DIM=MIN..MAX", help="A dynamic dim, e.g. x:0=1..16.", rich_help_panel=MODEL_PANEL),
-    pte: Path = typer.Option(None, "--pte", metavar="PATH", help="Run this .pte; MODEL is then only the eager reference.", rich_help_panel=MODEL_PANEL),
-    inputs: list[str] = typer.Option([], "--inputs", "-i", metavar="PATH", help="Real samples: .npy .npz .pt .bin .png .jpg files, dirs or globs.", rich_help_panel=INPUTS_PANEL),
-    preprocess: str = typer.Option(None, "--preprocess", metavar="SPEC", help="For images: resize=HxW, scale=1/255, mean=a/b/c, std=a/b/c, layout=nchw|nhwc (comma-separated).", rich_help_panel=INPUTS_PANEL),
-    random: int = typer.Option(0, "--random", min=0, metavar="N", help="Verify on N random samples instead (the verdict says so).", rich_help_panel=INPUTS_PANEL),
-    reference: Path = typer.Option(None, "--reference", metavar="NPZ", help="Expected outputs (.npz: s<S>_o<K>) instead of the eager model.", rich_help_panel=INPUTS_PANEL),
-    host_check: bool = typer.Option(None, "--host-check/--no-host-check", help="Also run the .pte in executorch's Python runtime here.", rich_help_panel=INPUTS_PANEL),
-    iterations: int = typer.Option(None, "--iterations", "-n", min=1, metavar="N", help="Timed executions (default 10).", rich_help_panel=TIMING_PANEL),
-    warmup: int = typer.Option(None, "--warmup", min=0, metavar="N", help="Untimed executions first (default 3).", rich_help_panel=TIMING_PANEL),
-    deadline: float = typer.Option(None, "--deadline", metavar="SECONDS", help="Seconds before the runner is killed (default 120); a call that also runs other samples gets more in proportion to its executions.", rich_help_panel=TIMING_PANEL),
-    idle_timeout: float = typer.Option(None, "--idle-timeout", metavar="SECONDS", help="Seconds of runner silence that count as hung.", rich_help_panel=TIMING_PANEL),
-    atol: float = typer.Option(None, "--atol", metavar="X", help="float32 absolute tolerance (default 1e-4).", rich_help_panel=VERIFY_PANEL),
-    output_kind: list[str] = typer.Option([], "--output-kind", metavar="NAME=KIND", help="How an output is judged: KIND is classifier, regression, embedding, mask or other.", rich_help_panel=VERIFY_PANEL),
-    min_sqnr: float = typer.Option(None, "--min-sqnr", metavar="DB", help="Quantization's accuracy budget: SQNR in dB vs the float model (default 15).", rich_help_panel=VERIFY_PANEL),
-    min_top1: float = typer.Option(None, "--min-top1", metavar="X", help="... top-1 agreement of declared classifiers, 0-1 (default 0.9).", rich_help_panel=VERIFY_PANEL),
-    min_cosine: float = typer.Option(None, "--min-cosine", metavar="X", help="... cosine of declared embeddings (default 0.99).", rich_help_panel=VERIFY_PANEL),
-    max_abs_error: float = typer.Option(None, "--max-abs-error", metavar="X", help="... largest abs error vs the float model (default: no limit).", rich_help_panel=VERIFY_PANEL),
-    quant_steps: float = typer.Option(None, "--quant-steps", metavar="N", help="A quantized program on the device: error allowed in quantization steps (default 1).", rich_help_panel=VERIFY_PANEL),
-    rtol: float = typer.Option(None, "--rtol", metavar="X", help="float32 relative tolerance (default 1e-4).", rich_help_panel=VERIFY_PANEL),
-    runner: Path = typer.Option(None, "--runner", metavar="PATH", help="A runner bundle dir, or an executor_runner binary (upstream's works).", rich_help_panel=DEVICE_PANEL),
-    cpu_threads: int = typer.Option(None, "--cpu-threads", metavar="N", help="The runner's thread pool size (default: the performant cores).", rich_help_panel=DEVICE_PANEL),
     adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1).", rich_help_panel=DEVICE_PANEL),
     adb_port: int = typer.Option(None, "--adb-port", metavar="PORT", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037).", rich_help_panel=DEVICE_PANEL),
-    lock_timeout: float = typer.Option(None, "--lock-timeout", metavar="SECONDS", help="Seconds to wait for a device another job holds (default 600).", rich_help_panel=DEVICE_PANEL),
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help="Write the result (etdeploy.result/1) to PATH, also when the run fails; - prints it to stdout instead of the tables.", rich_help_panel=OUTPUT_PANEL),
-    keep: bool = typer.Option(None, "--keep/--no-keep", help="Keep the job's directory on the device.", rich_help_panel=DEVICE_PANEL),
-    profile: bool = typer.Option(False, "--profile", help="Record an ETDump and show the slowest operators, the time per operator and where the ETDump is kept.", rich_help_panel=TIMING_PANEL),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild the .pte even when cached.", rich_help_panel=MODEL_PANEL),
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
-    localize: bool = typer.Option(None, "--localize/--no-localize", help="Name the operator where the device starts to depart from eager: a tapped twin of the program runs on the same device.", rich_help_panel=LOCALIZE_PANEL),
-    localize_samples: int = typer.Option(None, "--localize-samples", min=0, metavar="N", help="Localise on N more samples after the most divergent one (default 0).", rich_help_panel=LOCALIZE_PANEL),
-    localize_budget: str = typer.Option(None, "--localize-budget", metavar="SIZE", help="Bytes of tapped values pulled whole (default 64MiB); summaries (min, max, mean, std...) beyond.", rich_help_panel=LOCALIZE_PANEL),
-    localize_module: str = typer.Option(None, "--localize-module", metavar="PATH", help="Tap only inside this module path, e.g. encoder.layers.3 (globs allowed).", rich_help_panel=LOCALIZE_PANEL),
-    verify_remote: bool = typer.Option(False, "--verify-remote", rich_help_panel=DEVICE_PANEL, help="Hash every file already on the device instead of trusting its digest records."),
-    data: Path = typer.Option(None, "--data", metavar="PTD", help="The external weights (.ptd) of --pte (default: the one its manifest names).", rich_help_panel=MODEL_PANEL),
-    external_weights: bool = typer.Option(None, "--external-weights/--no-external-weights", help="Build MODEL with its weights in a .ptd beside the .pte (pushed content-addressed).", rich_help_panel=MODEL_PANEL),
+    settings: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
     """Run MODEL on a device with real inputs and compare with eager PyTorch.
 
@@ -107,48 +70,20 @@ def run_command(
     import time
 
     from etdeploy.cli._feedback import Feedback
-    from etdeploy.config import load_config, run_settings
+    from etdeploy.config import load_config
     from etdeploy.devices.registry import open_device
-    from etdeploy.pipeline import (
-        RunContext,
-        RunJob,
-        as_error,
-        error_result,
-        new_job_id,
-        run_job,
-    )
+    from etdeploy.pipeline import RunContext, as_error, error_result, new_job_id, run_job
 
     check_json_target(json_path)
     config = load_config(config_path)
-    settings = run_settings(
-        config,
-        device=device, backend=backend, quantize=quantize, inputs=inputs or None,
-        calibration=calibration or None, dynamic=dynamic or None, external_weights=external_weights,
-        preprocess=preprocess, host_check=host_check, iterations=iterations, warmup=warmup,
-        deadline_s=deadline, idle_timeout_s=idle_timeout, atol=atol, rtol=rtol, keep=keep,
-        lock_timeout_s=lock_timeout, runner=runner, cpu_threads=cpu_threads,
-        output_kinds=output_kind or None, min_sqnr_db=min_sqnr, min_top1=min_top1,
-        min_cosine=min_cosine, max_abs_error=max_abs_error, quant_steps=quant_steps,
-    )  # fmt: skip
-    settings.update(_localize_flags(localize, localize_samples, localize_budget, localize_module))
-    job = RunJob.from_settings(
-        model,
-        settings,
-        pte=pte,
-        data=data,
-        random_inputs=random,
-        reference=reference,
-        use_cache=not no_cache,
-        profile=profile,
-        verify_remote=verify_remote,
-    )
+    job = RunJob.resolve(model, config, settings)
     started, job_id = time.time(), new_job_id()
     try:
         with Feedback() as feedback:
             feedback.status(f"opening {job.device or 'the default device'}")
             target = open_device(
                 job.device, config, adb_host=adb_host, adb_port=adb_port,
-                lock_timeout_s=settings["lock_timeout_s"],
+                lock_timeout_s=job.lock_timeout_s,
             )  # fmt: skip
             with target:
                 result = run_job(
@@ -176,21 +111,6 @@ def run_command(
         render_result(result)
     if result.exit_code != EXIT_OK:
         raise typer.Exit(result.exit_code)
-
-
-def _localize_flags(
-    localize: bool | None, samples: int | None, budget: str | None, module: str | None
-) -> dict[str, object]:
-    """The --localize flags given, over etdeploy.toml's [run] localize keys."""
-    from etdeploy.units import parse_size
-
-    given = {
-        "localize": localize,
-        "localize_samples": samples,
-        "localize_budget_bytes": parse_size(budget, what="--localize-budget") if budget else None,
-        "localize_module": module,
-    }
-    return {key: value for key, value in given.items() if value is not None}
 
 
 def render_result(result: RunResult) -> None:

@@ -13,32 +13,16 @@ from typing import Any
 
 from etdeploy.config import Config
 from etdeploy.errors import UsageError
+from etdeploy.settings import expect_type as expect
 
 # How a spec spells the float build in `quantize`.
 NO_QUANT = "none"
 # A number in TOML: seconds and tolerances may be written as integers.
 NUMBER = (int, float)
 
-# The smallest value each numeric job setting may take, and whether it is excluded.
-_MINIMUM: dict[str, tuple[float, bool]] = {
-    "iterations": (1, False), "warmup": (0, False), "deadline_s": (0, True),
-    "idle_timeout_s": (0, True), "atol": (0, False), "rtol": (0, False),
-    "job_timeout_s": (0, True), "retries": (0, False),
-}  # fmt: skip
-
-
-def expect(value: Any, expected: type | tuple[type, ...], key: str, label: str) -> None:
-    """value is of the expected type (a bool is not a number here)."""
-    # bool is an int in Python; a boolean where a number belongs is a mistake.
-    ok = False if isinstance(value, bool) and expected is not bool else isinstance(value, expected)
-    if not ok:
-        names = (
-            expected.__name__
-            if isinstance(expected, type)
-            else " or ".join(t.__name__ for t in expected)
-        )
-        shown = "a table" if isinstance(value, dict) else repr(value)
-        raise UsageError(f"{label}: {key}: expected {names}, got {shown}", f"fix {key} in {label}")
+# The smallest value the farm's own job keys may take, and whether it is excluded; the
+# run settings' ranges are etdeploy.settings' own.
+_MINIMUM: dict[str, tuple[float, bool]] = {"job_timeout_s": (0, True), "retries": (0, False)}
 
 
 def strings(values: list[Any], key: str, label: str) -> list[str]:
@@ -51,7 +35,7 @@ def strings(values: list[Any], key: str, label: str) -> list[str]:
 
 
 def check_settings(settings: Mapping[str, Any], prefix: str, label: str) -> None:
-    """Ranges of the job settings a table gives, named where they are written."""
+    """Ranges of the farm's own job keys a table gives, named where they are written."""
     for key, (low, exclusive) in _MINIMUM.items():
         value = settings.get(key)
         if value is None or isinstance(value, bool) or not isinstance(value, NUMBER):

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from etdeploy.config import RUN_DEFAULTS, Config, DeviceConfig, parse_config, run_settings
+from etdeploy import settings
+from etdeploy.config import Config, DeviceConfig, config_settings, parse_config
 from etdeploy.errors import UsageError
 from etdeploy.farm.checks import (
     NO_QUANT,
@@ -77,35 +78,12 @@ DEFAULT_BACKOFF_MAX_S = 60.0
 
 # Knobs of one job (RunJob fields, plus how the farm treats the job). [run] in the
 # spec, then [farm], then a model entry, then a [[farm.job]] entry may set them.
+# What a farm does with a job beyond running it; the job's own settings are
+# etdeploy.settings' (those whose Option says farm=True), never listed here.
+_FARM_JOB_KEYS: dict[str, type | tuple[type, ...]] = {"job_timeout_s": NUMBER, "retries": int}
 JOB_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
-    "iterations": int,
-    "warmup": int,
-    "deadline_s": NUMBER,
-    "idle_timeout_s": NUMBER,
-    "atol": NUMBER,
-    "rtol": NUMBER,
-    "inputs": list,
-    "preprocess": str,
-    "calibration": list,
-    "dynamic": list,
-    "host_check": bool,
-    "runner": str,
-    "profile": bool,
-    "external_weights": bool,
-    # How outputs are judged ("NAME=KIND"; [verify] of the spec sets the defaults).
-    "output_kinds": list,
-    "min_sqnr_db": NUMBER,
-    "min_top1": NUMBER,
-    "min_cosine": NUMBER,
-    "max_abs_error": NUMBER,
-    "quant_steps": NUMBER,
-    # run --localize per job (the budget "64MB" or bytes).
-    "localize": bool,
-    "localize_samples": int,
-    "localize_budget": (str, int),
-    "localize_module": str,
-    "job_timeout_s": NUMBER,
-    "retries": int,
+    **{key: entry.toml_type for key, entry in settings.farm_settings().items()},
+    **_FARM_JOB_KEYS,
 }
 
 # Keys of [farm] beyond the job settings.
@@ -206,7 +184,7 @@ class FarmSpec:
     jobs: tuple[FarmJob, ...]
     backoff_s: float = DEFAULT_BACKOFF_S
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
-    lock_timeout_s: float = float(RUN_DEFAULTS["lock_timeout_s"])
+    lock_timeout_s: float = settings.defaults()["lock_timeout_s"]
     jobs_per_device: int = 1
     # A pause on a device after each of its jobs, so a phone that heated up and
     # throttled under one job does not slow the next one's latency figures.
@@ -264,13 +242,12 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
             )
         expect(value, FARM_KEYS[key], f"farm.{key}", label)
 
-    check_settings(config.run, "run.", label)
     check_settings(farm, "farm.", label)
     sources = parse_sources(farm["sources"], label, path.parent) if "sources" in farm else ()
     check_source_names(sources, config.devices, label)
     base = _base_settings(config)
-    base.update({k: v for k, v in farm.items() if k in JOB_SETTING_TYPES})
-    default_backend = str(config.build.get("backend", RUN_DEFAULTS["backend"]))
+    base.update(_job_settings(farm, "farm", label))
+    default_backend = str(config.build.get("backend", settings.defaults()["backend"]))
     default_quant = config.build.get("quantize") or NO_QUANT
     backends = strings(farm.get("backends", [default_backend]), "farm.backends", label)
     quantize = strings(farm.get("quantize", [default_quant]), "farm.quantize", label)
@@ -346,7 +323,8 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
         backoff_max_s=float(farm.get("backoff_max_s", DEFAULT_BACKOFF_MAX_S)),
         lock_timeout_s=float(
             farm.get(
-                "lock_timeout_s", config.run.get("lock_timeout_s", RUN_DEFAULTS["lock_timeout_s"])
+                "lock_timeout_s",
+                config.run.get("lock_timeout_s", settings.defaults()["lock_timeout_s"]),
             )
         ),
         jobs_per_device=int(jobs_per_device),
@@ -357,14 +335,17 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
 
 
 def _base_settings(config: Config) -> dict[str, Any]:
-    """[run] and [build] of the spec over etdeploy run's defaults (the same merge
-    `etdeploy run` makes), as job settings."""
-    # localize_budget_bytes: [run] localize_budget, parsed by run_settings.
-    return {
-        k: v
-        for k, v in run_settings(config).items()
-        if k in JOB_SETTING_TYPES or k == "localize_budget_bytes"
-    }
+    """The spec's [run], [build] and [verify] (what etdeploy.toml would give `etdeploy
+    run`), as the job settings a farm job takes."""
+    names = {entry.name for entry in settings.farm_settings().values()}
+    return {name: value for name, value in config_settings(config).items() if name in names}
+
+
+def _job_settings(table: Mapping[str, Any], where: str, label: str) -> dict[str, Any]:
+    """A table's job settings as RunJob fields, plus the farm's own job keys as given.
+    Paths stay as written: a worker runs in the spec's folder."""
+    own = {key: table[key] for key in _FARM_JOB_KEYS if key in table}
+    return {**settings.from_farm_table(table, where, label, None), **own}
 
 
 def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[str, dict[str, Any]]:
@@ -386,8 +367,8 @@ def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[st
                 f"{label}: {where}: model is required", 'add model = "file.py:factory"'
             )
         model = entry["model"]
-        overrides = {k: v for k, v in entry.items() if k != "model"}
-        check_settings(overrides, f"{where}.", label)
+        check_settings(entry, f"{where}.", label)
+        overrides = _job_settings(entry, where, label)
     else:
         raise UsageError(
             f"{label}: {where}: expected a model reference or a table, got {entry!r}",
@@ -444,38 +425,19 @@ def _explicit_jobs(
                 f"{label}: {where}: cannot run on {device}: {reason}",
                 f"change {where}'s backend or quantize, or remove the entry",
             )
-    settings = {**base, **{k: v for k, v in entry.items() if k in JOB_SETTING_TYPES}}
-    return [_make_job(entry["model"], backend, quant, d, settings, where, label) for d in devices]
+    merged = {**base, **_job_settings(entry, where, label)}
+    return [_make_job(entry["model"], backend, quant, d, merged, where, label) for d in devices]
 
 
 def _make_job(
     model: str, backend: str, quant: str | None, device: str,
-    settings: Mapping[str, Any], where: str, label: str,
+    merged: Mapping[str, Any], where: str, label: str,
 ) -> FarmJob:  # fmt: skip
     """A job with its merged settings typed as RunJob takes them; RunJob's own
     checks run here, so a bad value fails the spec, named where it was written."""
-    run_settings = {k: v for k, v in settings.items() if k not in ("job_timeout_s", "retries")}
-    for key in ("inputs", "calibration", "dynamic", "output_kinds"):
-        if key in run_settings:
-            items = run_settings[key]
-            for i, item in enumerate(items):
-                expect(item, str, f"{where}.{key}[{i}]", label)
-            run_settings[key] = tuple(items)
-    if "runner" in run_settings:
-        run_settings["runner"] = Path(run_settings["runner"])
-    numbers = ("deadline_s", "idle_timeout_s", "atol", "rtol", "min_sqnr_db", "min_top1",
-               "min_cosine", "max_abs_error", "quant_steps")  # fmt: skip
-    for key in numbers:
-        if key in run_settings:
-            run_settings[key] = float(run_settings[key])
-    if "localize_budget" in run_settings:
-        from etdeploy.units import parse_size
-
-        run_settings["localize_budget_bytes"] = parse_size(
-            run_settings.pop("localize_budget"), what=f"{label}: {where}.localize_budget"
-        )
-    timeout = float(settings.get("job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
-    retries = int(settings.get("retries", DEFAULT_RETRIES))
+    run_settings = {k: v for k, v in merged.items() if k not in _FARM_JOB_KEYS}
+    timeout = float(merged.get("job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
+    retries = int(merged.get("retries", DEFAULT_RETRIES))
     job = FarmJob(model, backend, quant, device, run_settings, timeout, retries)
     try:
         job.run_job()

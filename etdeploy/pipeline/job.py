@@ -1,8 +1,9 @@
 """resolve: the frozen job a run carries out.
 
-The CLI and the farm build a RunJob from flags over etdeploy.toml over defaults
-(etdeploy.config.run_settings); its checks run here, so a bad value fails before
-anything is built. A farm worker receives it as JSON (to_json/from_json).
+A RunJob is a run's settings (etdeploy.settings.RunSettings: flags over etdeploy.toml
+over defaults, each declared once there) plus what one invocation names: the model,
+a --pte built elsewhere, a --reference. Its checks run when it is made, so a bad value
+fails before anything is built. A farm worker receives it as JSON (to_json/from_json).
 """
 
 from __future__ import annotations
@@ -15,70 +16,53 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from etdeploy.config import Config, config_settings
 from etdeploy.errors import UsageError
-from etdeploy.report.result import OUTPUT_KINDS
+from etdeploy.settings import (
+    INPUTS_PANEL,
+    MODEL_PANEL,
+    RunSettings,
+    from_flags,
+    layered,
+    setting,
+)
 
 # Called with a short description of what the pipeline is doing now.
 StatusCallback = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class RunJob:
-    """Everything one run needs to know. `model` may be None only with both `pte`
-    and `reference` (then there is no eager model to compare with)."""
+@dataclass(frozen=True, kw_only=True)
+class RunJob(RunSettings):
+    """Everything one run needs to know: its settings (etdeploy.settings, declared
+    there once) and what one invocation names. `model` may be None only with both
+    `pte` and `reference` (then there is no eager model to compare with)."""
 
     model: str | None
-    device: str = "local"
-    backend: str = "xnnpack"
-    quantize: str | None = None
-    calibration: tuple[str, ...] = ()
-    dynamic: tuple[str, ...] = ()
-    pte: Path | None = None
-    # The external data (.ptd) of --pte, built elsewhere; None: the one its manifest names.
-    data: Path | None = None
-    # Build MODEL with its weights in a .ptd beside the .pte (program-data separation).
-    # Like backend and quantize, a build option: with --pte nothing is built.
-    external_weights: bool = False
-    inputs: tuple[str, ...] = ()
-    # >0: that many noise samples (--random); the verdict is labelled as such.
-    random_inputs: int = 0
-    reference: Path | None = None
-    # Also run the .pte in executorch's Python runtime on this machine, to tell a
-    # lowering that changed the numerics from a device that differs from the host.
-    host_check: bool = False
-    iterations: int = 10
-    warmup: int = 3
-    deadline_s: float = 120.0
-    # A runner silent for this long is hung, even before the deadline.
-    idle_timeout_s: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
-    runner: Path | None = None
-    cpu_threads: int | None = None
-    preprocess: str | None = None
-    keep: bool = False
-    use_cache: bool = True
-    # Hash every file already on the device instead of trusting its digest records.
-    verify_remote: bool = False
-    # Record an ETDump of the timed executions and name the slowest operators.
-    profile: bool = False
-    # How outputs are judged ("NAME=KIND"), over what the model's factory declares.
-    output_kinds: tuple[str, ...] = ()
-    # The accuracy budget of quantization and the quantized program's tolerance;
-    # None: etdeploy.verify's defaults. Every value used is recorded in the verdict.
-    min_sqnr_db: float | None = None
-    min_top1: float | None = None
-    min_cosine: float | None = None
-    max_abs_error: float | None = None
-    quant_steps: float | None = None
-    # run --localize: a tapped sibling of the program, run on the same device,
-    # names the operator where it departs from eager (etdeploy.pipeline.localize).
-    localize: bool = False
-    localize_samples: int = 0  # more samples after the most divergent one
-    localize_budget_bytes: int | None = None  # full tensors within it, summaries beyond
-    localize_module: str | None = None  # only operators inside this module path
+    pte: Path | None = setting(
+        None, "Run this .pte; MODEL is then only the eager reference.",
+        flags=("--pte",), metavar="PATH", panel=MODEL_PANEL,
+    )  # fmt: skip
+    # None: the .ptd its manifest names beside it.
+    data: Path | None = setting(
+        None, "The external weights (.ptd) of --pte (default: the one its manifest names).",
+        flags=("--data",), metavar="PTD", panel=MODEL_PANEL,
+    )  # fmt: skip
+    use_cache: bool = setting(
+        True, "Rebuild the .pte even when cached.",
+        flags=("--no-cache",), panel=MODEL_PANEL, negatable=False, inverted=True,
+    )  # fmt: skip
+    # >0: that many noise samples; the verdict is labelled as such.
+    random_inputs: int = setting(
+        0, "Verify on N random samples instead (the verdict says so).",
+        flags=("--random",), metavar="N", panel=INPUTS_PANEL, low=0, example="16",
+    )  # fmt: skip
+    reference: Path | None = setting(
+        None, "Expected outputs (.npz: s<S>_o<K>) instead of the eager model.",
+        flags=("--reference",), metavar="NPZ", panel=INPUTS_PANEL,
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.model is None and (self.pte is None or self.reference is None):
             raise UsageError(
                 "no model given",
@@ -93,67 +77,26 @@ class RunJob:
             raise UsageError(
                 "--random and --inputs both given", "verify on real inputs or on noise, not both"
             )
-        if self.iterations < 1:
-            raise UsageError(f"--iterations must be at least 1, got {self.iterations}")
-        if self.warmup < 0:
-            raise UsageError(f"--warmup must be 0 or more, got {self.warmup}")
-        if self.deadline_s <= 0:
-            raise UsageError(
-                f"--deadline must be positive, got {self.deadline_s}",
-                "seconds, e.g. --deadline 120",
-            )
-        if self.idle_timeout_s is not None and self.idle_timeout_s <= 0:
-            raise UsageError(
-                f"--idle-timeout must be positive, got {self.idle_timeout_s}",
-                "seconds of runner silence before it counts as hung, e.g. --idle-timeout 30",
-            )
-
         if self.localize and self.model is None:
             raise UsageError(
                 "--localize needs MODEL: a --pte alone has no graph to tap",
                 "name the model the .pte was built from: etdeploy run MODEL --pte FILE --localize",
             )
-        if self.localize_samples < 0:
-            raise UsageError(f"--localize-samples must be 0 or more, got {self.localize_samples}")
-        if self.localize_budget_bytes is not None and self.localize_budget_bytes < 0:
-            raise UsageError(
-                f"--localize-budget must be 0 or more, got {self.localize_budget_bytes}",
-                "a size, e.g. --localize-budget 64MB",
-            )
-
-        self.declared_kinds()  # a malformed --output-kind fails here
-        for name in ("min_top1", "min_cosine"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value <= 1:
-                raise UsageError(
-                    f"--{name.replace('_', '-')} must be between 0 and 1, got {value}",
-                    "a fraction, e.g. 0.9",
-                )
-        for name in ("max_abs_error", "quant_steps"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise UsageError(f"--{name.replace('_', '-')} must be 0 or more, got {value}")
-
-    def declared_kinds(self) -> dict[str, str]:
-        """--output-kind NAME=KIND as a mapping."""
-        kinds: dict[str, str] = {}
-        for item in self.output_kinds:
-            name, sep, kind = item.partition("=")
-            if not sep or not name or not kind:
-                raise UsageError(
-                    f"cannot read --output-kind {item!r}", "write NAME=KIND, e.g. logits=classifier"
-                )
-            if kind.strip() not in OUTPUT_KINDS:
-                raise UsageError(
-                    f"--output-kind {item!r}: {kind.strip()!r} is not one of {', '.join(OUTPUT_KINDS)}",
-                    "e.g. --output-kind logits=classifier",
-                )
-            kinds[name.strip()] = kind.strip()
-        return kinds
 
     @property
     def label(self) -> str:
         return self.model or (self.pte.name if self.pte else "?")
+
+    @classmethod
+    def resolve(
+        cls, model: str | None, config: Config, flags: Mapping[str, Any] | None = None
+    ) -> RunJob:
+        """The job of `etdeploy run MODEL [flags]`: the flags given over etdeploy.toml
+        over the defaults (etdeploy.settings)."""
+        return cls(
+            model=model,
+            **layered(config_settings(config), from_flags(flags or {}, cls)),
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The job as JSON, for a farm's worker process."""
@@ -166,15 +109,6 @@ class RunJob:
                 value = list(value)
             out[f.name] = value
         return out
-
-    @classmethod
-    def from_settings(cls, model: str | None, settings: Mapping[str, Any], **flags: Any) -> RunJob:
-        """A job from etdeploy.config.run_settings (flags over etdeploy.toml over
-        defaults) and the flags that have no setting (--pte, --random, ...).
-        Settings that are not the job's own (lock_timeout_s: the device's) are left out."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in settings.items() if k in known and v is not None}
-        return cls.from_json({**values, "model": model, **flags})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunJob:
