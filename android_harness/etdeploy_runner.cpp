@@ -49,6 +49,7 @@
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include "src/batch.h"
 #include "src/describe.h"
 #include "src/flags.h"
 #include "src/json_writer.h"
@@ -296,24 +297,10 @@ int prepare_inputs(
       }
     } else {
       input.file = files[i];
-      std::ifstream stream(input.file, std::ios::binary | std::ios::ate);
-      if (!stream) {
-        return fail(kExitBadInput,
-                    "input " + std::to_string(i) + ": cannot open " + input.file + ": " +
-                        std::strerror(errno));
-      }
-      const std::streamsize given = stream.tellg();
-      if (given < 0 || static_cast<size_t>(given) != input.nbytes) {
-        return fail(kExitBadInput,
-                    "input " + std::to_string(i) + " (" + input.file + ") has " +
-                        std::to_string(static_cast<long long>(given)) + " bytes, expected " +
-                        std::to_string(input.nbytes) + " bytes for " + described);
-      }
-      stream.seekg(0, std::ios::beg);
-      if (input.nbytes > 0 &&
-          !stream.read(reinterpret_cast<char*>(input.data.get()),
-                       static_cast<std::streamsize>(input.nbytes))) {
-        return fail(kExitBadInput, "input " + std::to_string(i) + ": cannot read " + input.file);
+      std::string read_error;
+      if (!etdeploy_runner::read_input(input.file, input.data.get(), input.nbytes, read_error)) {
+        return fail(kExitBadInput, "input " + std::to_string(i) + " (" + input.file + ") " +
+                                       read_error + " bytes for " + described);
       }
     }
     std::vector<executorch::aten::SizesType> sizes(input.shape.begin(), input.shape.end());
@@ -382,6 +369,8 @@ struct OutputRecord {
   std::vector<int64_t> dim_order;
   size_t nbytes = 0;
   std::string file;
+  // Where its bytes start in the call's batch data file (--batch_output); -1: none.
+  int64_t offset = -1;
   // A scalar output's value as JSON text; empty when not a scalar.
   std::string scalar_json;
 };
@@ -399,13 +388,27 @@ struct CallFacts {
   double load_ms = 0.0;
 };
 
+// How one sample of a call runs: the first is timed and may be profiled; with
+// --batch_output its outputs and document go to the call's batch files, and a
+// sample after the first prints nothing unless it fails.
+struct SamplePlan {
+  int64_t warmup = 0;
+  int64_t executions = 1;
+  executorch::etdump::ETDumpGen* etdump = nullptr;
+  std::string etdump_path;  // empty: no ETDump for this sample
+  etdeploy_runner::BatchSink* batch = nullptr;
+  bool quiet = false;
+};
+
 // One sample on the loaded method: `warmup` untimed and `executions` timed runs,
 // then its outputs and (when asked) its result document, the same document
-// whether it is the call's first sample or a later one. `etdump_path` empty: no
-// ETDump is written for this sample.
+// whether it is the call's first sample or a later one.
 int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
-               const etdeploy_runner::SampleFlags& sample, int64_t warmup, int64_t executions,
-               executorch::etdump::ETDumpGen* etdump, const std::string& etdump_path) {
+               const etdeploy_runner::SampleFlags& sample, const SamplePlan& plan) {
+  const int64_t warmup = plan.warmup;
+  const int64_t executions = plan.executions;
+  executorch::etdump::ETDumpGen* etdump = plan.etdump;
+  const std::string& etdump_path = plan.etdump_path;
   std::vector<PreparedInput> inputs;
   if (const int status = prepare_inputs(
           meta, etdeploy_runner::split_commas(sample.inputs),
@@ -440,18 +443,23 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
     }
     iterations_ms.push_back(ms);
     total_ms += ms;
-    std::printf("Iteration %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, executions,
-                ms);
+    if (!plan.quiet) {
+      std::printf("Iteration %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, executions, ms);
+    }
   }
-  std::printf("Model executed successfully %" PRId64 " time(s) in %f ms.\n",
-              executions, total_ms);
+  if (!plan.quiet) {
+    std::printf("Model executed successfully %" PRId64 " time(s) in %f ms.\n", executions,
+                total_ms);
+  }
 
   std::vector<EValue> outputs(method.outputs_size());
   if (const Error status = method.get_outputs(outputs.data(), outputs.size());
       status != Error::Ok) {
     return fail_et("reading outputs", status);
   }
-  std::printf("%zu outputs: \n", outputs.size());
+  if (!plan.quiet) {
+    std::printf("%zu outputs: \n", outputs.size());
+  }
 
   std::vector<OutputRecord> records;
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -474,8 +482,18 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
         shape += (d ? ", " : "") + std::to_string(record.shape[d]);
       }
       shape += "]";
-      std::printf("Output %zu: tensor %s %s\n", i, record.dtype.c_str(), shape.c_str());
-      if (!sample.output_file.empty()) {
+      if (!plan.quiet) {
+        std::printf("Output %zu: tensor %s %s\n", i, record.dtype.c_str(), shape.c_str());
+      }
+      if (plan.batch != nullptr) {
+        uint64_t offset = 0;
+        std::string write_error;
+        if (!plan.batch->append(tensor.const_data_ptr(), tensor.nbytes(), offset, write_error)) {
+          return fail(kExitOutputFailed, "writing output " + std::to_string(i) + ": " +
+                                             write_error);
+        }
+        record.offset = static_cast<int64_t>(offset);
+      } else if (!sample.output_file.empty()) {
         record.file = output_file_name(sample.output_file, i);
         std::string write_error;
         if (!etdeploy_runner::write_file_atomically(
@@ -496,7 +514,9 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
       } else if (outputs[i].isBool()) {
         record.scalar_json = outputs[i].toBool() ? "true" : "false";
       }
-      std::printf("Output %zu: %s\n", i, record.tag.c_str());
+      if (!plan.quiet) {
+        std::printf("Output %zu: %s\n", i, record.tag.c_str());
+      }
     }
     records.push_back(std::move(record));
   }
@@ -517,7 +537,7 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
     std::printf("ETDump written to file '%s'.\n", etdump_path.c_str());
   }
 
-  if (!sample.result_json.empty()) {
+  if (!sample.result_json.empty() || plan.batch != nullptr) {
     JsonWriter json;
     json.begin_object();
     json.key("schema");
@@ -610,6 +630,10 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
         } else {
           json.value(record.file);
         }
+        if (record.offset >= 0) {
+          json.key("offset");
+          json.value(record.offset);
+        }
       } else if (!record.scalar_json.empty()) {
         json.key("value");
         json.raw(record.scalar_json);
@@ -624,6 +648,10 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
       json.value(etdump_path);
     }
     json.end_object();
+    if (plan.batch != nullptr) {
+      plan.batch->add_document(json.text());
+      return 0;
+    }
     std::string document = json.text() + "\n";
     std::string write_error;
     if (!etdeploy_runner::write_file_atomically(
@@ -769,20 +797,44 @@ int main(int argc, char** argv) {
   // The first sample is the timed one (and the only one an ETDump covers: it is
   // written before the next sample runs); the rest run once each, each one's
   // "Sample k of N" line first so a failure's log says which sample it was in.
+  std::optional<etdeploy_runner::BatchSink> batch;
+  if (!flags.batch_output.empty()) {
+    std::string open_error;
+    batch.emplace(flags.batch_output);
+    if (!batch->open(open_error)) {
+      return fail(kExitOutputFailed, "batch output: " + open_error);
+    }
+  }
   const size_t total = 1 + flags.next_samples.size();
   for (size_t k = 0; k < total; ++k) {
-    if (total > 1) {
+    const bool first = k == 0;
+    SamplePlan plan;
+    plan.warmup = first ? flags.warmup : 0;
+    plan.executions = first ? flags.num_executions : 1;
+    plan.etdump = etdump.get();
+    plan.etdump_path = first ? flags.etdump_path : std::string();
+    plan.batch = batch.has_value() ? &batch.value() : nullptr;
+    plan.quiet = batch.has_value() && !first;
+    if (total > 1 && !plan.quiet) {
       std::printf("Sample %zu of %zu\n", k + 1, total);
     }
-    const bool first = k == 0;
     const int status = run_sample(
-        *method, *meta, call, first ? flags.first_sample() : flags.next_samples[k - 1],
-        first ? flags.warmup : 0, first ? flags.num_executions : 1, etdump.get(),
-        first ? flags.etdump_path : std::string());
+        *method, *meta, call, first ? flags.first_sample() : flags.next_samples[k - 1], plan);
     if (status != 0) {
+      if (plan.quiet) {
+        std::fprintf(stderr, "(in sample %zu of %zu)\n", k + 1, total);
+      }
       return status;
     }
     std::fflush(stdout);
+  }
+  if (batch.has_value()) {
+    std::string finish_error;
+    if (!batch->finish(finish_error)) {
+      return fail(kExitOutputFailed, "batch output: " + finish_error);
+    }
+    std::printf("Ran %zu sample(s); outputs in %s.bin and %s.json\n", total,
+                flags.batch_output.c_str(), flags.batch_output.c_str());
   }
 
   std::fflush(stdout);

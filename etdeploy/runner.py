@@ -32,6 +32,9 @@ FLAVORS = ("etdeploy", "upstream")
 # The schema tag our runner writes at the top of --result_json
 # (android_harness/etdeploy_runner.cpp).
 RESULT_SCHEMA = "etdeploy.runner_result/1"
+# --batch_output BASE: BASE.json holds every sample's result document in order, and
+# each tensor output's `offset` into BASE.bin, where the outputs lie back to back.
+BATCH_SCHEMA = "etdeploy.runner_batch/1"
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,8 @@ def _shapes_text(shapes: tuple[tuple[int, ...], ...]) -> str:
 
 def _check_input_paths(paths: Iterable[str]) -> None:
     for path in paths:
-        # The runner splits --inputs on commas (as upstream does).
-        if "," in path:
+        # The runner splits --inputs on commas (as upstream does), a samples file on tabs.
+        if "," in path or "\t" in path or "\n" in path:
             raise UsageError(
                 f"input path {path!r} contains a comma, which the runner cannot take",
                 "rename the file or stage inputs in a directory without commas",
@@ -80,8 +83,14 @@ class RunnerInvocation:
     # Each input's shape when it differs from the method's (dynamic dims); our
     # runner's --input_shapes. None: the method's shapes.
     input_shapes: tuple[tuple[int, ...], ...] | None = None
-    # Our runner only: samples run once each after this one's timed executions.
+    # Our runner only: samples run once each after this one's timed executions,
+    # given on the command line (--next_sample)...
     next_samples: tuple[SampleFiles, ...] = ()
+    # ... or listed in a file on the device (samples_file_text), for any number.
+    samples_file: str | None = None
+    # Our runner only: every sample's outputs and result documents into two files,
+    # BASE.bin and BASE.json (batch_files), instead of files of their own.
+    batch_output: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", _path_text(self.model_path))
@@ -103,7 +112,9 @@ class RunnerInvocation:
         _check_input_paths(self.input_paths)
         for sample in self.next_samples:
             _check_input_paths(sample.input_paths)
-        if self.next_samples and self.flavor != "etdeploy":
+        if (
+            self.next_samples or self.samples_file or self.batch_output
+        ) and self.flavor != "etdeploy":
             raise UsageError("only etdeploy's runner takes more than one sample per call")
         if not self.method:
             raise UsageError("method name must not be empty")
@@ -149,6 +160,10 @@ def runner_argv(executable: str | PurePath, invocation: RunnerInvocation) -> lis
             argv.append(f"--result_json={invocation.result_json_path}")
         if invocation.input_shapes is not None:
             argv.append(f"--input_shapes={_shapes_text(invocation.input_shapes)}")
+        if invocation.samples_file is not None:
+            argv.append(f"--samples_file={invocation.samples_file}")
+        if invocation.batch_output is not None:
+            argv.append(f"--batch_output={invocation.batch_output}")
         argv.extend(arg for sample in invocation.next_samples for arg in next_sample_argv(sample))
     return argv
 
@@ -163,6 +178,32 @@ def next_sample_argv(sample: SampleFiles) -> list[str]:
     argv.append(f"--output_file={sample.output_base}")
     argv.append(f"--result_json={sample.result_json_path}")
     return argv
+
+
+def samples_file_text(samples: Iterable[SampleFiles]) -> str:
+    """The --samples_file of `samples`: one a line, its inputs, input shapes, output
+    base and result document tab-separated (an empty field: not given). Every sample
+    runs once, after the call's first (timed) sample."""
+    lines = []
+    for sample in samples:
+        _check_input_paths(sample.input_paths)
+        shapes = _shapes_text(sample.input_shapes) if sample.input_shapes is not None else ""
+        lines.append(
+            "\t".join(
+                (",".join(sample.input_paths), shapes, sample.output_base, sample.result_json_path)
+            )
+        )
+    return "".join(f"{line}\n" for line in lines)
+
+
+def packed_input(path: str, offset: int) -> str:
+    """An input that is `offset` bytes into a file packing many samples' inputs."""
+    return f"{path}@{offset}"
+
+
+def batch_files(base: str) -> tuple[str, str]:
+    """What --batch_output BASE writes: the outputs' bytes, and the documents."""
+    return f"{base}.bin", f"{base}.json"
 
 
 def output_files(base: str | PurePath, indices: Iterable[int]) -> list[str]:
@@ -245,6 +286,8 @@ class TensorRecord:
     nbytes: int | None = None
     file: str | None = None
     value: float | int | bool | None = None
+    # Where its bytes start in the call's batch data file (--batch_output).
+    offset: int | None = None
 
     @property
     def is_tensor(self) -> bool:
@@ -304,6 +347,7 @@ def _record(raw: Any, where: str) -> TensorRecord:
         nbytes=raw.get("nbytes"),
         file=raw.get("file"),
         value=raw.get("value"),
+        offset=raw.get("offset") if isinstance(raw.get("offset"), int) else None,
     )
 
 
@@ -314,12 +358,30 @@ _KNOWN_KEYS = {
 }  # fmt: skip
 
 
+def parse_batch_json(text: str | bytes) -> list[RunnerResult]:
+    """Read the documents of a --batch_output call: one per sample, in order."""
+    try:
+        raw = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad_document(f"not JSON ({exc})") from exc
+    if not isinstance(raw, dict) or raw.get("schema") != BATCH_SCHEMA:
+        raise _bad_document(f"the batch document's schema is not {BATCH_SCHEMA!r}")
+    samples = raw.get("samples")
+    if not isinstance(samples, list):
+        raise _bad_document("the batch document has no list of samples")
+    return [_result_of(sample) for sample in samples]
+
+
 def parse_result_json(text: str | bytes) -> RunnerResult:
     """Read our runner's --result_json document."""
     try:
         raw = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _bad_document(f"not JSON ({exc})") from exc
+    return _result_of(raw)
+
+
+def _result_of(raw: Any) -> RunnerResult:
     if not isinstance(raw, dict):
         raise _bad_document("the top level is not an object")
     if raw.get("schema") != RESULT_SCHEMA:

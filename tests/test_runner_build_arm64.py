@@ -104,7 +104,8 @@ def test_digits_runs_as_arm_code_with_an_empty_sysroot_and_matches_the_host_runn
 ) -> None:
     from etdeploy.pipeline import RunJob
     from etdeploy.pipeline.build import build_program
-    from etdeploy.pipeline.stage import stage, staged_input_file
+    from etdeploy.pipeline.deploy import staged_input_file
+    from etdeploy.pipeline.stage import stage
 
     job = RunJob(model="digits")
     program = build_program(job)

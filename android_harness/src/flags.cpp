@@ -1,5 +1,7 @@
 #include "flags.h"
 
+#include "batch.h"
+
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
@@ -34,6 +36,8 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       {"etdump_path", &flags.etdump_path},
       {"result_json", &flags.result_json},
       {"input_shapes", &flags.input_shapes},
+      {"samples_file", &flags.samples_file},
+      {"batch_output", &flags.batch_output},
   };
   std::map<std::string, int64_t*> int_flags = {
       {"num_executions", &flags.num_executions},
@@ -142,6 +146,9 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
     error = "--method_name must not be empty";
     return false;
   }
+  if (!flags.samples_file.empty() && !read_samples_file(flags.samples_file, flags.next_samples, error)) {
+    return false;
+  }
   return true;
 }
 
@@ -173,6 +180,11 @@ std::string usage_text(const char* program) {
       "                         --output_file and --result_json after it are its\n"
       "                         own; it runs once on the program already loaded,\n"
       "                         after the first sample's timed executions\n"
+      "  --samples_file PATH    more samples, one a line: inputs, input_shapes,\n"
+      "                         output_file and result_json, tab-separated; an\n"
+      "                         input may be PATH@OFFSET, bytes of a packed file\n"
+      "  --batch_output BASE    every sample's tensor outputs into BASE.bin and\n"
+      "                         its result document into BASE.json\n"
       "  --version              print the runner and ExecuTorch versions\n"
       "  --describe             print, as JSON, the ExecuTorch version, every\n"
       "                         registered kernel and backend, and the bundle's\n"

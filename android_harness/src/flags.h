@@ -48,8 +48,12 @@ struct Flags {
   bool version = false;
   // Ours: print what this runner can run (kernels, backends, versions) as JSON.
   bool describe = false;
-  // Ours: the samples after the first, each given after a --next_sample.
+  // Ours: the samples after the first, each given after a --next_sample or
+  // listed in --samples_file (one a line: a call of thousands of samples).
   std::vector<SampleFlags> next_samples;
+  std::string samples_file;
+  // Ours: every sample's outputs into BASE.bin and documents into BASE.json.
+  std::string batch_output;
 
   // The first sample: the one timed with --warmup and --num_executions.
   SampleFlags first_sample() const { return {inputs, input_shapes, output_file, result_json}; }

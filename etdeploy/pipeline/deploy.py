@@ -3,27 +3,52 @@
 
 Every file goes under a content-addressed name (runners/, programs/, inputs/),
 so an unchanged file is never sent twice (a program whose code changed but not
-its weights sends the small .pte only: the .ptd keeps its name); the job's own directory holds only
-what this run writes, and is removed after it unless --keep.
+its weights sends the small .pte only: the .ptd keeps its name); the job's own
+directory holds only what this run writes, and is removed after it unless --keep.
+
+The samples' inputs travel as one packed file for our runner (each sample's
+inputs a byte range of it: one push and one digest check for a thousand samples),
+and as a file per input for upstream's runner, which reads whole files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from etdeploy import runner as contract
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, PushResult, job_dir
 from etdeploy.errors import EtdeployError
 from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob, StatusCallback
-from etdeploy.pipeline.stage import Staged, staged_input_file
+from etdeploy.pipeline.stage import Staged
 from etdeploy.preflight.describe import remote_runner_dir
 from etdeploy.runner_build import RunnerBundle
 
 
-def runner_for(job: RunJob, device: Device, info: DeviceInfo, say: StatusCallback) -> RunnerBundle:
+@dataclass(frozen=True)
+class Target:
+    """Where a run happens: the device, what it says it is, and the runner that fits it."""
+
+    device: Device
+    info: DeviceInfo
+    bundle: RunnerBundle
+
+    @property
+    def batched(self) -> bool:
+        """Our runner takes every sample of a call from files on the device (a samples
+        file, packed inputs, batch outputs); upstream's one sample per call."""
+        return self.bundle.flavor == "etdeploy"
+
+
+def target_for(job: RunJob, device: Device, say: StatusCallback) -> Target:
     """--runner, else the device's configured runner, else the one etdeploy builds
     for it (runner_build.runner_choice: the host build, the NDK build, or the
     self-contained arm64 bundle). A runner built for another ABI is refused here,
@@ -31,12 +56,14 @@ def runner_for(job: RunJob, device: Device, info: DeviceInfo, say: StatusCallbac
     from etdeploy.devices.registry import check_runner_abi
     from etdeploy.runner_build import runner_for_device, runner_from_path
 
+    info = device.info()
+    say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     explicit = job.runner or device.runner_path
     bundle = (
         runner_from_path(Path(explicit)) if explicit is not None else runner_for_device(info, say)
     )
     check_runner_abi(info, bundle.abi)
-    return bundle
+    return Target(device, info, bundle)
 
 
 @dataclass(frozen=True)
@@ -44,7 +71,8 @@ class Deployed:
     runner: str  # the executable on the device
     pte: str
     data: str | None  # the program's external data (.ptd) on the device, if it has one
-    inputs: tuple[tuple[str, ...], ...]  # per sample, per method input
+    # Per sample, per method input: a file on the device, or FILE@OFFSET in the packed one.
+    inputs: tuple[tuple[str, ...], ...]
     job_dir: str
     bytes_sent: int
     files_sent: int
@@ -53,8 +81,7 @@ class Deployed:
 
 
 def deploy(
-    device: Device,
-    bundle: RunnerBundle,
+    target: Target,
     program: Program,
     staged: Staged,
     job_id: str,
@@ -63,6 +90,7 @@ def deploy(
     """The runner bundle, the .pte and the inputs, each pushed unless the device
     already holds the same bytes under that name."""
     started = time.perf_counter()
+    device, bundle = target.device, target.bundle
     base = device.workdir.rstrip("/")
     runners = remote_runner_dir(device, bundle)  # where preflight may have put it already
     inputs_dir = f"{base}/inputs"
@@ -79,8 +107,38 @@ def deploy(
     if program.data is not None:
         remote_data = f"{base}/programs/{program.data.sha256[:24]}.ptd"
         pushes.append(device.push(program.data.path, remote_data, progress=progress))
+    if target.batched:
+        packed, offsets = packed_inputs(staged.samples)
+        remote = f"{inputs_dir}/{packed.name}"
+        pushes.append(device.push(packed, remote, progress=progress))
+        inputs = tuple(
+            tuple(contract.packed_input(remote, offset) for offset in row) for row in offsets
+        )
+    else:
+        inputs = _one_file_each(device, staged.samples, inputs_dir, pushes, progress)
+    return Deployed(
+        runner=f"{runners}/{bundle.executable}",
+        pte=remote_pte,
+        data=remote_data,
+        inputs=inputs,
+        job_dir=jdir,
+        bytes_sent=sum(p.bytes_sent for p in pushes),
+        files_sent=sum(not p.skipped for p in pushes),
+        files_skipped=sum(p.skipped for p in pushes),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _one_file_each(
+    device: Device,
+    samples: Sequence[tuple[np.ndarray, ...]],
+    inputs_dir: str,
+    pushes: list[PushResult],
+    progress: ProgressCallback | None,
+) -> tuple[tuple[str, ...], ...]:
+    """Each input its own content-addressed file (what upstream's runner reads)."""
     remote_inputs: list[tuple[str, ...]] = []
-    for sample in staged.samples:
+    for sample in samples:
         row = []
         for array in sample:
             local = staged_input_file(array)
@@ -88,17 +146,52 @@ def deploy(
             pushes.append(device.push(local, remote, progress=progress))
             row.append(remote)
         remote_inputs.append(tuple(row))
-    return Deployed(
-        runner=f"{runners}/{bundle.executable}",
-        pte=remote_pte,
-        data=remote_data,
-        inputs=tuple(remote_inputs),
-        job_dir=jdir,
-        bytes_sent=sum(p.bytes_sent for p in pushes),
-        files_sent=sum(not p.skipped for p in pushes),
-        files_skipped=sum(p.skipped for p in pushes),
-        seconds=time.perf_counter() - started,
-    )
+    return tuple(remote_inputs)
+
+
+def packed_inputs(
+    samples: Sequence[tuple[np.ndarray, ...]],
+) -> tuple[Path, list[list[int]]]:
+    """Every sample's inputs as raw bytes back to back in one file named by its content
+    (cached locally, so a transport's digest record sees the same file each run), and
+    where each input starts in it."""
+    from etdeploy.inputs import raw_bytes
+
+    digest = hashlib.sha256()
+    offsets: list[list[int]] = []
+    chunks: list[bytes] = []
+    at = 0
+    for sample in samples:
+        row = []
+        for array in sample:
+            data = raw_bytes(array)
+            row.append(at)
+            at += len(data)
+            digest.update(data)
+            chunks.append(data)
+        offsets.append(row)
+    return _cached_input(digest.hexdigest()[:32], chunks), offsets
+
+
+def staged_input_file(array: np.ndarray) -> Path:
+    """The raw runner file for `array`, named by its content."""
+    from etdeploy.inputs import raw_bytes
+
+    data = raw_bytes(array)
+    return _cached_input(hashlib.sha256(data).hexdigest()[:32], [data])
+
+
+def _cached_input(name: str, chunks: Sequence[bytes]) -> Path:
+    from etdeploy.paths import cache_dir
+
+    path = cache_dir("staged-inputs") / f"{name}.bin"
+    if not path.is_file():
+        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+        os.replace(tmp, path)
+    return path
 
 
 def remove_quietly(device: Device, path: str) -> None:

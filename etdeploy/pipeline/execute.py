@@ -1,16 +1,18 @@
 """execute: the runner on the device for every sample, under a deadline.
 
 Warm-up and N timed iterations on the first sample, then one execution on each
-of the rest, as many samples per runner call as our runner's command line takes
-(upstream's runner: one call per sample). The outputs, timings and logs come back; a runner that fails,
-crashes or passes its deadline raises RunnerFailure with its log. With
---profile the timed executions also write an ETDump, read here with the
-Inspector (etdeploy.profile).
+of the rest. Our runner takes every sample in one call: the samples after the
+first are listed in a file pushed beside the job, their inputs are byte ranges
+of the packed inputs file, and all outputs come back in two files (the outputs'
+bytes and one document), so a thousand samples cost one call, one small push
+and one pull. Upstream's runner takes one sample per call, its outputs a file
+each. A runner that fails, crashes or passes its deadline raises RunnerFailure
+with its log. With --profile the timed executions also write an ETDump, read
+here with the Inspector (etdeploy.profile).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import statistics
 from collections.abc import Sequence
@@ -20,26 +22,38 @@ from pathlib import Path
 import numpy as np
 
 from etdeploy import runner as contract
-from etdeploy.devices.base import Device, RunOutput
+from etdeploy.devices.base import RunOutput
 from etdeploy.errors import InputError, RunnerError
 from etdeploy.pipeline.build import Program
-from etdeploy.pipeline.deploy import Deployed
+from etdeploy.pipeline.deploy import Deployed, Target
 from etdeploy.pipeline.job import RunJob
+from etdeploy.pipeline.stage import Staged
 from etdeploy.report.result import Latency, Profile
-from etdeploy.runner_build import RunnerBundle
 
 LOG_HEAD_LINES = 40
 LOG_TAIL_LINES = 200
 
 
 @dataclass(frozen=True)
+class Timing:
+    """How the first sample of a call is run: warm-ups, timed executions, an ETDump."""
+
+    iterations: int = 1
+    warmup: int = 0
+    profile: bool = False
+
+    @classmethod
+    def of(cls, job: RunJob) -> Timing:
+        return cls(job.iterations, job.warmup, job.profile)
+
+
+@dataclass(frozen=True)
 class SampleRun:
-    """One runner call: its outputs (per tensor output) and what it reported."""
+    """One sample through the runner: its outputs (per tensor output) and report."""
 
     outputs: tuple[np.ndarray, ...]
     report: contract.RunnerResult
     log: str
-    etdump: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -51,65 +65,23 @@ class Executed:
     runner_version: str | None
     logs: tuple[str, ...]  # per runner call
     etdump: Path | None = None
-
-
-# One call of our runner takes the samples after the timed one until its command
-# line would pass this many bytes: an adbd older than Android 7 takes a shell
-# command of at most MAX_PAYLOAD_V1 = 4 KiB in one OPEN message (adb/adb.h in AOSP
-# packages/modules/adb, read 2026-12-03 via the search tool); newer ones 1 MiB.
-# 3 KiB leaves room for what a device wraps around the runner's argv.
-CALL_ARGV_BUDGET = 3 * 1024
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One sample's part of a runner call: its files on the device and here."""
-
-    name: str
-    inputs: Sequence[str]
-    shapes: tuple[tuple[int, ...], ...] | None
-    reference_shapes: Sequence[tuple[int, ...]]
-    out_base: str  # on the device: OUT_BASE-out-<i>.bin, OUT_BASE-result.json
-    local: Path  # here: LOCAL-out-<i>.bin, LOCAL-result.json
-
-    @property
-    def files(self) -> contract.SampleFiles:
-        """Its files as the runner is told them."""
-        return contract.SampleFiles(
-            input_paths=tuple(self.inputs), output_base=f"{self.out_base}-out",
-            result_json_path=f"{self.out_base}-result.json", input_shapes=self.shapes,
-        )  # fmt: skip
+    calls: int = 1
 
 
 def execute(
-    device: Device,
-    bundle: RunnerBundle,
+    target: Target,
     deployed: Deployed,
     program: Program,
-    sample_names: Sequence[str],
-    samples: Sequence[tuple[np.ndarray, ...]],
-    references: Sequence[Sequence[np.ndarray]],
+    staged: Staged,
     job: RunJob,
     local_dir: Path,
+    timing: Timing | None = None,
 ) -> Executed:
-    """Every sample through the runner. The first is the timed one (warm-ups and
-    timed executions), then every other runs once; our runner takes them in as few
-    calls as the command line allows, so a program is loaded (and XNNPACK packs its
-    weights) once per call, not once per sample."""
-    each = [
-        Sample(
-            name=sample_names[s], inputs=inputs,
-            shapes=shapes_if_dynamic(program, samples[s]),
-            reference_shapes=[tuple(r.shape) for r in references[s]],
-            out_base=f"{deployed.job_dir}/s{s}", local=local_dir / f"s{s}",
-        )
-        for s, inputs in enumerate(deployed.inputs)
-    ]  # fmt: skip
-    runs = run_samples(
-        device, bundle, program, job, each,
-        runner=deployed.runner, pte=deployed.pte, data=deployed.data, cwd=deployed.job_dir,
-        iterations=job.iterations, warmup=job.warmup, profile=job.profile,
-    )  # fmt: skip
+    """Every sample through the runner: the first is the timed one (warm-ups and
+    timed executions; `timing`, the job's by default), every other runs once."""
+    timing = timing or Timing.of(job)
+    call = _batched_call if target.batched else _upstream_calls
+    runs, logs, etdump = call(target, deployed, program, staged, job, local_dir, timing)
     first = runs[0].report
     return Executed(
         outputs=tuple(run.outputs for run in runs),
@@ -117,39 +89,10 @@ def execute(
         iterations_ms=tuple(first.iterations_ms),
         peak_rss_bytes=first.peak_rss_bytes,
         runner_version=first.runner_version,
-        # One log per runner call: the samples of one call share it.
-        logs=tuple(dict.fromkeys(run.log for run in runs)),
-        etdump=runs[0].etdump,
+        logs=logs,
+        etdump=etdump,
+        calls=len(logs),
     )
-
-
-def run_samples(
-    device: Device,
-    bundle: RunnerBundle,
-    program: Program,
-    job: RunJob,
-    samples: Sequence[Sample],
-    *,
-    runner: str,
-    pte: str,
-    cwd: str,
-    data: str | None = None,
-    iterations: int = 1,
-    warmup: int = 0,
-    profile: bool = False,
-) -> list[SampleRun]:
-    """`samples` through the runner on files already on the device, their outputs
-    pulled back. The first gets `warmup` and `iterations` (and the ETDump), every
-    other one execution. Our runner takes several per call, upstream's one."""
-    runs: list[SampleRun] = []
-    for n, group in enumerate(_calls(samples, bundle, runner, pte)):
-        first = n == 0
-        runs += _run_call(
-            device, bundle, program, job, group, runner=runner, pte=pte, cwd=cwd, data=data,
-            iterations=iterations if first else 1, warmup=warmup if first else 0,
-            profile=profile and first,
-        )  # fmt: skip
-    return runs
 
 
 def call_deadline_s(job: RunJob, executions: int) -> float:
@@ -159,85 +102,141 @@ def call_deadline_s(job: RunJob, executions: int) -> float:
     return job.deadline_s * max(1.0, executions / (job.warmup + job.iterations))
 
 
-def _invocation(
-    bundle: RunnerBundle,
+def _batched_call(
+    target: Target,
+    deployed: Deployed,
     program: Program,
+    staged: Staged,
     job: RunJob,
-    group: Sequence[Sample],
-    *,
-    pte: str,
-    data: str | None,
-    iterations: int,
-    warmup: int,
-    profile: bool,
-) -> contract.RunnerInvocation:
-    first, rest = group[0], group[1:]
-    upstream = bundle.flavor == "upstream"
-    return contract.RunnerInvocation(
-        model_path=pte,
-        data_path=data,
-        input_paths=tuple(first.inputs),
-        output_base=first.files.output_base,
-        num_executions=iterations,
-        warmup=warmup,
-        method=program.method,
+    local_dir: Path,
+    timing: Timing,
+) -> tuple[list[SampleRun], tuple[str, ...], Path | None]:
+    """Every sample in one call of our runner: the samples after the first listed in
+    a file pushed to the job dir, outputs and documents back in one pull of two files."""
+    device, jdir = target.device, deployed.job_dir
+    rest = [
+        contract.SampleFiles(
+            input_paths=deployed.inputs[s], output_base="", result_json_path="",
+            input_shapes=shapes_if_dynamic(program, staged.samples[s]),
+        )
+        for s in range(1, len(deployed.inputs))
+    ]  # fmt: skip
+    samples_file = None
+    if rest:
+        local_list = local_dir / "samples.tsv"
+        local_list.write_text(contract.samples_file_text(rest))
+        samples_file = f"{jdir}/samples.tsv"
+        device.push(local_list, samples_file)
+    base = f"{jdir}/batch"
+    invocation = contract.RunnerInvocation(
+        model_path=deployed.pte, data_path=deployed.data, input_paths=deployed.inputs[0],
+        num_executions=timing.iterations, warmup=timing.warmup, method=program.method,
         cpu_threads=job.cpu_threads,
-        etdump_path=f"{first.out_base}-run.etdump" if profile else None,
-        result_json_path=None if upstream else first.files.result_json_path,
-        flavor=bundle.flavor,
-        input_shapes=first.shapes,
-        next_samples=tuple(s.files for s in rest),
+        etdump_path=f"{jdir}/run.etdump" if timing.profile else None,
+        input_shapes=shapes_if_dynamic(program, staged.samples[0]),
+        samples_file=samples_file, batch_output=base,
     )  # fmt: skip
+    out = _run(target, job, invocation, executions=timing.warmup + timing.iterations + len(rest))
+    log = _log_text(out)
+    wanted = [(remote, local_dir / Path(remote).name) for remote in contract.batch_files(base)]
+    if invocation.etdump_path is not None:
+        wanted.append((invocation.etdump_path, local_dir / "run.etdump"))
+    pulled = device.pull_files(wanted)
+    reports = contract.parse_batch_json(pulled[1].read_bytes())
+    if len(reports) != len(deployed.inputs):
+        raise _disagree(
+            target,
+            out,
+            log,
+            f"the runner reported {len(reports)} of {len(deployed.inputs)} samples",
+        )
+    data = np.memmap(pulled[0], dtype=np.uint8, mode="r") if pulled[0].stat().st_size else None
+    runs = [
+        SampleRun(_batch_outputs(target, out, log, name, report, data), report, log)
+        for name, report in zip(staged.sample_names, reports, strict=True)
+    ]
+    return runs, (log,), pulled[2] if invocation.etdump_path is not None else None
 
 
-def _calls(
-    samples: Sequence[Sample], bundle: RunnerBundle, runner: str, pte: str
-) -> list[list[Sample]]:
-    """`samples` split into runner calls: one each for upstream's runner; for ours,
-    as many per call as fit CALL_ARGV_BUDGET (always at least one)."""
-    if bundle.flavor != "etdeploy":
-        return [[sample] for sample in samples]
-    calls: list[list[Sample]] = []
-    used = 0
-    for sample in samples:
-        cost = sum(len(arg) + 1 for arg in contract.next_sample_argv(sample.files))
-        if not calls or used + cost > CALL_ARGV_BUDGET:
-            calls.append([])
-            # The call's fixed part: the runner and the program paths, the flags.
-            used = len(runner) + len(pte) + 256
-        calls[-1].append(sample)
-        used += cost
-    return calls
+def _batch_outputs(
+    target: Target,
+    out: RunOutput,
+    log: str,
+    name: str,
+    report: contract.RunnerResult,
+    data: np.memmap | None,
+) -> tuple[np.ndarray, ...]:
+    """A sample's tensor outputs as views of the batch data file (nothing copied)."""
+    arrays = []
+    for record in report.tensor_outputs():
+        dtype = np.dtype(record.dtype or "")
+        shape = tuple(record.shape or ())
+        count = int(np.prod(shape)) if shape else 1
+        start, size = record.offset, count * dtype.itemsize
+        if data is None or start is None or start + size > data.size:
+            raise _disagree(
+                target, out, log, f"output {record.index} of sample {name} is not in the batch file"
+            )
+        arrays.append(data[start : start + size].view(dtype).reshape(shape))
+    return tuple(arrays)
 
 
-def _run_call(
-    device: Device,
-    bundle: RunnerBundle,
+def _upstream_calls(
+    target: Target,
+    deployed: Deployed,
     program: Program,
+    staged: Staged,
     job: RunJob,
-    group: Sequence[Sample],
-    *,
-    runner: str,
-    pte: str,
-    cwd: str,
-    data: str | None,
-    iterations: int,
-    warmup: int,
-    profile: bool,
-) -> list[SampleRun]:
-    invocation = _invocation(
-        bundle, program, job, group, pte=pte, data=data,
-        iterations=iterations, warmup=warmup, profile=profile,
-    )  # fmt: skip
-    argv = contract.runner_argv(runner, invocation)
-    executions = warmup + iterations + len(group) - 1
-    out = device.run(
+    local_dir: Path,
+    timing: Timing,
+) -> tuple[list[SampleRun], tuple[str, ...], Path | None]:
+    """One call a sample (upstream's runner): its outputs a file each, its report
+    read from its log, the output shapes the reference's."""
+    runs, etdump = [], None
+    for s, inputs in enumerate(deployed.inputs):
+        first = s == 0
+        base = f"{deployed.job_dir}/s{s}-out"
+        invocation = contract.RunnerInvocation(
+            model_path=deployed.pte, data_path=deployed.data, input_paths=inputs,
+            output_base=base, num_executions=timing.iterations if first else 1,
+            warmup=timing.warmup if first else 0, method=program.method,
+            cpu_threads=job.cpu_threads, flavor="upstream",
+            etdump_path=f"{deployed.job_dir}/run.etdump" if timing.profile and first else None,
+        )  # fmt: skip
+        out = _run(
+            target, job, invocation, executions=invocation.warmup + invocation.num_executions
+        )
+        log = _log_text(out)
+        report = contract.result_from_log(
+            f"{out.stdout}\n{out.stderr}\n{out.device_log}", invocation
+        )
+        indices = program.tensor_outputs
+        locals_ = [local_dir / f"s{s}-out-{index}.bin" for index in indices]
+        files = list(zip(contract.output_files(base, indices), locals_, strict=True))
+        if invocation.etdump_path is not None:
+            files.append((invocation.etdump_path, local_dir / "run.etdump"))
+            etdump = local_dir / "run.etdump"
+        target.device.pull_files(files)
+        arrays = []
+        for k, (index, local) in enumerate(zip(indices, locals_, strict=True)):
+            shape = list(staged.references[s][k].shape) if staged.references else []
+            arrays.append(_read_output(target, out, log, staged.sample_names[s], index, local,
+                                       program.outputs[index].dtype or "", shape))  # fmt: skip
+        runs.append(SampleRun(tuple(arrays), report, log))
+    return runs, tuple(run.log for run in runs), etdump
+
+
+def _run(
+    target: Target, job: RunJob, invocation: contract.RunnerInvocation, *, executions: int
+) -> RunOutput:
+    """One runner call; a failure, crash or timeout raises RunnerFailure with its log."""
+    argv = contract.runner_argv(invocation_runner(target, invocation), invocation)
+    out = target.device.run(
         argv,
         deadline_s=call_deadline_s(job, executions),
-        cwd=cwd,
+        cwd=_cwd(invocation),
         idle_timeout_s=job.idle_timeout_s,
     )
-    log = _log_text(out)
     if out.timed_out or out.exit_code != 0:
         raise contract.runner_failure(
             None if out.timed_out else out.exit_code,
@@ -246,84 +245,48 @@ def _run_call(
             device_log=out.device_log,
             timed_out=out.timed_out,
             command=out.command,
-            device=device.name,
+            device=target.device.name,
             silent_for_s=job.idle_timeout_s if out.idle else None,
         )
-    runs = _collect(device, program, group, invocation, out, log)
-    if invocation.etdump_path is not None:
-        etdump = device.pull(invocation.etdump_path, Path(f"{group[0].local}-run.etdump"))
-        runs[0] = dataclasses.replace(runs[0], etdump=etdump)
-    return runs
+    return out
 
 
-def _collect(
-    device: Device,
-    program: Program,
-    group: Sequence[Sample],
-    invocation: contract.RunnerInvocation,
-    out: RunOutput,
-    log: str,
-) -> list[SampleRun]:
-    """Each sample's report and outputs, pulled back: every result document in one
-    pull_files, then every output file in another (over adb, two sync sessions
-    for the whole call). With upstream's runner (no result JSON), the output shapes
-    are the reference's."""
-    if invocation.flavor == "upstream":
-        (sample,) = group
-        reports = [
-            contract.result_from_log(f"{out.stdout}\n{out.stderr}\n{out.device_log}", invocation)
-        ]
-        wanted = [
-            [
-                (index, program.outputs[index].dtype or "", list(sample.reference_shapes[k]))
-                for k, index in enumerate(program.tensor_outputs)
-            ]
-        ]
-    else:
-        documents = device.pull_files(
-            [(s.files.result_json_path, Path(f"{s.local}-result.json")) for s in group]
-        )
-        reports = [contract.parse_result_json(d.read_bytes()) for d in documents]
-        wanted = [
-            [(o.index, o.dtype or "", list(o.shape or ())) for o in report.tensor_outputs()]
-            for report in reports
-        ]
-    pulled = iter(
-        device.pull_files(
-            [
-                (
-                    contract.output_files(sample.files.output_base, [index])[0],
-                    Path(f"{sample.local}-out-{index}.bin"),
-                )
-                for sample, outputs in zip(group, wanted, strict=True)
-                for index, _, _ in outputs
-            ]
-        )
-    )
-    runs = []
-    for sample, report, outputs in zip(group, reports, wanted, strict=True):
-        arrays = []
-        for index, dtype, shape in outputs:
-            try:
-                arrays.append(_read_output(next(pulled), dtype, shape))
-            except InputError as exc:
-                # The runner wrote it: a wrong size is the runner's fault, not the user's input.
-                raise RunnerError(
-                    f"output {index} of sample {sample.name}: {exc.message}",
-                    "the runner and the program disagree on the output; with upstream's runner "
-                    "shapes come from the reference, so check that it matches the program",
-                    device=device.name,
-                    command=out.command,
-                    log=log,
-                ) from exc
-        runs.append(SampleRun(tuple(arrays), report, log))
-    return runs
+def invocation_runner(target: Target, invocation: contract.RunnerInvocation) -> str:
+    """The runner executable on the device, beside the other bundle files."""
+    from etdeploy.preflight.describe import remote_runner_dir
+
+    return f"{remote_runner_dir(target.device, target.bundle)}/{target.bundle.executable}"
 
 
-def _read_output(path: Path, dtype: str, shape: list[int]) -> np.ndarray:
+def _cwd(invocation: contract.RunnerInvocation) -> str | None:
+    base = invocation.batch_output or invocation.output_base
+    return base.rsplit("/", 1)[0] if base and "/" in base else None
+
+
+def _read_output(
+    target: Target, out: RunOutput, log: str, sample: str, index: int, path: Path,
+    dtype: str, shape: list[int],
+) -> np.ndarray:  # fmt: skip
     from etdeploy.inputs import read_raw
 
-    return read_raw(path, dtype, shape)
+    try:
+        return read_raw(path, dtype, shape)
+    except InputError as exc:
+        # The runner wrote it: a wrong size is the runner's fault, not the user's input.
+        raise _disagree(
+            target, out, log, f"output {index} of sample {sample}: {exc.message}"
+        ) from exc
+
+
+def _disagree(target: Target, out: RunOutput, log: str, problem: str) -> RunnerError:
+    return RunnerError(
+        problem,
+        "the runner and the program disagree on the output; with upstream's runner shapes "
+        "come from the reference, so check that it matches the program",
+        device=target.device.name,
+        command=out.command,
+        log=log,
+    )
 
 
 def shapes_if_dynamic(

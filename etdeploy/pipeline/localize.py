@@ -32,9 +32,10 @@ from etdeploy import verify as metrics
 from etdeploy.builder import BuildOptions
 from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
 from etdeploy.builder.tapped import TapInfo, TappedBuild
-from etdeploy.devices.base import Device, ProgressCallback
+from etdeploy.devices.base import ProgressCallback
 from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.pipeline.build import Program, describe_program
+from etdeploy.pipeline.deploy import Target
 from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.pipeline.stage import Staged
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
@@ -47,7 +48,6 @@ from etdeploy.report.result import (
     TapResult,
     TapTolerance,
 )
-from etdeploy.runner_build import RunnerBundle
 
 # Per sample, per output of the tapped program (by output index).
 Values = list[dict[int, np.ndarray]]
@@ -130,8 +130,7 @@ def build_options_for(job: RunJob, program: Program) -> BuildOptions:
 
 def localize_or_warning(
     job: RunJob,
-    device: Device,
-    bundle: RunnerBundle,
+    target: Target,
     program: Program,
     staged: Staged,
     judged: Judged,
@@ -146,7 +145,7 @@ def localize_or_warning(
     the verdict the run already reached."""
     try:
         found = localize(
-            job, device, bundle, program, staged, judged, outputs,
+            job, target, program, staged, judged, outputs,
             job_id=job_id, say=say, progress=progress,
         )  # fmt: skip
     except EtdeployError as exc:
@@ -157,8 +156,7 @@ def localize_or_warning(
 
 def localize(
     job: RunJob,
-    device: Device,
-    bundle: RunnerBundle,
+    target: Target,
     program: Program,
     staged: Staged,
     judged: Judged,
@@ -177,10 +175,10 @@ def localize(
     # Quantization's own cost (the accuracy budget) is not the device's: only the
     # lowering and device stages are a divergence taps can localise.
     diverged = any(not s.passed for s in judged.verdict.budget if s.stage != "quantization")
-    target = staged.quantized if staged.quantized is not None else staged.references
-    chosen = rank_samples(outputs, target)[: 1 + job.localize_samples]
+    wanted = staged.quantized if staged.quantized is not None else staged.references
+    chosen = rank_samples(outputs, wanted)[: 1 + job.localize_samples]
     names = [staged.sample_names[i] for i in chosen]
-    context = _Context(job, device, bundle, program, staged, judged, chosen, job_id, say, progress)
+    context = _Context(job, target, program, staged, judged, chosen, job_id, say, progress)
     options = build_options_for(job, program)
     budget = (
         job.localize_budget_bytes if job.localize_budget_bytes is not None else DEFAULT_BUDGET_BYTES
@@ -223,7 +221,7 @@ def localize(
             )
             continue
         tried[granularity] = {t.node for t in taps}
-        say(f"running the tapped program ({len(taps)} taps) on {device.name}")
+        say(f"running the tapped program ({len(taps)} taps) on {target.device.name}")
         eager = _eager_values(tapped, [staged.samples[i] for i in chosen], job.use_cache)
         got = context.run(tapped, eager)
         reproduced = context.reproduces(tapped, got, eager) if diverged else None
@@ -442,8 +440,7 @@ class _Context:
     """What running a tapped program on the device needs from the run."""
 
     job: RunJob
-    device: Device
-    bundle: RunnerBundle
+    target: Target
     program: Program
     staged: Staged
     judged: Judged
@@ -457,37 +454,32 @@ class _Context:
         by index. Deployed like the program itself: content-addressed, so the
         runner and the inputs already there are not sent again."""
         from etdeploy.pipeline.deploy import deploy, remove_quietly
-        from etdeploy.pipeline.execute import Sample, run_samples, shapes_if_dynamic
+        from etdeploy.pipeline.execute import Timing, execute
 
         program = describe_program(tapped.pte, tapped.manifest["sha256"], tapped.manifest, ())
+        indices = program.tensor_outputs
         staged = dataclasses.replace(
             self.staged,
             sample_names=tuple(self.staged.sample_names[i] for i in self.chosen),
             samples=tuple(self.staged.samples[i] for i in self.chosen),
-            references=tuple(self.staged.references[i] for i in self.chosen),
+            # The tapped program's outputs: what upstream's runner takes its shapes from.
+            references=tuple(tuple(eager[k][i] for i in indices) for k in range(len(self.chosen))),
         )
         job_id = f"{self.job_id}-localize"
-        indices = program.tensor_outputs
-        with self.device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
-            deployed = deploy(self.device, self.bundle, program, staged, job_id, self.progress)
+        device = self.target.device
+        with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
+            deployed = deploy(self.target, program, staged, job_id, self.progress)
             try:
-                samples = [
-                    Sample(
-                        name=staged.sample_names[k], inputs=inputs,
-                        shapes=shapes_if_dynamic(program, staged.samples[k]),
-                        reference_shapes=[tuple(eager[k][i].shape) for i in indices],
-                        out_base=f"{deployed.job_dir}/s{k}", local=Path(tmp) / f"s{k}",
-                    )
-                    for k, inputs in enumerate(deployed.inputs)
-                ]  # fmt: skip
-                runs = run_samples(
-                    self.device, self.bundle, program, self.job, samples,
-                    runner=deployed.runner, pte=deployed.pte, cwd=deployed.job_dir,
-                )  # fmt: skip
-                values: Values = [dict(zip(indices, run.outputs, strict=True)) for run in runs]
+                executed = execute(
+                    self.target, deployed, program, staged, self.job, Path(tmp), Timing()
+                )
+                values: Values = [
+                    {i: np.array(a) for i, a in zip(indices, row, strict=True)}
+                    for row in executed.outputs
+                ]
             finally:
                 if not self.job.keep:
-                    remove_quietly(self.device, deployed.job_dir)
+                    remove_quietly(device, deployed.job_dir)
         return values
 
     def reproduces(self, tapped: TappedBuild, got: Values, eager: Values) -> bool:

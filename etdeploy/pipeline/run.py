@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from etdeploy.config import Config
-from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback
+from etdeploy.devices.base import Device, ProgressCallback
 from etdeploy.devices.workdir import JobDirs
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, EtdeployError, InfraError, UsageError
 from etdeploy.pipeline.build import Program, build_program
-from etdeploy.pipeline.deploy import Deployed, deploy, runner_for
+from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
 from etdeploy.pipeline.execute import (
     Executed,
     clip_log,
@@ -45,13 +45,13 @@ from etdeploy.report.result import (
     ErrorInfo,
     InputsInfo,
     JobInfo,
+    Localization,
     Memory,
     Preflight,
     Profile,
     RunnerInfo,
     RunResult,
 )
-from etdeploy.runner_build import RunnerBundle
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,27 @@ class RunContext:
     status: StatusCallback | None = None
     progress: ProgressCallback | None = None  # for transfers
     size_config: Config | None = None  # etdeploy.toml for the size verdict
+
+
+@dataclass(frozen=True)
+class Stages:
+    """What each stage of one run returned: all a RunResult is made of."""
+
+    job: RunJob
+    job_id: str
+    started: float
+    program: Program
+    staged: Staged
+    target: Target
+    checked: PreflightReport
+    deployed: Deployed
+    executed: Executed
+    judged: Judged
+    lock: DeviceLock
+    etdump: Path | None = None
+    profile: Profile | None = None
+    localization: Localization | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def run_job(
@@ -85,45 +106,13 @@ def run_job(
         if job.host_check
         else None
     )
-    info = device.info()
     # --verify-remote: hash what the device holds instead of trusting its records.
     device.verify_remote = job.verify_remote
-    say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
-    bundle = runner_for(job, device, info, say)
-    say(f"checking that the runner for {info.name} can run the program")
-    checked = preflight(device, bundle, program.pte, program.manifest, status=say)
-
-    say(f"waiting for {info.name}")
-    waited_from = time.time()
-    with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
-        held_from = time.time()
-        # Job directories earlier runs here could not remove (a dropped connection,
-        # a killed run) go now; this one's is noted before it exists.
-        jobs = JobDirs(device)
-        jobs.sweep(but=job_id)
-        jobs.begin(job_id)
-        try:
-            say(f"deploying to {info.name}")
-            deployed = deploy(device, bundle, program, staged, job_id, context.progress)
-            say(f"running on {info.name}")
-            executed = execute(
-                device, bundle, deployed, program, staged.sample_names, staged.samples,
-                staged.references, job, Path(tmp),
-            )  # fmt: skip
-        finally:
-            jobs.end(job_id, keep=job.keep)
-        etdump = keep_etdump(executed.etdump, job_id) if executed.etdump else None
-        lock = DeviceLock(round(held_from - waited_from, 3), held_from, time.time())
-
-    profile, profile_warnings = None, ()
-    if etdump is not None:
-        say("reading the profile")
-        try:
-            profile = profile_of(etdump, program)
-        except EtdeployError as exc:
-            # The run itself succeeded: keep its verdict, say why there is no profile.
-            profile_warnings = (f"no profile: {exc.message}",)
-
+    target = target_for(job, device, say)
+    say(f"checking that the runner for {target.info.name} can run the program")
+    checked = preflight(device, target.bundle, program.pte, program.manifest, status=say)
+    deployed, executed, lock, etdump = _on_device(job, job_id, target, program, staged, context)
+    profile, profile_warnings = _profile(etdump, program, say)
     judged = judge(job, program, staged, executed.outputs, host_outputs, context.size_config)
     localization, localize_warnings = None, ()
     if job.localize:
@@ -131,105 +120,121 @@ def run_job(
 
         say("localizing: where the device departs from eager")
         localization, localize_warnings = localize_or_warning(
-            job, device, bundle, program, staged, judged, executed.outputs,
+            job, target, program, staged, judged, executed.outputs,
             job_id=job_id, say=say, progress=context.progress,
         )  # fmt: skip
     warnings = (
         *program.warnings, *staged.warnings, *checked.warnings, *profile_warnings,
-        *localize_warnings,
+        *localize_warnings, *judged.warnings,
     )  # fmt: skip
-    result = _result(
-        job, job_id, info, program, staged, bundle, checked, deployed, executed, judged, lock,
-        etdump, profile, warnings, started,
+    return result_of(
+        Stages(
+            job, job_id, started, program, staged, target, checked, deployed, executed, judged,
+            lock, etdump, profile, localization, warnings,
+        )
     )  # fmt: skip
-    return replace(result, localization=localization)
 
 
-def _result(
+def _on_device(
     job: RunJob,
     job_id: str,
-    info: DeviceInfo,
+    target: Target,
     program: Program,
     staged: Staged,
-    bundle: RunnerBundle,
-    checked: PreflightReport,
-    deployed: Deployed,
-    executed: Executed,
-    judged: Judged,
-    lock: DeviceLock,
-    etdump: Path | None,
-    profile: Profile | None,
-    warnings: tuple[str, ...],
-    started: float,
-) -> RunResult:
+    context: RunContext,
+) -> tuple[Deployed, Executed, DeviceLock, Path | None]:
+    """Deploy and execute while holding the device; the job's directory goes after
+    (unless --keep), and the directories of runs that could not remove theirs go first."""
+    info, device, say = target.info, target.device, context.status or (lambda _text: None)
+    say(f"waiting for {info.name}")
+    waited_from = time.time()
+    with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
+        held_from = time.time()
+        jobs = JobDirs(device)
+        jobs.sweep(but=job_id)
+        jobs.begin(job_id)
+        try:
+            say(f"deploying to {info.name}")
+            deployed = deploy(target, program, staged, job_id, context.progress)
+            say(f"running on {info.name}")
+            # Outputs may be views of a mapped file in `tmp`: a mapping outlives the
+            # file's removal (POSIX), so they are read as compared, never copied.
+            executed = execute(target, deployed, program, staged, job, Path(tmp))
+        finally:
+            jobs.end(job_id, keep=job.keep)
+        etdump = keep_etdump(executed.etdump, job_id) if executed.etdump else None
+        lock = DeviceLock(round(held_from - waited_from, 3), held_from, time.time())
+    return deployed, executed, lock, etdump
+
+
+def _profile(
+    etdump: Path | None, program: Program, say: StatusCallback
+) -> tuple[Profile | None, tuple[str, ...]]:
+    if etdump is None:
+        return None, ()
+    say("reading the profile")
+    try:
+        return profile_of(etdump, program), ()
+    except EtdeployError as exc:
+        # The run itself succeeded: keep its verdict, say why there is no profile.
+        return None, (f"no profile: {exc.message}",)
+
+
+def result_of(stages: Stages) -> RunResult:
+    """The RunResult of a run that reached a verdict."""
     import etdeploy
 
+    job, program, judged, executed, info = (
+        stages.job, stages.program, stages.judged, stages.executed, stages.target.info,
+    )  # fmt: skip
+    bundle, deployed = stages.target.bundle, stages.deployed
     return RunResult(
         etdeploy=etdeploy.__version__,
         status="passed" if judged.passed else "failed",
         exit_code=EXIT_OK if judged.passed else EXIT_CHECK_FAILED,
         job=JobInfo(
-            id=job_id,
-            model=job.model,
-            backend=program.backend or job.backend,
-            quantization=program.quantization,
-            method=program.method,
-            iterations=job.iterations,
-            warmup=job.warmup,
+            id=stages.job_id, model=job.model, backend=program.backend or job.backend,
+            quantization=program.quantization, method=program.method,
+            iterations=job.iterations, warmup=job.warmup,
         ),
         device=DeviceSummary(
-            name=info.name,
-            transport=info.transport,
-            serial=info.serial,
-            os=info.os,
-            os_version=info.os_version,
-            abi=info.abi,
-            model=info.model,
-            soc=info.soc,
+            name=info.name, transport=info.transport, serial=info.serial, os=info.os,
+            os_version=info.os_version, abi=info.abi, model=info.model, soc=info.soc,
         ),
         artifact=Artifact(
-            pte=str(program.pte),
-            sha256=program.sha256,
-            size_bytes=program.size_bytes,
-            backend=program.backend,
-            quantization=program.quantization,
-            delegation=program.delegation,
-            built_with=program.built_with,
+            pte=str(program.pte), sha256=program.sha256, size_bytes=program.size_bytes,
+            backend=program.backend, quantization=program.quantization,
+            delegation=program.delegation, built_with=program.built_with,
             data=program.data_record,
         ),
         runner=RunnerInfo(
-            flavor=bundle.flavor,
-            abi=bundle.abi,
-            kind=bundle.kind,
-            version=executed.runner_version,
-            path=str(bundle.executable_path),
+            flavor=bundle.flavor, abi=bundle.abi, kind=bundle.kind,
+            version=executed.runner_version, path=str(bundle.executable_path),
         ),
         inputs=InputsInfo(
             names=tuple(value.name for value in program.inputs),
-            samples=staged.sample_names,
-            on_noise=staged.on_noise,
-            reference=staged.reference_kind,
+            samples=stages.staged.sample_names, on_noise=stages.staged.on_noise,
+            reference=stages.staged.reference_kind,
         ),
-        device_lock=lock,
-        preflight=Preflight.from_json(checked.to_json()),
+        device_lock=stages.lock,
+        preflight=Preflight.from_json(stages.checked.to_json()),
         deploy=DeployStats(
-            bytes_sent=deployed.bytes_sent,
-            files_sent=deployed.files_sent,
-            files_skipped=deployed.files_skipped,
-            seconds=round(deployed.seconds, 3),
+            bytes_sent=deployed.bytes_sent, files_sent=deployed.files_sent,
+            files_skipped=deployed.files_skipped, seconds=round(deployed.seconds, 3),
         ),
         latency_ms=latency_of(executed.load_ms, executed.iterations_ms),
         memory=Memory(planned_bytes=program.planned_bytes, peak_rss_bytes=executed.peak_rss_bytes),
         verdict=judged.verdict,
         host_check=judged.host_check,
         size=judged.size,
-        etdump=str(etdump) if etdump else None,
-        profile=profile,
-        warnings=(*warnings, *judged.warnings),
-        started_at=_timestamp(started),
-        seconds=round(time.time() - started, 3),
+        etdump=str(stages.etdump) if stages.etdump else None,
+        profile=stages.profile,
+        localization=stages.localization,
+        warnings=stages.warnings,
+        started_at=_timestamp(stages.started),
+        seconds=round(time.time() - stages.started, 3),
         logs=executed.logs,
-    )
+    )  # fmt: skip
 
 
 def error_result(

@@ -8,11 +8,8 @@ runner reads, and paired with its expected outputs (etdeploy.pipeline.references
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -127,19 +124,3 @@ def _noise(rng: np.random.Generator, dtype: str, shape: Sequence[int]) -> np.nda
     if dtype == "bool":
         return rng.integers(0, 2, size=shape).astype(bool)
     return rng.integers(0, 10, size=shape).astype(dtype)
-
-
-def staged_input_file(array: np.ndarray) -> Path:
-    """The raw runner file for `array`, named by its content (cached locally too,
-    so a transport's hash cache sees the same file each run)."""
-    from etdeploy.inputs import raw_bytes
-    from etdeploy.paths import cache_dir
-
-    data = raw_bytes(array)
-    name = hashlib.sha256(data).hexdigest()[:32] + ".bin"
-    path = cache_dir("staged-inputs") / name
-    if not path.is_file():
-        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    return path
