@@ -43,6 +43,7 @@ DEVICE_PANEL = "Device"
 TIMING_PANEL = "Timing and profiling"
 VERIFY_PANEL = "Verification"
 LOCALIZE_PANEL = "Localization"
+ACCURACY_PANEL = "Task accuracy"
 
 # The etdeploy.toml tables run settings live in.
 SECTIONS = ("build", "run", "verify")
@@ -88,6 +89,12 @@ def setting(default: Any, help: str, **option: Any) -> Any:
 
 def _size(value: Any, where: str) -> int:
     return parse_size(value, what=where)
+
+
+def _drop(value: Any, where: str) -> float:
+    from etdeploy.accuracy import parse_drop
+
+    return parse_drop(value, where)
 
 
 def _output_kinds(value: Any, where: str) -> tuple[str, ...]:
@@ -220,6 +227,26 @@ class RunSettings:
         None, "A quantized program on the device: error allowed in quantization steps (default 1).",
         flags=("--quant-steps",), metavar="N", panel=VERIFY_PANEL, section="verify", farm=True,
         low=0, example="1",
+    )  # fmt: skip
+    # Task accuracy (etdeploy.accuracy): labels with the samples score eager and device.
+    labels: Path | None = setting(
+        None, "Labels of the samples: a CSV of sample,label rows or a .npy in sample order (a labelled .npz or a folder a class carries its own).",
+        flags=("--labels",), metavar="FILE", panel=ACCURACY_PANEL, section="run", farm=True,
+        path=True,
+    )  # fmt: skip
+    task: str | None = setting(
+        None, "What the labels score: classification (top-1), classification:5 (and top-5), regression; @OUTPUT names the output (default: the model's task, else classification of the first output).",
+        flags=("--task",), metavar="KIND", panel=ACCURACY_PANEL, section="verify", farm=True,
+    )  # fmt: skip
+    min_accuracy: float | None = setting(
+        None, "Fail when the device's top-1 on the labelled samples is below this fraction.",
+        flags=("--min-accuracy",), metavar="X", panel=ACCURACY_PANEL, section="verify",
+        farm=True, low=0, high=1, example="0.95",
+    )  # fmt: skip
+    max_accuracy_drop: float | None = setting(
+        None, "Fail when the device's top-1 is below eager's by more than this, significantly (the drop's 95% interval lies beyond it), e.g. 0.5pp.",
+        flags=("--max-accuracy-drop",), metavar="PP", panel=ACCURACY_PANEL, section="verify",
+        farm=True, parse=_drop, toml=(str, int, float), low=0, high=1, example="0.5pp",
     )  # fmt: skip
     runner: Path | None = setting(
         None, "A runner bundle dir, or an executor_runner binary (upstream's works).",

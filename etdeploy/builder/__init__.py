@@ -292,6 +292,10 @@ def _build_uncached(
         "methods": lowered.methods,
         "delegation": lowered.delegation.to_json(),
         "samples": [str(p) for p in spec.samples],
+        # The samples' answers and what they score (etdeploy.accuracy), when declared.
+        "labels": str(spec.labels) if spec.labels is not None else None,
+        "task": spec.task,
+        "label_names": list(spec.label_names),
         "size_bytes": len(lowered.buffer),
         "sha256": hashlib.sha256(lowered.buffer).hexdigest(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -25,6 +25,7 @@ from etdeploy.model.spec import ModelSpec
 
 EXAMPLES: dict[str, str] = {
     "digits": "etdeploy.model.examples.digits:build",
+    "diabetes": "etdeploy.model.examples.diabetes:build",
 }
 
 

@@ -31,3 +31,11 @@ class ModelSpec:
     # An output not named here has its kind guessed from its shape, and a guess
     # is never held to a metric only that kind needs.
     output_kinds: dict[str, str] = field(default_factory=dict)
+    # The answers of `samples` (a CSV of sample,label rows or a .npy in sample order),
+    # when the samples do not carry them (a labelled .npz, a folder a class).
+    labels: Path | None = None
+    # What the labels score (etdeploy.accuracy.parse_task): "classification",
+    # "classification:5" (top-1 and top-5), "regression"; "@OUTPUT" names the output.
+    task: str | None = None
+    # The classes in the order of the output's scores, for labels given by name.
+    label_names: list[str] = field(default_factory=list)

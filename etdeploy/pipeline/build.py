@@ -267,6 +267,9 @@ def _names_from_model(model: str, use_cache: bool = True) -> dict[str, Any]:
             "outputs": [{"name": n} for n in spec.output_names or []],
         }],
         "samples": [str(p) for p in spec.samples],
+        "labels": str(spec.labels) if spec.labels is not None else None,
+        "task": spec.task,
+        "label_names": list(spec.label_names),
         "output_kinds": dict(spec.output_kinds),
         "examples": [_example_signature(e) for e in spec.example_inputs],
         "partial": True,  # names, samples and kinds only: not a build manifest
@@ -458,3 +461,10 @@ def default_sample_paths(program: Program) -> list[str]:
     """The real samples the model ships: recorded in the manifest at build time,
     or, for a --pte built elsewhere, named by the model's factory."""
     return [str(p) for p in (program.manifest or {}).get("samples", [])]
+
+
+def declared_task(program: Program) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """What the model's factory says of its samples' answers: its labels file, its task,
+    and its classes' names (ModelSpec.labels, task, label_names)."""
+    manifest = program.manifest or {}
+    return manifest.get("labels"), manifest.get("task"), tuple(manifest.get("label_names") or ())

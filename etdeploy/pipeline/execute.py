@@ -13,6 +13,7 @@ here with the Inspector (etdeploy.profile).
 
 from __future__ import annotations
 
+import math
 import shutil
 import statistics
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from etdeploy.pipeline.deploy import Deployed, Target
 from etdeploy.pipeline.job import RunJob
 from etdeploy.pipeline.stage import Staged
 from etdeploy.report.result import Latency, Profile
+from etdeploy.report.result_accuracy import Throughput
 
 LOG_HEAD_LINES = 40
 LOG_TAIL_LINES = 200
@@ -66,6 +68,8 @@ class Executed:
     logs: tuple[str, ...]  # per runner call
     etdump: Path | None = None
     calls: int = 1
+    # Each sample's execution time: the timed sample's median, then one each.
+    sample_ms: tuple[float, ...] = ()
 
 
 def execute(
@@ -92,6 +96,9 @@ def execute(
         logs=logs,
         etdump=etdump,
         calls=len(logs),
+        sample_ms=tuple(
+            statistics.median(run.report.iterations_ms) for run in runs if run.report.iterations_ms
+        ),
     )
 
 
@@ -334,6 +341,21 @@ def latency_of(load_ms: float | None, times_ms: Sequence[float]) -> Latency:
         trimmed_mean=statistics.fmean(trimmed),
         stdev=statistics.pstdev(ordered),
         iterations=tuple(times_ms),
+    )
+
+
+def throughput_of(sample_ms: Sequence[float]) -> Throughput | None:
+    """MLPerf's two views of a test set: the single-stream latency percentiles (a sample
+    at a time) and the offline throughput (samples per second of execution)."""
+    if len(sample_ms) < 2:
+        return None
+    ordered = np.sort(np.asarray(sample_ms))
+    total_s = float(ordered.sum()) / 1000
+    return Throughput(
+        samples=len(ordered),
+        samples_per_s=len(ordered) / total_s if total_s > 0 else math.inf,
+        p50_ms=float(np.percentile(ordered, 50)),
+        p90_ms=float(np.percentile(ordered, 90)),
     )
 
 

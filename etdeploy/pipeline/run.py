@@ -31,10 +31,12 @@ from etdeploy.pipeline.execute import (
     keep_etdump,
     latency_of,
     profile_of,
+    throughput_of,
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import Staged, stage
+from etdeploy.pipeline.task import check_task
 from etdeploy.pipeline.verify import Judged, judge
 from etdeploy.preflight import PreflightReport, preflight
 from etdeploy.report.result import (
@@ -101,6 +103,7 @@ def run_job(
         check_localizable(job, program)  # bad input fails before anything runs
     say("staging inputs and the reference")
     staged = stage(job, program)
+    check_task(job, program, staged)
     host_outputs = (
         host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
         if job.host_check
@@ -113,7 +116,10 @@ def run_job(
     checked = preflight(device, target.bundle, program.pte, program.manifest, status=say)
     deployed, executed, lock, etdump = _on_device(job, job_id, target, program, staged, context)
     profile, profile_warnings = _profile(etdump, program, say)
-    judged = judge(job, program, staged, executed.outputs, host_outputs, context.size_config)
+    judged = judge(
+        job, program, staged, executed.outputs,
+        host_outputs=host_outputs, size_config=context.size_config, job_id=job_id,
+    )  # fmt: skip
     localization, localize_warnings = None, ()
     if job.localize:
         from etdeploy.pipeline.localize import localize_or_warning
@@ -223,8 +229,10 @@ def result_of(stages: Stages) -> RunResult:
             files_skipped=deployed.files_skipped, seconds=round(deployed.seconds, 3),
         ),
         latency_ms=latency_of(executed.load_ms, executed.iterations_ms),
+        throughput=throughput_of(executed.sample_ms),
         memory=Memory(planned_bytes=program.planned_bytes, peak_rss_bytes=executed.peak_rss_bytes),
         verdict=judged.verdict,
+        accuracy=judged.accuracy,
         host_check=judged.host_check,
         size=judged.size,
         etdump=str(stages.etdump) if stages.etdump else None,

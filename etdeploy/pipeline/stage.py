@@ -2,8 +2,9 @@
 
 The samples come from --inputs, the model's own samples, or noise only when the
 user asks (--random, and the verdict says so). Each is checked against the
-program's input metadata before anything runs, encoded to the raw files the
-runner reads, and paired with its expected outputs (etdeploy.pipeline.references).
+program's input metadata before anything runs, paired with its expected outputs
+(etdeploy.pipeline.references), and with its label when the samples carry them
+(etdeploy.dataset: --labels, a labelled .npz, a folder a class).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from etdeploy.dataset import Labels
 from etdeploy.errors import InputError
-from etdeploy.pipeline.build import Program, default_sample_paths
+from etdeploy.inputs import Sample
+from etdeploy.pipeline.build import Program, declared_task, default_sample_paths
 from etdeploy.pipeline.job import RunJob
 from etdeploy.pipeline.references import (
     eager_reference,
@@ -36,43 +39,26 @@ class Staged:
     # device must reproduce to the quantization step. None when there is none
     # (a float build, or a quantized .pte built elsewhere).
     quantized: tuple[tuple[np.ndarray, ...], ...] | None = None
+    # The samples' answers, when they came with them (--labels, a labelled set),
+    # and what they score: the task as given or as the model declares it.
+    labels: Labels | None = None
+    task: str | None = None
 
 
 def stage(job: RunJob, program: Program) -> Staged:
     """Real inputs -> arrays checked against the method, then the reference."""
-    from etdeploy.inputs import Sample, check_against, load_samples, parse_preprocess
+    from etdeploy.verify import check_kinds
 
     if any(not value.is_tensor for value in program.inputs):
         raise InputError(
             f"{program.method} takes non-tensor inputs, which the runner cannot be given",
             "export a wrapper whose inputs are all tensors",
         )
-    from etdeploy.verify import check_kinds
-
     # A kind for an output the program does not have is a typo: say so before running.
     check_kinds(
         {**program.declared_kinds, **job.declared_kinds()}, program.output_names, "--output-kind"
     )
-    metas = program.input_metas
-    if job.random_inputs:
-        rng = np.random.default_rng(0)
-        samples = [
-            Sample(
-                f"random{i}",
-                tuple(_noise(rng, v.dtype or "float32", v.shape) for v in program.inputs),
-            )
-            for i in range(job.random_inputs)
-        ]
-    else:
-        paths = list(job.inputs) or default_sample_paths(program)
-        if not paths:
-            raise InputError(
-                "no inputs to verify with",
-                "give --inputs FILE|DIR|GLOB of real samples, or --random N to verify on noise",
-            )
-        samples = load_samples(paths, metas, parse_preprocess(job.preprocess))
-    for sample in samples:
-        check_against(sample, metas)
+    samples, labels = _samples(job, program)
     arrays = [s.arrays for s in samples]
     sample_names = [s.name for s in samples]
     warnings: list[str] = []
@@ -103,6 +89,7 @@ def stage(job: RunJob, program: Program) -> Staged:
             "judged against the float model by the accuracy budget only, which forgives "
             "errors the quantization step would catch; build it with `etdeploy build`"
         )
+    _, declared, _ = declared_task(program)
     return Staged(
         tuple(sample_names),
         tuple(arrays),
@@ -111,7 +98,45 @@ def stage(job: RunJob, program: Program) -> Staged:
         bool(job.random_inputs),
         tuple(warnings),
         _table(quantized) if quantized is not None else None,
+        labels,
+        job.task or declared,
     )
+
+
+def _samples(job: RunJob, program: Program) -> tuple[list[Sample], Labels | None]:
+    """The samples to verify on (--inputs, the model's own, or noise on request), each
+    checked against the method, with their labels when they have them."""
+    from etdeploy.dataset import load_labelled
+    from etdeploy.inputs import check_against, parse_preprocess
+
+    metas = program.input_metas
+    labels: Labels | None = None
+    if job.random_inputs:
+        if job.labels is not None:
+            raise InputError("--labels with --random", "noise has no answers: give real --inputs")
+        rng = np.random.default_rng(0)
+        samples = [
+            Sample(
+                f"random{i}",
+                tuple(_noise(rng, v.dtype or "float32", v.shape) for v in program.inputs),
+            )
+            for i in range(job.random_inputs)
+        ]
+    else:
+        paths = list(job.inputs) or default_sample_paths(program)
+        if not paths:
+            raise InputError(
+                "no inputs to verify with",
+                "give --inputs FILE|DIR|GLOB of real samples, or --random N to verify on noise",
+            )
+        declared_labels, _, names = declared_task(program)
+        # The model's own labels go with the model's own samples only.
+        labels_file = job.labels or (declared_labels if not job.inputs else None)
+        labelled = load_labelled(paths, metas, parse_preprocess(job.preprocess), labels_file, names)
+        samples, labels = labelled.samples, labelled.labels
+    for sample in samples:
+        check_against(sample, metas)
+    return samples, labels
 
 
 def _table(rows: Sequence[Sequence[np.ndarray]]) -> tuple[tuple[np.ndarray, ...], ...]:

@@ -22,7 +22,9 @@ from etdeploy.config import Config
 from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob
 from etdeploy.pipeline.stage import Staged
+from etdeploy.pipeline.task import task_accuracy
 from etdeploy.report.result import HostCheck, SizeSummary, Thresholds, Verdict
+from etdeploy.report.result_accuracy import TaskAccuracy
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,13 @@ class Judged:
     host_check: HostCheck | None
     size: SizeSummary
     warnings: tuple[str, ...]
+    # With labelled samples: the task's metric on the device beside eager, and its gate.
+    accuracy: TaskAccuracy | None = None
 
     @property
     def passed(self) -> bool:
-        return self.verdict.passed and self.size.passed
+        task_ok = self.accuracy is None or self.accuracy.passed
+        return self.verdict.passed and self.size.passed and task_ok
 
 
 def thresholds_for(job: RunJob) -> Thresholds:
@@ -77,8 +82,10 @@ def judge(
     program: Program,
     staged: Staged,
     outputs: Sequence[Sequence[np.ndarray]],
-    host_outputs: Sequence[Sequence[np.ndarray]] | None,
-    size_config: Config | None,
+    *,
+    host_outputs: Sequence[Sequence[np.ndarray]] | None = None,
+    size_config: Config | None = None,
+    job_id: str = "",
 ) -> Judged:
     thresholds = thresholds_for(job)
     names = program.output_names
@@ -126,7 +133,8 @@ def judge(
             "--output-kind NAME=KIND or ModelSpec.output_kinds"
         )
     size = size_verdict(program, size_config)
-    return Judged(verdict, host, size, tuple(warnings))
+    task = task_accuracy(job, program, staged, outputs, job_id or "run")
+    return Judged(verdict, host, size, tuple(warnings), task)
 
 
 def budget_chain(

@@ -26,7 +26,11 @@ SQNR_CEILING_DB = 100.0
 # otherwise flag the first 1e-7 as infinite growth.
 ABS_ERROR_FLOOR = 1e-5
 
-KINDS = ("status", "latency", "sqnr", "max_abs")
+# A task metric (top-1) lower than the baseline's by more than this, on the same
+# labelled samples, is a regression; below it, thread scheduling can flip a tie.
+ACCURACY_DROP = 0.005
+
+KINDS = ("status", "latency", "sqnr", "max_abs", "accuracy")
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ def compare_to_baseline(
     sqnr_drop_db: float = 3.0,
     abs_error_factor: float = 2.0,
     abs_error_floor: float = ABS_ERROR_FLOOR,
+    accuracy_drop: float = ACCURACY_DROP,
 ) -> list[Regression]:
     """Regressions of `results` against `baseline`, in the order of `results`.
 
@@ -101,7 +106,26 @@ def compare_to_baseline(
             continue  # an error has no latency or outputs to compare
         found.extend(_latency(key, old, current, latency_threshold))
         found.extend(_numerics(key, old, current, sqnr_drop_db, abs_error_factor, abs_error_floor))
+        found.extend(_accuracy(key, old, current, accuracy_drop))
     return found
+
+
+def _accuracy(key: JobKey, old: RunResult, current: RunResult, allowed: float) -> list[Regression]:
+    """The device's task metric against the baseline's, on the same labelled samples."""
+    a, b = old.accuracy, current.accuracy
+    if a is None or b is None or a.samples != b.samples or a.labels != b.labels:
+        return []
+    before, now = a.primary, b.primary
+    if before.metric != now.metric or a.task != "classification":
+        return []
+    if before.device - now.device <= allowed:
+        return []
+    message = (
+        f"device {now.metric} {before.device:.2%} -> {now.device:.2%} on the same "
+        f"{b.samples} labelled samples ({(now.device - before.device) * 100:+.2f} pp; "
+        f"eager {now.eager:.2%})"
+    )
+    return [Regression(key, "accuracy", before.device, now.device, message, output=b.output)]
 
 
 def _status(key: JobKey, old: RunResult, current: RunResult) -> list[Regression]:

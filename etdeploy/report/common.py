@@ -16,7 +16,7 @@ from etdeploy.report.result import OutputMetrics, RunResult, Verdict
 # the result JSON. Head and tail keep the command line and the final error.
 LOG_CLIP_CHARS = 8000
 
-FailureKind = Literal["numerics", "size"]
+FailureKind = Literal["numerics", "size", "accuracy"]
 
 T = TypeVar("T")
 
@@ -103,10 +103,12 @@ def job_key(result: RunResult) -> JobKey:
 
 
 def failure_kind(result: RunResult) -> FailureKind:
-    """For a failed result: "numerics" when the outputs diverged, "size" when only a
-    store limit was exceeded."""
+    """For a failed result: "numerics" when the outputs diverged, "accuracy" when the
+    task's metric failed its gate, "size" when only a store limit was exceeded."""
     if result.verdict is not None and not result.verdict.passed:
         return "numerics"
+    if result.accuracy is not None and not result.accuracy.passed:
+        return "accuracy"
     if result.size is not None and not result.size.passed:
         return "size"
     return "numerics"
@@ -114,6 +116,8 @@ def failure_kind(result: RunResult) -> FailureKind:
 
 def failure_message(result: RunResult) -> str:
     """One line saying why a failed result failed."""
+    if failure_kind(result) == "accuracy" and result.accuracy is not None:
+        return f"accuracy: {result.accuracy.reason}"
     if failure_kind(result) == "size":
         verdicts = result.size.verdicts if result.size is not None else ()
         over = [f"{v.label}: {v.text or 'over'}" for v in verdicts if v.status == "over"]

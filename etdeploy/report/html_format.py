@@ -55,6 +55,8 @@ def regression_value(value: float | str | None, kind: str) -> str:
             return db(value)
         if kind == "latency":
             return f"{value:.4g} ms"
+        if kind == "accuracy":
+            return f"{value:.2%}"
         return num(value) if kind == "max_abs" else f"{value:.4g}"
     return "-" if value is None else str(value)
 

@@ -20,6 +20,7 @@ from etdeploy.report.common import (
     joined_logs,
     metrics_by_output,
 )
+from etdeploy.report.html_accuracy import accuracy_block
 from etdeploy.report.html_format import (
     Cell,
     count,
@@ -92,6 +93,8 @@ def job_section(job: Job, regressions: list[Regression], base: RunResult | None)
     out.append("</div>")
     if result.verdict is not None:
         out.append(_verdict_block(result.verdict))
+    if result.accuracy is not None:
+        out.append(accuracy_block(result.accuracy))
     if result.localization is not None:
         out.append(localization_block(result.localization))
     host = result.host_check

@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from etdeploy.report.record import Record, omitted_if_none
+from etdeploy.report.result_accuracy import (  # noqa: F401 - re-exported
+    Disagreement,
+    PairedDifference,
+    TaskAccuracy,
+    TaskScore,
+    Throughput,
+)
 from etdeploy.report.result_localization import (  # noqa: F401 - re-exported
     TAP_STATUSES,
     FirstDivergence,
@@ -342,8 +349,12 @@ class RunResult(Record):
     preflight: Preflight | None = omitted_if_none()
     deploy: DeployStats | None = omitted_if_none()
     latency_ms: Latency | None = omitted_if_none()
+    # Every sample's one execution (MLPerf's single-stream percentiles, offline rate).
+    throughput: Throughput | None = omitted_if_none()
     memory: Memory | None = omitted_if_none()
     verdict: Verdict | None = omitted_if_none()
+    # With labelled samples: the task's metric on the device, paired with eager.
+    accuracy: TaskAccuracy | None = omitted_if_none()
     host_check: HostCheck | None = omitted_if_none()
     size: SizeSummary | None = omitted_if_none()
     etdump: str | None = omitted_if_none()

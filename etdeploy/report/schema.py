@@ -17,6 +17,7 @@ from etdeploy.errors import UsageError
 from etdeploy.report.common import summarize
 from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
 from etdeploy.report.schema_parts import (
+    ACCURACY,
     ATTEMPT,
     COUNT,
     DELEGATION,
@@ -33,6 +34,7 @@ from etdeploy.report.schema_parts import (
     SIZE,
     SIZE_VERDICT,
     STR,
+    THROUGHPUT,
     TIMESTAMP,
     VERDICT,
     nullable,
@@ -150,6 +152,8 @@ RESULT_SCHEMA: Schema = {
                 "iterations": {"type": "array", "items": MS},
             },
         },
+        "throughput": THROUGHPUT,
+        "accuracy": ACCURACY,
         "memory": {
             "type": "object",
             "properties": {"planned_bytes": OPT_COUNT, "peak_rss_bytes": OPT_COUNT},

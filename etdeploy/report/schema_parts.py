@@ -334,3 +334,62 @@ RAN = ["artifact", "runner", "inputs", "deploy", "latency_ms", "memory", "verdic
 def when(condition: Schema, then: Schema, why: str) -> Schema:
     # `description` of the `if` is what the validator quotes when `then` fails.
     return {"if": {"description": why, **condition}, "then": then}
+
+
+# The task-accuracy block (etdeploy.report.result_accuracy): a metric may be null where
+# it is not finite; a fraction for classification, an error in the target's units else.
+_PAIRED: Schema = {
+    "type": "object",
+    "required": ["metric", "program", "reference", "difference", "ci_low", "ci_high"],
+    "properties": {
+        "metric": STR, "program": STR, "reference": STR,
+        "difference": nullable("number"), "ci_low": nullable("number"),
+        "ci_high": nullable("number"), "p_value": nullable("number", minimum=0, maximum=1),
+        "reference_only": COUNT, "program_only": COUNT, "method": STR,
+    },
+}  # fmt: skip
+ACCURACY: Schema = {
+    "type": "object",
+    "required": ["task", "output", "samples", "labels", "scores", "device_vs_eager", "passed"],
+    "properties": {
+        "task": {"enum": ["classification", "regression"]},
+        "output": STR,
+        "samples": COUNT,
+        "labels": STR,
+        "scores": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["metric", "eager", "device"],
+                "properties": {
+                    "metric": STR, "eager": nullable("number"), "device": nullable("number"),
+                    "quantized": nullable("number"),
+                },
+            },
+        },
+        "device_vs_eager": _PAIRED,
+        "quantized_vs_eager": _PAIRED,
+        "disagreements": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["sample", "label", "eager", "device"],
+                "properties": {"sample": STR, "label": STR, "eager": STR, "device": STR,
+                               "margin": nullable("number"), "input": STR},
+            },
+        },
+        "disagreeing": COUNT,
+        "min_accuracy": nullable("number", minimum=0, maximum=1),
+        "max_drop": nullable("number", minimum=0, maximum=1),
+        "passed": {"type": "boolean"},
+        "reason": STR,
+    },
+}  # fmt: skip
+THROUGHPUT: Schema = {
+    "type": "object",
+    "required": ["samples", "samples_per_s", "p50_ms", "p90_ms"],
+    "properties": {
+        "samples": COUNT, "samples_per_s": nullable("number", minimum=0),
+        "p50_ms": MS, "p90_ms": MS,
+    },
+}  # fmt: skip

@@ -64,11 +64,11 @@ def test_each_backend_lowers_digits_and_records_its_delegate(
     assert manifest["size_bytes"] == result.pte.stat().st_size
 
 
-def test_int8_build_is_calibrated_on_the_real_samples_and_smaller() -> None:
+def test_int8_build_is_calibrated_on_real_training_images_and_smaller() -> None:
     fp32 = build("digits", BuildOptions())
     int8 = build("digits", BuildOptions(quantize="int8"))
     calibration = int8.manifest["quantization"]["calibration"]
-    assert calibration["kind"] == "real" and calibration["samples"] == 16
+    assert calibration["kind"] == "real" and calibration["samples"] == 64
     assert int8.manifest["size_bytes"] < fp32.manifest["size_bytes"]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from etdeploy.cli.run import passing_setting
+from etdeploy.report.console import passing_setting
 from etdeploy.report.result import BudgetStage, Thresholds, Verdict
 from tests.cli.conftest import assert_one_line_error, etdeploy
 from tests.support.adb_server import AdbTestbed, adb_testbed

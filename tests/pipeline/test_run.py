@@ -68,8 +68,8 @@ def test_digits_fp32_passes_with_per_output_metrics_latency_and_memory(device: L
     assert result["schema"] == RESULT_SCHEMA
     assert result["status"] == "passed" and result["exit_code"] == 0
     verdict = result["verdict"]
-    # digits' own samples: 16 held-out images, one execution each, one output.
-    assert len(result["inputs"]["samples"]) == 16
+    # digits' own samples: its 360 held-out images, one execution each, one output.
+    assert len(result["inputs"]["samples"]) == 360
     assert {m["name"] for m in verdict["metrics"]} == {"logits"}
     assert all(m["allclose"] and m["top1_agree"] for m in verdict["metrics"])
     assert verdict["top1_agreement"] == 1.0
@@ -104,12 +104,12 @@ def test_every_sample_runs_in_one_runner_call_on_the_program_loaded_once(
 ) -> None:
     result = run(RunJob(model="digits", iterations=3, warmup=1), device)
     assert result["status"] == "passed", result["verdict"]["reason"]
-    # 16 samples in one call (one log), not 16: the timed one first, then the others
+    # 360 samples in one call (one log), not 360: the timed one first, then the others
     # once each from the samples file, their outputs in the call's two batch files.
     (log,) = result["logs"]
     assert log.count("Model loaded in") == 1
-    assert "Sample 1 of 16" in log and "Warm-up 1 of 1" in log
-    assert "Ran 16 sample(s)" in log and "Writing output to file" not in log
+    assert "Sample 1 of 360" in log and "Warm-up 1 of 1" in log
+    assert "Ran 360 sample(s)" in log and "Writing output to file" not in log
     # Each sample still judged against its own eager output: a sample handed
     # another's result would miss by far more than float rounding.
     verdict = result["verdict"]

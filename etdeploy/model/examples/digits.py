@@ -1,6 +1,8 @@
 """`digits`: a small CNN on scikit-learn's 8x8 handwritten digits (real data that
 ships with scikit-learn, no download). Trained deterministically on first use in
-a few seconds on CPU and cached; held-out digits are its real sample inputs.
+a few seconds on CPU and cached. Its samples are the whole held-out split with
+their labels (one .npz: x and y), so every run of it is also a task-accuracy check;
+int8 builds calibrate on training images, never on the test set.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from etdeploy.paths import cache_dir
 
 SEED = 20261202
 EPOCHS = 12
-HELD_OUT = 64  # test images never seen in training: the real sample inputs
-SAMPLES_SHIPPED = 16  # how many of them the example offers as verification samples
-# Bump when the architecture or training changes, so stale weights are not reused.
-VERSION = 1
+# Test images never seen in training (a fifth of the 1,797): the real sample inputs.
+HELD_OUT = 360
+CALIBRATION = 64  # training images an int8 build calibrates on
+# Bump when the architecture, training or split changes, so stale files are not reused.
+VERSION = 2
 
 
 def _model():  # -> torch.nn.Module
@@ -83,7 +86,8 @@ def _train(weights: Path) -> float:
 
 
 def ensure_trained() -> Path:
-    """The cached example directory: weights.pt, samples/*.npy, info.json."""
+    """The cached example directory: weights.pt, held_out.npz (x, y), calibration/*.npy,
+    info.json."""
     import filelock
     import numpy as np
 
@@ -95,14 +99,15 @@ def ensure_trained() -> Path:
             return root
         accuracy = _train(root / "weights.pt")
         images, labels = _data()
-        samples = root / "samples"
-        samples.mkdir(exist_ok=True)
-        for i in range(SAMPLES_SHIPPED):
-            np.save(samples / f"digit{i:02d}_label{labels[i]}.npy", images[i : i + 1])
+        held_out = root / f"held_out.tmp{os.getpid()}.npz"
+        np.savez(held_out, x=images[:HELD_OUT], y=labels[:HELD_OUT])
+        os.replace(held_out, root / "held_out.npz")
+        calibration = root / "calibration"
+        calibration.mkdir(exist_ok=True)
+        for i in range(HELD_OUT, HELD_OUT + CALIBRATION):
+            np.save(calibration / f"train{i:04d}.npy", images[i : i + 1])
         tmp = info_path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"held_out_accuracy": accuracy, "labels": labels[:HELD_OUT].tolist()})
-        )
+        tmp.write_text(json.dumps({"held_out_accuracy": accuracy, "held_out": HELD_OUT}))
         os.replace(tmp, info_path)
     return root
 
@@ -123,5 +128,7 @@ def build() -> ModelSpec:
         input_names=["image"],
         output_names=["logits"],
         output_kinds={"logits": "classifier"},
-        samples=[root / "samples"],
+        samples=[root / "held_out.npz"],
+        calibration=[root / "calibration"],
+        task="classification",
     )
