@@ -101,7 +101,7 @@ def test_bad_input_is_one_line_naming_the_key_with_a_hint(
 def test_a_missing_fallback_variant_and_a_missing_table_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "release.toml"
     path.write_text(BASE.replace('fallback = "int8"', 'fallback = "npu"'))
-    with pytest.raises(UsageError, match="release.fallback: no variant named 'npu'"):
+    with pytest.raises(UsageError, match=r"release\.fallback: no variant named 'npu'"):
         load_spec(path)
     path.write_text("[run]\ndevice = 'local'\n")
     with pytest.raises(UsageError, match="no \\[release\\] table"):
