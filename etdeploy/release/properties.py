@@ -54,15 +54,6 @@ def _run(device: Device, script: str, what: str) -> str:
     return result.stdout
 
 
-def parse_getprop(text: str) -> dict[str, str]:
-    props: dict[str, str] = {}
-    for line in text.splitlines():
-        match = re.match(r"^\[(.+?)\]: \[(.*)\]$", line.strip())
-        if match:
-            props[match.group(1)] = match.group(2)
-    return props
-
-
 def parse_memtotal(text: str) -> int | None:
     """MemTotal in bytes (/proc/meminfo writes kB, which the kernel means as KiB)."""
     match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
@@ -80,6 +71,8 @@ def parse_features(text: str) -> frozenset[str]:
 def android_properties(getprop: str, meminfo: str, features: str) -> DeviceProperties:
     """The properties from what `getprop`, /proc/meminfo and `pm list features` printed
     (`features` ends with the line pm_exit=N)."""
+    from etdeploy.devices.adb.wire import parse_getprop
+
     props = parse_getprop(getprop)
     pm_ok = re.search(r"^pm_exit=0$", features, re.MULTILINE) is not None
     ram = parse_memtotal(meminfo)
