@@ -21,6 +21,7 @@ from typing import Any
 from etdeploy.errors import UsageError
 from etdeploy.release.spec import ReleaseSpec, Variant
 from etdeploy.sizecheck.check import SizeReport
+from etdeploy.sizecheck.limits import Limit
 
 Status = Callable[[str], None]
 PER_PACK = "play.ai-pack"  # judged on the pack alone; the others with spec.app_bytes added
@@ -84,7 +85,7 @@ def build_variant(
     return BuiltVariant(variant, result.pte, result.data, result.manifest, bool(result.cached))
 
 
-def limits_table(spec: ReleaseSpec) -> dict[str, Any]:
+def limits_table(spec: ReleaseSpec) -> dict[str, Limit]:
     from etdeploy.sizecheck.limits import apply_overrides, default_limits
 
     try:
@@ -93,7 +94,7 @@ def limits_table(spec: ReleaseSpec) -> dict[str, Any]:
         raise UsageError(f"{spec.path.name}: release.{exc.message}", exc.hint) from None
 
 
-def size_variant(spec: ReleaseSpec, built: BuiltVariant, table: dict[str, Any]) -> BuiltVariant:
+def size_variant(spec: ReleaseSpec, built: BuiltVariant, table: dict[str, Limit]) -> BuiltVariant:
     """`built` with its size against the limits of its Play delivery (the AI pack of its
     mode, plus spec.app_bytes for the rest of the app) and, when the Apple section delivers
     it, of its Apple delivery. Over a limit is a UsageError: the release cannot ship so."""
@@ -128,7 +129,7 @@ def size_variant(spec: ReleaseSpec, built: BuiltVariant, table: dict[str, Any]) 
 
 
 def size_apple_total(
-    spec: ReleaseSpec, built: list[BuiltVariant], table: dict[str, Any]
+    spec: ReleaseSpec, built: list[BuiltVariant], table: dict[str, Limit]
 ) -> SizeReport | None:
     """All the Apple packs together against the hosting total of their delivery."""
     from etdeploy.sizecheck.check import check_size
