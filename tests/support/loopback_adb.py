@@ -775,9 +775,7 @@ class LoopbackAdbDevice:
             env["PATH"] = (
                 f"{self.tools}:{self.emulation.path(os.environ.get('PATH', '/usr/bin:/bin'))}"
             )
-        argv = (
-            ["bash", "-c", self._rewrite(command)] if command else ["bash"]
-        )
+        argv = ["bash", "-c", self._rewrite(command)] if command else ["bash"]
         process = subprocess.Popen(
             argv,
             cwd=self.sandbox,
