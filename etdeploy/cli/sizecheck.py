@@ -43,8 +43,9 @@ def sizecheck_command(
     store: str | None = typer.Option(None, "--store", metavar="STORE", help="play, appstore or all (default: sizecheck.store in etdeploy.toml, else all).", rich_help_panel="Targets"),
     delivery: list[str] = typer.Option(
         [], "--delivery", metavar="NAME", rich_help_panel="Targets",
-        help="base, feature, install-time, fast-follow, on-demand, ai-pack, apk (Play); "
-        "app, app-clip, odr, background-assets (App Store). Repeat for several. "
+        help="base, feature, install-time, fast-follow, on-demand, ai-pack, "
+        "ai-pack-install-time, ai-pack-fast-follow, ai-pack-on-demand, apk (Play); "
+        "app, app-clip, odr, odr-hosted, background-assets (App Store). Repeat for several. "
         "Default: sizecheck.deliveries in etdeploy.toml, else Play base module and App Store app.",
     ),
     budget: str | None = typer.Option(None, "--budget", metavar="SIZE", help="Your own limit on the download size, e.g. 150MB (decimal).", rich_help_panel="Targets"),

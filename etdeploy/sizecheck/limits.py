@@ -1,7 +1,8 @@
 """The app stores' size limits, each with where it was read and when.
 
 MB and GB are decimal (1 MB = 10**6 bytes), as the stores write them. Every figure below was
-read on 2026-12-02 in the search tool's stored copies of the pages named; the stores change
+read on 2026-12-02 (those marked READ_ON_RELEASE on 2026-12-04) in the search tool's stored
+copies of the pages named; the stores change
 these pages without notice, so `apply_overrides` lets etdeploy.toml's [limits] replace any
 figure without a release.
 
@@ -20,6 +21,8 @@ from etdeploy.errors import UsageError
 from etdeploy.units import format_bytes, parse_size
 
 READ_ON = "2026-12-02"
+# The AI-pack deliveries and the On-Demand Resources hosting totals (release sets, issue 25).
+READ_ON_RELEASE = "2026-12-04"
 
 PLAY_SIZE_PAGE = "https://support.google.com/googleplay/android-developer/answer/9859372"
 PLAY_AI_PAGE = "https://developer.android.com/google/play/on-device-ai"
@@ -146,6 +149,16 @@ _DEFAULTS: tuple[Limit, ...] = (
         note="applies when the app supports iOS/iPadOS 17 or earlier",
     ),
     Limit(
+        "appstore.odr-hosted", "appstore", "On-Demand Resources hosted, iOS 18+", 70 * _GB, RAW,
+        LIMIT, APPLE_ODR_PAGE, read_on=READ_ON_RELEASE,
+        note="total of the thinned asset packs the App Store hosts for the app",
+    ),
+    Limit(
+        "appstore.odr-hosted-pre-ios18", "appstore", "On-Demand Resources hosted, before iOS 18",
+        20 * _GB, RAW, CONDITIONAL, APPLE_ODR_PAGE, read_on=READ_ON_RELEASE,
+        note="applies when the app supports iOS/iPadOS 17 or earlier",
+    ),
+    Limit(
         "appstore.background-assets", "appstore", "Apple-hosted Background Assets, all packs",
         200 * _GB, RAW, LIMIT, APPLE_BA_PAGE,
         note="total over all asset pack IDs (largest version of each); Apple's developer "
@@ -161,6 +174,21 @@ DELIVERIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fast-follow": ("play", ("play.asset-pack", "play.on-demand-and-fast-follow")),
     "on-demand": ("play", ("play.asset-pack", "play.on-demand-and-fast-follow")),
     "ai-pack": ("play", ("play.ai-pack", "play.ai-packs-total")),
+    # An AI pack is an asset pack of type "ai-pack" (bundletool's AndroidManifest.java maps
+    # both to ASSET_MODULE, read 2026-12-04), so it also counts where Play's size page puts
+    # asset packs of its delivery mode: install-time with the modules, the others together.
+    "ai-pack-install-time": (
+        "play",
+        ("play.ai-pack", "play.ai-packs-total", "play.modules-and-install-time"),
+    ),
+    "ai-pack-fast-follow": (
+        "play",
+        ("play.ai-pack", "play.ai-packs-total", "play.on-demand-and-fast-follow"),
+    ),
+    "ai-pack-on-demand": (
+        "play",
+        ("play.ai-pack", "play.ai-packs-total", "play.on-demand-and-fast-follow"),
+    ),
     "apk": ("play", ("play.apk",)),
     "app": ("appstore", ("appstore.app", "appstore.cellular-prompt")),
     "app-clip": (
@@ -172,6 +200,8 @@ DELIVERIES: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "odr": ("appstore", ("appstore.odr-asset-pack", "appstore.odr-asset-pack-pre-ios18")),
+    # All of an app's On-Demand Resources together (a release's Apple variants).
+    "odr-hosted": ("appstore", ("appstore.odr-hosted", "appstore.odr-hosted-pre-ios18")),
     "background-assets": ("appstore", ("appstore.background-assets",)),
 }
 DEFAULT_DELIVERY = {"play": "base", "appstore": "app"}

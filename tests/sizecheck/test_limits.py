@@ -36,6 +36,8 @@ EXPECTED_BYTES = {
     "appstore.app-clip-ios17-digital": 100_000_000,
     "appstore.odr-asset-pack": 8_000_000_000,
     "appstore.odr-asset-pack-pre-ios18": 512_000_000,
+    "appstore.odr-hosted": 70_000_000_000,
+    "appstore.odr-hosted-pre-ios18": 20_000_000_000,
     "appstore.background-assets": 200_000_000_000,
 }
 
@@ -45,7 +47,7 @@ def test_every_limit_is_in_decimal_bytes_with_a_source_and_date() -> None:
     assert {k: v.bytes for k, v in table.items()} == EXPECTED_BYTES
     for limit in table.values():
         assert limit.source.startswith("https://")
-        assert limit.read_on == "2026-12-02"
+        assert limit.read_on in ("2026-12-02", "2026-12-04")
         assert limit.measure == (DOWNLOAD if limit.store == "play" else RAW)
     assert "200 MB" in (table["play.base"].note or "")  # the older copies' figure
     assert table["appstore.cellular-prompt"].severity == WARNING

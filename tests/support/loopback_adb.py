@@ -35,6 +35,15 @@ What stands in, and how:
 - `getprop`, `log` and `logcat` are small scripts first on the shell's PATH that
   answer from `properties` and from this device's log buffer; `sha256sum`,
   `stat`, `mv`, `kill` are this machine's (coreutils/procps, like toybox's).
+- A phone of a class (release sets): its SoC, brand, device and model, SDK level
+  and ABI are `properties` (ro.soc.manufacturer, ro.soc.model, ro.product.brand,
+  ro.product.device, ro.product.model, ro.build.version.sdk, ro.product.cpu.abi);
+  with `mem_total_kb` the text "/proc/meminfo" in a command line is rewritten to a
+  file of this phone's own (MemTotal as given, in kB as the kernel writes it), so
+  `cat /proc/meminfo` reads its RAM, not this machine's; with `system_features`
+  a `pm` script answers `pm list features` as PackageManager does (one
+  `feature:NAME` a line) and refuses every other pm command. Without them the
+  shell reads this machine's /proc/meminfo and has no `pm`, as before.
 - No AUTH (as a userdebug build with ro.adb.secure=0): it answers the host's
   CNXN with its own. No TLS, no pty (pty requests run raw), no compression.
 
@@ -417,6 +426,15 @@ else:
     print(props.get(args[0], args[1] if len(args) > 1 else ""))
 """
 
+# `pm list features`: PackageManager's system features, one "feature:NAME" a line.
+_PM = """
+if sys.argv[1:] != ["list", "features"]:
+    sys.exit("pm: the loopback phone answers only `pm list features`")
+with open(os.path.join(STATE, "features.json")) as f:
+    for name in sorted(json.load(f)):
+        print(f"feature:{name}")
+"""
+
 # Android's `log [-p priority] [-t tag] message...` writes one line to logcat.
 _LOG = """
 args = sys.argv[1:]
@@ -502,6 +520,8 @@ class LoopbackAdbDevice:
         host: str = "127.0.0.1",
         port: int = 0,
         arm64: bool = False,
+        mem_total_kb: int | None = None,
+        system_features: Sequence[str] | None = None,
     ) -> None:
         self.root = Path(root)
         self.fs = self.root / "fs"
@@ -513,6 +533,9 @@ class LoopbackAdbDevice:
             self.properties.update(ARM64_PROPERTIES)
         self.properties.update(properties or {})
         self.arm64 = arm64
+        # The phone's RAM (/proc/meminfo's MemTotal) and system features (`pm list features`).
+        self.mem_total_kb = mem_total_kb
+        self.system_features = None if system_features is None else tuple(system_features)
         # Set up by start() for the arm64 phone: how its shells run ARM code.
         self.emulation: Arm64Emulation | None = None
         self.features = tuple(features)
@@ -655,10 +678,28 @@ class LoopbackAdbDevice:
 
     def _install_tools(self) -> None:
         header = _TOOL_HEADER.format(python=sys.executable, state=str(self.state_dir))
-        for name, body in (("getprop", _GETPROP), ("log", _LOG), ("logcat", _LOGCAT)):
+        tools = [("getprop", _GETPROP), ("log", _LOG), ("logcat", _LOGCAT)]
+        if self.system_features is not None:
+            (self.state_dir / "features.json").write_text(json.dumps(list(self.system_features)))
+            tools.append(("pm", _PM))
+        for name, body in tools:
             path = self.tools / name
             path.write_text(header + body)
             path.chmod(0o755)
+        if self.mem_total_kb is not None:
+            # The lines a kernel writes first; MemTotal is what a store reads as the RAM.
+            kb = self.mem_total_kb
+            (self.state_dir / "meminfo").write_text(
+                f"MemTotal:       {kb:8d} kB\nMemFree:        {kb // 4:8d} kB\n"
+                f"MemAvailable:   {kb // 2:8d} kB\n"
+            )
+
+    def _rewrite(self, command: str) -> str:
+        """The command line as this phone's shell runs it (see the module docstring)."""
+        command = command.replace(DEVICE_TMP, str(self.sandbox))
+        if self.mem_total_kb is not None:
+            command = command.replace("/proc/meminfo", str(self.state_dir / "meminfo"))
+        return command
 
     def _accept_loop(self) -> None:
         assert self._listener is not None
@@ -734,9 +775,7 @@ class LoopbackAdbDevice:
             env["PATH"] = (
                 f"{self.tools}:{self.emulation.path(os.environ.get('PATH', '/usr/bin:/bin'))}"
             )
-        argv = (
-            ["bash", "-c", command.replace(DEVICE_TMP, str(self.sandbox))] if command else ["bash"]
-        )
+        argv = ["bash", "-c", self._rewrite(command)] if command else ["bash"]
         process = subprocess.Popen(
             argv,
             cwd=self.sandbox,

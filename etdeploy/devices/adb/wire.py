@@ -77,6 +77,16 @@ class ShellResult:
     idle: bool = False
 
 
+def parse_getprop(text: str) -> dict[str, str]:
+    """`getprop`'s "[key]: [value]" lines as a mapping."""
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        match = re.match(r"^\[(.+?)\]: \[(.*)\]$", line.strip())
+        if match:
+            props[match.group(1)] = match.group(2)
+    return props
+
+
 def recv_exact(sock: socket.socket, n: int) -> bytes:
     parts: list[bytes] = []
     have = 0
@@ -265,13 +275,7 @@ class PhoneLink:
         return result.stdout.decode(errors="replace")
 
     def properties(self) -> dict[str, str]:
-        text = self.check("getprop", "reading properties")
-        props: dict[str, str] = {}
-        for line in text.splitlines():
-            match = re.match(r"^\[(.+?)\]: \[(.*)\]$", line.strip())
-            if match:
-                props[match.group(1)] = match.group(2)
-        return props
+        return parse_getprop(self.check("getprop", "reading properties"))
 
     # -- sync ---------------------------------------------------------------------------
 
