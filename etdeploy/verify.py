@@ -303,8 +303,28 @@ def judge_stage(
         top1_agreement=top1,
         steps=max((m.steps for m in found if m.steps is not None), default=None),
         worst=worst,
-        metrics=tuple(found),
+        metrics=_worst_kept(found, comparison.rule),
     )
+
+
+# A stage keeps the metrics of its worst samples per output; the verdict keeps every
+# sample's. A test set of thousands would otherwise repeat them in every stage.
+STAGE_METRICS_KEPT = 8
+
+
+def _worst_kept(found: Sequence[OutputMetrics], rule: str) -> tuple[OutputMetrics, ...]:
+    def severity(m: OutputMetrics) -> float:
+        if rule == "steps" and m.steps is not None:
+            return m.steps
+        return -m.sqnr_db if rule == "accuracy" else m.max_abs
+
+    by_output: dict[int, list[OutputMetrics]] = {}
+    for m in found:
+        by_output.setdefault(m.output, []).append(m)
+    kept = []
+    for rows in by_output.values():
+        kept += sorted(rows, key=severity, reverse=True)[:STAGE_METRICS_KEPT]
+    return tuple(sorted(kept, key=lambda m: (m.output, found.index(m))))
 
 
 _Judgement = tuple[bool, str, str, OutputMetrics]

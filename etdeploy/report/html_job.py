@@ -39,6 +39,8 @@ from etdeploy.report.result import Latency, RunResult, SizeSummary, Verdict
 # A result has one metrics row per output and sample; past this the table stays
 # closed even on a failure, and only the per-output summary shows.
 _METRIC_ROWS_OPEN = 24
+# At most this many rows of the per-sample table: the worst by max abs error.
+_METRIC_ROWS_SHOWN = 64
 
 
 def status_class(result: RunResult) -> str:
@@ -295,7 +297,12 @@ def _verdict_block(verdict: Verdict) -> str:
             "<th>max rel</th><th>mean abs</th><th>SQNR</th><th>cosine</th><th>allclose</th>"
             "<th>top-1</th></tr></thead><tbody>"
         )
-        for r in metrics:
+        # A test set of thousands: its worst rows, in sample order; the JSON has every one.
+        worst = set(
+            sorted(range(len(metrics)), key=lambda i: -metrics[i].max_abs)[:_METRIC_ROWS_SHOWN]
+        )
+        shown = [r for i, r in enumerate(metrics) if i in worst]
+        for r in shown:
             out.append(
                 f"<tr><td>{e(r.name)}</td><td>{e(r.sample)}</td>"
                 f"<td>{e(list(r.shape))}</td><td class=num>{e(num(r.max_abs))}</td>"
@@ -304,7 +311,13 @@ def _verdict_block(verdict: Verdict) -> str:
                 f"<td class=num>{e(db(r.sqnr_db))}</td><td class=num>{e(num(r.cosine))}</td>"
                 f"<td>{e(r.allclose)}</td><td>{e(r.top1_agree)}</td></tr>"
             )
-        out.append("</tbody></table></details>")
+        out.append("</tbody></table>")
+        if len(shown) < len(metrics):
+            out.append(
+                f'<p class="muted note">the {len(shown)} largest errors of {len(metrics)}; '
+                "the result's JSON has every sample</p>"
+            )
+        out.append("</details>")
     return "\n".join(out)
 
 

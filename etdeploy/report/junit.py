@@ -150,6 +150,9 @@ def _failure_details(result: RunResult) -> list[str]:
     if verdict is not None and verdict.top1_agreement is not None:
         lines.append(f"top-1 agreement: {verdict.top1_agreement:.3f}")
     lines += budget_lines(verdict)
+    found = result.accuracy
+    if found is not None and not found.passed:
+        lines.append(f"task accuracy: {found.reason}")
     for v in result.size.verdicts if result.size is not None else ():
         if v.status == "over":
             lines.append(f"size: {v.label}: {v.text} (limit {v.limit_bytes} bytes)")
