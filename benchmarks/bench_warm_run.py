@@ -14,7 +14,7 @@ the device. Rounds interleave the models, so load on the machine hits them alike
 figure is each one's median.
 
 Two sets of flags, the same for both models:
-  - as a user types it: each model's own samples (digits ships 16, the ensemble 4), 10
+  - as a user types it: each model's own samples (digits ships 360, the ensemble 4), 10
     timed executions after 3 warm-ups. The device's own work differs here: XNNPACK packs
     261 MB of weights each time the runner loads the program (twice: the timed sample's
     call and the one that takes the other samples) and each execution streams them, so
@@ -86,12 +86,22 @@ def _runner_seconds(doc: dict[str, Any]) -> float:
     return ((latency.get("load") or 0.0) + sum(latency.get("iterations") or ())) / 1000
 
 
-def _sample_of(model: str) -> str:
-    """The first of a model's own samples (the build manifest records them)."""
-    from etdeploy.builder import BuildOptions, build
+def _sample_of(model: str, folder: Path) -> str:
+    """The first of a model's own samples (the build manifest records them), as a file
+    of its own: one --inputs FILE."""
+    import numpy as np
 
-    samples = build(model, BuildOptions()).manifest["samples"]
-    return str(sorted(Path(samples[0]).iterdir())[0])
+    from etdeploy.builder import BuildOptions, build
+    from etdeploy.dataset import load_labelled
+
+    manifest = build(model, BuildOptions()).manifest
+    first = Path(manifest["samples"][0])
+    if first.is_dir():
+        return str(sorted(first.iterdir())[0])
+    sample = load_labelled([first], manifest["methods"][0]["inputs"], None).samples[0]
+    path = folder / f"{Path(model).stem.split(':')[0]}-sample.npy"
+    np.save(path, sample.arrays[0])
+    return str(path)
 
 
 def _stages(model: str, device: Any, **job: Any) -> dict[str, float]:
@@ -168,7 +178,7 @@ def main() -> None:
         )
     with tempfile.TemporaryDirectory(prefix="bench-warm-run-") as tmp_text:
         tmp = Path(tmp_text)
-        samples = {"digits": _sample_of("digits"), ENSEMBLE: _sample_of(ENSEMBLE)}
+        samples = {"digits": _sample_of("digits", tmp), ENSEMBLE: _sample_of(ENSEMBLE, tmp)}
         with adb_testbed(tmp / "bed", ["pixel"]) as bed:
             config = write_config(
                 tmp / "etdeploy.toml",
