@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from etdeploy.builder import Exported
 
 OUTPUT_PANEL = "Output"
+# `build --json`: each backend's build, its files and its manifest (etdeploy.manifest/1).
+BUILD_SCHEMA = "etdeploy.build/1"
 # The run settings that are build options: flags, help and [build] keys from etdeploy.settings.
 BUILD_SETTINGS = ("quantize", "calibration", "dynamic", "external_weights", "use_cache")
 
@@ -53,6 +56,7 @@ def build_command(
     force: bool = typer.Option(False, "--force", help="Replace a different program already at the output path.", rich_help_panel=OUTPUT_PANEL),
     etrecord: bool = typer.Option(False, "--etrecord", help="Also write the ETRecord beside the .pte: what `run --pte FILE --profile` needs to name operators and modules.", rich_help_panel=OUTPUT_PANEL),
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read for its \\[build] table (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
+    json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="build", schema=BUILD_SCHEMA) + " The tables then go to stderr.", rich_help_panel=OUTPUT_PANEL),
     settings: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
     """Build a .pte (and its .pte.json manifest) and report what the backend claimed.
@@ -62,13 +66,10 @@ def build_command(
     path is never overwritten without --force. etdeploy.toml's \\[build] table gives
     the defaults of these options.
     """
-    from etdeploy.builder import BuildOptions, build, default_output_name, export_artifact
-    from etdeploy.cli._feedback import Feedback
     from etdeploy.config import config_settings, load_config
-    from etdeploy.model.loader import parse_model_ref
     from etdeploy.settings import from_flags, layered
 
-    name = parse_model_ref(model).name
+    check_json_target(json_path)
     chosen = layered(config_settings(load_config(config_path)), from_flags(settings or {}, RunJob))
     job = RunJob(model=model, **chosen)
     backends = backend or [job.backend]
@@ -76,38 +77,68 @@ def build_command(
         raise UsageError(
             "-o names one file but several backends were asked for", "give -o a folder"
         )
-    for be in backends:
-        options = BuildOptions(
-            backend=be,
-            quantize=job.quantize,
-            calibration=job.calibration,
+    out = err_console if json_to_stdout(json_path) else console
+    built = [
+        _build_one(
+            job,
+            be,
+            output,
             random_calibration=random_calibration,
-            dynamic=job.dynamic,
-            use_cache=job.use_cache,
-            external_weights=job.external_weights,
+            force=force,
+            etrecord=etrecord,
+            out=out,
         )
-        label = f"{name} for {be}" + (f" ({job.quantize})" if job.quantize else "")
-        with Feedback() as feedback:
-            feedback.status(f"building {label}")
-            result = build(model, options, status=lambda s, lb=label: feedback.status(f"{lb}: {s}"))
-        if is_verbose() and result.log:
-            err_console.print(result.log, markup=False, highlight=False, soft_wrap=True)
-        filename = default_output_name(name, options)
-        if output is None:
-            target = Path(filename)
-        elif output.suffix == ".pte":
-            target = output
-        else:
-            target = output / filename
-        exported = export_artifact(result, target, etrecord=etrecord, force=force)
-        render_build(result.manifest, target, result.cached, result.seconds)
-        _render_written(exported)
-        if etrecord and not result.manifest.get("etrecord"):
-            err_console.print(
-                "[yellow]warning:[/] ExecuTorch recorded no ETRecord for this lowering; "
-                "--profile will show runtime names only",
-                highlight=False, soft_wrap=True,
-            )  # fmt: skip
+        for be in backends
+    ]
+    if json_path is not None:
+        emit_json({"schema": BUILD_SCHEMA, "builds": built}, json_path)
+
+
+def _build_one(
+    job: RunJob, backend: str, output: Path | None, *, random_calibration: bool, force: bool,
+    etrecord: bool, out: Console,
+) -> dict[str, Any]:  # fmt: skip
+    """One backend's build, copied to its output and shown; its part of the --json document."""
+    from etdeploy.builder import BuildOptions, build, default_output_name, export_artifact
+    from etdeploy.cli._feedback import Feedback
+    from etdeploy.model.loader import parse_model_ref
+
+    assert job.model is not None
+    name = parse_model_ref(job.model).name
+    options = BuildOptions(
+        backend=backend, quantize=job.quantize, calibration=job.calibration,
+        random_calibration=random_calibration, dynamic=job.dynamic, use_cache=job.use_cache,
+        external_weights=job.external_weights,
+    )  # fmt: skip
+    label = f"{name} for {backend}" + (f" ({job.quantize})" if job.quantize else "")
+    with Feedback() as feedback:
+        feedback.status(f"building {label}")
+        result = build(job.model, options, status=lambda s: feedback.status(f"{label}: {s}"))
+    if is_verbose() and result.log:
+        err_console.print(result.log, markup=False, highlight=False, soft_wrap=True)
+    filename = default_output_name(name, options)
+    if output is None:
+        target = Path(filename)
+    elif output.suffix == ".pte":
+        target = output
+    else:
+        target = output / filename
+    exported = export_artifact(result, target, etrecord=etrecord, force=force)
+    render_build(result.manifest, target, result.cached, result.seconds, out)
+    _render_written(exported)
+    if etrecord and not result.manifest.get("etrecord"):
+        err_console.print(
+            "[yellow]warning:[/] ExecuTorch recorded no ETRecord for this lowering; "
+            "--profile will show runtime names only",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    return {
+        "pte": str(exported.pte),
+        "files": [str(f) for f in exported.files],
+        "cached": result.cached,
+        "seconds": round(result.seconds, 3),
+        "manifest": result.manifest,
+    }
 
 
 def _render_written(exported: Exported) -> None:
@@ -138,7 +169,9 @@ def _quantization_text(quant: dict[str, Any] | None) -> str:
     return f"{quant['mode']}, {described}" if described else str(quant["mode"])
 
 
-def render_build(manifest: dict, target: Path, cached: bool | None, seconds: float) -> None:
+def render_build(
+    manifest: dict, target: Path, cached: bool | None, seconds: float, out: Console = console
+) -> None:
     from etdeploy.units import format_bytes
 
     delegation = manifest["delegation"]
@@ -171,7 +204,7 @@ def render_build(manifest: dict, target: Path, cached: bool | None, seconds: flo
             f"{target.with_suffix('.ptd').name}: {format_bytes(data['size_bytes'])}, "
             f"sha256 {data['sha256']}",
         )
-    console.print(table)
+    out.print(table)
     for warning in manifest.get("warnings", []):
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
 

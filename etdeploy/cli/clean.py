@@ -5,7 +5,6 @@ Parses and renders only; etdeploy.clean decides what goes. Starts without torch.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +12,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from etdeploy.cli._app import command, console, err_console
+from etdeploy.cli._app import (
+    JSON_HELP,
+    check_json_target,
+    command,
+    console,
+    emit_json,
+    err_console,
+    json_to_stdout,
+)
 from etdeploy.units import format_bytes
 
 if TYPE_CHECKING:
@@ -29,7 +36,7 @@ def clean_command(
     older_than: str = typer.Option(None, "--older-than", help="Remove only what was last used longer ago than this: 30d, 12h, 90m."),
     max_size: str = typer.Option(None, "--max-size", help="Then remove the least recently used until the rest fits: 2GB, 500MiB."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be removed; remove nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (etdeploy.clean/1)."),
+    json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="clean report", schema="etdeploy.clean/1")),
     adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
     adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
     lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
@@ -41,6 +48,8 @@ def clean_command(
     With no cap everything goes; --older-than and --max-size keep what was used lately.
     """
     from etdeploy.clean import clean_cache, clean_device, parse_age, parse_max_size
+
+    check_json_target(json_path)
 
     older_than_s = parse_age(older_than) if older_than is not None else None
     max_bytes = parse_max_size(max_size) if max_size is not None else None
@@ -60,10 +69,10 @@ def clean_command(
                 dry_run=dry_run,
                 lock_timeout_s=lock_timeout,
             )
-    if as_json:
-        typer.echo(json.dumps(report.to_json(), indent=2))
-        return
-    render_report(report)
+    if json_path is not None:
+        emit_json(report.to_json(), json_path)
+    if not json_to_stdout(json_path):
+        render_report(report)
 
 
 def render_report(report: CleanReport) -> None:

@@ -13,20 +13,26 @@ imports it if needed).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
 from etdeploy.cli._app import (
+    JSON_HELP,
     app,
+    check_json_target,
     command,
     console,
+    emit_json,
     err_console,
+    json_to_stdout,
 )
 from etdeploy.errors import EXIT_OK, EtdeployError, UsageError
 from etdeploy.units import format_ms
@@ -74,7 +80,7 @@ app.add_typer(farm_app, name="farm")
 def farm_run_command(
     spec_path: Path = typer.Argument(..., metavar="SPEC.toml", help="The farm spec: its farm matrix and devices.NAME tables."),
     out: Path = typer.Option(None, "--out", "-o", metavar="DIR", help="Folder for results.jsonl, farm.json and worker logs (default: SPEC-out)."),
-    json_path: Path = typer.Option(None, "--json", metavar="PATH", help="Also write the farm document (etdeploy.farm/1) here."),
+    json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="farm", schema="etdeploy.farm/1") + " The tables then go to stderr."),
     junit_path: Path = typer.Option(None, "--junit", metavar="PATH", help="Write JUnit XML here (one testcase per job; skipped cells as skipped testcases)."),
     html_path: Path = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here."),
     baseline: Path = typer.Option(None, "--baseline", metavar="PATH", help="A previous run's results (farm.json or results.jsonl) to compare with."),
@@ -95,8 +101,10 @@ def farm_run_command(
     workers are stopped, the devices released, the finished jobs kept in
     OUT/results.jsonl for --resume.
     """
-    from etdeploy.farm import exit_code, load_farm_spec, run_farm, write_reports
+    from etdeploy.farm import FARM_DOC_NAME, exit_code, load_farm_spec, run_farm, write_reports
     from etdeploy.farm.select import select_jobs
+
+    check_json_target(json_path)
 
     if (shard_index is None) != (shard_count is None):
         raise UsageError(
@@ -126,13 +134,11 @@ def farm_run_command(
         _render_interrupted(spec_path, out_dir)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     regressions = write_reports(
-        outcome,
-        json_path=json_path,
-        junit_path=junit_path,
-        html_path=html_path,
-        baseline_path=baseline,
+        outcome, junit_path=junit_path, html_path=html_path, baseline_path=baseline
     )
-    render_outcome(outcome, regressions)
+    if json_path is not None:
+        emit_json(json.loads((out_dir / FARM_DOC_NAME).read_text()), json_path)
+    render_outcome(outcome, regressions, err_console if json_to_stdout(json_path) else console)
     code = exit_code(outcome.results, regressions)
     if code != EXIT_OK:
         raise typer.Exit(code)
@@ -228,7 +234,9 @@ def _note(result: RunResult) -> str:
 Row = tuple[str, str | None, str | None, str, "RunResult | NotRun"]
 
 
-def _render_table(title: str, rows: list[Row], regressions: list[Regression]) -> None:
+def _render_table(
+    title: str, rows: list[Row], regressions: list[Regression], out: Console = console
+) -> None:
     from etdeploy.farm.results import farm_seconds
     from etdeploy.report import NotRun, job_key
     from etdeploy.report.common import short_model
@@ -263,7 +271,7 @@ def _render_table(title: str, rows: list[Row], regressions: list[Regression]) ->
             format_ms(result.latency_ms.median if result.latency_ms else None),
             f"{farm_seconds(result):.1f} s", note,
         )  # fmt: skip
-    console.print(table)
+    out.print(table)
 
 
 def _summary_parts(results: list[RunResult], unrun: list[NotRun]) -> list[str]:
@@ -281,14 +289,14 @@ def _summary_parts(results: list[RunResult], unrun: list[NotRun]) -> list[str]:
     return parts
 
 
-def _render_regressions(regressions: list[Regression]) -> None:
+def _render_regressions(regressions: list[Regression], out: Console = console) -> None:
     for regression in regressions:
-        console.print(
-            f"[red]regression:[/] {escape(regression.line)}", highlight=False, soft_wrap=True
-        )
+        out.print(f"[red]regression:[/] {escape(regression.line)}", highlight=False, soft_wrap=True)
 
 
-def render_outcome(outcome: FarmOutcome, regressions: list[Regression]) -> None:
+def render_outcome(
+    outcome: FarmOutcome, regressions: list[Regression], out: Console = console
+) -> None:
     from etdeploy.farm.reports import skipped_entries
     from etdeploy.farm.results import result_key
     from etdeploy.report import JobKey, NotRun
@@ -302,7 +310,9 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Regression]) -> None:
                      if found is not None else NotRun(JobKey(job.model, job.backend, job.quantize,
                                                              job.device), "no result")))  # fmt: skip
     rows += [(c.key.model, c.key.backend, c.key.quantization, c.key.device, c) for c in unrun]
-    _render_table(f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard), rows, regressions)
+    _render_table(
+        f"farm {outcome.spec.path.name}" + _shard_title(outcome.shard), rows, regressions, out
+    )
     for line in outcome.source_notes:
         err_console.print(f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)
     missing = len(outcome.planned) - len(outcome.results)
@@ -316,12 +326,12 @@ def render_outcome(outcome: FarmOutcome, regressions: list[Regression]) -> None:
     if regressions:
         parts.append(f"{len(regressions)} regression(s)")
     # One line however narrow the console: CI logs are grepped for it.
-    console.print(
+    out.print(
         f"{', '.join(parts)}; results in {escape(str(outcome.results_path))}",
         highlight=False,
         soft_wrap=True,
     )
-    _render_regressions(regressions)
+    _render_regressions(regressions, out)
     if not outcome.planned:
         err_console.print("[yellow]warning:[/] this shard has no jobs", highlight=False)
 
@@ -342,7 +352,7 @@ def farm_merge_command(
     sources: list[Path] = typer.Argument(..., metavar="OUT...", help="The --out folders of the shards (or their results.jsonl / farm.json)."),
     out: Path = typer.Option(..., "--out", "-o", metavar="DIR", help="Folder for the merged results.jsonl and farm.json."),
     spec_path: Path = typer.Option(None, "--spec", metavar="SPEC.toml", help="The farm spec the shards ran: its whole matrix is the plan, so a shard that never reported shows as jobs not run."),
-    json_path: Path = typer.Option(None, "--json", metavar="PATH", help="Also write the merged farm document (etdeploy.farm/1) here."),
+    json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="merged farm", schema="etdeploy.farm/1") + " The tables then go to stderr."),
     junit_path: Path = typer.Option(None, "--junit", metavar="PATH", help="Write JUnit XML here (one testcase per job; jobs not run are skipped testcases)."),
     html_path: Path = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here."),
     baseline: Path = typer.Option(None, "--baseline", metavar="PATH", help="A previous run's results (farm.json or results.jsonl) to compare with."),
@@ -353,16 +363,18 @@ def farm_merge_command(
     job with no result is listed as not run. Exit codes as `farm run`, and 3 when
     jobs were not run and nothing worse happened.
     """
-    from etdeploy.farm import load_farm_spec
+    from etdeploy.farm import FARM_DOC_NAME, load_farm_spec
     from etdeploy.farm.merge import merge_sources, write_merged
 
+    check_json_target(json_path)
     spec = load_farm_spec(spec_path) if spec_path is not None else None
     outcome = merge_sources(sources, spec=spec)
     regressions = write_merged(
-        outcome, out, json_path=json_path, junit_path=junit_path, html_path=html_path,
-        baseline_path=baseline,
-    )  # fmt: skip
-    render_merge(outcome, out, regressions)
+        outcome, out, junit_path=junit_path, html_path=html_path, baseline_path=baseline
+    )
+    if json_path is not None:
+        emit_json(json.loads((out / FARM_DOC_NAME).read_text()), json_path)
+    render_merge(outcome, out, regressions, err_console if json_to_stdout(json_path) else console)
     code = outcome.exit_code
     if regressions and code in (EXIT_OK, 3):
         code = 1
@@ -370,7 +382,9 @@ def farm_merge_command(
         raise typer.Exit(code)
 
 
-def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Regression]) -> None:
+def render_merge(
+    outcome: MergeOutcome, folder: Path, regressions: list[Regression], out: Console = console
+) -> None:
     from etdeploy.farm.merge import key_of, planned_key
     from etdeploy.report import JobKey
 
@@ -389,7 +403,7 @@ def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Regression]
             rows.append((model, backend, None if quantize == "none" else quantize, device, result))
     rows += [(c.key.model, c.key.backend, c.key.quantization, c.key.device, c)
              for c in outcome.skipped]  # fmt: skip
-    _render_table(f"farm merged from {len(outcome.sources)} source(s)", rows, regressions)
+    _render_table(f"farm merged from {len(outcome.sources)} source(s)", rows, regressions, out)
     for duplicate in outcome.duplicates:
         err_console.print(
             f"[dim]duplicate[/] {escape(duplicate.key)}: kept the result from "
@@ -403,10 +417,10 @@ def render_merge(outcome: MergeOutcome, out: Path, regressions: list[Regression]
         parts.append(f"{len(outcome.duplicates)} duplicate(s) dropped")
     if regressions:
         parts.append(f"{len(regressions)} regression(s)")
-    console.print(
-        f"{', '.join(parts)}; merged into {escape(str(out))}", highlight=False, soft_wrap=True
+    out.print(
+        f"{', '.join(parts)}; merged into {escape(str(folder))}", highlight=False, soft_wrap=True
     )
-    _render_regressions(regressions)
+    _render_regressions(regressions, out)
 
 
 # -- export ------------------------------------------------------------------------------

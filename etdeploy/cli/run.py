@@ -18,9 +18,10 @@ from etdeploy.cli._app import (
     json_to_stdout,
 )
 from etdeploy.cli._settings import with_setting_options
-from etdeploy.errors import EXIT_OK, EtdeployError
+from etdeploy.errors import EXIT_OK, EtdeployError, UsageError
 from etdeploy.pipeline.job import RunJob
 from etdeploy.report.console import RunConsole
+from etdeploy.report.result import RunResult
 from etdeploy.settings import DEVICE_PANEL
 
 OUTPUT_PANEL = "Output and settings"
@@ -43,6 +44,8 @@ def run_command(
     adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1).", rich_help_panel=DEVICE_PANEL),
     adb_port: int = typer.Option(None, "--adb-port", metavar="PORT", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037).", rich_help_panel=DEVICE_PANEL),
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help="Write the result (etdeploy.result/1) to PATH, also when the run fails; - prints it to stdout instead of the tables.", rich_help_panel=OUTPUT_PANEL),
+    junit_path: Path = typer.Option(None, "--junit", metavar="PATH", help="Also write the result as JUnit XML (one testcase), for a CI check of one model.", rich_help_panel=OUTPUT_PANEL),
+    html_path: Path = typer.Option(None, "--html", metavar="PATH", help="Also write the result as a self-contained HTML report.", rich_help_panel=OUTPUT_PANEL),
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
     settings: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
@@ -82,13 +85,16 @@ def run_command(
     except BaseException as exc:
         # The result file is promised for every run that got this far: a bug of
         # ours or Ctrl-C included (then as an internal error / interruption).
-        if json_path is not None:
+        if json_path is not None or junit_path is not None or html_path is not None:
             failed = error_result(job, job.device, as_error(exc), started, job_id)
             with contextlib.suppress(EtdeployError):
-                emit_json(failed.to_json(), json_path)
+                if json_path is not None:
+                    emit_json(failed.to_json(), json_path)
+                _write_reports(failed, junit_path, html_path)
         raise
     if json_path is not None:
         emit_json(result.to_json(), json_path)
+    _write_reports(result, junit_path, html_path)
     printer = RunConsole(console, err_console)
     if json_to_stdout(json_path):
         # stdout is the document alone; the verdict line still reaches a person.
@@ -97,3 +103,20 @@ def run_command(
         printer.render_result(result)
     if result.exit_code != EXIT_OK:
         raise typer.Exit(result.exit_code)
+
+
+def _write_reports(result: RunResult, junit_path: Path | None, html_path: Path | None) -> None:
+    """--junit and --html: the same writers a farm uses, for one result."""
+    if junit_path is None and html_path is None:
+        return
+    from etdeploy.report import write_html, write_junit
+
+    try:
+        if junit_path is not None:
+            write_junit([result], junit_path)
+        if html_path is not None:
+            write_html([result], html_path)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {exc.filename}: {exc.strerror}", "check the --junit/--html path"
+        ) from None
