@@ -14,6 +14,7 @@ here with the Inspector (etdeploy.profile).
 from __future__ import annotations
 
 import math
+import posixpath
 import shutil
 import statistics
 from collections.abc import Sequence
@@ -121,9 +122,13 @@ def _batched_call(
     """Every sample in one call of our runner: the samples after the first listed in
     a file pushed to the job dir, outputs and documents back in one pull of two files."""
     device, jdir = target.device, deployed.job_dir
+    # The samples file names inputs relative to the job dir the runner runs in: a file's
+    # contents are never rewritten on the way (a stand-in phone's sandbox, a work dir
+    # reached through another mount point), and relative names are shorter.
     rest = [
         contract.SampleFiles(
-            input_paths=deployed.inputs[s], output_base="", result_json_path="",
+            input_paths=tuple(posixpath.relpath(i, jdir) for i in deployed.inputs[s]),
+            output_base="", result_json_path="",
             input_shapes=shapes_if_dynamic(program, staged.samples[s]),
         )
         for s in range(1, len(deployed.inputs))
