@@ -44,6 +44,7 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       {"help", &flags.help},
       {"version", &flags.version},
       {"describe", &flags.describe},
+      {"memory", &flags.memory},
   };
   // After a --next_sample only these name the new sample's files; anything else
   // belongs to the whole call and must come before the first --next_sample.
@@ -173,6 +174,8 @@ std::string usage_text(const char* program) {
       "                         --output_file and --result_json after it are its\n"
       "                         own; it runs once on the program already loaded,\n"
       "                         after the first sample's timed executions\n"
+      "  --memory               measure memory per phase (load, first execution,\n"
+      "                         steady state) into the first --result_json\n"
       "  --version              print the runner and ExecuTorch versions\n"
       "  --describe             print, as JSON, the ExecuTorch version, every\n"
       "                         registered kernel and backend, and the bundle's\n"
