@@ -51,6 +51,8 @@ class Executed:
     runner_version: str | None
     logs: tuple[str, ...]  # per runner call
     etdump: Path | None = None
+    # What our runner measured of its memory per phase (the timed sample's call).
+    memory: contract.RunnerMemory | None = None
 
 
 # One call of our runner takes the samples after the timed one until its command
@@ -120,6 +122,7 @@ def execute(
         # One log per runner call: the samples of one call share it.
         logs=tuple(dict.fromkeys(run.log for run in runs)),
         etdump=runs[0].etdump,
+        memory=first.memory,
     )
 
 
@@ -147,7 +150,8 @@ def run_samples(
         runs += _run_call(
             device, bundle, program, job, group, runner=runner, pte=pte, cwd=cwd, data=data,
             iterations=iterations if first else 1, warmup=warmup if first else 0,
-            profile=profile and first,
+            # The timed sample's call also measures memory: its phases are the run's.
+            profile=profile and first, memory=first,
         )  # fmt: skip
     return runs
 
@@ -170,6 +174,7 @@ def _invocation(
     iterations: int,
     warmup: int,
     profile: bool,
+    memory: bool = False,
 ) -> contract.RunnerInvocation:
     first, rest = group[0], group[1:]
     upstream = bundle.flavor == "upstream"
@@ -187,6 +192,7 @@ def _invocation(
         flavor=bundle.flavor,
         input_shapes=first.shapes,
         next_samples=tuple(s.files for s in rest),
+        measure_memory=memory and not upstream,
     )  # fmt: skip
 
 
@@ -224,10 +230,12 @@ def _run_call(
     iterations: int,
     warmup: int,
     profile: bool,
+    memory: bool = False,
 ) -> list[SampleRun]:
     invocation = _invocation(
         bundle, program, job, group, pte=pte, data=data,
         iterations=iterations, warmup=warmup, profile=profile,
+        memory=memory,
     )  # fmt: skip
     argv = contract.runner_argv(runner, invocation)
     executions = warmup + iterations + len(group) - 1
