@@ -69,6 +69,10 @@ _SECTION_KEYS: dict[str, dict[str, type | tuple[type, ...]]] = {
         "localize_samples": int,
         "localize_budget": (str, int),
         "localize_module": str,
+        # The peak memory a run may reach ("300MB" or bytes; etdeploy.memory.limit)
+        # and the points of a dynamic program's range to run at (etdeploy.pipeline.shapes).
+        "max_memory": (str, int),
+        "shapes": list,
     },
     # Sizes are "150MB"-style strings or plain byte counts.
     "sizecheck": {

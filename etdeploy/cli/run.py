@@ -22,6 +22,7 @@ from etdeploy.cli._app import (
     format_ms,
     json_to_stdout,
 )
+from etdeploy.cli._memory import failure_lines, render_memory, render_shapes
 from etdeploy.errors import EXIT_OK, EtdeployError
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ def run_command(
     verify_remote: bool = typer.Option(False, "--verify-remote", rich_help_panel=DEVICE_PANEL, help="Hash every file already on the device instead of trusting its digest records."),
     data: Path = typer.Option(None, "--data", metavar="PTD", help="The external weights (.ptd) of --pte (default: the one its manifest names).", rich_help_panel=MODEL_PANEL),
     external_weights: bool = typer.Option(None, "--external-weights/--no-external-weights", help="Build MODEL with its weights in a .ptd beside the .pte (pushed content-addressed).", rich_help_panel=MODEL_PANEL),
+    max_memory: str = typer.Option(None, "--max-memory", metavar="SIZE", help="Fail the run (exit 1) when its peak memory, in any phase, passes SIZE, e.g. 300MB (default: the device's max_memory in etdeploy.toml, else [run] max_memory).", rich_help_panel=VERIFY_PANEL),
+    shapes: list[str] = typer.Option([], "--shapes", metavar="POINTS", help="Also run a dynamic program at these points of its range, each judged and measured: min, mid, max, a size (8), or INPUT:DIM=SIZE; comma-separated, e.g. min,mid,max.", rich_help_panel=VERIFY_PANEL),
 ) -> None:  # fmt: skip
     """Run MODEL on a device with real inputs and compare with eager PyTorch.
 
@@ -108,7 +111,8 @@ def run_command(
 
     from etdeploy.cli._feedback import Feedback
     from etdeploy.config import load_config, run_settings
-    from etdeploy.devices.registry import open_device
+    from etdeploy.devices.registry import config_label, open_device
+    from etdeploy.memory.limit import resolve_max_memory
     from etdeploy.pipeline import (
         RunContext,
         RunJob,
@@ -129,8 +133,14 @@ def run_command(
         lock_timeout_s=lock_timeout, runner=runner, cpu_threads=cpu_threads,
         output_kinds=output_kind or None, min_sqnr_db=min_sqnr, min_top1=min_top1,
         min_cosine=min_cosine, max_abs_error=max_abs_error, quant_steps=quant_steps,
+        shapes=shapes or None,
     )  # fmt: skip
     settings.update(_localize_flags(localize, localize_samples, localize_budget, localize_module))
+    limit = resolve_max_memory(
+        max_memory, config.run, config.devices, settings["device"], config_label(config)
+    )
+    if limit is not None:
+        settings.update(max_memory_bytes=limit.bytes, max_memory_source=limit.source)
     job = RunJob.from_settings(
         model,
         settings,
@@ -245,12 +255,9 @@ def render_result(result: RunResult) -> None:
             f"trimmed mean {format_ms(latency.trimmed_mean)}, stdev {format_ms(latency.stdev)})",
             highlight=False,
         )
-    if result.memory is not None:
-        console.print(
-            f"memory: planned arena {_bytes(result.memory.planned_bytes)}; "
-            f"runner peak RSS {_bytes(result.memory.peak_rss_bytes)}",
-            highlight=False,
-        )
+    render_memory(result)
+    if result.shapes:
+        render_shapes(result.shapes)
     if result.deploy is not None:
         deploy = result.deploy
         console.print(
@@ -281,7 +288,8 @@ def _render_verdict_line(result: RunResult, out: Console) -> None:
     that would have passed, so a reader can tell a near miss from a broken model."""
     verdict = result.verdict
     assert verdict is not None
-    mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+    # The outputs' verdict; a run that failed on memory or a shape point says so below.
+    mark = "[bold green]PASS[/]" if verdict.passed else "[bold red]FAIL[/]"
     reason = verdict.reason
     if not verdict.passed:
         passing = passing_setting(verdict)
@@ -294,6 +302,7 @@ def _render_verdict_line(result: RunResult, out: Console) -> None:
         out.print(
             "[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False
         )
+    failure_lines(result, out)
 
 
 def passing_setting(verdict: Verdict) -> str | None:

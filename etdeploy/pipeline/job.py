@@ -77,6 +77,14 @@ class RunJob:
     localize_samples: int = 0  # more samples after the most divergent one
     localize_budget_bytes: int | None = None  # full tensors within it, summaries beyond
     localize_module: str | None = None  # only operators inside this module path
+    # The peak memory a run may reach (bytes; etdeploy.memory.limit), and where that
+    # limit was set ("--max-memory", "etdeploy.toml: devices.pixel8.max_memory").
+    max_memory_bytes: int | None = None
+    max_memory_source: str | None = None
+    # Points of a dynamic program's range to run at besides the samples' own shapes
+    # ("min", "mid", "max", a size, "x:0=3"; etdeploy.pipeline.shapes), each judged
+    # for parity and measured for memory.
+    shapes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.model is None and (self.pte is None or self.reference is None):
@@ -121,6 +129,21 @@ class RunJob:
                 "a size, e.g. --localize-budget 64MB",
             )
 
+        if self.max_memory_bytes is not None and self.max_memory_bytes <= 0:
+            raise UsageError(
+                f"--max-memory must be more than 0 bytes, got {self.max_memory_bytes}",
+                "a size, e.g. --max-memory 300MB",
+            )
+        if self.shapes:
+            from etdeploy.pipeline.shapes import parse_points
+
+            parse_points(self.shapes)  # a malformed point fails here; ranges once built
+            if self.model is None:
+                raise UsageError(
+                    "--shapes needs MODEL: the outputs at each point are compared with its eager "
+                    "outputs",
+                    "name the model the .pte was built from: etdeploy run MODEL --pte FILE --shapes ...",
+                )
         self.declared_kinds()  # a malformed --output-kind fails here
         for name in ("min_top1", "min_cosine"):
             value = getattr(self, name)

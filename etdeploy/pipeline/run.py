@@ -33,6 +33,7 @@ from etdeploy.pipeline.execute import (
     profile_of,
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
+from etdeploy.pipeline.memory import memory_of, with_memory
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import Staged, stage
 from etdeploy.pipeline.verify import Judged, judge
@@ -50,6 +51,7 @@ from etdeploy.report.result import (
     Profile,
     RunnerInfo,
     RunResult,
+    ShapePoint,
 )
 from etdeploy.runner_build import RunnerBundle
 
@@ -78,6 +80,10 @@ def run_job(
         from etdeploy.pipeline.localize import check_localizable
 
         check_localizable(job, program)  # bad input fails before anything runs
+    if job.shapes:
+        from etdeploy.pipeline.shapes import check_points
+
+        check_points(job, program)  # points outside the dynamic range: before anything runs
     say("staging inputs and the reference")
     staged = stage(job, program)
     host_outputs = (
@@ -110,6 +116,7 @@ def run_job(
                 device, bundle, deployed, program, staged.sample_names, staged.samples,
                 staged.references, job, Path(tmp),
             )  # fmt: skip
+            points = _shape_points(job, device, bundle, program, staged, job_id, tmp, context)
         finally:
             jobs.end(job_id, keep=job.keep)
         etdump = keep_etdump(executed.etdump, job_id) if executed.etdump else None
@@ -142,7 +149,23 @@ def run_job(
         job, job_id, info, program, staged, bundle, checked, deployed, executed, judged, lock,
         etdump, profile, warnings, started,
     )  # fmt: skip
+    result = with_memory(result, memory_of(program, executed), points, job)
     return replace(result, localization=localization)
+
+
+def _shape_points(
+    job: RunJob, device: Device, bundle: RunnerBundle, program: Program, staged: Staged,
+    job_id: str, tmp: str, context: RunContext,
+) -> tuple[ShapePoint, ...]:  # fmt: skip
+    """run --shapes: the program at each point of its range (etdeploy.pipeline.shapes)."""
+    if not job.shapes:
+        return ()
+    from etdeploy.pipeline.shapes import run_points
+
+    return run_points(
+        job, device, bundle, program, staged, job_id=job_id, local_dir=Path(tmp),
+        say=context.status or (lambda _text: None), progress=context.progress,
+    )  # fmt: skip
 
 
 def _result(
