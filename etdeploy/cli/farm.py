@@ -354,7 +354,7 @@ def farm_merge_command(
     outcome = merge_sources(sources, spec=spec)
     regressions = write_merged(
         outcome, out, json_path=json_path, junit_path=junit_path, html_path=html_path,
-        baseline_path=baseline,
+        baseline_path=baseline, memory_growth=spec.memory_growth if spec is not None else None,
     )  # fmt: skip
     render_merge(outcome, out, regressions)
     code = outcome.exit_code

@@ -58,8 +58,10 @@ from etdeploy.farm.checks import (
     strings,
 )
 from etdeploy.farm.sources import DeviceSource, check_source_names, parse_sources
+from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
 
 if TYPE_CHECKING:
+    from etdeploy.memory.limit import MaxMemory
     from etdeploy.pipeline import RunJob
 
 if sys.version_info >= (3, 11):
@@ -104,6 +106,10 @@ JOB_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
     "localize_samples": int,
     "localize_budget": (str, int),
     "localize_module": str,
+    # The peak memory a job may reach ("300MB" or bytes; over a device's own
+    # [devices.NAME] max_memory, which is over [run]'s), and --shapes points.
+    "max_memory": (str, int),
+    "shapes": list,
     "job_timeout_s": NUMBER,
     "retries": int,
 }
@@ -119,6 +125,8 @@ FARM_KEYS: dict[str, type | tuple[type, ...]] = {
     "lock_timeout_s": NUMBER,
     "cooldown_s": NUMBER,
     "jobs_per_device": int,
+    # Memory that grows more than this share over --baseline fails the job.
+    "memory_growth": NUMBER,
     "job": list,
     "exclude": list,
     "sources": dict,
@@ -218,6 +226,8 @@ class FarmSpec:
     leased: Mapping[str, DeviceConfig] = field(default_factory=dict, compare=False)
     # Cells of the matrix that cannot run, in spec order (not in `jobs`).
     skipped: tuple[SkippedJob, ...] = ()
+    # A job whose memory grows more than this share over --baseline's regresses.
+    memory_growth: float = DEFAULT_MEMORY_GROWTH
 
     @property
     def devices(self) -> list[str]:
@@ -301,7 +311,14 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
                         skipped.setdefault(cell.key, cell)
                         continue
                     job = _make_job(
-                        model, backend, quant, device, {**base, **overrides}, where, label
+                        model,
+                        backend,
+                        quant,
+                        device,
+                        {**base, **overrides},
+                        where,
+                        label,
+                        config,
                     )
                     jobs.setdefault(job.key, job)
     explicit: dict[str, str] = {}
@@ -332,7 +349,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
     if jobs_per_device < 1:
         raise UsageError(f"{label}: farm.jobs_per_device: must be at least 1, got {jobs_per_device}",
                          f"fix farm.jobs_per_device in {label}")  # fmt: skip
-    for key in ("backoff_s", "backoff_max_s", "lock_timeout_s", "cooldown_s"):
+    for key in ("backoff_s", "backoff_max_s", "lock_timeout_s", "cooldown_s", "memory_growth"):
         if key in farm and farm[key] < 0:
             raise UsageError(
                 f"{label}: farm.{key}: must not be negative, got {farm[key]}",
@@ -353,6 +370,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
         cooldown_s=float(farm.get("cooldown_s", 0.0)),
         sources=sources,
         skipped=tuple(skipped.values()),
+        memory_growth=float(farm.get("memory_growth", DEFAULT_MEMORY_GROWTH)),
     )
 
 
@@ -360,10 +378,11 @@ def _base_settings(config: Config) -> dict[str, Any]:
     """[run] and [build] of the spec over etdeploy run's defaults (the same merge
     `etdeploy run` makes), as job settings."""
     # localize_budget_bytes: [run] localize_budget, parsed by run_settings.
+    # max_memory: [run]'s is the last fallback, after a device's own (_memory_limit).
     return {
         k: v
         for k, v in run_settings(config).items()
-        if k in JOB_SETTING_TYPES or k == "localize_budget_bytes"
+        if (k in JOB_SETTING_TYPES or k == "localize_budget_bytes") and k != "max_memory"
     }
 
 
@@ -445,17 +464,20 @@ def _explicit_jobs(
                 f"change {where}'s backend or quantize, or remove the entry",
             )
     settings = {**base, **{k: v for k, v in entry.items() if k in JOB_SETTING_TYPES}}
-    return [_make_job(entry["model"], backend, quant, d, settings, where, label) for d in devices]
+    return [
+        _make_job(entry["model"], backend, quant, d, settings, where, label, config)
+        for d in devices
+    ]
 
 
 def _make_job(
     model: str, backend: str, quant: str | None, device: str,
-    settings: Mapping[str, Any], where: str, label: str,
+    settings: Mapping[str, Any], where: str, label: str, config: Config,
 ) -> FarmJob:  # fmt: skip
     """A job with its merged settings typed as RunJob takes them; RunJob's own
     checks run here, so a bad value fails the spec, named where it was written."""
     run_settings = {k: v for k, v in settings.items() if k not in ("job_timeout_s", "retries")}
-    for key in ("inputs", "calibration", "dynamic", "output_kinds"):
+    for key in ("inputs", "calibration", "dynamic", "output_kinds", "shapes"):
         if key in run_settings:
             items = run_settings[key]
             for i, item in enumerate(items):
@@ -474,6 +496,10 @@ def _make_job(
         run_settings["localize_budget_bytes"] = parse_size(
             run_settings.pop("localize_budget"), what=f"{label}: {where}.localize_budget"
         )
+    run_settings.pop("max_memory", None)
+    limit = _memory_limit(settings, device, config, f"{label}: {where}.max_memory")
+    if limit is not None:
+        run_settings.update(max_memory_bytes=limit.bytes, max_memory_source=limit.source)
     timeout = float(settings.get("job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
     retries = int(settings.get("retries", DEFAULT_RETRIES))
     job = FarmJob(model, backend, quant, device, run_settings, timeout, retries)
@@ -482,6 +508,19 @@ def _make_job(
     except UsageError as exc:
         raise UsageError(f"{label}: {where}: {exc.message}", exc.hint) from None
     return job
+
+
+def _memory_limit(
+    settings: Mapping[str, Any], device: str, config: Config, source: str
+) -> MaxMemory | None:
+    """A job's max_memory ([farm], a model entry, [[farm.job]]), else its device's
+    own, else [run]'s."""
+    from etdeploy.devices.registry import config_label
+    from etdeploy.memory.limit import MaxMemory, parse_max_memory, resolve_max_memory
+
+    if "max_memory" in settings:
+        return MaxMemory(parse_max_memory(settings["max_memory"], source), source)
+    return resolve_max_memory(None, config.run, config.devices, device, config_label(config))
 
 
 def _excludes(rules: list[Any], label: str) -> list[dict[str, list[str]]]:
