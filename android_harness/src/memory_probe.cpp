@@ -1,5 +1,6 @@
 #include "memory_probe.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -381,11 +382,14 @@ void MemoryProbe::end_phase() {
   }
   Phase& phase = phases_.back();
   phase.end = take();
-  phase.peak = phase.end.hwm;
   phase.temp_peak = static_cast<int64_t>(temp_allocator_->peak());
   if (phase.end.rss >= best_rss_) {
     phase.at_peak = phase.end;
   }
+  // The kernel's RSS counters are summed lazily across CPUs (mm_struct's
+  // rss_stat), so a reading taken mid-phase can stand a few pages above the
+  // VmHWM read at its end; the peak is at least what was read.
+  phase.peak = phase.end.hwm < 0 ? -1 : std::max(phase.end.hwm, phase.at_peak.rss);
   if (phase.peak > highest_peak_) {
     highest_peak_ = phase.peak;
   }

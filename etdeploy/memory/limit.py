@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from etdeploy.config import DeviceConfig
 from etdeploy.errors import UsageError
 from etdeploy.report.result_memory import Memory, MemoryLimit
 
@@ -89,7 +90,7 @@ def judge_limit(limit: MaxMemory, accounts: Sequence[tuple[str, Memory]]) -> Mem
 
 
 def resolve_max_memory(
-    flag: str | None, run: Mapping[str, Any], devices: Mapping[str, Any], device: str | None,
+    flag: str | None, run: Mapping[str, Any], devices: Mapping[str, DeviceConfig], device: str | None,
     label: str,
 ) -> MaxMemory | None:  # fmt: skip
     """The limit a run is held to: --max-memory, else the device's own

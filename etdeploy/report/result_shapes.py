@@ -43,8 +43,7 @@ def smallest_point_cost(points: Sequence[ShapePoint]) -> str | None:
     measured = [p for p in points if p.peak_bytes is not None]
     if len(measured) < 2:
         return None
-    size = lambda p: sum(_numel(s) for s in p.shapes)  # noqa: E731
-    small, large = min(measured, key=size), max(measured, key=size)
+    small, large = min(measured, key=_elements), max(measured, key=_elements)
     if small is large:
         return None
     assert small.peak_bytes is not None and large.peak_bytes is not None
@@ -57,6 +56,10 @@ def smallest_point_cost(points: Sequence[ShapePoint]) -> str | None:
         f"{small.peak_bytes / large.peak_bytes:.0%} of {format_bytes(large.peak_bytes)} at "
         f"{large.point} ({large.shape_text}): ExecuTorch plans memory for the upper bound{plan}"
     )
+
+
+def _elements(point: ShapePoint) -> int:
+    return sum(_numel(shape) for shape in point.shapes)
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from etdeploy.config import parse_config
+from etdeploy.config import Config, parse_config
 from etdeploy.errors import EXIT_BAD_INPUT, UsageError
 from etdeploy.memory.account import account
 from etdeploy.memory.limit import MaxMemory, judge_limit, parse_max_memory, resolve_max_memory
@@ -33,7 +33,7 @@ def test_an_unreadable_limit_is_bad_input_with_a_hint(text: object) -> None:
     assert raised.value.hint is not None and "300MB" in raised.value.hint
 
 
-def config(tmp_path: Path, run: dict[str, object], box: dict[str, object]) -> object:
+def config(tmp_path: Path, run: dict[str, object], box: dict[str, object]) -> Config:
     return parse_config(
         {"run": run, "devices": {"box": {"transport": "local", **box}}}, tmp_path / "etdeploy.toml"
     )
@@ -43,19 +43,19 @@ def test_the_flag_beats_the_device_which_beats_the_run_section(tmp_path: Path) -
     both = config(tmp_path, {"max_memory": "2GB"}, {"max_memory": "1GB"})
 
     def limit(flag: str | None, device: str) -> MaxMemory | None:
-        return resolve_max_memory(flag, both.run, both.devices, device, "etdeploy.toml")  # type: ignore[attr-defined]
+        return resolve_max_memory(flag, both.run, both.devices, device, "etdeploy.toml")
 
     assert limit("300MB", "box") == MaxMemory(300_000_000, "--max-memory 300MB")
     assert limit(None, "box") == MaxMemory(1_000_000_000, "etdeploy.toml: devices.box.max_memory")
     assert limit(None, "local") == MaxMemory(2_000_000_000, "etdeploy.toml: run.max_memory")
     nothing = config(tmp_path, {}, {})
-    assert resolve_max_memory(None, nothing.run, nothing.devices, "box", "x") is None  # type: ignore[attr-defined]
+    assert resolve_max_memory(None, nothing.run, nothing.devices, "box", "x") is None
 
 
 def test_a_devices_unreadable_limit_names_its_table(tmp_path: Path) -> None:
     bad = config(tmp_path, {}, {"max_memory": "a lot"})
     with pytest.raises(UsageError, match=r"etdeploy.toml: devices.box.max_memory: cannot read"):
-        resolve_max_memory(None, bad.run, bad.devices, "box", "etdeploy.toml")  # type: ignore[attr-defined]
+        resolve_max_memory(None, bad.run, bad.devices, "box", "etdeploy.toml")
 
 
 @pytest.fixture(scope="module")
