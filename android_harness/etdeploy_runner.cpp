@@ -23,6 +23,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
@@ -53,6 +54,7 @@
 #include "src/describe.h"
 #include "src/flags.h"
 #include "src/json_writer.h"
+#include "src/memory_probe.h"
 #include "src/names.h"
 #include "src/threadpool_api.h"
 
@@ -80,7 +82,6 @@ namespace {
 using executorch::aten::ScalarType;
 using executorch::aten::Tensor;
 using executorch::extension::FlatTensorDataMap;
-using executorch::extension::MallocMemoryAllocator;
 using executorch::extension::MmapDataLoader;
 using executorch::extension::TensorPtr;
 using executorch::runtime::Error;
@@ -98,6 +99,7 @@ using etdeploy_runner::describe_error;
 using etdeploy_runner::dtype_name;
 using etdeploy_runner::Flags;
 using etdeploy_runner::JsonWriter;
+using etdeploy_runner::MemoryProbe;
 
 constexpr int kExitRuntimeError = 1;
 constexpr int kExitBadInput = 2;
@@ -335,7 +337,7 @@ Error set_inputs(Method& method, std::vector<PreparedInput>& inputs) {
   return Error::Ok;
 }
 
-uint64_t peak_rss_bytes() {
+uint64_t process_peak_rss_bytes() {
 #if defined(__linux__)
   // VmHWM starts afresh at exec; ru_maxrss is inherited across fork+exec, so
   // under a big parent (a Python host) it would report the parent's peak.
@@ -358,6 +360,16 @@ uint64_t peak_rss_bytes() {
   // Linux and Android report kilobytes (getrusage(2)).
   return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
 #endif
+}
+
+// The process's peak resident memory. With --memory the kernel's counter is reset
+// between phases, so the highest phase peak is kept too.
+uint64_t peak_rss_bytes(const MemoryProbe* probe) {
+  const uint64_t now = process_peak_rss_bytes();
+  if (probe == nullptr || probe->highest_peak() < 0) {
+    return now;
+  }
+  return std::max(now, static_cast<uint64_t>(probe->highest_peak()));
 }
 
 struct OutputRecord {
@@ -398,6 +410,7 @@ struct SamplePlan {
   std::string etdump_path;  // empty: no ETDump for this sample
   etdeploy_runner::BatchSink* batch = nullptr;
   bool quiet = false;
+  MemoryProbe* probe = nullptr;  // the timed sample's phases (--memory)
 };
 
 // One sample on the loaded method: `warmup` untimed and `executions` timed runs,
@@ -409,6 +422,7 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
   const int64_t executions = plan.executions;
   executorch::etdump::ETDumpGen* etdump = plan.etdump;
   const std::string& etdump_path = plan.etdump_path;
+  MemoryProbe* probe = plan.probe;
   std::vector<PreparedInput> inputs;
   if (const int status = prepare_inputs(
           meta, etdeploy_runner::split_commas(sample.inputs),
@@ -416,17 +430,43 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
       status != 0) {
     return status;
   }
+  // --memory: the first execution is a phase of its own (kernels and delegates
+  // touch their weights and set up their workspaces); every later one, warm-ups
+  // and timed, is the steady state. Phases change between executions, outside
+  // the timed interval.
+  int64_t executed = 0;
+  const auto before_execution = [&]() {
+    if (probe != nullptr && executed == 0) {
+      int64_t io_bytes = 0;
+      for (const PreparedInput& input : inputs) {
+        io_bytes += static_cast<int64_t>(input.nbytes);
+      }
+      probe->set_runner_io_bytes(io_bytes);
+      probe->begin_phase("first_execution");
+    }
+  };
+  const auto after_execution = [&]() {
+    if (probe != nullptr && executed == 0) {
+      probe->end_phase();
+      if (warmup + executions > 1) {
+        probe->begin_phase("steady_state");
+      }
+    }
+    ++executed;
+  };
 
   for (int64_t i = 0; i < warmup; ++i) {
     if (const Error status = set_inputs(method, inputs); status != Error::Ok) {
       return fail_et("setting inputs", status);
     }
+    before_execution();
     const Clock::time_point start = Clock::now();
     if (const Error status = method.execute(); status != Error::Ok) {
       return fail_et("warm-up execution " + std::to_string(i + 1), status);
     }
-    std::printf("Warm-up %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, warmup,
-                elapsed_ms(start, Clock::now()));
+    const double ms = elapsed_ms(start, Clock::now());
+    after_execution();
+    std::printf("Warm-up %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, warmup, ms);
   }
 
   std::vector<double> iterations_ms;
@@ -435,12 +475,14 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
     if (const Error status = set_inputs(method, inputs); status != Error::Ok) {
       return fail_et("setting inputs", status);
     }
+    before_execution();
     const Clock::time_point start = Clock::now();
     const Error status = method.execute();
     const double ms = elapsed_ms(start, Clock::now());
     if (status != Error::Ok) {
       return fail_et("execution " + std::to_string(i + 1), status);
     }
+    after_execution();
     iterations_ms.push_back(ms);
     total_ms += ms;
     if (!plan.quiet) {
@@ -450,6 +492,9 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
   if (!plan.quiet) {
     std::printf("Model executed successfully %" PRId64 " time(s) in %f ms.\n", executions,
                 total_ms);
+  }
+  if (probe != nullptr) {
+    probe->end_phase();  // the steady state, when there was one
   }
 
   std::vector<EValue> outputs(method.outputs_size());
@@ -573,7 +618,11 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
     json.key("total_ms");
     json.value(total_ms);
     json.key("peak_rss_bytes");
-    json.value(peak_rss_bytes());
+    json.value(peak_rss_bytes(probe));
+    if (probe != nullptr) {
+      json.key("memory");
+      probe->write_json(json);
+    }
     json.key("inputs");
     json.begin_array();
     for (const PreparedInput& input : inputs) {
@@ -710,6 +759,21 @@ int main(int argc, char** argv) {
   const int64_t pool_threads =
       threadpool != nullptr ? static_cast<int64_t>(threadpool->get_thread_count()) : 1;
 
+  // --memory: the method's and the kernels' scratch allocators count what they
+  // hold (they behave as MallocMemoryAllocator either way), and the probe reads
+  // the process before the program and at the edges of each phase.
+  etdeploy_runner::CountingAllocator method_allocator;
+  etdeploy_runner::CountingAllocator temp_allocator;
+  std::unique_ptr<MemoryProbe> probe;
+  if (flags.memory) {
+    probe = std::make_unique<MemoryProbe>(
+        std::vector<std::string>{flags.model_path, flags.data_path}, &method_allocator,
+        &temp_allocator);
+    probe->take_baseline();
+    probe->begin_phase("load");
+  }
+
+  const double probe_ms_before_load = probe ? probe->spent_ms() : 0.0;
   const Clock::time_point load_start = Clock::now();
   // mmap rather than reading the file: weights are paged in on use, so a large
   // program does not count twice towards peak memory. No mlock: it can fail
@@ -719,10 +783,19 @@ int main(int argc, char** argv) {
   if (!loader.ok()) {
     return fail_et("opening model " + flags.model_path, loader.error());
   }
+  // With --memory the runtime gets the mapped file through a loader that lets the
+  // probe read the process before a delegate frees what it compiled from.
+  std::optional<etdeploy_runner::CheckpointingDataLoader> checkpointing;
+  if (probe) {
+    checkpointing.emplace(&loader.get(), probe.get());
+  }
+  executorch::runtime::DataLoader* program_loader =
+      checkpointing.has_value() ? static_cast<executorch::runtime::DataLoader*>(&*checkpointing)
+                                : &loader.get();
   // InternalConsistency verifies the flatbuffer, so a truncated or corrupt file
   // is reported here rather than crashing a later stage.
   Result<Program> program =
-      Program::load(&loader.get(), Program::Verification::InternalConsistency);
+      Program::load(program_loader, Program::Verification::InternalConsistency);
   if (!program.ok()) {
     return fail_et("program load", program.error());
   }
@@ -733,6 +806,7 @@ int main(int argc, char** argv) {
   // delegate's named data against it when the method loads. Both the loader
   // and the map must outlive the method.
   std::optional<MmapDataLoader> data_loader;
+  std::optional<etdeploy_runner::CheckpointingDataLoader> data_checkpointing;
   std::optional<FlatTensorDataMap> data_map;
   if (!flags.data_path.empty()) {
     Result<MmapDataLoader> opened =
@@ -741,7 +815,12 @@ int main(int argc, char** argv) {
       return fail_et("opening data " + flags.data_path, opened.error());
     }
     data_loader.emplace(std::move(opened.get()));
-    Result<FlatTensorDataMap> loaded = FlatTensorDataMap::load(&data_loader.value());
+    executorch::runtime::DataLoader* data_source = &data_loader.value();
+    if (probe) {
+      data_checkpointing.emplace(&data_loader.value(), probe.get());
+      data_source = &*data_checkpointing;
+    }
+    Result<FlatTensorDataMap> loaded = FlatTensorDataMap::load(data_source);
     if (!loaded.ok()) {
       return fail_et("data load " + flags.data_path, loaded.error());
     }
@@ -763,8 +842,6 @@ int main(int argc, char** argv) {
 
   // Memory: malloc-backed allocators for the method's metadata and kernels'
   // scratch, and one buffer per memory-planned arena, sized by the program.
-  MallocMemoryAllocator method_allocator;
-  MallocMemoryAllocator temp_allocator;
   std::vector<std::unique_ptr<uint8_t[]>> planned_storage;
   std::vector<Span<uint8_t>> planned_spans;
   for (size_t id = 0; id < meta->num_memory_planned_buffers(); ++id) {
@@ -788,7 +865,17 @@ int main(int argc, char** argv) {
   if (!method.ok()) {
     return fail_et("method load", method.error());
   }
-  const double load_ms = elapsed_ms(load_start, Clock::now());
+  // The probe's own reads during the load (a few /proc files) are not the load's.
+  const double load_ms =
+      elapsed_ms(load_start, Clock::now()) - (probe ? probe->spent_ms() - probe_ms_before_load : 0.0);
+  if (probe) {
+    std::vector<int64_t> planned_sizes;
+    for (const Span<uint8_t>& span : planned_spans) {
+      planned_sizes.push_back(static_cast<int64_t>(span.size()));
+    }
+    probe->set_planned_buffers(std::move(planned_sizes));
+    probe->end_phase();
+  }
   std::printf("Model loaded in %f ms.\n", load_ms);
   std::fflush(stdout);
 
@@ -815,6 +902,7 @@ int main(int argc, char** argv) {
     plan.etdump_path = first ? flags.etdump_path : std::string();
     plan.batch = batch.has_value() ? &batch.value() : nullptr;
     plan.quiet = batch.has_value() && !first;
+    plan.probe = first ? probe.get() : nullptr;
     if (total > 1 && !plan.quiet) {
       std::printf("Sample %zu of %zu\n", k + 1, total);
     }

@@ -26,6 +26,7 @@ from typing import Any
 
 from etdeploy.errors import RunnerError, UsageError
 from etdeploy.et_errors import ET_ERROR_INFO, ET_ERRORS, EtErrorInfo
+from etdeploy.memory.probe import RunnerMemory, parse_runner_memory
 
 FLAVORS = ("etdeploy", "upstream")
 
@@ -91,6 +92,8 @@ class RunnerInvocation:
     # Our runner only: every sample's outputs and result documents into two files,
     # BASE.bin and BASE.json (batch_files), instead of files of their own.
     batch_output: str | None = None
+    # Our runner only (--memory): this sample's memory per phase, in its result.
+    measure_memory: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", _path_text(self.model_path))
@@ -164,6 +167,8 @@ def runner_argv(executable: str | PurePath, invocation: RunnerInvocation) -> lis
             argv.append(f"--samples_file={invocation.samples_file}")
         if invocation.batch_output is not None:
             argv.append(f"--batch_output={invocation.batch_output}")
+        if invocation.measure_memory:
+            argv.append("--memory")
         argv.extend(arg for sample in invocation.next_samples for arg in next_sample_argv(sample))
     return argv
 
@@ -311,6 +316,8 @@ class RunnerResult:
     runner_version: str | None = None
     executorch_version: str | None = None
     etdump_path: str | None = None
+    # Our runner with --memory: what it measured per phase (etdeploy.memory.probe).
+    memory: RunnerMemory | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -354,7 +361,7 @@ def _record(raw: Any, where: str) -> TensorRecord:
 _KNOWN_KEYS = {
     "schema", "runner_version", "executorch_version", "model_path", "method",
     "cpu_threads", "load_ms", "warmup", "num_executions", "iterations_ms", "total_ms",
-    "peak_rss_bytes", "inputs", "outputs", "etdump_path",
+    "peak_rss_bytes", "inputs", "outputs", "etdump_path", "memory",
 }  # fmt: skip
 
 
@@ -412,6 +419,7 @@ def _result_of(raw: Any) -> RunnerResult:
         runner_version=raw.get("runner_version"),
         executorch_version=raw.get("executorch_version"),
         etdump_path=raw.get("etdump_path"),
+        memory=parse_runner_memory(raw.get("memory")),
         extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
     )
 

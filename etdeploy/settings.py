@@ -228,6 +228,17 @@ class RunSettings:
         flags=("--quant-steps",), metavar="N", panel=VERIFY_PANEL, section="verify", farm=True,
         low=0, example="1",
     )  # fmt: skip
+    # Memory (etdeploy.memory): the peak a run may reach, over a device's own
+    # [devices.NAME] max_memory, which is over [run]'s (RunJob.resolve).
+    max_memory_bytes: int | None = setting(
+        None, "Fail the run (exit 1) when its peak memory, in any phase, passes SIZE, e.g. 300MB (default: the device's max_memory in etdeploy.toml, else [run] max_memory).",
+        flags=("--max-memory",), metavar="SIZE", panel=VERIFY_PANEL, section="run",
+        key="max_memory", farm=True, parse=_size, toml=(str, int), above=0, example="300MB",
+    )  # fmt: skip
+    shapes: tuple[str, ...] = setting(
+        (), "Also run a dynamic program at these points of its range, each judged and measured: min, mid, max, a size (8), or INPUT:DIM=SIZE; comma-separated, e.g. min,mid,max.",
+        flags=("--shapes",), metavar="POINTS", panel=VERIFY_PANEL, section="run", farm=True,
+    )  # fmt: skip
     # Task accuracy (etdeploy.accuracy): labels with the samples score eager and device.
     labels: Path | None = setting(
         None, "Labels of the samples: a CSV of sample,label rows or a .npy in sample order (a labelled .npz or a folder a class carries its own).",

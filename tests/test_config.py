@@ -48,6 +48,8 @@ play_base = "150MB"
         ("[run]\nkeep = 1", "run.keep: expected bool"),
         ("[run]\nwarmup = true", "run.warmup: expected int"),
         ("[run]\nspeed = 1", "unknown key run.speed"),
+        ("[run]\nmax_memory = 3.5", "run.max_memory: expected str or int, got 3.5"),
+        ('[run]\nshapes = "min"', "run.shapes: expected list"),
         ("[colors]\nx = 1", "unknown section [colors]"),
         ('[devices.p]\ntransport = "usb"', "devices.p.transport: unknown transport 'usb'"),
         ("[run\n", "not valid TOML"),

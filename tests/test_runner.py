@@ -74,10 +74,17 @@ def test_argv_for_upstream_folds_warmup_into_executions_and_omits_our_flags() ->
         warmup=2,
         result_json_path="r.json",
         flavor="upstream",
+        measure_memory=True,
     )
     argv = runner_argv("executor_runner", invocation)
     assert "--num_executions=7" in argv
-    assert not any(a.startswith(("--warmup", "--result_json")) for a in argv)
+    assert not any(a.startswith(("--warmup", "--result_json", "--memory")) for a in argv)
+
+
+def test_our_runner_is_asked_to_measure_memory_for_the_call_that_times() -> None:
+    measured = RunnerInvocation(model_path="m.pte", result_json_path="r.json", measure_memory=True)
+    assert runner_argv("r", measured)[-1] == "--memory"
+    assert "--memory" not in runner_argv("r", RunnerInvocation(model_path="m.pte"))
 
 
 def test_invocation_refuses_what_the_runner_cannot_take() -> None:

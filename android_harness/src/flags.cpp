@@ -48,6 +48,7 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       {"help", &flags.help},
       {"version", &flags.version},
       {"describe", &flags.describe},
+      {"memory", &flags.memory},
   };
   // After a --next_sample only these name the new sample's files; anything else
   // belongs to the whole call and must come before the first --next_sample.
@@ -185,6 +186,8 @@ std::string usage_text(const char* program) {
       "                         input may be PATH@OFFSET, bytes of a packed file\n"
       "  --batch_output BASE    every sample's tensor outputs into BASE.bin and\n"
       "                         its result document into BASE.json\n"
+      "  --memory               measure memory per phase (load, first execution,\n"
+      "                         steady state) into the first --result_json\n"
       "  --version              print the runner and ExecuTorch versions\n"
       "  --describe             print, as JSON, the ExecuTorch version, every\n"
       "                         registered kernel and backend, and the bundle's\n"

@@ -48,6 +48,9 @@ struct Flags {
   bool version = false;
   // Ours: print what this runner can run (kernels, backends, versions) as JSON.
   bool describe = false;
+  // Ours: measure memory per phase (load, first execution, steady state) into
+  // the first sample's result document (src/memory_probe.h).
+  bool memory = false;
   // Ours: the samples after the first, each given after a --next_sample or
   // listed in --samples_file (one a line: a call of thousands of samples).
   std::vector<SampleFlags> next_samples;

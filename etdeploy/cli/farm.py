@@ -370,8 +370,9 @@ def farm_merge_command(
     spec = load_farm_spec(spec_path) if spec_path is not None else None
     outcome = merge_sources(sources, spec=spec)
     regressions = write_merged(
-        outcome, out, junit_path=junit_path, html_path=html_path, baseline_path=baseline
-    )
+        outcome, out, junit_path=junit_path, html_path=html_path, baseline_path=baseline,
+        memory_growth=spec.memory_growth if spec is not None else None,
+    )  # fmt: skip
     if json_path is not None:
         emit_json(json.loads((out / FARM_DOC_NAME).read_text()), json_path)
     render_merge(outcome, out, regressions, err_console if json_to_stdout(json_path) else console)

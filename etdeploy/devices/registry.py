@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 LOCAL = "local"
 # `--device adb`: whichever phone adb itself would pick (ANDROID_SERIAL, else the only one).
 ADB_DEFAULT = "adb"
-# Keys every [devices.NAME] table may carry, whatever its transport.
-COMMON_KEYS = ("runner",)
+# Keys every [devices.NAME] table may carry, whatever its transport: its runner,
+# and the peak memory a run on it may reach (etdeploy.memory.limit reads it).
+COMMON_KEYS = ("runner", "max_memory")
 # Settings of an adb table (AdbSettings.from_config) and of a local one.
 ADB_KEYS = (
     "serial",
@@ -193,6 +194,7 @@ def _open_configured(dc: DeviceConfig, config: Config, options: OpenOptions) -> 
             f"use one of: {', '.join(TRANSPORTS)}",
         )
     table = dict(dc.settings)
+    table.pop("max_memory", None)  # the run's limit, not the transport's
     runner = table.pop("runner", None)
     if runner is not None and not isinstance(runner, str):
         raise UsageError(

@@ -361,10 +361,11 @@ def write_merged(
     junit_path: Path | None = None,
     html_path: Path | None = None,
     baseline_path: Path | None = None,
+    memory_growth: float | None = None,
 ) -> list[Regression]:
     """OUT/farm.json and OUT/results.jsonl (so a merge can be merged again, or be a
     baseline), and the reports asked for; returns the regressions against the
-    baseline."""
+    baseline (memory growing more than `memory_growth`, the spec's share, regresses)."""
     from etdeploy.atomic import atomic_write
     from etdeploy.report import (
         compare_to_baseline,
@@ -379,7 +380,10 @@ def write_merged(
         if source.path.resolve() == out_dir.resolve():
             raise UsageError(f"--out {out_dir} is one of the sources", "merge into a new folder")
     baseline = load_results(baseline_path) if baseline_path is not None else None
-    regressions = compare_to_baseline(outcome.results, baseline) if baseline is not None else []
+    growth = {} if memory_growth is None else {"memory_growth": memory_growth}
+    regressions = (
+        compare_to_baseline(outcome.results, baseline, **growth) if baseline is not None else []
+    )
     doc = merged_document(outcome)
     lines = "".join(json.dumps(r.to_json()) + "\n" for r in outcome.results)
     atomic_write(out_dir / RESULTS_NAME, lines.encode("utf-8"))

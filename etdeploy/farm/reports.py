@@ -69,7 +69,11 @@ def write_reports(
     )
 
     baseline = load_results(baseline_path) if baseline_path is not None else None
-    regressions = compare_to_baseline(outcome.results, baseline) if baseline is not None else []
+    regressions = (
+        compare_to_baseline(outcome.results, baseline, memory_growth=outcome.spec.memory_growth)
+        if baseline is not None
+        else []
+    )
     skipped = skipped_entries(outcome.skipped)
     doc = farm_document(
         outcome.results,

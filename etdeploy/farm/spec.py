@@ -59,6 +59,7 @@ from etdeploy.farm.checks import (
     strings,
 )
 from etdeploy.farm.sources import DeviceSource, check_source_names, parse_sources
+from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
@@ -96,6 +97,8 @@ FARM_KEYS: dict[str, type | tuple[type, ...]] = {
     "backoff_max_s": NUMBER,
     "lock_timeout_s": NUMBER,
     "cooldown_s": NUMBER,
+    # Memory growing more than this share over the baseline fails a job (naming the part).
+    "memory_growth": NUMBER,
     "jobs_per_device": int,
     "job": list,
     "exclude": list,
@@ -189,6 +192,8 @@ class FarmSpec:
     # A pause on a device after each of its jobs, so a phone that heated up and
     # throttled under one job does not slow the next one's latency figures.
     cooldown_s: float = 0.0
+    # Memory growing more than this share over the baseline fails the job.
+    memory_growth: float = DEFAULT_MEMORY_GROWTH
     # Services the run claims devices from ([farm.sources.KIND]).
     sources: tuple[DeviceSource, ...] = ()
     # The tables of the devices claimed for this run (set by the scheduler while
@@ -278,7 +283,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
                         skipped.setdefault(cell.key, cell)
                         continue
                     job = _make_job(
-                        model, backend, quant, device, {**base, **overrides}, where, label
+                        model, backend, quant, device, {**base, **overrides}, where, label, config
                     )
                     jobs.setdefault(job.key, job)
     explicit: dict[str, str] = {}
@@ -309,7 +314,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
     if jobs_per_device < 1:
         raise UsageError(f"{label}: farm.jobs_per_device: must be at least 1, got {jobs_per_device}",
                          f"fix farm.jobs_per_device in {label}")  # fmt: skip
-    for key in ("backoff_s", "backoff_max_s", "lock_timeout_s", "cooldown_s"):
+    for key in ("backoff_s", "backoff_max_s", "lock_timeout_s", "cooldown_s", "memory_growth"):
         if key in farm and farm[key] < 0:
             raise UsageError(
                 f"{label}: farm.{key}: must not be negative, got {farm[key]}",
@@ -329,6 +334,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
         ),
         jobs_per_device=int(jobs_per_device),
         cooldown_s=float(farm.get("cooldown_s", 0.0)),
+        memory_growth=float(farm.get("memory_growth", DEFAULT_MEMORY_GROWTH)),
         sources=sources,
         skipped=tuple(skipped.values()),
     )
@@ -345,6 +351,9 @@ def _job_settings(table: Mapping[str, Any], where: str, label: str) -> dict[str,
     """A table's job settings as RunJob fields, plus the farm's own job keys as given.
     Paths stay as written: a worker runs in the spec's folder."""
     own = {key: table[key] for key in _FARM_JOB_KEYS if key in table}
+    if "max_memory" in table:
+        # A job's own limit, over its device's (etdeploy.memory.limit names where).
+        own["max_memory_source"] = f"{label}: {where}.max_memory"
     return {**settings.from_farm_table(table, where, label, None), **own}
 
 
@@ -426,16 +435,19 @@ def _explicit_jobs(
                 f"change {where}'s backend or quantize, or remove the entry",
             )
     merged = {**base, **_job_settings(entry, where, label)}
-    return [_make_job(entry["model"], backend, quant, d, merged, where, label) for d in devices]
+    return [
+        _make_job(entry["model"], backend, quant, d, merged, where, label, config) for d in devices
+    ]
 
 
 def _make_job(
     model: str, backend: str, quant: str | None, device: str,
-    merged: Mapping[str, Any], where: str, label: str,
+    merged: Mapping[str, Any], where: str, label: str, config: Config,
 ) -> FarmJob:  # fmt: skip
     """A job with its merged settings typed as RunJob takes them; RunJob's own
     checks run here, so a bad value fails the spec, named where it was written."""
     run_settings = {k: v for k, v in merged.items() if k not in _FARM_JOB_KEYS}
+    run_settings.update(_memory_limit(merged, device, config))
     timeout = float(merged.get("job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
     retries = int(merged.get("retries", DEFAULT_RETRIES))
     job = FarmJob(model, backend, quant, device, run_settings, timeout, retries)
@@ -444,6 +456,23 @@ def _make_job(
     except UsageError as exc:
         raise UsageError(f"{label}: {where}: {exc.message}", exc.hint) from None
     return job
+
+
+def _memory_limit(merged: Mapping[str, Any], device: str, config: Config) -> dict[str, Any]:
+    """A job's max_memory ([farm], a model entry, [[farm.job]]: it carries where it was
+    set), else its device's own, else [run]'s: the job's limit and where it was set."""
+    from etdeploy.devices.registry import config_label
+    from etdeploy.memory.limit import device_max_memory
+
+    if merged.get("max_memory_source") is not None:
+        return {}
+    label = config_label(config)
+    own = device_max_memory(config.devices, device, label)
+    if own is not None:
+        return {"max_memory_bytes": own.bytes, "max_memory_source": own.source}
+    if merged.get("max_memory_bytes") is not None:
+        return {"max_memory_source": f"{label}: run.max_memory"}
+    return {}
 
 
 def _excludes(rules: list[Any], label: str) -> list[dict[str, list[str]]]:

@@ -71,6 +71,8 @@ class Executed:
     calls: int = 1
     # Each sample's execution time: the timed sample's median, then one each.
     sample_ms: tuple[float, ...] = ()
+    # What our runner measured of its memory per phase (the timed sample's).
+    memory: contract.RunnerMemory | None = None
 
 
 def execute(
@@ -100,6 +102,7 @@ def execute(
         sample_ms=tuple(
             statistics.median(run.report.iterations_ms) for run in runs if run.report.iterations_ms
         ),
+        memory=first.memory,
     )
 
 
@@ -147,6 +150,8 @@ def _batched_call(
         etdump_path=f"{jdir}/run.etdump" if timing.profile else None,
         input_shapes=shapes_if_dynamic(program, staged.samples[0]),
         samples_file=samples_file, batch_output=base,
+        # The timed sample's phases are the run's memory account.
+        measure_memory=True,
     )  # fmt: skip
     out = _run(target, job, invocation, executions=timing.warmup + timing.iterations + len(rest))
     log = _log_text(out)

@@ -60,6 +60,9 @@ class RunJob(RunSettings):
         None, "Expected outputs (.npz: s<S>_o<K>) instead of the eager model.",
         flags=("--reference",), metavar="NPZ", panel=INPUTS_PANEL,
     )  # fmt: skip
+    # Where max_memory_bytes was set ("--max-memory", "etdeploy.toml: devices.pixel8.max_memory"):
+    # what the memory verdict names.
+    max_memory_source: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,6 +85,16 @@ class RunJob(RunSettings):
                 "--localize needs MODEL: a --pte alone has no graph to tap",
                 "name the model the .pte was built from: etdeploy run MODEL --pte FILE --localize",
             )
+        if self.shapes:
+            from etdeploy.pipeline.shapes import parse_points
+
+            parse_points(self.shapes)  # a malformed point fails here; ranges once built
+            if self.model is None:
+                raise UsageError(
+                    "--shapes needs MODEL: the outputs at each point are compared with its eager "
+                    "outputs",
+                    "name the model the .pte was built from: etdeploy run MODEL --pte FILE --shapes ...",
+                )
 
     @property
     def label(self) -> str:
@@ -92,11 +105,12 @@ class RunJob(RunSettings):
         cls, model: str | None, config: Config, flags: Mapping[str, Any] | None = None
     ) -> RunJob:
         """The job of `etdeploy run MODEL [flags]`: the flags given over etdeploy.toml
-        over the defaults (etdeploy.settings)."""
-        return cls(
-            model=model,
-            **layered(config_settings(config), from_flags(flags or {}, cls)),
-        )
+        over the defaults (etdeploy.settings). The memory limit has one more layer: a
+        device's own [devices.NAME] max_memory lies between the flag and [run]'s."""
+        given = from_flags(flags or {}, cls)
+        values = layered(config_settings(config), given)
+        values.update(memory_limit(config, values, given))
+        return cls(model=model, **values)
 
     def to_json(self) -> dict[str, Any]:
         """The job as JSON, for a farm's worker process."""
@@ -125,6 +139,24 @@ class RunJob(RunSettings):
 
 
 _PATH_FIELDS = ("pte", "data", "reference", "runner")
+
+
+def memory_limit(
+    config: Config, values: Mapping[str, Any], given: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The job's max memory and where it was set: the flag, else the device's own
+    [devices.NAME] max_memory, else [run]'s."""
+    from etdeploy.memory.limit import device_max_memory
+
+    label = config.path.name if config.path else "etdeploy.toml"
+    if "max_memory_bytes" in given:
+        return {"max_memory_source": "--max-memory"}
+    own = device_max_memory(config.devices, values.get("device"), label)
+    if own is not None:
+        return {"max_memory_bytes": own.bytes, "max_memory_source": own.source}
+    if values.get("max_memory_bytes") is not None:
+        return {"max_memory_source": f"{label}: run.max_memory"}
+    return {}
 
 
 def new_job_id() -> str:

@@ -34,6 +34,7 @@ from etdeploy.pipeline.execute import (
     throughput_of,
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
+from etdeploy.pipeline.memory import memory_of, with_memory
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import Staged, stage
 from etdeploy.pipeline.task import check_task
@@ -53,6 +54,7 @@ from etdeploy.report.result import (
     Profile,
     RunnerInfo,
     RunResult,
+    ShapePoint,
 )
 
 
@@ -104,6 +106,10 @@ def run_job(
     say("staging inputs and the reference")
     staged = stage(job, program)
     check_task(job, program, staged)
+    if job.shapes:
+        from etdeploy.pipeline.shapes import check_points
+
+        check_points(job, program)  # points outside the dynamic range: before anything runs
     host_outputs = (
         host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
         if job.host_check
@@ -114,7 +120,9 @@ def run_job(
     target = target_for(job, device, say)
     say(f"checking that the runner for {target.info.name} can run the program")
     checked = preflight(device, target.bundle, program.pte, program.manifest, status=say)
-    deployed, executed, lock, etdump = _on_device(job, job_id, target, program, staged, context)
+    deployed, executed, points, lock, etdump = _on_device(
+        job, job_id, target, program, staged, context
+    )
     profile, profile_warnings = _profile(etdump, program, say)
     judged = judge(
         job, program, staged, executed.outputs,
@@ -133,12 +141,13 @@ def run_job(
         *program.warnings, *staged.warnings, *checked.warnings, *profile_warnings,
         *localize_warnings, *judged.warnings,
     )  # fmt: skip
-    return result_of(
+    result = result_of(
         Stages(
             job, job_id, started, program, staged, target, checked, deployed, executed, judged,
             lock, etdump, profile, localization, warnings,
         )
     )  # fmt: skip
+    return with_memory(result, memory_of(program, executed), points, job)
 
 
 def _on_device(
@@ -148,9 +157,10 @@ def _on_device(
     program: Program,
     staged: Staged,
     context: RunContext,
-) -> tuple[Deployed, Executed, DeviceLock, Path | None]:
-    """Deploy and execute while holding the device; the job's directory goes after
-    (unless --keep), and the directories of runs that could not remove theirs go first."""
+) -> tuple[Deployed, Executed, tuple[ShapePoint, ...], DeviceLock, Path | None]:
+    """Deploy and execute (and run --shapes' points) while holding the device; the job's
+    directory goes after (unless --keep), and the directories of runs that could not
+    remove theirs go first."""
     info, device, say = target.info, target.device, context.status or (lambda _text: None)
     say(f"waiting for {info.name}")
     waited_from = time.time()
@@ -166,11 +176,27 @@ def _on_device(
             # Outputs may be views of a mapped file in `tmp`: a mapping outlives the
             # file's removal (POSIX), so they are read as compared, never copied.
             executed = execute(target, deployed, program, staged, job, Path(tmp))
+            points = _shape_points(job, target, program, staged, job_id, Path(tmp), context)
         finally:
             jobs.end(job_id, keep=job.keep)
         etdump = keep_etdump(executed.etdump, job_id) if executed.etdump else None
         lock = DeviceLock(round(held_from - waited_from, 3), held_from, time.time())
-    return deployed, executed, lock, etdump
+    return deployed, executed, points, lock, etdump
+
+
+def _shape_points(
+    job: RunJob, target: Target, program: Program, staged: Staged, job_id: str, tmp: Path,
+    context: RunContext,
+) -> tuple[ShapePoint, ...]:  # fmt: skip
+    """run --shapes: the program at each point of its range (etdeploy.pipeline.shapes)."""
+    if not job.shapes:
+        return ()
+    from etdeploy.pipeline.shapes import run_points
+
+    return run_points(
+        job, target, program, staged, job_id=job_id, local_dir=tmp,
+        say=context.status or (lambda _text: None), progress=context.progress,
+    )  # fmt: skip
 
 
 def _profile(

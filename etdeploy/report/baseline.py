@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
+from etdeploy.report.baseline_memory import memory_growth as memory_growth_of
 from etdeploy.report.common import JobKey, error_type, failure_message, job_key
 from etdeploy.report.record import JsonObject, finite_or_none
 from etdeploy.report.result import OutputMetrics, RunResult
@@ -30,7 +32,7 @@ ABS_ERROR_FLOOR = 1e-5
 # labelled samples, is a regression; below it, thread scheduling can flip a tie.
 ACCURACY_DROP = 0.005
 
-KINDS = ("status", "latency", "sqnr", "max_abs", "accuracy")
+KINDS = ("status", "latency", "sqnr", "max_abs", "memory", "accuracy")
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,10 @@ class Regression:
 
     kind: "status" (passed, now failed or error), "latency" (median up beyond
     noise), "sqnr" (an output's worst SQNR dropped), "max_abs" (an output's
-    worst absolute error grew). `output` names the output for the numeric kinds.
-    Values are milliseconds for latency, dB for sqnr, the status for status.
+    worst absolute error grew), "memory" (a phase's peak or a part of its
+    account grew past the set share). `output` names the output for the numeric
+    kinds, `part` the part of the memory account that grew. Values are
+    milliseconds for latency, dB for sqnr, bytes for memory, the status for status.
     """
 
     key: JobKey
@@ -49,6 +53,7 @@ class Regression:
     current: float | str | None
     message: str
     output: str | None = None
+    part: str | None = None
 
     @property
     def line(self) -> str:
@@ -66,6 +71,7 @@ class Regression:
             "label": self.key.label,
             "kind": self.kind,
             "output": self.output,
+            "part": self.part,
             "baseline": plain(self.baseline),
             "current": plain(self.current),
             "message": self.message,
@@ -81,6 +87,7 @@ def compare_to_baseline(
     abs_error_factor: float = 2.0,
     abs_error_floor: float = ABS_ERROR_FLOOR,
     accuracy_drop: float = ACCURACY_DROP,
+    memory_growth: float = DEFAULT_MEMORY_GROWTH,
 ) -> list[Regression]:
     """Regressions of `results` against `baseline`, in the order of `results`.
 
@@ -91,6 +98,8 @@ def compare_to_baseline(
     worst SQNR dropping by more than `sqnr_drop_db`, the worst max-abs error
     growing by more than `abs_error_factor` (and past `abs_error_floor`, with
     the SQNR below SQNR_CEILING_DB: under float rounding no growth counts).
+    Memory is flagged when a phase's peak or a part of its account grew by more
+    than `memory_growth` (a share; etdeploy.report.baseline_memory), naming the part.
     An exact match's SQNR is +inf and a non-finite output's max abs +inf
     (OutputMetrics reads the document's nulls back as those).
     """
@@ -106,6 +115,7 @@ def compare_to_baseline(
             continue  # an error has no latency or outputs to compare
         found.extend(_latency(key, old, current, latency_threshold))
         found.extend(_numerics(key, old, current, sqnr_drop_db, abs_error_factor, abs_error_floor))
+        found.extend(_memory(key, old, current, memory_growth))
         found.extend(_accuracy(key, old, current, accuracy_drop))
     return found
 
@@ -126,6 +136,16 @@ def _accuracy(key: JobKey, old: RunResult, current: RunResult, allowed: float) -
         f"eager {now.eager:.2%})"
     )
     return [Regression(key, "accuracy", before.device, now.device, message, output=b.output)]
+
+
+def _memory(key: JobKey, old: RunResult, current: RunResult, growth: float) -> list[Regression]:
+    grown = memory_growth_of(old, current, growth)
+    if grown is None:
+        return []
+    return [
+        Regression(key, "memory", float(grown.before), float(grown.now), grown.message(growth),
+                   part=grown.part)
+    ]  # fmt: skip
 
 
 def _status(key: JobKey, old: RunResult, current: RunResult) -> list[Regression]:

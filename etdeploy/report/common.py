@@ -16,7 +16,7 @@ from etdeploy.report.result import OutputMetrics, RunResult, Verdict
 # the result JSON. Head and tail keep the command line and the final error.
 LOG_CLIP_CHARS = 8000
 
-FailureKind = Literal["numerics", "size", "accuracy"]
+FailureKind = Literal["numerics", "size", "memory", "accuracy"]
 
 T = TypeVar("T")
 
@@ -103,14 +103,18 @@ def job_key(result: RunResult) -> JobKey:
 
 
 def failure_kind(result: RunResult) -> FailureKind:
-    """For a failed result: "numerics" when the outputs diverged, "accuracy" when the
-    task's metric failed its gate, "size" when only a store limit was exceeded."""
+    """For a failed result: "numerics" when the outputs diverged (at the samples' own
+    shapes or at a --shapes point), "accuracy" when the task's metric failed its gate,
+    "size" when a store limit was exceeded, "memory" when the peak passed its limit."""
     if result.verdict is not None and not result.verdict.passed:
         return "numerics"
     if result.accuracy is not None and not result.accuracy.passed:
         return "accuracy"
     if result.size is not None and not result.size.passed:
         return "size"
+    memory = result.memory
+    if memory is not None and memory.limit is not None and not memory.limit.passed:
+        return "memory"
     return "numerics"
 
 
@@ -122,6 +126,12 @@ def failure_message(result: RunResult) -> str:
         verdicts = result.size.verdicts if result.size is not None else ()
         over = [f"{v.label}: {v.text or 'over'}" for v in verdicts if v.status == "over"]
         return "size: " + ("; ".join(over) or "a size limit is exceeded")
+    if failure_kind(result) == "memory":
+        limit = result.memory.limit if result.memory is not None else None
+        return "memory: " + (limit.message if limit is not None else "over its limit")
+    failed = [p for p in result.shapes or () if not p.passed]
+    if failed and (result.verdict is None or result.verdict.passed):
+        return f"at shapes {failed[0].point} ({failed[0].shape_text}): {failed[0].reason}"
     reason = result.verdict.reason if result.verdict is not None else ""
     return reason or "the outputs differ from the reference"
 

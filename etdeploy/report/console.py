@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from etdeploy.report.console_memory import failure_lines, render_memory, render_shapes
 from etdeploy.report.result import (
     Localization,
     OutputMetrics,
@@ -107,11 +108,6 @@ class RunConsole:
                 f"throughput: {rate.samples} samples, {rate.samples_per_s:,.0f} samples/s of "
                 f"execution; per sample p50 {format_ms(rate.p50_ms)}, p90 {format_ms(rate.p90_ms)}"
             )
-        if result.memory is not None:
-            lines.append(
-                f"memory: planned arena {_bytes(result.memory.planned_bytes)}; "
-                f"runner peak RSS {_bytes(result.memory.peak_rss_bytes)}"
-            )
         if result.deploy is not None:
             deploy = result.deploy
             lines.append(
@@ -126,6 +122,9 @@ class RunConsole:
             )
         for line in lines:
             self.out.print(escape(line), highlight=False, soft_wrap=True)
+        render_memory(result, self.out)
+        if result.shapes:
+            render_shapes(result.shapes, self.out)
 
     def render_accuracy(self, found: TaskAccuracy) -> None:
         """The task's metric three ways, the paired differences, the disagreements."""
@@ -191,6 +190,7 @@ class RunConsole:
             out.print(
                 "[bold red]FAIL[/] the program is over a store size limit (above)", highlight=False
             )
+        failure_lines(result, out)
 
     def _render_budget(self, verdict: Verdict) -> None:
         """The error budget: what each stage of float eager -> quantized eager -> host

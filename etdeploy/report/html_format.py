@@ -48,6 +48,13 @@ def size(value: int | None) -> str | None:
     return f"{value} bytes"
 
 
+def size_short(value: int) -> str:
+    """Decimal units alone (a regression's cell, a plot's label)."""
+    from etdeploy.units import format_bytes
+
+    return format_bytes(value)
+
+
 def regression_value(value: float | str | None, kind: str) -> str:
     """A regression's baseline or current value in the unit of its kind."""
     if isinstance(value, float):
@@ -57,6 +64,8 @@ def regression_value(value: float | str | None, kind: str) -> str:
             return f"{value:.4g} ms"
         if kind == "accuracy":
             return f"{value:.2%}"
+        if kind == "memory":
+            return size_short(int(value))
         return num(value) if kind == "max_abs" else f"{value:.4g}"
     return "-" if value is None else str(value)
 

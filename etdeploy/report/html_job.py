@@ -33,8 +33,10 @@ from etdeploy.report.html_format import (
     size,
 )
 from etdeploy.report.html_localization import localization_block
+from etdeploy.report.html_memory import memory_block
 from etdeploy.report.plots import Job
 from etdeploy.report.result import Latency, RunResult, SizeSummary, Verdict
+from etdeploy.report.result_memory import PART_LABELS
 
 # A result has one metrics row per output and sample; past this the table stays
 # closed even on a failure, and only the per-output summary shows.
@@ -93,6 +95,7 @@ def job_section(job: Job, regressions: list[Regression], base: RunResult | None)
         out.append(_latency_table(result.latency_ms, base.latency_ms if base else None))
     out.append(_memory_delegation(result))
     out.append("</div>")
+    out.append(memory_block(result, base))
     if result.verdict is not None:
         out.append(_verdict_block(result.verdict))
     if result.accuracy is not None:
@@ -132,7 +135,8 @@ def _summary_note(result: RunResult, regressions: list[Regression]) -> str:
     if regressions:
         # Kind and numbers: the whole message is in the section and the regressions table.
         first = regressions[0]
-        what = f"{first.kind} regression" + (f" ({first.output})" if first.output else "")
+        where = first.output or (PART_LABELS.get(first.part, first.part) if first.part else None)
+        what = f"{first.kind} regression" + (f" ({where})" if where else "")
         change = (
             f"{regression_value(first.baseline, first.kind)} -> "
             f"{regression_value(first.current, first.kind)}"

@@ -1,7 +1,7 @@
 """The plots of the HTML report (etdeploy.report.html): latency per iteration
 (with the baseline's median in a baseline report), error per output (with each
-job's tolerance and SQNR floor), delegation coverage and size against store
-limits, each a PNG in a data: URI.
+job's tolerance and SQNR floor), delegation coverage, size against store
+limits and memory per phase (plots_memory.py), each a PNG in a data: URI.
 
 matplotlib is imported inside plots_html only, and drawn with its Agg canvas
 (no pyplot, so a caller's own backend is left alone): the CLI imports the
@@ -57,15 +57,18 @@ if TYPE_CHECKING:
 
 
 def plots_html(jobs: Sequence[Job], *, baseline: Mapping[JobKey, Latency] | None = None) -> str:
-    """The four plots, each a figure under its title ("no data" where nothing
+    """The plots, each a figure under its title ("no data" where nothing
     applies), side by side where the page is wide enough; the error plot, the
     widest, on its own row. `baseline`: the baseline's latency of each job."""
+    from etdeploy.report.plots_memory import plot_memory
+
     out = ['<div class="plots">']
     for title, draw, wide in (
         ("Latency per iteration", partial(plot_latency, baseline=baseline or {}), False),
         ("Delegation coverage", _plot_delegation, False),
         ("Error against the reference, per output", plot_errors, True),
         ("Size against store limits", _plot_size, True),
+        ("Memory per phase, by part of the account", plot_memory, True),
     ):
         drawn = _render(draw, jobs)
         css = ' class="wide"' if wide else ""

@@ -8,9 +8,9 @@ JUnit, HTML and baseline writers. Field names are the document's keys.
 Optional blocks are left out of the document when absent: an error result has
 no artifact, runner or verdict, and a run without --host-check has no host check.
 
-The records of the verdict, preflight and localization blocks live in
-result_verdict.py, result_preflight.py and result_localization.py, and are
-importable from here.
+The records of the verdict, preflight, localization, memory and shapes blocks
+live in result_verdict.py, result_preflight.py, result_localization.py,
+result_memory.py and result_shapes.py, and are importable from here.
 
 Kept free of heavy imports (no numpy): the CLI imports the report package on
 every start.
@@ -39,6 +39,12 @@ from etdeploy.report.result_localization import (  # noqa: F401 - re-exported
     TapResult,
     TapTolerance,
 )
+from etdeploy.report.result_memory import (  # noqa: F401 - re-exported
+    Memory,
+    MemoryLimit,
+    MemoryPart,
+    MemoryPhase,
+)
 from etdeploy.report.result_preflight import (  # noqa: F401 - re-exported
     KernelLibrary,
     MissingBackendInfo,
@@ -48,6 +54,7 @@ from etdeploy.report.result_preflight import (  # noqa: F401 - re-exported
     PreflightRunner,
     VersionPairing,
 )
+from etdeploy.report.result_shapes import ShapePoint
 from etdeploy.report.result_verdict import (  # noqa: F401 - re-exported
     OUTPUT_KINDS,
     BudgetStage,
@@ -181,12 +188,6 @@ class Latency(Record):
     trimmed_mean: float | None = omitted_if_none()
     stdev: float | None = omitted_if_none()
     iterations: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class Memory(Record):
-    planned_bytes: int | None = None
-    peak_rss_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +362,8 @@ class RunResult(Record):
     profile: Profile | None = omitted_if_none()
     # run --localize: where the device starts to depart from eager.
     localization: Localization | None = omitted_if_none()
+    # run --shapes: the program at points of its dynamic range.
+    shapes: tuple[ShapePoint, ...] | None = omitted_if_none()
     warnings: tuple[str, ...] = ()
     error: ErrorInfo | None = None
     started_at: str

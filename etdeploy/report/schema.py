@@ -16,6 +16,7 @@ from typing import Any
 from etdeploy.errors import UsageError
 from etdeploy.report.common import summarize
 from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
+from etdeploy.report.schema_memory import MEMORY, MEMORY_DEFS, SHAPE_POINT, check_account
 from etdeploy.report.schema_parts import (
     ACCURACY,
     ATTEMPT,
@@ -24,7 +25,6 @@ from etdeploy.report.schema_parts import (
     ERROR,
     FARM_PLACEMENT,
     MS,
-    OPT_COUNT,
     OPT_MS,
     OPT_STR,
     OUTPUT_METRICS,
@@ -154,10 +154,9 @@ RESULT_SCHEMA: Schema = {
         },
         "throughput": THROUGHPUT,
         "accuracy": ACCURACY,
-        "memory": {
-            "type": "object",
-            "properties": {"planned_bytes": OPT_COUNT, "peak_rss_bytes": OPT_COUNT},
-        },
+        "memory": MEMORY,
+        # run --shapes: the program at points of its dynamic range.
+        "shapes": {"type": "array", "items": SHAPE_POINT},
         "verdict": {"$ref": "#/$defs/verdict"},
         "host_check": nullable(
             "object",
@@ -236,6 +235,7 @@ RESULT_SCHEMA: Schema = {
         "profile": PROFILE,
         "profile_event": PROFILE_EVENT,
         "attempt": ATTEMPT,
+        **MEMORY_DEFS,
     },
 }
 
@@ -309,12 +309,15 @@ def validate_result(doc: Any) -> None:
     """Raise UsageError naming the first bad key when `doc` is not a valid
     etdeploy.result/1 document."""
     _validate(doc, RESULT_SCHEMA, RESULT_SCHEMA_ID)
+    check_account(doc, RESULT_SCHEMA_ID)
 
 
 def validate_farm(doc: Any) -> None:
     """Raise UsageError naming the first bad key when `doc` is not a valid
     etdeploy.farm/1 document, including a summary that disagrees with its results."""
     _validate(doc, FARM_SCHEMA, FARM_SCHEMA_ID)
+    for result in doc["results"]:
+        check_account(result, FARM_SCHEMA_ID)
     expected = summarize([RunResult.from_json(result) for result in doc["results"]])
     for key in ("passed", "failed", "errors", "infrastructure_errors", "total"):
         if key in doc["summary"] and doc["summary"][key] != expected[key]:

@@ -26,6 +26,7 @@ from etdeploy.cli import app
 from etdeploy.devices.transfer import PARTIAL_MARKER
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import write_config
+from tests.support.memory import assert_account
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +75,8 @@ def test_digits_runs_on_the_phone_and_a_second_run_sends_nothing(
     assert result["device"]["serial"] == bed.serial("pixel")
     assert result["latency_ms"]["n"] == 3
     assert result["deploy"]["bytes_sent"] > 1 * MiB  # the runner, its libraries, the .pte, inputs
+    # The runner measured itself on the phone: the same account as on this machine.
+    assert_account(result, unexplained_within=0.05)
 
     second = run(
         "digits", "--device", "pixel8", "--config", config, "-n", "3", "--json", tmp_path / "2.json"

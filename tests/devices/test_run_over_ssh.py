@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from etdeploy.cli import app
 from etdeploy.devices.transfer import PARTIAL_MARKER
 from tests.support.device_config import ssh_table, write_config
+from tests.support.memory import assert_account
 from tests.support.sshd import CuttingProxy, SshServer
 
 pytestmark = pytest.mark.slow
@@ -39,6 +40,8 @@ def test_digits_runs_over_ssh_and_a_second_run_sends_nothing(
     assert result["status"] == "passed"
     assert result["device"]["transport"] == "ssh" and result["device"]["os"] == "linux"
     assert result["deploy"]["bytes_sent"] > 0 and result["latency_ms"]["n"] == 3
+    # The runner measured itself on the host it was sent to.
+    assert_account(result, unexplained_within=0.05)
 
     second = run(
         "digits", "--device", "mac", "--config", config, "-n", "1", "--json", tmp_path / "2.json"

@@ -160,3 +160,43 @@ def test_the_skipped_cells_are_the_ones_the_builder_refuses() -> None:
             assert refused == (cannot_run(backend, quant, "local", config) is not None), (
                 backend, quant, raised.value.message,
             )  # fmt: skip
+
+
+def test_memory_limits_come_from_the_job_then_its_device_then_run(tmp_path: Path) -> None:
+    adb = ('[devices.pixel8]\ntransport = "adb"\nserial = "X"\nmax_memory = "300MB"\n'
+           '[run]\nmax_memory = "1GB"\n')  # fmt: skip
+    spec = load_farm_spec(write_spec(tmp_path / "n.toml", {
+        "models": ["digits"], "devices": ["local", "pixel8"], "memory_growth": 0.25,
+        "shapes": ["min,max"],
+    }, jobs=[{"model": "digits", "device": "local", "backend": "portable", "max_memory": "64MiB"}],
+        extra=adb))  # fmt: skip
+    limits = {
+        j.key: (j.run_job().max_memory_bytes, j.run_job().max_memory_source) for j in spec.jobs
+    }
+    assert limits == {
+        "digits|xnnpack|none|local": (1_000_000_000, "n.toml: run.max_memory"),
+        "digits|xnnpack|none|pixel8": (300_000_000, "n.toml: devices.pixel8.max_memory"),
+        "digits|portable|none|local": (64 << 20, "n.toml: farm.job[0].max_memory"),
+    }
+    assert spec.memory_growth == 0.25
+    assert spec.jobs[0].run_job().shapes == ("min,max",)
+
+
+@pytest.mark.parametrize(
+    ("farm_table", "extra", "named"),
+    [
+        ({"max_memory": "heaps"}, "", "farm.models[0].max_memory: cannot read 'heaps'"),
+        ({}, '[devices.box]\ntransport = "local"\nmax_memory = "heaps"\n',
+         "devices.box.max_memory: cannot read 'heaps'"),
+        ({"memory_growth": -0.1}, "", "farm.memory_growth"),
+        ({"shapes": ["tiny"]}, "", "cannot read the point 'tiny'"),
+    ],
+)  # fmt: skip
+def test_a_bad_memory_setting_is_exit_2_and_names_the_key(
+    tmp_path: Path, farm_table: dict[str, Any], extra: str, named: str
+) -> None:
+    table = {"models": ["digits"], "devices": ["box" if extra else "local"], **farm_table}
+    path = write_spec(tmp_path / "bad.toml", table, extra=extra)
+    done = farm(path, "--out", tmp_path / "out")
+    assert done.exit_code == 2, done.output
+    assert named in done.output and "hint:" in done.output and "Traceback" not in done.output

@@ -32,3 +32,9 @@ def passed_int8() -> Doc:
 def passed_two_io() -> Doc:
     """two_io.py:build[xnnpack]: two outputs, judged by allclose."""
     return load_farm_sample("passed_two_io_xnnpack")
+
+
+@pytest.fixture
+def passed_memory() -> Doc:
+    """two_io.py:dynamic_mlp with its memory account, a limit and three --shapes points."""
+    return load_sample("passed_memory_shapes")

@@ -1,5 +1,6 @@
 """`digits_ensemble`: about 256 MB of real float weights, for the warm-run benchmark and the
-multi-GB-class tests (issue 20).
+multi-GB-class tests (issue 20); `embedder`: the same copies as a 256 MB embedding model, for
+the memory benchmark (issue 26).
 
 The weights are fifteen copies of one trained network, not random numbers: the MLP of
 tests/sizecheck/weights.py (64 -> 2048 -> 2048 -> 10, 4.35 M parameters, 17.4 MB), trained
@@ -80,16 +81,21 @@ def _trained(weights: Any) -> tuple[list[Any], Path]:
     return params, samples
 
 
-def build() -> Any:
+def _copies() -> tuple[Any, list[list[Any]], Path]:
     import numpy as np
-    import torch
-
-    from etdeploy.model import ModelSpec
 
     weights = _weights_module()
     params, samples = _trained(weights)
     rng = np.random.default_rng(SEED)
-    copies = [params] + [weights.permuted(params, rng) for _ in range(COPIES - 1)]
+    return weights, [params] + [weights.permuted(params, rng) for _ in range(COPIES - 1)], samples
+
+
+def build() -> Any:
+    import torch
+
+    from etdeploy.model import ModelSpec
+
+    weights, copies, samples = _copies()
 
     class DigitsEnsemble(torch.nn.Module):
         """COPIES permuted copies of the trained MLP; their logits averaged."""
@@ -109,5 +115,34 @@ def build() -> Any:
         input_names=["image"],
         output_names=["logits"],
         output_kinds={"logits": "classifier"},
+        samples=[samples],
+    )
+
+
+def embedder() -> Any:
+    """The copies' last hidden layers (2048 features each, after the ReLU) side by side:
+    a 30720-wide embedding of a digit through 260 MB of trained weights (the output layers
+    are not used, so export drops them). Judged by cosine, as an embedding."""
+    import torch
+
+    from etdeploy.model import ModelSpec
+
+    weights, copies, samples = _copies()
+
+    class DigitsEmbedder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.copies = torch.nn.ModuleList(weights.load_into(c)[:4] for c in copies)
+
+        def forward(self, image: torch.Tensor) -> torch.Tensor:
+            return torch.cat([features(image) for features in self.copies], dim=1)
+
+    return ModelSpec(
+        module=DigitsEmbedder().eval(),
+        example_inputs=(torch.zeros(1, 64),),
+        name="digits_embedder",
+        input_names=["image"],
+        output_names=["embedding"],
+        output_kinds={"embedding": "embedding"},
         samples=[samples],
     )

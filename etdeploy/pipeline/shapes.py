@@ -1,0 +1,242 @@
+"""--shapes: a dynamic program run at points of its range, besides the samples' own
+shapes, each judged for parity and measured for memory.
+
+ExecuTorch plans a dynamic program's memory for the upper bound of each dynamic
+dim, and a kernel can be right at the bound and wrong below it (upstream's
+executor_runner took `--input_shapes` for exactly that); so a point is run as a
+run of its own: load, first execution, steady state, every sample.
+
+A point (`--shapes min,mid,max`, `--shapes 1,8,16`):
+  - `min`, `mid`, `max`: every dynamic dim at its lower bound, its middle, its
+    upper bound (as exported: the manifest's ranges);
+  - `N`: every dynamic dim at N;
+  - `INPUT:DIM=N` (several joined by `+`): those dims at those sizes, the other
+    dynamic dims at their upper bound.
+At a point every sample is cut to its first N entries along each dynamic dim, or
+repeated cyclically up to N: the real values, never noise. The reference is the
+eager model at those shapes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from etdeploy.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from etdeploy.devices.base import ProgressCallback
+    from etdeploy.pipeline.build import Program
+    from etdeploy.pipeline.deploy import Target
+    from etdeploy.pipeline.job import RunJob, StatusCallback
+    from etdeploy.pipeline.stage import Staged
+    from etdeploy.report.result_shapes import ShapePoint
+
+_NAMED = ("min", "mid", "max")
+_DIM = re.compile(r"^(?P<input>[^:=+]+):(?P<dim>\d+)=(?P<size>\d+)$")
+_HINT = "points are min, mid, max, a size (8), or INPUT:DIM=SIZE (x:0=8), comma-separated"
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """A point as written: a named one, a size for every dynamic dim, or sizes of
+    named dims."""
+
+    text: str
+    named: str | None = None
+    size: int | None = None
+    dims: tuple[tuple[str, int, int], ...] = ()  # (input, dim, size)
+
+
+@dataclass(frozen=True)
+class DynamicDim:
+    input: int
+    name: str
+    dim: int
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class Point:
+    """A point resolved against the program: the size of each dynamic dim."""
+
+    label: str
+    sizes: tuple[tuple[DynamicDim, int], ...]
+
+
+def parse_points(texts: Sequence[str]) -> tuple[PointSpec, ...]:
+    """--shapes values (each may hold several points, comma-separated); a malformed
+    one is a UsageError (exit 2)."""
+    points: list[PointSpec] = []
+    for text in (part.strip() for item in texts for part in item.split(",")):
+        if not text:
+            raise UsageError("--shapes has an empty point", _HINT)
+        if text in _NAMED:
+            points.append(PointSpec(text, named=text))
+        elif text.isdigit():
+            points.append(PointSpec(text, size=int(text)))
+        else:
+            dims = []
+            for part in text.split("+"):
+                match = _DIM.match(part.strip())
+                if match is None:
+                    raise UsageError(f"--shapes: cannot read the point {text!r}", _HINT)
+                dims.append((match["input"], int(match["dim"]), int(match["size"])))
+            points.append(PointSpec(text, dims=tuple(dims)))
+    return tuple(points)
+
+
+def dynamic_dims(program: Program) -> list[DynamicDim]:
+    """Every dynamic dim of the method's inputs with its exported range."""
+    found = []
+    for index, value in enumerate(program.inputs):
+        for dim, bounds in sorted(value.dynamic.items(), key=lambda item: int(item[0])):
+            low, high = int(bounds[0]), int(bounds[1])
+            found.append(DynamicDim(index, value.name, int(dim), low, high))
+    return found
+
+
+def resolve_points(specs: Sequence[PointSpec], program: Program) -> tuple[Point, ...]:
+    """Each point as sizes of the program's dynamic dims. A point outside a dim's
+    range, a dim that is not dynamic, or a program with none: UsageError (exit 2),
+    before anything runs."""
+    dims = dynamic_dims(program)
+    if not dims:
+        raise UsageError(
+            f"--shapes: {program.pte.name} has no dynamic dims recorded (its {program.method} "
+            "takes fixed shapes)",
+            "build the model with dynamic dims (--dynamic x:0=1..16, or ModelSpec.dynamic), "
+            "or drop --shapes",
+        )
+    ranges = ", ".join(f"{d.name}:{d.dim}={d.low}..{d.high}" for d in dims)
+    points = []
+    for spec in specs:
+        sizes: dict[DynamicDim, int] = {}
+        for d in dims:
+            if spec.named is not None:
+                sizes[d] = {"min": d.low, "mid": (d.low + d.high) // 2, "max": d.high}[spec.named]
+            else:
+                sizes[d] = spec.size if spec.size is not None else d.high
+        for name, dim, size in spec.dims:
+            wanted = next((d for d in dims if d.name == name and d.dim == dim), None)
+            if wanted is None:
+                raise UsageError(
+                    f"--shapes {spec.text}: {name}:{dim} is not a dynamic dim of {program.pte.name}",
+                    f"its dynamic dims are {ranges}",
+                )
+            sizes[wanted] = size
+        for d, size in sizes.items():
+            if not d.low <= size <= d.high:
+                raise UsageError(
+                    f"--shapes {spec.text}: {d.name}:{d.dim}={size} is outside the exported range "
+                    f"{d.low}..{d.high}",
+                    f"give points within {ranges} (min, mid and max name its ends and middle)",
+                )
+        points.append(Point(spec.text, tuple(sizes.items())))
+    return tuple(points)
+
+
+def check_points(job: RunJob, program: Program) -> tuple[Point, ...]:
+    """The job's points against the built program (exit 2 before anything runs)."""
+    return resolve_points(parse_points(job.shapes), program) if job.shapes else ()
+
+
+def samples_at(
+    point: Point, samples: Sequence[tuple[np.ndarray, ...]]
+) -> tuple[tuple[np.ndarray, ...], ...]:
+    """Every sample at the point: cut, or repeated cyclically, along each dynamic dim."""
+    import numpy as np
+
+    out = []
+    for sample in samples:
+        arrays = list(sample)
+        for d, size in point.sizes:
+            array = arrays[d.input]
+            have = array.shape[d.dim]
+            if have == 0:
+                raise UsageError(
+                    f"--shapes {point.label}: a sample's {d.name} is empty along dim {d.dim}, "
+                    "so it cannot be repeated",
+                    "give samples with at least one entry along each dynamic dim",
+                )
+            arrays[d.input] = np.ascontiguousarray(
+                np.take(array, np.arange(size) % have, axis=d.dim)
+            )
+        out.append(tuple(arrays))
+    return tuple(out)
+
+
+def stage_at(point: Point, job: RunJob, program: Program, staged: Staged) -> Staged:
+    """The staged samples at the point, with the eager (and quantized eager)
+    references at those shapes."""
+    from etdeploy.pipeline.references import eager_reference, quantized_reference
+    from etdeploy.pipeline.stage import Staged, _table
+
+    assert job.model is not None  # RunJob refuses --shapes without MODEL
+    arrays = samples_at(point, staged.samples)
+    references, _ = eager_reference(job.model, list(arrays), use_cache=job.use_cache)
+    quantized = None
+    if program.quantized_program is not None:
+        quantized = _table(
+            quantized_reference(program.quantized_program, list(arrays), use_cache=job.use_cache)
+        )
+    return Staged(
+        sample_names=staged.sample_names,
+        samples=arrays,
+        references=_table(references),
+        reference_kind="eager",
+        on_noise=staged.on_noise,
+        quantized=quantized,
+    )
+
+
+def run_points(
+    job: RunJob,
+    target: Target,
+    program: Program,
+    staged: Staged,
+    *,
+    job_id: str,
+    local_dir: Path,
+    say: StatusCallback,
+    progress: ProgressCallback | None = None,
+) -> tuple[ShapePoint, ...]:
+    """Each point as a run of its own on the device (inputs pushed, runner and program
+    already there), judged and measured. Called with the device locked."""
+    from etdeploy.pipeline.deploy import deploy
+    from etdeploy.pipeline.execute import execute, latency_of
+    from etdeploy.pipeline.memory import memory_of
+    from etdeploy.pipeline.verify import judge
+    from etdeploy.report.result_shapes import ShapePoint
+
+    found = []
+    for index, point in enumerate(check_points(job, program)):
+        say(f"running at shapes {point.label}")
+        at = stage_at(point, job, program, staged)
+        deployed = deploy(target, program, at, job_id, progress)
+        here = local_dir / f"shapes{index}"
+        here.mkdir(parents=True, exist_ok=True)
+        executed = execute(target, deployed, program, at, job, here)
+        verdict = judge(job, program, at, executed.outputs).verdict
+        worst = verdict.worst
+        found.append(
+            ShapePoint(
+                point=point.label,
+                shapes=tuple(tuple(int(d) for d in a.shape) for a in at.samples[0]),
+                passed=verdict.passed,
+                reason=verdict.reason,
+                samples=len(at.samples),
+                worst_max_abs=worst.max_abs if worst is not None else None,
+                worst_sqnr_db=worst.sqnr_db if worst is not None else None,
+                latency_median_ms=latency_of(executed.load_ms, executed.iterations_ms).median,
+                load_ms=executed.load_ms,
+                memory=memory_of(program, executed),
+            )
+        )
+    return tuple(found)
