@@ -47,6 +47,13 @@ LOCALIZE_PANEL = "Localization"
 # The etdeploy.toml tables run settings live in.
 SECTIONS = ("build", "run", "verify")
 
+# What a job bundle (etdeploy.bundle) does with a setting, its Option's `scope`:
+# JOB travels in the bundle and applies where it runs (iterations, tolerances...);
+# MACHINE belongs to the machine that runs it (its device, runner, lock) and never
+# travels; BUILD is spent making the bundle (the build, the inputs, the references),
+# so a run of a bundle refuses it as a flag.
+JOB, MACHINE, BUILD = "job", "machine", "build"
+
 
 @dataclass(frozen=True)
 class Option:
@@ -79,6 +86,8 @@ class Option:
     high: float | None = None
     #: A value to show in a hint ("10" for --iterations).
     example: str | None = None
+    #: What a job bundle does with it: JOB, MACHINE or BUILD (see above).
+    scope: str = JOB
 
 
 def setting(default: Any, help: str, **option: Any) -> Any:
@@ -118,45 +127,46 @@ class RunSettings:
 
     device: str = setting(
         "local", "local, a devices.NAME table of etdeploy.toml, a serial, or a model name (pixel8).",
-        flags=("--device", "-d"), metavar="NAME", panel=DEVICE_PANEL, section="run",
+        flags=("--device", "-d"), metavar="NAME", panel=DEVICE_PANEL, section="run", scope=MACHINE,
     )  # fmt: skip
     backend: str = setting(
         "xnnpack", "xnnpack (default), portable, coreml, vulkan.",
-        flags=("--backend", "-b"), metavar="NAME", panel=MODEL_PANEL, section="build",
+        flags=("--backend", "-b"), metavar="NAME", panel=MODEL_PANEL, section="build", scope=BUILD,
     )  # fmt: skip
     quantize: str | None = setting(
         None, "int8 (calibrated on real samples) or int8-dynamic.",
-        flags=("--quantize",), metavar="MODE", panel=MODEL_PANEL, section="build",
+        flags=("--quantize",), metavar="MODE", panel=MODEL_PANEL, section="build", scope=BUILD,
     )  # fmt: skip
     calibration: tuple[str, ...] = setting(
         (), "Real calibration samples for int8: files, dirs or globs.",
         flags=("--calibration",), metavar="PATH", panel=MODEL_PANEL, section="build", farm=True,
-        path=True,
+        path=True, scope=BUILD,
     )  # fmt: skip
     dynamic: tuple[str, ...] = setting(
         (), "A dynamic dim, e.g. x:0=1..16.",
         flags=("--dynamic",), metavar="INPUT:DIM=MIN..MAX", panel=MODEL_PANEL, section="build",
-        farm=True,
+        farm=True, scope=BUILD,
     )  # fmt: skip
     # Program-data separation: like backend and quantize, a build option.
     external_weights: bool = setting(
         False, "Build MODEL with its weights in a .ptd beside the .pte (pushed content-addressed).",
-        flags=("--external-weights",), panel=MODEL_PANEL, section="build", farm=True,
+        flags=("--external-weights",), panel=MODEL_PANEL, section="build", farm=True, scope=BUILD,
     )  # fmt: skip
     inputs: tuple[str, ...] = setting(
         (), "Real samples: .npy .npz .pt .bin .png .jpg files, dirs or globs.",
         flags=("--inputs", "-i"), metavar="PATH", panel=INPUTS_PANEL, section="run", farm=True,
-        path=True,
+        path=True, scope=BUILD,
     )  # fmt: skip
     preprocess: str | None = setting(
         None, "For images: resize=HxW, scale=1/255, mean=a/b/c, std=a/b/c, layout=nchw|nhwc (comma-separated).",
         flags=("--preprocess",), metavar="SPEC", panel=INPUTS_PANEL, section="run", farm=True,
+        scope=BUILD,
     )  # fmt: skip
     # A second reference: executorch's Python runtime on this machine tells a lowering
     # that changed the numerics from a device that differs from the host.
     host_check: bool = setting(
         False, "Also run the .pte in executorch's Python runtime here.",
-        flags=("--host-check",), panel=INPUTS_PANEL, section="run", farm=True,
+        flags=("--host-check",), panel=INPUTS_PANEL, section="run", farm=True, scope=BUILD,
     )  # fmt: skip
     iterations: int = setting(
         10, "Timed executions (default 10).",
@@ -224,7 +234,7 @@ class RunSettings:
     runner: Path | None = setting(
         None, "A runner bundle dir, or an executor_runner binary (upstream's works).",
         flags=("--runner",), metavar="PATH", panel=DEVICE_PANEL, section="run", farm=True,
-        path=True,
+        path=True, scope=MACHINE,
     )  # fmt: skip
     cpu_threads: int | None = setting(
         None, "The runner's thread pool size (default: the performant cores).",
@@ -233,36 +243,37 @@ class RunSettings:
     lock_timeout_s: float = setting(
         600.0, "Seconds to wait for a device another job holds (default 600).",
         flags=("--lock-timeout",), metavar="SECONDS", panel=DEVICE_PANEL, section="run",
-        low=0, example="600",
+        low=0, example="600", scope=MACHINE,
     )  # fmt: skip
     keep: bool = setting(
         False, "Keep the job's directory on the device.",
-        flags=("--keep",), panel=DEVICE_PANEL, section="run",
+        flags=("--keep",), panel=DEVICE_PANEL, section="run", scope=MACHINE,
     )  # fmt: skip
     verify_remote: bool = setting(
         False, "Hash every file already on the device instead of trusting its digest records.",
-        flags=("--verify-remote",), panel=DEVICE_PANEL, negatable=False,
+        flags=("--verify-remote",), panel=DEVICE_PANEL, negatable=False, scope=MACHINE,
     )  # fmt: skip
     # run --localize (etdeploy.pipeline.localize): a tapped sibling of the program, run on
     # the same device, names the operator where it departs from eager.
     localize: bool = setting(
         False, "Name the operator where the device starts to depart from eager: a tapped twin of the program runs on the same device.",
-        flags=("--localize",), panel=LOCALIZE_PANEL, section="run", farm=True,
+        flags=("--localize",), panel=LOCALIZE_PANEL, section="run", farm=True, scope=BUILD,
     )  # fmt: skip
     localize_samples: int = setting(
         0, "Localise on N more samples after the most divergent one (default 0).",
         flags=("--localize-samples",), metavar="N", panel=LOCALIZE_PANEL, section="run", farm=True,
-        low=0, example="2",
+        low=0, example="2", scope=BUILD,
     )  # fmt: skip
     localize_budget_bytes: int | None = setting(
         None, "Bytes of tapped values pulled whole (default 64MiB); summaries (min, max, mean, std...) beyond.",
         flags=("--localize-budget",), metavar="SIZE", panel=LOCALIZE_PANEL, section="run",
         key="localize_budget", farm=True, parse=_size, toml=(str, int), low=0, example="64MB",
+        scope=BUILD,
     )  # fmt: skip
     localize_module: str | None = setting(
         None, "Tap only inside this module path, e.g. encoder.layers.3 (globs allowed).",
         flags=("--localize-module",), metavar="PATH", panel=LOCALIZE_PANEL, section="run",
-        farm=True,
+        farm=True, scope=BUILD,
     )  # fmt: skip
 
     def __post_init__(self) -> None:

@@ -2,7 +2,8 @@
 
 A RunJob is a run's settings (etdeploy.settings.RunSettings: flags over etdeploy.toml
 over defaults, each declared once there) plus what one invocation names: the model,
-a --pte built elsewhere, a --reference. Its checks run when it is made, so a bad value
+a --pte built elsewhere, a --reference, or a --bundle that carries all of it
+(etdeploy.bundle: its settings come from the bundle, see etdeploy.bundle.settings). Its checks run when it is made, so a bad value
 fails before anything is built. A farm worker receives it as JSON (to_json/from_json).
 """
 
@@ -19,7 +20,9 @@ from typing import Any
 from etdeploy.config import Config, config_settings
 from etdeploy.errors import UsageError
 from etdeploy.settings import (
+    BUILD,
     INPUTS_PANEL,
+    MACHINE,
     MODEL_PANEL,
     RunSettings,
     from_flags,
@@ -35,34 +38,43 @@ StatusCallback = Callable[[str], None]
 class RunJob(RunSettings):
     """Everything one run needs to know: its settings (etdeploy.settings, declared
     there once) and what one invocation names. `model` may be None only with both
-    `pte` and `reference` (then there is no eager model to compare with)."""
+    `pte` and `reference` (then there is no eager model to compare with), or with a
+    `bundle`, which names its own."""
 
     model: str | None
+    # A job bundle (etdeploy bundle): its program, runners, inputs, references and
+    # settings; nothing is built and neither torch nor executorch is imported.
+    bundle: Path | None = setting(
+        None, "Run a job bundle made by `etdeploy bundle` (program, runners, inputs, references, settings): no build, no torch.",
+        flags=("--bundle",), metavar="DIR", panel=MODEL_PANEL, scope=MACHINE,
+    )  # fmt: skip
     pte: Path | None = setting(
         None, "Run this .pte; MODEL is then only the eager reference.",
-        flags=("--pte",), metavar="PATH", panel=MODEL_PANEL,
+        flags=("--pte",), metavar="PATH", panel=MODEL_PANEL, scope=BUILD,
     )  # fmt: skip
     # None: the .ptd its manifest names beside it.
     data: Path | None = setting(
         None, "The external weights (.ptd) of --pte (default: the one its manifest names).",
-        flags=("--data",), metavar="PTD", panel=MODEL_PANEL,
+        flags=("--data",), metavar="PTD", panel=MODEL_PANEL, scope=BUILD,
     )  # fmt: skip
     use_cache: bool = setting(
         True, "Rebuild the .pte even when cached.",
-        flags=("--no-cache",), panel=MODEL_PANEL, negatable=False, inverted=True,
+        flags=("--no-cache",), panel=MODEL_PANEL, negatable=False, inverted=True, scope=BUILD,
     )  # fmt: skip
     # >0: that many noise samples; the verdict is labelled as such.
     random_inputs: int = setting(
         0, "Verify on N random samples instead (the verdict says so).",
-        flags=("--random",), metavar="N", panel=INPUTS_PANEL, low=0, example="16",
+        flags=("--random",), metavar="N", panel=INPUTS_PANEL, low=0, example="16", scope=BUILD,
     )  # fmt: skip
     reference: Path | None = setting(
         None, "Expected outputs (.npz: s<S>_o<K>) instead of the eager model.",
-        flags=("--reference",), metavar="NPZ", panel=INPUTS_PANEL,
+        flags=("--reference",), metavar="NPZ", panel=INPUTS_PANEL, scope=BUILD,
     )  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.bundle is not None:
+            return  # etdeploy.bundle.settings checked what may go with it
         if self.model is None and (self.pte is None or self.reference is None):
             raise UsageError(
                 "no model given",
@@ -92,10 +104,16 @@ class RunJob(RunSettings):
         cls, model: str | None, config: Config, flags: Mapping[str, Any] | None = None
     ) -> RunJob:
         """The job of `etdeploy run MODEL [flags]`: the flags given over etdeploy.toml
-        over the defaults (etdeploy.settings)."""
+        over the defaults (etdeploy.settings); with --bundle, over the bundle's settings
+        (etdeploy.bundle.settings)."""
+        given = from_flags(flags or {}, cls)
+        if given.get("bundle") is not None:
+            from etdeploy.bundle.settings import bundle_job
+
+            return bundle_job(given["bundle"], model, config_settings(config), given)
         return cls(
             model=model,
-            **layered(config_settings(config), from_flags(flags or {}, cls)),
+            **layered(config_settings(config), given),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -124,7 +142,7 @@ class RunJob(RunSettings):
         return cls(**values)
 
 
-_PATH_FIELDS = ("pte", "data", "reference", "runner")
+_PATH_FIELDS = ("bundle", "pte", "data", "reference", "runner")
 
 
 def new_job_id() -> str:

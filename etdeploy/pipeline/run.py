@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from etdeploy.config import Config
 from etdeploy.devices.base import Device, ProgressCallback
@@ -52,6 +54,10 @@ from etdeploy.report.result import (
     RunnerInfo,
     RunResult,
 )
+from etdeploy.runner_build import RunnerBundle
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -93,22 +99,10 @@ def run_job(
     started = time.time()
     job_id = job_id or new_job_id()
 
-    say(f"building {job.label}")
-    program = build_program(job, say)
-    if job.localize:
-        from etdeploy.pipeline.localize import check_localizable
-
-        check_localizable(job, program)  # bad input fails before anything runs
-    say("staging inputs and the reference")
-    staged = stage(job, program)
-    host_outputs = (
-        host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
-        if job.host_check
-        else None
-    )
+    program, staged, host_outputs, carried = _prepared(job, say)
     # --verify-remote: hash what the device holds instead of trusting its records.
     device.verify_remote = job.verify_remote
-    target = target_for(job, device, say)
+    target = target_for(job, device, say, carried)
     say(f"checking that the runner for {target.info.name} can run the program")
     checked = preflight(device, target.bundle, program.pte, program.manifest, status=say)
     deployed, executed, lock, etdump = _on_device(job, job_id, target, program, staged, context)
@@ -133,6 +127,34 @@ def run_job(
             lock, etdump, profile, localization, warnings,
         )
     )  # fmt: skip
+
+
+def _prepared(
+    job: RunJob, say: StatusCallback
+) -> tuple[Program, Staged, Sequence[Sequence[np.ndarray]] | None, tuple[RunnerBundle, ...]]:
+    """build and stage: the program, the samples and their references (and the host
+    runtime's outputs with --host-check), built and computed here, or read from a job
+    bundle with the runners it carries (etdeploy.bundle: no torch)."""
+    if job.bundle is not None:
+        from etdeploy.bundle.load import open_bundle, prepare
+
+        say(f"reading the job bundle {job.bundle}")
+        ready = prepare(open_bundle(job.bundle))
+        return ready.program, ready.staged, ready.host_outputs, ready.runners
+    say(f"building {job.label}")
+    program = build_program(job, say)
+    if job.localize:
+        from etdeploy.pipeline.localize import check_localizable
+
+        check_localizable(job, program)  # bad input fails before anything runs
+    say("staging inputs and the reference")
+    staged = stage(job, program)
+    host_outputs = (
+        host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
+        if job.host_check
+        else None
+    )
+    return program, staged, host_outputs, ()
 
 
 def _on_device(
