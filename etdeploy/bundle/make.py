@@ -57,9 +57,13 @@ class MadeBundle:
 
 
 def make_bundle(
-    job: RunJob, out: Path, abis: Sequence[str] = ("host",), status: Say | None = None
+    job: RunJob,
+    out: Path,
+    runners: Sequence[RunnerBundle] | None = None,
+    status: Say | None = None,
 ) -> MadeBundle:
-    """Build and stage `job`, get a runner per ABI, and write the bundle to `out`."""
+    """Build and stage `job` and write it to `out` with `runners` (default: the host
+    build; `runners_for(abis)` gives runner_build's bundle for each ABI)."""
     from etdeploy.extras import require_build_extra
     from etdeploy.pipeline.build import build_program
     from etdeploy.pipeline.references import host_runtime_outputs
@@ -81,7 +85,8 @@ def make_bundle(
     if job.host_check:
         say("running the program in executorch's Python runtime")
         host = host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
-    runners = _runners(abis, say)
+    if runners is None:
+        runners = runners_for(("host",), say)
     out = Path(out)
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
@@ -152,10 +157,12 @@ def _check_target(out: Path) -> None:
         )
 
 
-def _runners(abis: Sequence[str], say: Say) -> list[RunnerBundle]:
-    """runner_build's bundle for each ABI, each distinct bundle once."""
+def runners_for(abis: Sequence[str], say: Say | None = None) -> list[RunnerBundle]:
+    """runner_build's bundle for each ABI (built if its cache lacks it), each distinct
+    bundle once."""
     from etdeploy.runner_build import ensure_runner
 
+    say = say or (lambda _text: None)
     found: dict[str, RunnerBundle] = {}
     for abi in dict.fromkeys(abis or ("host",)):
         say(f"preparing the runner for {abi}")

@@ -64,7 +64,21 @@ def bundle_job(
         for name, value in machine_values.items()
         if name in entries and entries[name].option.scope == MACHINE
     }
-    return RunJob(model=manifest.model, **layered(machine, travelled, flags))
+    where = {"bundle": Path(path)}
+    return RunJob(model=manifest.model, **layered(machine, travelled, flags, where))
+
+
+def farm_bundle_job(path: Path, device: str, settings: Mapping[str, Any]) -> RunJob:
+    """The RunJob of a farm job that names a bundle (etdeploy.farm.spec): the spec's
+    job settings act as flags would, except those spent on making a bundle, which a
+    spec's [farm] or [run] may set for its other jobs."""
+    entries = {entry.name: entry for entry in declared(RunJob)}
+    given = {
+        name: value
+        for name, value in settings.items()
+        if name != "bundle" and name in entries and entries[name].option.scope != BUILD
+    }
+    return bundle_job(path, None, {}, {**given, "device": device})
 
 
 def _flag(entry: Declared) -> str:

@@ -54,7 +54,7 @@ def bundle_command(
     host runtime's with --host-check), the job's settings and a manifest with every
     file's sha256. Needs the build extra (pip install 'etdeploy[build]').
     """
-    from etdeploy.bundle.make import make_bundle
+    from etdeploy.bundle.make import make_bundle, runners_for
     from etdeploy.cli._feedback import Feedback
     from etdeploy.config import config_settings, load_config
     from etdeploy.settings import from_flags, layered
@@ -64,7 +64,8 @@ def bundle_command(
         model=model, **layered(config_settings(config), from_flags(settings or {}, RunJob))
     )
     with Feedback() as feedback:
-        made = make_bundle(job, output, abis=abi or ("host",), status=feedback.status)
+        runners = runners_for(abi or ("host",), feedback.status)
+        made = make_bundle(job, output, runners, status=feedback.status)
     from etdeploy.units import format_bytes
 
     manifest = made.manifest

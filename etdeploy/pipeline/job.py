@@ -2,8 +2,9 @@
 
 A RunJob is a run's settings (etdeploy.settings.RunSettings: flags over etdeploy.toml
 over defaults, each declared once there) plus what one invocation names: the model,
-a --pte built elsewhere, a --reference, or a --bundle that carries all of it
-(etdeploy.bundle: its settings come from the bundle, see etdeploy.bundle.settings). Its checks run when it is made, so a bad value
+a --pte built elsewhere, a --reference, or a --bundle that carries all of it (its
+settings come from the bundle: etdeploy.bundle.settings). Its checks run when it is
+made, so a bad value
 fails before anything is built. A farm worker receives it as JSON (to_json/from_json).
 """
 

@@ -3,20 +3,13 @@ executorch, and still `etdeploy --help`, `sizecheck` and `run --bundle` of a dig
 bundle made in the full environment pass, on this machine and on the loopback phone
 behind the real adb server, with the verdict `etdeploy run digits` reaches.
 
-One venv per session. pip installs it offline from a wheelhouse of the base
-dependencies that `pip download` fills once per checkout (the pytest cache), so only
-a fresh machine pays the download; etdeploy itself is built from a copy of this
-tree by `pip install SRC`, as a user's `pip install .` builds it.
+The venv is the session's `base_venv` (tests/support/base_install.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,76 +18,17 @@ import pytest
 from typer.testing import CliRunner
 
 from etdeploy.cli import app
-from tests.conftest import REPO
 from tests.support.adb_server import adb_testbed
+from tests.support.base_install import base_environ
 from tests.support.device_config import write_config
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10
-    import tomli as tomllib
-
 pytestmark = pytest.mark.slow
-
-# What building etdeploy from source needs (pyproject.toml's [build-system]).
-_BUILD_BACKEND = ("setuptools>=68",)
-
-
-def _base_requirements() -> list[str]:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    return [*project["project"]["dependencies"], *_BUILD_BACKEND]
-
-
-def _wheelhouse(cache: pytest.Cache) -> Path:
-    """The base dependencies' wheels for this Python, downloaded once per checkout."""
-    requirements = _base_requirements()
-    key = hashlib.sha256(f"{sys.version_info[:2]}{requirements}".encode()).hexdigest()[:16]
-    wheels = cache.mkdir("base-install-wheels") / key
-    if not (wheels / ".complete").is_file():
-        shutil.rmtree(wheels, ignore_errors=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-             "--dest", str(wheels), *requirements],
-            check=True, timeout=600,
-        )  # fmt: skip
-        (wheels / ".complete").touch()
-    return wheels
-
-
-def _environ(**extra: str) -> dict[str, str]:
-    """This environment without what would let the venv see the full one's packages
-    or this checkout's sources (PYTHONPATH), or a user's adb server."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("ANDROID_")
-    }
-    return {**env, **extra}
-
-
-@pytest.fixture(scope="session")
-def base_venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
-    wheels = _wheelhouse(request.config.cache)
-    root = tmp_path_factory.mktemp("base-install")
-    source = root / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(REPO / "etdeploy", source / "etdeploy", ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
-         "--find-links", str(wheels), str(source)],
-        check=True, timeout=600, env=_environ(),
-    )  # fmt: skip
-    return venv
 
 
 def in_venv(venv: Path, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(venv / "bin" / "etdeploy"), *map(str, args)],
-        cwd=cwd, env=_environ(), capture_output=True, text=True, timeout=600,
+        cwd=cwd, env=base_environ(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
 
@@ -111,7 +45,7 @@ def test_the_base_install_has_neither_torch_nor_executorch(base_venv: Path, tmp_
         [str(base_venv / "bin" / "python"), "-c",
          "import importlib.util as u, etdeploy; "
          "print(u.find_spec('torch'), u.find_spec('executorch'), etdeploy.__file__)"],
-        cwd=tmp_path, env=_environ(), capture_output=True, text=True, check=True,
+        cwd=tmp_path, env=base_environ(), capture_output=True, text=True, check=True,
     )  # fmt: skip
     missing_torch, missing_executorch, where = probe.stdout.split()
     assert (missing_torch, missing_executorch) == ("None", "None")

@@ -16,8 +16,8 @@ from etdeploy.bundle.load import carried_runner, open_bundle, prepare
 from etdeploy.cli import app
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import UsageError
-from tests.bundle.conftest import copy_bundle, rewrite_table
 from tests.cli.conftest import assert_one_line_error, etdeploy
+from tests.support.bundles import copy_bundle, rewrite_table
 
 pytestmark = pytest.mark.slow
 
