@@ -5,7 +5,6 @@ pairing doctor checks; constraints.txt pins the pair `make setup` installs."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from packaging.requirements import Requirement
 
 from etdeploy.doctor.environment import TESTED_PAIR, TORCH_SERIES_FOR_EXECUTORCH
 from tests.conftest import REPO
+from tests.support.base_install import copy_source
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,10 +76,7 @@ def test_make_setup_pins_the_tested_pair_which_the_ranges_admit() -> None:
 def test_installing_the_build_extra_keeps_the_torch_already_installed(tmp_path: Path) -> None:
     """pip resolving `.[build]` here, where torch and executorch are installed, plans to
     install etdeploy alone: a torch in the range is kept, never replaced."""
-    source = tmp_path / "src"
-    shutil.copytree(REPO / "etdeploy", source / "etdeploy")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
+    source = copy_source(tmp_path / "src")
     report = tmp_path / "report.json"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--no-build-isolation",

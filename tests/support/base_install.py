@@ -51,6 +51,17 @@ def _wheelhouse(cache: pytest.Cache) -> Path:
     return wheels
 
 
+def copy_source(to: Path) -> Path:
+    """What `pip install .` of this checkout builds from (the package, pyproject.toml
+    and the README it names), copied so the build writes nothing into the checkout."""
+    shutil.copytree(
+        REPO / "etdeploy", to / "etdeploy", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, to / name)
+    return to
+
+
 def base_environ(**extra: str) -> dict[str, str]:
     """This environment without what would let the venv see the full one's packages
     or this checkout's sources (PYTHONPATH), or a user's adb server."""
@@ -66,11 +77,7 @@ def base_environ(**extra: str) -> dict[str, str]:
 def base_venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     wheels = _wheelhouse(request.config.cache)
     root = tmp_path_factory.mktemp("base-install")
-    source = root / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(REPO / "etdeploy", source / "etdeploy", ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, source / name)
+    source = copy_source(root / "src")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     subprocess.run(
