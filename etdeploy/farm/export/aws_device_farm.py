@@ -66,6 +66,7 @@ from typing import Any
 from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.farm.export import toml_text
 from etdeploy.farm.spec import FarmJob, FarmSpec, load_farm_spec
+from etdeploy.runner_build import RunnerBundle
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -151,7 +152,7 @@ def export_aws_device_farm(spec_path: Path, out_dir: Path, device: str | None = 
     return Export(out_dir, name, jobs, test_spec, archive, package, package_spec, bundles)
 
 
-def _bundle_job(job: FarmJob, target: Path, runner: Any) -> None:
+def _bundle_job(job: FarmJob, target: Path, runner: RunnerBundle) -> None:
     """The job as a bundle carrying the device's runner; a job that is a bundle
     already is copied as it is."""
     from etdeploy.bundle.make import make_bundle
