@@ -119,3 +119,20 @@ def test_a_device_gets_the_carried_runner_of_its_abi_or_a_clear_refusal(
     phone = DeviceInfo(name="pixel8", transport="adb", serial="", os="android", abi="arm64-v8a")
     with pytest.raises(UsageError, match=r"no runner for pixel8 \(android arm64-v8a\).*x86_64"):
         carried_runner(runners, phone)
+
+
+def test_an_int8_bundle_carries_the_quantized_reference_and_keeps_both_budget_stages(
+    tmp_path: Path,
+) -> None:
+    """The quantized eager outputs, which a run computes with torch from the converted
+    program, travel as a table: the run of the bundle judges both stages of the budget."""
+    made = etdeploy("bundle", "digits", "--quantize", "int8", "-o", tmp_path / "job", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "job" / "references" / "quantized.npz").is_file()
+    full = run("digits", "--quantize", "int8", "--json", tmp_path / "full.json")
+    assert full.exit_code == 0, full.output
+    bundled = run("--bundle", tmp_path / "job", "--json", tmp_path / "bundle.json")
+    assert bundled.exit_code == 0, bundled.output
+    a, b = result(tmp_path / "full.json"), result(tmp_path / "bundle.json")
+    assert [s["stage"] for s in b["verdict"]["budget"]] == ["quantization", "device"]
+    assert b["verdict"] == a["verdict"] and b["artifact"]["quantization"] == "int8"
