@@ -10,10 +10,12 @@ STAMP := $(VENV)/.etdeploy-installed
 setup: $(STAMP) system-packages
 
 # Re-install when the package definition changes; otherwise this is a no-op.
-$(STAMP): pyproject.toml
+# The build extra (torch, executorch, what compiles runners) with the pair pinned by
+# constraints.txt, and the test tools; `pip install .` alone is the torch-free base.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[build,test,docs]'
 	$(BIN)/python -c 'import torch, executorch' # fail here, not in the first test
 	touch $(STAMP)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from etdeploy.errors import InputError
+from etdeploy.errors import EtdeployError, InputError
 
 ARRAY_SUFFIXES = (".npy", ".npz", ".pt")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -180,6 +180,9 @@ def load_array_sample(path: Path, input_names: Sequence[str]) -> Sample:
                 else:
                     arrays = tuple(archive[k] for k in keys)
         elif suffix == ".pt":
+            from etdeploy.extras import require_build_extra
+
+            require_build_extra(f"reading {path.name} (a torch.save file)")
             import torch
 
             loaded = torch.load(path, weights_only=True)
@@ -193,8 +196,8 @@ def load_array_sample(path: Path, input_names: Sequence[str]) -> Sample:
             raise InputError(
                 f"cannot read inputs from {path.name}", f"use {', '.join(SAMPLE_SUFFIXES)}"
             )
-    except InputError:
-        raise
+    except EtdeployError:
+        raise  # ours already says what is wrong (a bad file, no torch for a .pt)
     except Exception as exc:
         raise InputError(f"cannot read {path}: {exc}", "is it a valid .npy/.npz/.pt file?") from exc
     return Sample(path.stem, arrays)

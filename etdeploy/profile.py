@@ -29,6 +29,9 @@ def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> d
     instances' medians summed: one execution's time in that operator) and share.
     """
     from etdeploy.builder.logs import captured_library_output
+    from etdeploy.extras import require_build_extra
+
+    require_build_extra("reading the ETDump (--profile)")
 
     # The Inspector prints progress and pandas chatter, and warns about every
     # kwarg and buffer it cannot map (16 UserWarnings for digits): the core never

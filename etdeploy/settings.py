@@ -48,6 +48,13 @@ ACCURACY_PANEL = "Task accuracy"
 # The etdeploy.toml tables run settings live in.
 SECTIONS = ("build", "run", "verify")
 
+# What a job bundle (etdeploy.bundle) does with a setting, its Option's `scope`:
+# JOB travels in the bundle and applies where it runs (iterations, tolerances...);
+# MACHINE belongs to the machine that runs it (its device, runner, lock) and never
+# travels; BUILD is spent making the bundle (the build, the inputs, the references),
+# so a run of a bundle refuses it as a flag.
+JOB, MACHINE, BUILD = "job", "machine", "build"
+
 
 @dataclass(frozen=True)
 class Option:
@@ -80,6 +87,8 @@ class Option:
     high: float | None = None
     #: A value to show in a hint ("10" for --iterations).
     example: str | None = None
+    #: What a job bundle does with it: JOB, MACHINE or BUILD (see above).
+    scope: str = JOB
 
 
 def setting(default: Any, help: str, **option: Any) -> Any:
@@ -125,45 +134,46 @@ class RunSettings:
 
     device: str = setting(
         "local", "local, a devices.NAME table of etdeploy.toml, a serial, or a model name (pixel8).",
-        flags=("--device", "-d"), metavar="NAME", panel=DEVICE_PANEL, section="run",
+        flags=("--device", "-d"), metavar="NAME", panel=DEVICE_PANEL, section="run", scope=MACHINE,
     )  # fmt: skip
     backend: str = setting(
         "xnnpack", "xnnpack (default), portable, coreml, vulkan.",
-        flags=("--backend", "-b"), metavar="NAME", panel=MODEL_PANEL, section="build",
+        flags=("--backend", "-b"), metavar="NAME", panel=MODEL_PANEL, section="build", scope=BUILD,
     )  # fmt: skip
     quantize: str | None = setting(
         None, "int8 (calibrated on real samples) or int8-dynamic.",
-        flags=("--quantize",), metavar="MODE", panel=MODEL_PANEL, section="build",
+        flags=("--quantize",), metavar="MODE", panel=MODEL_PANEL, section="build", scope=BUILD,
     )  # fmt: skip
     calibration: tuple[str, ...] = setting(
         (), "Real calibration samples for int8: files, dirs or globs.",
         flags=("--calibration",), metavar="PATH", panel=MODEL_PANEL, section="build", farm=True,
-        path=True,
+        path=True, scope=BUILD,
     )  # fmt: skip
     dynamic: tuple[str, ...] = setting(
         (), "A dynamic dim, e.g. x:0=1..16.",
         flags=("--dynamic",), metavar="INPUT:DIM=MIN..MAX", panel=MODEL_PANEL, section="build",
-        farm=True,
+        farm=True, scope=BUILD,
     )  # fmt: skip
     # Program-data separation: like backend and quantize, a build option.
     external_weights: bool = setting(
         False, "Build MODEL with its weights in a .ptd beside the .pte (pushed content-addressed).",
-        flags=("--external-weights",), panel=MODEL_PANEL, section="build", farm=True,
+        flags=("--external-weights",), panel=MODEL_PANEL, section="build", farm=True, scope=BUILD,
     )  # fmt: skip
     inputs: tuple[str, ...] = setting(
         (), "Real samples: .npy .npz .pt .bin .png .jpg files, dirs or globs.",
         flags=("--inputs", "-i"), metavar="PATH", panel=INPUTS_PANEL, section="run", farm=True,
-        path=True,
+        path=True, scope=BUILD,
     )  # fmt: skip
     preprocess: str | None = setting(
         None, "For images: resize=HxW, scale=1/255, mean=a/b/c, std=a/b/c, layout=nchw|nhwc (comma-separated).",
         flags=("--preprocess",), metavar="SPEC", panel=INPUTS_PANEL, section="run", farm=True,
+        scope=BUILD,
     )  # fmt: skip
     # A second reference: executorch's Python runtime on this machine tells a lowering
     # that changed the numerics from a device that differs from the host.
     host_check: bool = setting(
         False, "Also run the .pte in executorch's Python runtime here.",
-        flags=("--host-check",), panel=INPUTS_PANEL, section="run", farm=True,
+        flags=("--host-check",), panel=INPUTS_PANEL, section="run", farm=True, scope=BUILD,
     )  # fmt: skip
     iterations: int = setting(
         10, "Timed executions (default 10).",
@@ -235,15 +245,18 @@ class RunSettings:
         flags=("--max-memory",), metavar="SIZE", panel=VERIFY_PANEL, section="run",
         key="max_memory", farm=True, parse=_size, toml=(str, int), above=0, example="300MB",
     )  # fmt: skip
+    # (A bundle's job keeps its limit; a device's own [devices.NAME] max_memory still
+    # lies between a flag and it: RunJob.resolve.)
     shapes: tuple[str, ...] = setting(
         (), "Also run a dynamic program at these points of its range, each judged and measured: min, mid, max, a size (8), or INPUT:DIM=SIZE; comma-separated, e.g. min,mid,max.",
         flags=("--shapes",), metavar="POINTS", panel=VERIFY_PANEL, section="run", farm=True,
+        scope=BUILD,  # each point's eager reference needs the model
     )  # fmt: skip
     # Task accuracy (etdeploy.accuracy): labels with the samples score eager and device.
     labels: Path | None = setting(
         None, "Labels of the samples: a CSV of sample,label rows or a .npy in sample order (a labelled .npz or a folder a class carries its own).",
         flags=("--labels",), metavar="FILE", panel=ACCURACY_PANEL, section="run", farm=True,
-        path=True,
+        path=True, scope=BUILD,  # a bundle carries its samples' labels
     )  # fmt: skip
     task: str | None = setting(
         None, "What the labels score: classification (top-1), classification:5 (and top-5), regression; @OUTPUT names the output (default: the model's task, else classification of the first output).",
@@ -262,7 +275,7 @@ class RunSettings:
     runner: Path | None = setting(
         None, "A runner bundle dir, or an executor_runner binary (upstream's works).",
         flags=("--runner",), metavar="PATH", panel=DEVICE_PANEL, section="run", farm=True,
-        path=True,
+        path=True, scope=MACHINE,
     )  # fmt: skip
     cpu_threads: int | None = setting(
         None, "The runner's thread pool size (default: the performant cores).",
@@ -271,36 +284,37 @@ class RunSettings:
     lock_timeout_s: float = setting(
         600.0, "Seconds to wait for a device another job holds (default 600).",
         flags=("--lock-timeout",), metavar="SECONDS", panel=DEVICE_PANEL, section="run",
-        low=0, example="600",
+        low=0, example="600", scope=MACHINE,
     )  # fmt: skip
     keep: bool = setting(
         False, "Keep the job's directory on the device.",
-        flags=("--keep",), panel=DEVICE_PANEL, section="run",
+        flags=("--keep",), panel=DEVICE_PANEL, section="run", scope=MACHINE,
     )  # fmt: skip
     verify_remote: bool = setting(
         False, "Hash every file already on the device instead of trusting its digest records.",
-        flags=("--verify-remote",), panel=DEVICE_PANEL, negatable=False,
+        flags=("--verify-remote",), panel=DEVICE_PANEL, negatable=False, scope=MACHINE,
     )  # fmt: skip
     # run --localize (etdeploy.pipeline.localize): a tapped sibling of the program, run on
     # the same device, names the operator where it departs from eager.
     localize: bool = setting(
         False, "Name the operator where the device starts to depart from eager: a tapped twin of the program runs on the same device.",
-        flags=("--localize",), panel=LOCALIZE_PANEL, section="run", farm=True,
+        flags=("--localize",), panel=LOCALIZE_PANEL, section="run", farm=True, scope=BUILD,
     )  # fmt: skip
     localize_samples: int = setting(
         0, "Localise on N more samples after the most divergent one (default 0).",
         flags=("--localize-samples",), metavar="N", panel=LOCALIZE_PANEL, section="run", farm=True,
-        low=0, example="2",
+        low=0, example="2", scope=BUILD,
     )  # fmt: skip
     localize_budget_bytes: int | None = setting(
         None, "Bytes of tapped values pulled whole (default 64MiB); summaries (min, max, mean, std...) beyond.",
         flags=("--localize-budget",), metavar="SIZE", panel=LOCALIZE_PANEL, section="run",
         key="localize_budget", farm=True, parse=_size, toml=(str, int), low=0, example="64MB",
+        scope=BUILD,
     )  # fmt: skip
     localize_module: str | None = setting(
         None, "Tap only inside this module path, e.g. encoder.layers.3 (globs allowed).",
         flags=("--localize-module",), metavar="PATH", panel=LOCALIZE_PANEL, section="run",
-        farm=True,
+        farm=True, scope=BUILD,
     )  # fmt: skip
 
     def __post_init__(self) -> None:

@@ -10,8 +10,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Real .pte programs built once per session, for the .pte reader and the size checks.
-pytest_plugins = ["tests.support.programs"]
+# Real .pte programs built once per session, for the .pte reader and the size checks;
+# the base install (no torch) in a venv, and a digits job bundle, for what must run
+# without it.
+pytest_plugins = ["tests.support.programs", "tests.support.base_install", "tests.support.bundles"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

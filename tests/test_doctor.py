@@ -75,7 +75,7 @@ def test_versions_are_read_and_their_pair_checked(tmp_path: Path) -> None:
     assert rows[("environment", "torch")]["detail"] == metadata.version("torch")
     assert rows[("environment", "executorch")]["detail"] == metadata.version("executorch")
     pair = rows[("environment", "torch/executorch pair")]
-    assert pair["status"] == OK and "pyproject.toml" in pair["detail"]
+    assert pair["status"] == OK and "tested with" in pair["detail"] and "#22724" in pair["detail"]
     assert rows[("environment", "torchao (for executorch)")]["status"] == OK
     assert (
         rows[("adb", "adb binary")]["status"] == OK
@@ -85,8 +85,14 @@ def test_versions_are_read_and_their_pair_checked(tmp_path: Path) -> None:
 
 def test_a_torch_executorch_mismatch_fails_and_an_unknown_release_warns() -> None:
     assert pairing_check("2.13.0+cpu", "1.5.1").status == OK
+    # Any patch of a paired series: a newer 2.13 or a 2.14 is a pair, not the tested one.
+    newer = pairing_check("2.13.4", "1.5.2")
+    assert newer.status == OK and "not the one etdeploy is tested with" in newer.detail
+    assert pairing_check("2.14.1", "1.5.1").status == OK
     wrong = pairing_check("2.12.1", "1.5.1")
-    assert wrong.status == FAIL and "torch 2.13.0" in wrong.detail and "torch==2.13.0" in wrong.hint
+    assert wrong.status == FAIL and "torch 2.13.x or 2.14.x" in wrong.detail
+    assert "torch==2.13.0" in wrong.hint
+    assert pairing_check("2.15.0", "1.5.1").status == FAIL
     assert pairing_check("2.14.0", "1.6.0").status == WARN
 
 

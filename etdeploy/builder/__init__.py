@@ -121,6 +121,9 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
     ExecuTorch's own logging and warnings are captured (BuildResult.log, or the
     error's log), never printed.
     """
+    from etdeploy.extras import require_build_extra
+
+    require_build_extra(f"building {model}")
     from etdeploy.builder.backends import get_backend
     from etdeploy.builder.logs import captured_library_output
 

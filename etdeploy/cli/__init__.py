@@ -9,6 +9,7 @@ from etdeploy.cli._app import app, main
 
 # Each import registers its commands on `app`.
 from etdeploy.cli import build as _build  # noqa: F401  isort: skip
+from etdeploy.cli import bundle as _bundle  # noqa: F401  isort: skip
 from etdeploy.cli import clean as _clean  # noqa: F401  isort: skip
 from etdeploy.cli import devices as _devices  # noqa: F401  isort: skip
 from etdeploy.cli import doctor as _doctor  # noqa: F401  isort: skip

@@ -7,7 +7,8 @@ fail), with a detail and, when something is wrong, a hint. The checks:
   module never imports torch or executorch, which cost seconds), whether the
   installed pair is one executorch is built for, and executorch's own pinned
   dependencies (torchao);
-- the host runner: built and cached, or built on first use;
+- the host runner: built and cached, or built on first use (in the base install,
+  without torch and executorch, runners come prebuilt in job bundles instead);
 - the arm64 bundle (for arm64 phones without an NDK build, and arm64 Linux
   hosts): the cross compiler that builds it, the aarch64 wheel it is built from
   (downloaded once), and the bundle when cached; optional, so a gap only warns;
@@ -38,7 +39,7 @@ from etdeploy.doctor.check import AREAS, FAIL, OK, WARN, Check, devices_table
 from etdeploy.doctor.devices import adb_checks, device_checks, ssh_checks
 from etdeploy.doctor.environment import environment_checks, pairing_check
 from etdeploy.doctor.program import preflight_checks, pte_checks
-from etdeploy.doctor.runners import arm64_runner_checks, host_runner_checks
+from etdeploy.doctor.runners import arm64_runner_checks, bundled_runner_check, host_runner_checks
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
 
 __all__ = [
@@ -59,7 +60,10 @@ def run_doctor(
 ) -> list[Check]:
     """Every check, in the order a reader fixes things: environment, runner, adb,
     devices, ssh, then the .pte and, with `device`, its preflight there."""
-    checks = [*environment_checks(), *host_runner_checks(), *arm64_runner_checks()]
+    from etdeploy.extras import has_build_extra
+
+    runners = [*host_runner_checks(), *arm64_runner_checks()] if has_build_extra() else []
+    checks = [*environment_checks(), *(runners or [bundled_runner_check()])]
     checks += adb_checks(config, adb_host=adb_host, adb_port=adb_port)
     if devices:
         checks += device_checks(config, adb_host=adb_host, adb_port=adb_port)

@@ -8,15 +8,27 @@ import sys
 from importlib import metadata
 
 from etdeploy.doctor.check import FAIL, OK, WARN, Check
+from etdeploy.extras import INSTALL_HINT
 
-# The executorch release -> the torch release its wheels are built against. Read
-# from pyproject.toml's pins, whose comment cites executorch's release notes and
-# its wheel metadata (read 2026-12-02): executorch 1.5.1 pairs with torch 2.13.0.
-# executorch's own metadata does not pin torch, so this table is the source.
-TORCH_FOR_EXECUTORCH: dict[str, str] = {"1.5.1": "2.13.0"}
+# executorch's release series -> the torch release series it is known to work with.
+# The executorch wheel does not say: executorch-1.5.1's METADATA (read 2026-12-04 in
+# the installed dist-info) lists no torch in Requires-Dist and tells the user to
+# install a compatible torch separately, while its extension module
+# (extension/pybindings/_C) links libtorch and libc10 from the torch package beside it
+# (readelf -d: NEEDED, RUNPATH $ORIGIN/../../../torch/lib), so a torch whose C++ ABI
+# differs breaks it. What is known, read 2026-12-04 with the search tool: executorch
+# 1.4 was finalized against torch 2.13.0 (pytorch/executorch PR #21563); 1.5's release
+# dependencies resolve torch 2.14.0 (PR #22724) and 1.5.1 was validated with torch
+# 2.14.0 (pytorch/test-infra PR #8837); this project's suite runs executorch 1.5.1
+# with torch 2.13.0 (constraints.txt). A patch release keeps its series' ABI.
+# pyproject.toml's build extra states the same ranges (tests/test_packaging.py).
+TORCH_SERIES_FOR_EXECUTORCH: dict[str, tuple[str, ...]] = {"1.5": ("2.13", "2.14")}
 PAIRING_SOURCE = (
-    "pyproject.toml, which cites executorch's release notes and wheel metadata, read 2026-12-02"
+    "executorch 1.5.1's wheel (no torch requirement; its extension links libtorch), "
+    "pytorch/executorch PRs #21563 and #22724 and pytorch/test-infra PR #8837, read 2026-12-04"
 )
+# The pair constraints.txt installs and the suite runs.
+TESTED_PAIR = ("2.13.0", "1.5.1")
 
 
 # -- environment --------------------------------------------------------------------------
@@ -46,10 +58,18 @@ def environment_checks() -> list[Check]:
         ),
     ]
     torch, executorch = installed_version("torch"), installed_version("executorch")
+    if torch is None and executorch is None:
+        checks.append(Check(
+            "environment", "build extra", OK,
+            "torch and executorch are not installed: the base install, which runs job bundles "
+            "(etdeploy run --bundle DIR), size-checks and reports; building needs the build extra",
+            f"to build programs and runners here: {INSTALL_HINT}",
+        ))  # fmt: skip
+        return checks
     for name, version in (("torch", torch), ("executorch", executorch)):
         if version is None:
-            checks.append(Check("environment", name, FAIL, "not installed",
-                                "pip install -e . (it pins torch 2.13.0 and executorch 1.5.1)"))  # fmt: skip
+            checks.append(Check("environment", name, FAIL, "not installed (the other one is)",
+                                f"install the pair: {INSTALL_HINT}"))  # fmt: skip
         else:
             checks.append(Check("environment", name, OK, version))
     if torch is None or executorch is None:
@@ -59,26 +79,44 @@ def environment_checks() -> list[Check]:
     return checks
 
 
+def _series(version: str) -> str:
+    """major.minor of a release (2.13.0+cpu -> 2.13)."""
+    return ".".join(_release(version).split(".")[:2])
+
+
 def pairing_check(torch: str, executorch: str) -> Check:
-    """Whether torch and executorch are a pair executorch is built for."""
+    """Whether torch and executorch are a pair executorch is built for: torch of a
+    series the executorch series pairs with, any patch release of it."""
     name = "torch/executorch pair"
-    wanted = TORCH_FOR_EXECUTORCH.get(_release(executorch))
-    if wanted is None:
-        known = ", ".join(f"executorch {e} with torch {t}" for e, t in TORCH_FOR_EXECUTORCH.items())
+    series = TORCH_SERIES_FOR_EXECUTORCH.get(_series(executorch))
+    if series is None:
+        known = ", ".join(
+            f"executorch {e}.x with torch {' or '.join(f'{t}.x' for t in ts)}"
+            for e, ts in TORCH_SERIES_FOR_EXECUTORCH.items()
+        )
         return Check(
             "environment", name, WARN,
             f"executorch {executorch} is not a release etdeploy knows the torch for (it knows {known})",
-            "install the pair etdeploy pins: pip install -e .",
+            f"install the pair etdeploy supports: {INSTALL_HINT}",
         )  # fmt: skip
-    if _release(torch) != wanted:
+    tested = (_release(torch), _release(executorch)) == TESTED_PAIR
+    if _series(torch) not in series:
+        wanted = " or ".join(f"{t}.x" for t in series)
         return Check(
             "environment", name, FAIL,
-            f"executorch {executorch} is built against torch {wanted}, but torch {torch} is installed "
+            f"executorch {executorch} pairs with torch {wanted}, but torch {torch} is installed "
             f"(pairing read from {PAIRING_SOURCE})",
-            f"pip install torch=={wanted} --index-url https://download.pytorch.org/whl/cpu",
+            f"pip install torch=={TESTED_PAIR[0]} --index-url https://download.pytorch.org/whl/cpu "
+            "(the CPU build etdeploy is tested with)",
         )  # fmt: skip
+    note = (
+        "the pair etdeploy is tested with"
+        if tested
+        else "a pair, not the one etdeploy is tested with"
+    )
     return Check("environment", name, OK,
-                 f"executorch {executorch} with torch {torch} (pairing read from {PAIRING_SOURCE})")  # fmt: skip
+                 f"executorch {executorch} with torch {torch}: {note} "
+                 f"(pairing read from {PAIRING_SOURCE})")  # fmt: skip
 
 
 def _pinned_dependencies(dist: str) -> list[Check]:

@@ -28,6 +28,18 @@ def host_runner_dir() -> Path | None:
     return cache_dir("runners") / f"{abi}-{key[:16]}"
 
 
+def bundled_runner_check() -> Check:
+    """The base install builds no runner: the job bundles it runs carry theirs."""
+    from etdeploy.extras import INSTALL_HINT
+
+    return Check(
+        "runner", "runners", OK,
+        "taken prebuilt from the job bundles this install runs (etdeploy bundle --abi ABI "
+        "writes them where the build extra is); none is built here",
+        f"to build runners here: {INSTALL_HINT}",
+    )  # fmt: skip
+
+
 def host_runner_checks() -> list[Check]:
     from etdeploy.runner_build import runner_from_path
 

@@ -17,6 +17,11 @@ tables etdeploy.toml takes (see FARM_KEYS and the README):
     devices = ["pixel8"]
     job_timeout_s = 3600
 
+    [[farm.job]]                         # a job bundle (etdeploy bundle): no build, no torch
+    model = "digits"                     # its name in keys and reports
+    bundle = "jobs/digits"               # the bundle's folder, relative to the spec
+    devices = ["pixel8"]
+
     [farm.sources.stf]                   # phones claimed from STF/DeviceFarmer for the run
     url = "https://stf.example.org"
     devices = ["stf-pixel"]              # names farm.devices may list (etdeploy.farm.sources)
@@ -28,7 +33,11 @@ tables etdeploy.toml takes (see FARM_KEYS and the README):
 A job's settings are, in order of precedence: a [[farm.job]] entry, a model entry
 of farm.models, [farm], the spec's [run] and [build], etdeploy run's defaults.
 Each job has a stable key, `model|backend|quant|device`, that shards, resume and
-reports key on. Every value is checked here (etdeploy.farm.checks); a bad one is
+reports key on. A models entry or [[farm.job]] with `bundle = "DIR"` runs that job
+bundle: its model names the job, its backend and quantization are the bundle's (it
+is not crossed with farm.backends and farm.quantize), its settings are the bundle's
+under the spec's (those spent on making a bundle, such as inputs, do not apply), and
+neither torch nor executorch is needed to run it. Every value is checked here (etdeploy.farm.checks); a bad one is
 a UsageError naming its key. A cell of the matrix that cannot run (int8 crossed
 with a backend that has no quantizer: etdeploy.farm.checks.cannot_run) is not a
 job but a SkippedJob with its reason, which every report lists; an explicit
@@ -106,9 +115,13 @@ FARM_KEYS: dict[str, type | tuple[type, ...]] = {
     **JOB_SETTING_TYPES,
 }
 
+# A job bundle's folder (etdeploy bundle), in a models entry or a [[farm.job]].
+BUNDLE_KEY = "bundle"
+
 # Keys of a [[farm.job]] entry beyond the job settings.
 _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "model": str,
+    BUNDLE_KEY: str,
     "backend": str,
     "quantize": str,
     "device": str,
@@ -161,6 +174,12 @@ class FarmJob(MatrixCell):
     def run_job(self) -> RunJob:
         """The pipeline's RunJob (its checks run here: bad values fail at parse time)."""
         from etdeploy.pipeline import RunJob
+
+        bundle = self.settings.get(BUNDLE_KEY)
+        if bundle is not None:
+            from etdeploy.bundle.settings import farm_bundle_job
+
+            return farm_bundle_job(Path(bundle), self.device, self.settings)
 
         return RunJob(
             model=self.model, device=self.device, backend=self.backend,
@@ -272,20 +291,25 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
     for m, entry in enumerate(models):
         where = f"farm.models[{m}]"
         model, overrides = _model_entry(entry, where, label, path.parent)
-        for backend in backends:
-            for quant in quants:
-                for device in devices:
-                    if any(_excluded(rule, model, backend, quant, device) for rule in excludes):
-                        continue
-                    reason = cannot_run(backend, quant, device, config)
-                    if reason is not None:
-                        cell = SkippedJob(model, backend, quant, device, reason)
-                        skipped.setdefault(cell.key, cell)
-                        continue
-                    job = _make_job(
-                        model, backend, quant, device, {**base, **overrides}, where, label, config
-                    )
-                    jobs.setdefault(job.key, job)
+        variants = [(backend, quant) for backend in backends for quant in quants]
+        if BUNDLE_KEY in overrides:
+            bundle, built_for, quantized = _bundle_of(
+                overrides[BUNDLE_KEY], f"{where}.{BUNDLE_KEY}", label, path.parent
+            )
+            overrides[BUNDLE_KEY], variants = bundle, [(built_for, quantized)]
+        for backend, quant in variants:
+            for device in devices:
+                if any(_excluded(rule, model, backend, quant, device) for rule in excludes):
+                    continue
+                reason = cannot_run(backend, quant, device, config)
+                if reason is not None:
+                    cell = SkippedJob(model, backend, quant, device, reason)
+                    skipped.setdefault(cell.key, cell)
+                    continue
+                job = _make_job(
+                    model, backend, quant, device, {**base, **overrides}, where, label, config
+                )
+                jobs.setdefault(job.key, job)
     explicit: dict[str, str] = {}
     for j, entry in enumerate(farm.get("job", [])):
         where = f"farm.job[{j}]"
@@ -363,14 +387,13 @@ def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[st
         model, overrides = entry, {}
     elif isinstance(entry, dict):
         for key, value in entry.items():
-            if key != "model" and key not in JOB_SETTING_TYPES:
+            if key not in ("model", BUNDLE_KEY) and key not in JOB_SETTING_TYPES:
                 raise UsageError(
                     f"{label}: unknown key {where}.{key}",
-                    f"a model entry takes model and: {', '.join(JOB_SETTING_TYPES)}",
+                    f"a model entry takes model, {BUNDLE_KEY} and: {', '.join(JOB_SETTING_TYPES)}",
                 )
-            expect(
-                value, str if key == "model" else JOB_SETTING_TYPES[key], f"{where}.{key}", label
-            )
+            kind = str if key in ("model", BUNDLE_KEY) else JOB_SETTING_TYPES[key]
+            expect(value, kind, f"{where}.{key}", label)
         if "model" not in entry:
             raise UsageError(
                 f"{label}: {where}: model is required", 'add model = "file.py:factory"'
@@ -378,12 +401,15 @@ def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[st
         model = entry["model"]
         check_settings(entry, f"{where}.", label)
         overrides = _job_settings(entry, where, label)
+        if BUNDLE_KEY in entry:
+            overrides[BUNDLE_KEY] = entry[BUNDLE_KEY]
     else:
         raise UsageError(
             f"{label}: {where}: expected a model reference or a table, got {entry!r}",
             'write "file.py:factory", or {model = "file.py:factory", inputs = [...]}',
         )
-    check_model_ref(model, f"{where}", label, base_dir)
+    if BUNDLE_KEY not in overrides:  # with a bundle, the model is the job's name
+        check_model_ref(model, f"{where}", label, base_dir)
     return model, overrides
 
 
@@ -414,10 +440,23 @@ def _explicit_jobs(
         raise UsageError(f"{label}: {where}: model is required", 'add model = "file.py:factory"')
     if "device" in entry and "devices" in entry:
         raise UsageError(f"{label}: {where}: both device and devices given", "give one of them")
-    check_model_ref(entry["model"], f"{where}.model", label, base_dir)
-    backend = entry.get("backend", default_backend)
-    check_backend(backend, f"{where}.backend", label)
-    quant = parse_quant(entry.get("quantize", NO_QUANT), f"{where}.quantize", label)
+    merged = {**base, **_job_settings(entry, where, label)}
+    if BUNDLE_KEY in entry:
+        bundle, backend, quant = _bundle_of(
+            entry[BUNDLE_KEY], f"{where}.{BUNDLE_KEY}", label, base_dir
+        )
+        for key, value in (("backend", backend), ("quantize", quant or NO_QUANT)):
+            if entry.get(key, value) != value:
+                raise UsageError(
+                    f"{label}: {where}.{key}: the bundle was built with {key} {value}",
+                    f"drop {where}.{key}: a bundle's program is built",
+                )
+        merged[BUNDLE_KEY] = bundle
+    else:
+        check_model_ref(entry["model"], f"{where}.model", label, base_dir)
+        backend = entry.get("backend", default_backend)
+        check_backend(backend, f"{where}.backend", label)
+        quant = parse_quant(entry.get("quantize", NO_QUANT), f"{where}.quantize", label)
     if "device" in entry:
         devices = [entry["device"]]
     else:
@@ -434,10 +473,28 @@ def _explicit_jobs(
                 f"{label}: {where}: cannot run on {device}: {reason}",
                 f"change {where}'s backend or quantize, or remove the entry",
             )
-    merged = {**base, **_job_settings(entry, where, label)}
     return [
         _make_job(entry["model"], backend, quant, d, merged, where, label, config) for d in devices
     ]
+
+
+def _bundle_of(
+    given: str | Path, where: str, label: str, base_dir: Path
+) -> tuple[str, str, str | None]:
+    """A job bundle a spec names (relative to its folder): its absolute path, and the
+    backend and quantization it was built with (from its recorded settings)."""
+    from etdeploy.bundle.manifest import read_bundle_manifest
+
+    path = Path(given).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        manifest = read_bundle_manifest(path)
+    except UsageError as exc:
+        raise UsageError(f"{label}: {where}: {exc.message}", exc.hint) from None
+    recorded = manifest.settings
+    backend = str(recorded.get("backend") or settings.defaults()["backend"])
+    quant = recorded.get("quantize")
+    return str(path.resolve()), backend, str(quant) if quant else None
 
 
 def _make_job(

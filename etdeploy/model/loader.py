@@ -121,6 +121,9 @@ def _python_files_beside(path: Path) -> tuple[Path, ...]:
 
 def load_model(ref: ModelRef) -> ModelSpec:
     """Run the factory (or load the .pt2) and check what it returned."""
+    from etdeploy.extras import require_build_extra
+
+    require_build_extra(f"loading the model {ref.name}")
     if ref.kind == "pt2":
         return _load_pt2(Path(ref.location))
     factory = _find_factory(ref)

@@ -48,20 +48,28 @@ class Target:
         return self.bundle.flavor == "etdeploy"
 
 
-def target_for(job: RunJob, device: Device, say: StatusCallback) -> Target:
-    """--runner, else the device's configured runner, else the one etdeploy builds
-    for it (runner_build.runner_choice: the host build, the NDK build, or the
-    self-contained arm64 bundle). A runner built for another ABI is refused here,
-    before anything is pushed."""
+def target_for(
+    job: RunJob, device: Device, say: StatusCallback, carried: Sequence[RunnerBundle] = ()
+) -> Target:
+    """--runner, else the device's configured runner, else the one a job bundle
+    carries for it (`carried`; etdeploy.bundle.load.carried_runner), else the one
+    etdeploy builds for it (runner_build.runner_choice: the host build, the NDK build,
+    or the self-contained arm64 bundle). A runner built for another ABI is refused
+    here, before anything is pushed."""
     from etdeploy.devices.registry import check_runner_abi
     from etdeploy.runner_build import runner_for_device, runner_from_path
 
     info = device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     explicit = job.runner or device.runner_path
-    bundle = (
-        runner_from_path(Path(explicit)) if explicit is not None else runner_for_device(info, say)
-    )
+    if explicit is not None:
+        bundle = runner_from_path(Path(explicit))
+    elif carried:
+        from etdeploy.bundle.load import carried_runner
+
+        bundle = carried_runner(carried, info)
+    else:
+        bundle = runner_for_device(info, say)
     check_runner_abi(info, bundle.abi)
     return Target(device, info, bundle)
 

@@ -2,7 +2,9 @@
 
 A RunJob is a run's settings (etdeploy.settings.RunSettings: flags over etdeploy.toml
 over defaults, each declared once there) plus what one invocation names: the model,
-a --pte built elsewhere, a --reference. Its checks run when it is made, so a bad value
+a --pte built elsewhere, a --reference, or a --bundle that carries all of it (its
+settings come from the bundle: etdeploy.bundle.settings). Its checks run when it is
+made, so a bad value
 fails before anything is built. A farm worker receives it as JSON (to_json/from_json).
 """
 
@@ -19,7 +21,9 @@ from typing import Any
 from etdeploy.config import Config, config_settings
 from etdeploy.errors import UsageError
 from etdeploy.settings import (
+    BUILD,
     INPUTS_PANEL,
+    MACHINE,
     MODEL_PANEL,
     RunSettings,
     from_flags,
@@ -35,30 +39,37 @@ StatusCallback = Callable[[str], None]
 class RunJob(RunSettings):
     """Everything one run needs to know: its settings (etdeploy.settings, declared
     there once) and what one invocation names. `model` may be None only with both
-    `pte` and `reference` (then there is no eager model to compare with)."""
+    `pte` and `reference` (then there is no eager model to compare with), or with a
+    `bundle`, which names its own."""
 
     model: str | None
+    # A job bundle (etdeploy bundle): its program, runners, inputs, references and
+    # settings; nothing is built and neither torch nor executorch is imported.
+    bundle: Path | None = setting(
+        None, "Run a job bundle made by `etdeploy bundle` (program, runners, inputs, references, settings): no build, no torch.",
+        flags=("--bundle",), metavar="DIR", panel=MODEL_PANEL, scope=MACHINE,
+    )  # fmt: skip
     pte: Path | None = setting(
         None, "Run this .pte; MODEL is then only the eager reference.",
-        flags=("--pte",), metavar="PATH", panel=MODEL_PANEL,
+        flags=("--pte",), metavar="PATH", panel=MODEL_PANEL, scope=BUILD,
     )  # fmt: skip
     # None: the .ptd its manifest names beside it.
     data: Path | None = setting(
         None, "The external weights (.ptd) of --pte (default: the one its manifest names).",
-        flags=("--data",), metavar="PTD", panel=MODEL_PANEL,
+        flags=("--data",), metavar="PTD", panel=MODEL_PANEL, scope=BUILD,
     )  # fmt: skip
     use_cache: bool = setting(
         True, "Rebuild the .pte even when cached.",
-        flags=("--no-cache",), panel=MODEL_PANEL, negatable=False, inverted=True,
+        flags=("--no-cache",), panel=MODEL_PANEL, negatable=False, inverted=True, scope=BUILD,
     )  # fmt: skip
     # >0: that many noise samples; the verdict is labelled as such.
     random_inputs: int = setting(
         0, "Verify on N random samples instead (the verdict says so).",
-        flags=("--random",), metavar="N", panel=INPUTS_PANEL, low=0, example="16",
+        flags=("--random",), metavar="N", panel=INPUTS_PANEL, low=0, example="16", scope=BUILD,
     )  # fmt: skip
     reference: Path | None = setting(
         None, "Expected outputs (.npz: s<S>_o<K>) instead of the eager model.",
-        flags=("--reference",), metavar="NPZ", panel=INPUTS_PANEL,
+        flags=("--reference",), metavar="NPZ", panel=INPUTS_PANEL, scope=BUILD,
     )  # fmt: skip
     # Where max_memory_bytes was set ("--max-memory", "etdeploy.toml: devices.pixel8.max_memory"):
     # what the memory verdict names.
@@ -66,6 +77,8 @@ class RunJob(RunSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.bundle is not None:
+            return  # etdeploy.bundle.settings checked what may go with it
         if self.model is None and (self.pte is None or self.reference is None):
             raise UsageError(
                 "no model given",
@@ -105,9 +118,16 @@ class RunJob(RunSettings):
         cls, model: str | None, config: Config, flags: Mapping[str, Any] | None = None
     ) -> RunJob:
         """The job of `etdeploy run MODEL [flags]`: the flags given over etdeploy.toml
-        over the defaults (etdeploy.settings). The memory limit has one more layer: a
-        device's own [devices.NAME] max_memory lies between the flag and [run]'s."""
+        over the defaults (etdeploy.settings); with --bundle, over the bundle's settings
+        (etdeploy.bundle.settings). The memory limit has one more layer: a device's own
+        [devices.NAME] max_memory lies between the flag and [run]'s (or the bundle's)."""
         given = from_flags(flags or {}, cls)
+        if given.get("bundle") is not None:
+            from etdeploy.bundle.settings import bundle_job
+
+            job = bundle_job(given["bundle"], model, config_settings(config), given)
+            mine = {"device": job.device, "max_memory_bytes": job.max_memory_bytes}
+            return dataclasses.replace(job, **memory_limit(config, mine, given))
         values = layered(config_settings(config), given)
         values.update(memory_limit(config, values, given))
         return cls(model=model, **values)
@@ -138,7 +158,7 @@ class RunJob(RunSettings):
         return cls(**values)
 
 
-_PATH_FIELDS = ("pte", "data", "reference", "runner")
+_PATH_FIELDS = ("bundle", "pte", "data", "reference", "runner")
 
 
 def memory_limit(

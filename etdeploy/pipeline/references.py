@@ -46,6 +46,7 @@ def eager_reference(
     from etdeploy.model.loader import parse_model_ref
 
     ref = parse_model_ref(model)
+    # A reference can be read from the cache without torch; computing one needs it.
     return _cached(
         f"float-{reference_key(ref.fingerprint(), samples)[:32]}",
         lambda: _run_eager(ref, samples),
@@ -107,6 +108,9 @@ def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
 
 
 def _run_quantized(program: Path, samples: Sequence[tuple[np.ndarray, ...]]) -> Table:
+    from etdeploy.extras import require_build_extra
+
+    require_build_extra("the quantized program's reference")
     import torch
 
     from etdeploy.builder.quantize import load_quantized
@@ -209,6 +213,9 @@ def host_runtime_outputs(
     """The .pte (with its external data, `data`) through executorch's Python runtime on
     this machine: the second reference that separates "the lowering changed the
     numbers" from "the device differs from this host"."""
+    from etdeploy.extras import require_build_extra
+
+    require_build_extra("--host-check (executorch's Python runtime)")
     import torch
     from executorch.runtime import Runtime
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from etdeploy.config import Config
 from etdeploy.devices.base import Device, ProgressCallback
@@ -56,6 +58,10 @@ from etdeploy.report.result import (
     RunResult,
     ShapePoint,
 )
+from etdeploy.runner_build import RunnerBundle
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -97,27 +103,10 @@ def run_job(
     started = time.time()
     job_id = job_id or new_job_id()
 
-    say(f"building {job.label}")
-    program = build_program(job, say)
-    if job.localize:
-        from etdeploy.pipeline.localize import check_localizable
-
-        check_localizable(job, program)  # bad input fails before anything runs
-    say("staging inputs and the reference")
-    staged = stage(job, program)
-    check_task(job, program, staged)
-    if job.shapes:
-        from etdeploy.pipeline.shapes import check_points
-
-        check_points(job, program)  # points outside the dynamic range: before anything runs
-    host_outputs = (
-        host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
-        if job.host_check
-        else None
-    )
+    program, staged, host_outputs, carried = _prepared(job, say)
     # --verify-remote: hash what the device holds instead of trusting its records.
     device.verify_remote = job.verify_remote
-    target = target_for(job, device, say)
+    target = target_for(job, device, say, carried)
     say(f"checking that the runner for {target.info.name} can run the program")
     checked = preflight(device, target.bundle, program.pte, program.manifest, status=say)
     deployed, executed, points, lock, etdump = _on_device(
@@ -148,6 +137,39 @@ def run_job(
         )
     )  # fmt: skip
     return with_memory(result, memory_of(program, executed), points, job)
+
+
+def _prepared(
+    job: RunJob, say: StatusCallback
+) -> tuple[Program, Staged, Sequence[Sequence[np.ndarray]] | None, tuple[RunnerBundle, ...]]:
+    """build and stage: the program, the samples and their references (and the host
+    runtime's outputs with --host-check), built and computed here, or read from a job
+    bundle with the runners it carries (etdeploy.bundle: no torch)."""
+    if job.bundle is not None:
+        from etdeploy.bundle.load import open_bundle, prepare
+
+        say(f"reading the job bundle {job.bundle}")
+        ready = prepare(open_bundle(job.bundle))
+        return ready.program, ready.staged, ready.host_outputs, ready.runners
+    say(f"building {job.label}")
+    program = build_program(job, say)
+    if job.localize:
+        from etdeploy.pipeline.localize import check_localizable
+
+        check_localizable(job, program)  # bad input fails before anything runs
+    say("staging inputs and the reference")
+    staged = stage(job, program)
+    check_task(job, program, staged)
+    if job.shapes:
+        from etdeploy.pipeline.shapes import check_points
+
+        check_points(job, program)  # points outside the dynamic range: before anything runs
+    host_outputs = (
+        host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
+        if job.host_check
+        else None
+    )
+    return program, staged, host_outputs, ()
 
 
 def _on_device(

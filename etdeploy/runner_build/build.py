@@ -202,6 +202,11 @@ def ensure_runner(
     in a temporary directory renamed into place, under a lock, so concurrent
     callers build once and nobody sees half a bundle.
     """
+    from etdeploy.extras import require_build_extra
+
+    # Compiled against the executorch wheel's CMake package; a device host takes it
+    # prebuilt in a job bundle instead.
+    require_build_extra(f"building the {abi} runner")
     report: Progress = progress or (lambda _message: None)
     plan = with_components(plan_for(abi), kernels, backends)
     harness = harness_dir()

@@ -14,11 +14,13 @@ the variables Device Farm sets ($DEVICEFARM_DEVICE_UDID, ..._NAME,
 ..._PLATFORM_NAME, ..._OS_VERSION, $DEVICEFARM_LOG_DIR,
 $DEVICEFARM_TEST_PACKAGE_PATH); the phone on the host's adb server (the
 testbed's real adb server, on its own port, where Device Farm's is on 5037).
-`devicefarm-cli use python X` is a shell function that puts this test's Python
-first on PATH, and only when X is its version. The host has no package index
-here (PIP_NO_INDEX): the pinned requirements must already be met, and nothing
-is installed. Not stood in: Amazon Linux 2 itself (its glibc 2.26 is checked
-separately below), the upload and its validator, the artifact upload.
+`devicefarm-cli use python X` is a shell function that puts the base install's
+Python first on PATH (tests/support/base_install.py: no torch, no executorch, as on
+the real host, which cannot install them), and only when X is its version. The host
+has no package index here (PIP_NO_INDEX): the requirements must already be met, and
+nothing is installed. Not stood in: Amazon Linux 2 itself (that its glibc 2.26 gets
+wheels of every base requirement is checked with pip's --platform below), the
+upload and its validator, the artifact upload.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from etdeploy.farm.export.aws_device_farm import (
     TEST_SPEC_NAME,
     UDID_PLACEHOLDER,
 )
-from tests.support.farm_fixtures import MODELS, QUICK, FarmTestbed, farm, lines_of, write_spec
+from tests.support.farm_fixtures import QUICK, FarmTestbed, farm, lines_of, write_spec
 
 # The test spec's schema as the developer guide documents it (custom-test-environment-
 # test-spec.html, read 2026-12-03): version 0.1 (a number, required); android_test_host
@@ -72,10 +74,11 @@ def check_test_spec(text: str) -> dict[str, Any]:
 
 
 def run_on_device_farm_host(
-    doc: dict[str, Any], env: dict[str, str], log: Path
+    doc: dict[str, Any], env: dict[str, str], log: Path, python: Path
 ) -> subprocess.CompletedProcess[bytes]:
-    """The phases' commands in one bash, as the stand-in host runs them (module docstring)."""
-    python_bin = Path(sys.executable).parent
+    """The phases' commands in one bash, as the stand-in host runs them (module docstring),
+    with `python` (the base install's) as the host's Python."""
+    python_bin = python.parent
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     lines = [
         "devicefarm-cli() {",
@@ -116,15 +119,27 @@ def host_env(bed: FarmTestbed, phone_serial: str, package: Path, logs: Path) -> 
     }
 
 
+def one_digit() -> str:
+    """One of digits' held-out samples: the loopback phone runs one sample per call
+    (i27-core's runner reads the samples after the first from a file of device paths,
+    which the stand-in phone, mapping /data/local/tmp in command lines only, cannot)."""
+    from etdeploy.model.loader import load_model, parse_model_ref
+
+    samples = load_model(parse_model_ref("digits")).samples
+    folder = Path(samples[0])
+    return str(sorted(folder.glob("*.npy"))[5] if folder.is_dir() else folder)
+
+
 @pytest.mark.slow
 def test_the_exported_test_spec_runs_the_devices_jobs_on_the_attached_phone(
-    bed: FarmTestbed, tmp_path: Path
+    bed: FarmTestbed, base_venv: Path, tmp_path: Path
 ) -> None:
     tables = bed.device_tables(tmp_path)
     (tmp_path / "repo" / "farm").mkdir(parents=True)
+    digits = {"model": "digits", "inputs": [one_digit()]}
     spec = write_spec(
         tmp_path / "repo" / "farm" / "nightly.toml",
-        {"models": ["digits"], "devices": ["pixel8", "local"], **QUICK, "retries": 0},
+        {"models": [digits], "devices": ["pixel8", "local"], **QUICK, "retries": 0},
         {"pixel8": tables["pixel-a"]},
         jobs=[{"model": "digits", "backend": "portable", "device": "local"}],
     )  # fmt: skip
@@ -140,16 +155,19 @@ def test_the_exported_test_spec_runs_the_devices_jobs_on_the_attached_phone(
     with zipfile.ZipFile(out / PACKAGE_ZIP_NAME) as archive:
         names = set(archive.namelist())
         archive.extractall(package)
-    assert {"requirements.txt", "etdeploy-src/etdeploy/__init__.py",
-            "tests/nightly.toml"} <= names  # fmt: skip
-    assert any(n.startswith("runner/") and n.endswith("/bundle.json") for n in names)
+    assert {"requirements.txt", "etdeploy-src/etdeploy/__init__.py", "tests/nightly.toml",
+            "tests/bundles/00-digits/bundle.json"} <= names  # fmt: skip
+    # The job is a bundle with the phone's runner in it; the host builds nothing.
+    assert any(n.startswith("tests/bundles/00-digits/runners/") for n in names)
     assert UDID_PLACEHOLDER in (package / "tests" / "nightly.toml").read_text()
+    required = (package / "requirements.txt").read_text().splitlines()[1:]
+    assert not [line for line in required if "torch" in line]
 
     logs = tmp_path / "host" / "logs"
     logs.mkdir()
     phone = bed.phone("pixel-a")
     ran = run_on_device_farm_host(doc, host_env(bed, phone.address, package, logs),
-                                  tmp_path / "host" / "run.log")  # fmt: skip
+                                  tmp_path / "host" / "run.log", base_venv / "bin" / "python")  # fmt: skip
     transcript = (tmp_path / "host" / "run.log").read_text()
     assert ran.returncode == 0, transcript
     assert "failed phase: none" in transcript and "Requirement already satisfied" in transcript
@@ -168,62 +186,66 @@ def test_the_exported_test_spec_runs_the_devices_jobs_on_the_attached_phone(
     assert f"from {package}/etdeploy-src/etdeploy/__init__.py" in transcript
 
 
-def test_the_install_phase_stops_on_a_host_whose_glibc_is_too_old(tmp_path: Path) -> None:
-    """Amazon Linux 2 has glibc 2.26; torch's and executorch's wheels need 2.28."""
-    from etdeploy.farm.export.aws_device_farm import test_spec_text
+@pytest.mark.slow
+def test_the_hosts_glibc_gets_a_wheel_of_every_base_requirement(tmp_path: Path) -> None:
+    """Amazon Linux 2 has glibc 2.26: pip, asked for the base requirements as the
+    install phase asks (--only-binary=:all:), finds a wheel of each for that glibc.
+    The real index is asked (no download: a dry run)."""
+    from etdeploy.farm.export.aws_device_farm import HOST_PLATFORM, requirements_text
 
-    doc = check_test_spec(test_spec_text("tests/n.toml"))
-    (check,) = [c for c in doc["phases"]["install"]["commands"] if "libc_ver" in c]
-    fake = tmp_path / "al2"
-    fake.mkdir()
-    # Python reads this at start: platform.libc_ver() answers as on Amazon Linux 2.
-    (fake / "sitecustomize.py").write_text(
-        "import platform\nplatform.libc_ver = lambda *a, **k: ('glibc', '2.26')\n"
-    )
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(fake)}
-    old = subprocess.run(
-        ["bash", "-c", check], env=env, capture_output=True, text=True, check=False
-    )
-    assert old.returncode == 1 and "this host has glibc 2.26" in old.stderr
-    assert "manylinux_2_28" in old.stderr
-    here = subprocess.run(["bash", "-c", check], env={"PATH": env["PATH"]}, check=False)
-    assert here.returncode == 0  # this machine's glibc is new enough
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(requirements_text())
+    assert not [r for r in requirements.read_text().splitlines()[1:] if "torch" in r]
+    # pip takes one platform tag literally; the older manylinux tags a 2.26 glibc also runs.
+    legacy = ("manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64")
+    platforms = [arg for tag in (HOST_PLATFORM, *legacy) for arg in ("--platform", tag)]
+    report = tmp_path / "report.json"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--only-binary=:all:",
+         "--target", str(tmp_path / "t"), *platforms, "--python-version", "3.11",
+         "--implementation", "cp", "--report", str(report), "-r", str(requirements)],
+        check=True, timeout=600, capture_output=True,
+    )  # fmt: skip
+    planned = {
+        item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]
+    }
+    assert {"numpy", "paramiko", "adbutils", "typer", "matplotlib"} <= planned
+    assert not {"torch", "executorch"} & planned
 
 
-def test_an_export_copies_what_the_spec_names_and_keeps_the_job_keys(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_an_export_bundles_each_of_the_devices_jobs_and_keeps_their_keys(tmp_path: Path) -> None:
+    from etdeploy.runner_build import ensure_runner
+
     repo = tmp_path / "repo"
-    (repo / "models").mkdir(parents=True)
-    (repo / "models" / "two_io.py").write_text((MODELS / "two_io.py").read_text())
-    (repo / "models" / "helpers.py").write_text("SCALE = 2\n")  # beside the model: packaged too
-    (repo / "samples").mkdir()
-    (repo / "samples" / "s0.npy").write_bytes(b"\x93NUMPY")
-    (repo / "runners" / "android").mkdir(parents=True)
-    (repo / "runners" / "android" / "bundle.json").write_text("{}")
-    (repo / "farm").mkdir()
+    (repo / "farm").mkdir(parents=True)
+    runner = ensure_runner("host").directory  # stands for the Android runner bundle
     spec = write_spec(
         repo / "farm" / "n.toml",
-        {"models": ["digits", {"model": "../models/two_io.py:build", "inputs": ["../samples/"]}],
-         "backends": ["xnnpack", "portable"], "devices": ["pixel8", "local", "mac"],
-         "exclude": [{"model": "digits", "backend": "portable"}]},
-        {"pixel8": {"transport": "adb", "serial": "38121FDJH00XYZ", "runner": "../runners/android"},
+        {"models": ["digits"], "backends": ["xnnpack", "portable"],
+         "devices": ["pixel8", "local", "mac"], "iterations": 5, "retries": 1,
+         "exclude": [{"backend": "portable", "device": "local"}]},
+        {"pixel8": {"transport": "adb", "serial": "38121FDJH00XYZ", "runner": str(runner)},
          "mac": {"transport": "ssh", "host": "mac-mini.local", "user": "ci"}},
-        jobs=[{"model": "digits", "quantize": "int8", "devices": ["pixel8", "local"], "iterations": 5},
-              {"model": "digits", "backend": "portable", "device": "local"}],
     )  # fmt: skip
     out = tmp_path / "df"
-    assert farm("export", "aws-device-farm", spec, "--out", out).exit_code == 0
+    done = farm("export", "aws-device-farm", spec, "--out", out)
+    assert done.exit_code == 0, done.output
     package = out / "package"
-    exported = package / "tests" / "farm" / "n.toml"
-    for name in ("models/two_io.py", "models/helpers.py", "samples/s0.npy"):
-        assert (package / "tests" / name).is_file(), name
-    assert (package / "runner" / "android" / "bundle.json").is_file()
+    exported = package / "tests" / "n.toml"
     text = exported.read_text()
     assert "38121FDJH00XYZ" not in text and "mac-mini" not in text
     again = load_farm_spec(exported)
     original = load_farm_spec(spec)
     assert [j.key for j in again.jobs] == [j.key for j in original.jobs if j.device == "pixel8"]
-    assert {j.device for j in again.jobs} == {"pixel8"} and len(again.jobs) == 4
+    assert {j.device for j in again.jobs} == {"pixel8"} and len(again.jobs) == 2
     assert again.config.devices["pixel8"].settings["serial"] == UDID_PLACEHOLDER
+    assert "runner" not in again.config.devices["pixel8"].settings  # the bundles carry it
+    for job in again.jobs:
+        run_job = job.run_job()
+        assert run_job.bundle is not None and run_job.iterations == 5 and job.retries == 1
+        carried = json.loads((run_job.bundle / "bundle.json").read_text())["runners"]
+        assert [r["kind"] for r in carried] == ["host"]
 
     # Which device: the only adb one by default; a ssh one is refused; a missing runner too.
     done = farm("export", "aws-device-farm", spec, "--out", out, "--device", "mac")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from etdeploy.errors import UsageError
 from etdeploy.farm import load_farm_spec
 from tests.support.farm_fixtures import MODELS, REPO, farm, write_spec
 
@@ -200,3 +201,43 @@ def test_a_bad_memory_setting_is_exit_2_and_names_the_key(
     done = farm(path, "--out", tmp_path / "out")
     assert done.exit_code == 2, done.output
     assert named in done.output and "hint:" in done.output and "Traceback" not in done.output
+
+
+@pytest.mark.slow
+def test_a_bundle_runs_as_one_job_per_device_with_its_own_build(
+    digits_bundle: Path, tmp_path: Path
+) -> None:
+    """A models entry or [[farm.job]] names a bundle: its model names the job, the
+    bundle's backend and quantization key it (not crossed with farm.backends), its
+    settings are the bundle's under the spec's, and it is read, never built."""
+    import shutil
+
+    shutil.copytree(digits_bundle, tmp_path / "jobs" / "digits")
+    spec = load_farm_spec(write_spec(tmp_path / "n.toml", {
+        "models": [{"model": "digits", "bundle": "jobs/digits", "iterations": 3}],
+        "backends": ["xnnpack", "portable"], "devices": ["local", "pixel8"], "inputs": ["x/"],
+    }, jobs=[{"model": "nightly-digits", "bundle": "jobs/digits", "device": "local"}]))  # fmt: skip
+    assert [j.key for j in spec.jobs] == [
+        "digits|xnnpack|none|local", "digits|xnnpack|none|pixel8",
+        "nightly-digits|xnnpack|none|local",
+    ]  # fmt: skip
+    job = spec.jobs[1].run_job()
+    assert job.bundle == (tmp_path / "jobs" / "digits").resolve() and job.device == "pixel8"
+    # The entry's iterations win; [farm]'s inputs were spent on other jobs' bundles.
+    assert job.iterations == 3 and job.inputs == ()
+
+
+@pytest.mark.slow
+def test_a_bundle_entry_that_is_missing_or_contradicts_its_bundle_fails_the_spec(
+    digits_bundle: Path, tmp_path: Path
+) -> None:
+    missing = write_spec(tmp_path / "m.toml", {"devices": ["local"]},
+                         jobs=[{"model": "digits", "bundle": "nowhere"}])  # fmt: skip
+    with pytest.raises(UsageError, match=r"m.toml: farm.job\[0\].bundle: no job bundle at"):
+        load_farm_spec(missing)
+    other = write_spec(tmp_path / "o.toml", {"devices": ["local"]},
+                       jobs=[{"model": "digits", "bundle": str(digits_bundle), "backend": "portable"}])  # fmt: skip
+    with pytest.raises(
+        UsageError, match=r"farm.job\[0\].backend: the bundle was built with backend xnnpack"
+    ):
+        load_farm_spec(other)

@@ -4,23 +4,27 @@ and a test package that run one device's jobs of a farm spec on AWS Device Farm.
 Device Farm runs a custom test environment on a host of its own with the phone
 attached over adb, one host per phone of the device pool; the test spec (YAML)
 lists the commands of its phases, and the test package (a zip) is unpacked on
-the host. What is written to OUT:
+the host. The host only runs: each job is made here into a job bundle
+(etdeploy.bundle: the program, the device's runner, the staged samples, the
+references, the settings), and the host installs etdeploy's base install, without
+torch or executorch. What is written to OUT:
 
     OUT/testspec.yml                 upload as the run's custom test spec
     OUT/etdeploy-farm-tests.zip      upload as the test package
     OUT/package/                     what the zip holds:
-        requirements.txt             etdeploy's dependencies, pinned to this machine's versions
+        requirements.txt             etdeploy's base dependencies (no torch, no executorch)
         etdeploy-src/etdeploy/       the etdeploy that exported, run from here (PYTHONPATH)
-        runner/NAME/                 the device's runner bundle (Android: the NDK build)
-        tests/...                    the spec, and the files it names, in their relative layout
+        tests/SPEC.toml              the device's jobs, each a [[farm.job]] naming its bundle
+        tests/bundles/N-MODEL/       one job bundle per job, with the device's runner
 
 The exported spec holds the jobs of one device name (--device) with their keys
 unchanged, so its results merge with other shards' (`etdeploy farm merge`). Its
 [devices.NAME] table is an adb device whose serial the pre_test phase fills in
-from $DEVICEFARM_DEVICE_UDID. The test phase runs the farm into
-$DEVICEFARM_LOG_DIR/etdeploy-farm (results.jsonl, farm.json, junit.xml,
-report.html), which Device Farm keeps as the run's artifacts; a failed check
-fails the test phase (exit 1), which fails the Device Farm test.
+from $DEVICEFARM_DEVICE_UDID; the runner is the one the spec's table names (the
+Android runner bundle, which the host cannot build), carried in every bundle. The
+test phase runs the farm into $DEVICEFARM_LOG_DIR/etdeploy-farm (results.jsonl,
+farm.json, junit.xml, report.html), which Device Farm keeps as the run's artifacts;
+a failed check fails the test phase (exit 1), which fails the Device Farm test.
 
 The test spec's format and the host, as read on 2026-12-03 in the AWS Device
 Farm developer guide (docs.aws.amazon.com/devicefarm/latest/developerguide/):
@@ -37,21 +41,23 @@ and later), amazon-linux-2-supported-software.html and
 amazon-linux-2-devicefarm-cli.html (`devicefarm-cli use python 3.11`; Python
 3.8 to 3.11 preinstalled).
 
-Not tried here (no AWS account): an upload, a run, the package type's upload
-validator. Known problem: Amazon Linux 2 has glibc 2.26, and the torch 2.13.0 and
-executorch 1.5.1 wheels are manylinux_2_28 (glibc 2.28 or later; read from the
-installed wheels' WHEEL tags), so pip cannot install them on that host; the
-install phase checks the host's glibc first and stops with that message.
+Amazon Linux 2 has glibc 2.26, and the torch 2.13.0 and executorch 1.5.1 wheels are
+manylinux_2_28 (their WHEEL tags): they cannot install there, which is why the host
+runs bundles. The base install's dependencies are asked for as ranges with
+--only-binary=:all:, so pip takes the newest release of each that has a wheel for
+that glibc (numpy 2.2.x where 2.3 and later are manylinux_2_27 or newer): a
+resolution checked here with pip's --platform manylinux_2_26_x86_64 (tests/farm/
+test_aws_device_farm.py). Not tried here (no AWS account): an upload, a run, the
+package type's upload validator, the install on Amazon Linux 2 itself.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import sys
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -60,6 +66,7 @@ from typing import Any
 from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.farm.export import toml_text
 from etdeploy.farm.spec import FarmJob, FarmSpec, load_farm_spec
+from etdeploy.runner_build import RunnerBundle
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,14 +82,14 @@ RESULTS_DIR_NAME = "etdeploy-farm"
 # The exported device table's serial until pre_test writes $DEVICEFARM_DEVICE_UDID in.
 UDID_PLACEHOLDER = "@DEVICEFARM_DEVICE_UDID@"
 # devicefarm-cli offers Python 3.8 to 3.11 on the amazon_linux_2 host (read 2026-12-03,
-# amazon-linux-2-supported-software.html); etdeploy's wheels of torch and executorch
-# are built for 3.11 here.
+# amazon-linux-2-supported-software.html).
 HOST_PYTHON = "3.11"
-# manylinux_2_28: the tag of the torch 2.13.0 and executorch 1.5.1 wheels (their
-# WHEEL files), i.e. glibc 2.28 or later on the host.
-MIN_GLIBC = (2, 28)
-# torch's CPU-only wheels ("2.13.0+cpu"); PyPI's torch for Linux bundles CUDA (GBs).
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# The host's C library (amazon-linux-2-supported-software.html: Amazon Linux 2, glibc 2.26).
+HOST_PLATFORM = "manylinux_2_26_x86_64"
+# The farm's own keys an exported [farm] keeps: how it paces the device's jobs.
+_PACING_KEYS = ("backoff_s", "backoff_max_s", "lock_timeout_s", "cooldown_s", "jobs_per_device")
+# Tables of the spec the size verdicts read, kept as they are.
+_SIZE_TABLES = ("limits", "sizecheck")
 # Files and folders the etdeploy source copy leaves out.
 _SOURCE_SKIP = ("__pycache__", "*.pyc", "*.pyo", ".*")
 
@@ -98,51 +105,41 @@ class Export:
     package_zip: Path
     package_dir: Path
     spec_in_package: str  # the exported spec, relative to the package root
-    files: list[str] = field(default_factory=list)  # spec files copied in, package-relative
+    files: list[str] = field(default_factory=list)  # the bundles, package-relative
     notes: list[str] = field(default_factory=list)
 
 
 def export_aws_device_farm(spec_path: Path, out_dir: Path, device: str | None = None) -> Export:
     """Write OUT/testspec.yml, OUT/package/ and its zip for DEVICE's jobs of SPEC."""
+    from etdeploy.runner_build import runner_from_path
+
     spec_path = Path(spec_path).resolve()
     spec = load_farm_spec(spec_path)
     name = _pick_device(spec, device)
     jobs = [job for job in spec.jobs if job.device == name]
-    runner = _runner_of(spec, name)
+    runner = runner_from_path(_runner_of(spec, name))
     out_dir = Path(out_dir)
     package = out_dir / PACKAGE_DIR_NAME
     if package.exists():
         shutil.rmtree(package)  # ours from an earlier export: rewritten whole
-    package.mkdir(parents=True)
-    notes: list[str] = []
-
-    data = tomllib.loads(spec_path.read_text())
-    exported = _spec_for_device(data, name)
-    refs = list(_file_refs(exported, spec_path.parent))
-    root = _common_root([spec_path.parent, *(path for _text, path in refs)])
     tests = package / "tests"
-    spec_rel = spec_path.relative_to(root)
-    copied: list[str] = []
-    for _text, path in refs:
-        for source in _expand(path):
-            target = tests / source.relative_to(root)
-            _copy(source, target)
-            copied.append(str(target.relative_to(package)))
-    runner_dir = package / "runner" / runner.name
-    _copy(runner, runner_dir)
-    exported_spec = tests / spec_rel
-    exported["devices"] = {
-        name: {
-            "transport": "adb",
-            "serial": UDID_PLACEHOLDER,
-            "runner": os.path.relpath(runner_dir, exported_spec.parent),
-        }
-    }
-    exported_spec.parent.mkdir(parents=True, exist_ok=True)
+    tests.mkdir(parents=True)
+    entries, bundles = [], []
+    for i, job in enumerate(jobs):
+        relative = f"bundles/{i:02d}-{_slug(job.model)}"
+        _bundle_job(job, tests / relative, runner)
+        bundles.append(f"tests/{relative}")
+        entries.append({
+            "model": job.model, "bundle": relative, "backend": job.backend,
+            "quantize": job.quantize or "none", "device": name,
+            "job_timeout_s": job.job_timeout_s, "retries": job.retries,
+        })  # fmt: skip
+    exported_spec = tests / spec_path.name
     exported_spec.write_text(
-        f"# {name}'s jobs of {spec_path.name}, exported by etdeploy for AWS Device Farm.\n"
+        f"# {name}'s jobs of {spec_path.name}, exported by etdeploy for AWS Device Farm:\n"
+        "# each a job bundle made where torch is; the host runs them without it.\n"
         f"# The pre_test phase writes the attached phone's serial over {UDID_PLACEHOLDER}.\n"
-        + toml_text.dumps(exported)
+        + toml_text.dumps(_exported_document(spec, spec_path, name, entries))
     )
     _check_same_jobs(exported_spec, jobs)
     (package / "requirements.txt").write_text(requirements_text())
@@ -152,11 +149,37 @@ def export_aws_device_farm(spec_path: Path, out_dir: Path, device: str | None = 
     test_spec.write_text(test_spec_text(package_spec))
     archive = out_dir / PACKAGE_ZIP_NAME
     _zip(package, archive)
-    if any(Path(text).is_absolute() for text, _path in refs):
-        notes.append(
-            "files named by absolute paths were copied in their absolute layout below tests/"
-        )
-    return Export(out_dir, name, jobs, test_spec, archive, package, package_spec, copied, notes)
+    return Export(out_dir, name, jobs, test_spec, archive, package, package_spec, bundles)
+
+
+def _bundle_job(job: FarmJob, target: Path, runner: RunnerBundle) -> None:
+    """The job as a bundle carrying the device's runner; a job that is a bundle
+    already is copied as it is."""
+    from etdeploy.bundle.make import make_bundle
+
+    existing = job.settings.get("bundle")
+    if existing is not None:
+        shutil.copytree(existing, target)
+        return
+    make_bundle(job.run_job(), target, [runner])
+
+
+def _exported_document(
+    spec: FarmSpec, spec_path: Path, name: str, entries: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The exported spec: the device's jobs as bundles, its pacing, its size tables."""
+    original = tomllib.loads(spec_path.read_text())
+    paced = {key: original["farm"][key] for key in _PACING_KEYS if key in original["farm"]}
+    document: dict[str, Any] = {"farm": {**paced, "job": list(entries)}}
+    document.update({key: original[key] for key in _SIZE_TABLES if key in original})
+    document["devices"] = {name: {"transport": "adb", "serial": UDID_PLACEHOLDER}}
+    return document
+
+
+def _slug(model: str) -> str:
+    """A folder name for a model reference ("models/kws.py:build" -> "kws-build")."""
+    stem = Path(model.replace(":", "-")).name
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in stem) or "model"
 
 
 # -- which device, which runner ----------------------------------------------------------------
@@ -209,90 +232,6 @@ def _runner_of(spec: FarmSpec, name: str) -> Path:
     return path
 
 
-# -- the exported spec -------------------------------------------------------------------------
-
-
-def _spec_for_device(data: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The spec's TOML document with only NAME's jobs: farm.devices and each
-    [[farm.job]] narrowed to NAME, device sources and other devices dropped."""
-    exported = {k: _copy_value(v) for k, v in data.items() if k != "devices"}
-    farm = exported["farm"]
-    farm.pop("sources", None)
-    in_matrix = name in farm.get("devices", [])
-    if in_matrix:
-        farm["devices"] = [name]
-    else:  # NAME has explicit jobs only: the matrix has none of its cells
-        for key in ("devices", "models"):
-            farm.pop(key, None)
-    entries = []
-    for entry in farm.get("job", []):
-        targets = [entry["device"]] if "device" in entry else entry.get("devices")
-        if targets is None and in_matrix:  # the entry runs on farm.devices
-            entries.append(entry)
-        elif targets is not None and name in targets:
-            entry.pop("devices", None)
-            entries.append({**entry, "device": name})
-    if "job" in farm:
-        farm["job"] = entries
-        if not entries:
-            del farm["job"]
-    return exported
-
-
-def _copy_value(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy_value(v) for v in value]
-    return value
-
-
-def _strings(node: Any) -> Iterator[str]:
-    if isinstance(node, str):
-        yield node
-    elif isinstance(node, dict):
-        for value in node.values():
-            yield from _strings(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _strings(value)
-
-
-def _file_refs(exported: Mapping[str, Any], base: Path) -> Iterator[tuple[str, Path]]:
-    """(text, path) of every string in the spec that names a file or folder (a
-    model file, samples, a glob of samples, a runner), relative to the spec's
-    folder or absolute."""
-    for text in dict.fromkeys(_strings(exported)):
-        location = text
-        head, sep, _factory = text.rpartition(":")
-        if sep and head.endswith(".py"):
-            location = head
-        if not location or "\n" in location:
-            continue
-        path = Path(location).expanduser()
-        path = path if path.is_absolute() else base / path
-        if any(ch in location for ch in "*?["):
-            if glob.glob(str(path)):
-                yield text, path
-        elif path.exists():
-            yield text, path
-
-
-def _expand(path: Path) -> list[Path]:
-    """The files a reference brings: a glob's matches; a model file's folder's
-    Python files (a factory may import what is beside it); else the path."""
-    if any(ch in str(path) for ch in "*?["):
-        return [Path(p) for p in sorted(glob.glob(str(path)))]
-    if path.is_file() and path.suffix == ".py":
-        return sorted(p for p in path.parent.glob("*.py") if p.is_file())
-    return [path]
-
-
-def _common_root(paths: Sequence[Path]) -> Path:
-    folders = [os.path.abspath(p if p.is_dir() else p.parent) for p in paths]
-    return Path(os.path.commonpath([os.path.normpath(f) for f in folders]))
-
-
 def _check_same_jobs(exported_spec: Path, jobs: Sequence[FarmJob]) -> None:
     """The exported spec must plan exactly NAME's jobs of the original, same keys."""
     try:
@@ -339,23 +278,28 @@ def _zip(folder: Path, archive: Path) -> None:
 
 
 def requirements_text() -> str:
-    """etdeploy's runtime dependencies, each pinned to the version installed here:
-    the host runs what this machine built and checked with."""
-    lines = [
-        "# etdeploy's dependencies, pinned to the versions of the machine that exported.",
-        f"--extra-index-url {TORCH_CPU_INDEX}",
-    ]
-    for requirement in metadata.requires("etdeploy") or []:
-        name, _, marker = requirement.partition(";")
-        if "extra ==" in marker:
-            continue  # the test extra
-        project = _project_name(name)
-        try:
-            version = metadata.version(project)
-        except metadata.PackageNotFoundError:
-            continue  # a marker-only dependency not needed here (tomli on 3.11)
-        lines.append(f"{project}=={version}" + (f" ;{marker}" if marker.strip() else ""))
+    """etdeploy's base dependencies as it declares them (ranges, no extras): the host
+    installs them with --only-binary=:all:, so pip picks releases with wheels for its
+    glibc (module docstring)."""
+    lines = ["# etdeploy's base install: no torch, no executorch (the jobs are bundles)."]
+    lines += base_requirements()
     return "\n".join(lines) + "\n"
+
+
+def base_requirements() -> list[str]:
+    """The running etdeploy's base dependencies: from pyproject.toml beside the package
+    in a source checkout, else from its installed metadata."""
+    import etdeploy
+    from etdeploy.extras import BUILD_PACKAGES
+
+    pyproject = Path(etdeploy.__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text()).get("project", {})
+        declared = list(project.get("dependencies", []))
+    else:
+        declared = [r for r in metadata.requires("etdeploy") or [] if "extra ==" not in r]
+    # Never torch or executorch on the host, whatever an old install's metadata says.
+    return [r for r in declared if _project_name(r).lower() not in BUILD_PACKAGES]
 
 
 def _project_name(requirement: str) -> str:
@@ -367,14 +311,6 @@ def _project_name(requirement: str) -> str:
 
 # -- the test spec -----------------------------------------------------------------------------
 
-# The host's glibc, checked before pip meets wheels it cannot install.
-_GLIBC_CHECK = (
-    'python -c \'import platform, sys; v = platform.libc_ver()[1] or "0"; '
-    f'sys.exit(0 if tuple(map(int, v.split(".")[:2])) >= {MIN_GLIBC!r} else '
-    f'"this host has glibc " + v + ": the torch and executorch wheels etdeploy needs are '
-    f"manylinux_2_28 (glibc {MIN_GLIBC[0]}.{MIN_GLIBC[1]} or later)\")'"
-)
-
 
 def test_spec_phases(package_spec: str) -> dict[str, list[str]]:
     """The commands of each phase; package_spec is the spec's path in the package."""
@@ -385,8 +321,8 @@ def test_spec_phases(package_spec: str) -> dict[str, list[str]]:
         "install": [
             f"devicefarm-cli use python {HOST_PYTHON}",
             "python --version",
-            _GLIBC_CHECK,
-            f'python -m pip install --disable-pip-version-check -r "{package}/requirements.txt"',
+            f"python -m pip install --disable-pip-version-check --only-binary=:all: "
+            f'-r "{package}/requirements.txt"',
         ],
         "pre_test": [
             f'cd "{package}"',

@@ -1,0 +1,19 @@
+"""Job bundles: a job made once where torch is (`etdeploy bundle MODEL -o DIR`), run
+anywhere without it (`etdeploy run --bundle DIR -d DEVICE`).
+
+A bundle is a folder (manifest.py has its layout): the program with its build
+manifest and .ptd, a runner bundle per ABI (prebuilt by runner_build: a device host
+compiles nothing), the staged samples, the reference tables (float eager; quantized
+eager for a quantized build; the host runtime's with --host-check), the job's
+settings, and bundle.json listing each file with its sha256. A run of it takes the
+same stages as `etdeploy run MODEL` from deploy on, so it reaches the same verdict.
+
+    manifest.py   bundle.json: the typed manifest, its layout, reading it
+    make.py       writing a bundle (the build side: build, stage, runners)
+    load.py       a bundle as the pipeline's records (Program, Staged, runners)
+    settings.py   the settings of a run of a bundle (the bundle's, the machine's, flags)
+"""
+
+from etdeploy.bundle.manifest import BUNDLE_FILE, BUNDLE_SCHEMA, BundleManifest, is_bundle
+
+__all__ = ["BUNDLE_FILE", "BUNDLE_SCHEMA", "BundleManifest", "is_bundle"]

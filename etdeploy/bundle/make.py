@@ -1,0 +1,246 @@
+"""`etdeploy bundle`: a job made once where torch is, written as a folder a device
+host runs without it.
+
+The job's own stages do the work (build, stage, and with --host-check the host
+runtime), so a bundle holds what `etdeploy run MODEL` would have computed: the same
+program, samples and references. The runner bundles come from runner_build, one per
+ABI asked for (runner_build.ensure_runner: the host build, the arm64 bundle, an NDK
+build...), copied as they are. Everything is written under a temporary name beside
+the target and renamed into place, so an interrupted bundle leaves no half folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import etdeploy
+from etdeploy.bundle.manifest import (
+    BUNDLE_FILE,
+    INPUTS_FILE,
+    LABELS_FILE,
+    PROGRAM_DIR,
+    REFERENCES_DIR,
+    RUNNERS_DIR,
+    BundleManifest,
+    FileEntry,
+    References,
+    RunnerEntry,
+    is_bundle,
+)
+from etdeploy.errors import UsageError
+from etdeploy.pipeline.job import RunJob
+from etdeploy.pipeline.stage import Staged
+from etdeploy.runner_build import RunnerBundle
+from etdeploy.settings import MACHINE, RunSettings, declared
+
+Say = Callable[[str], None]
+# Per sample, per array.
+Table = Sequence[Sequence[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class MadeBundle:
+    path: Path
+    manifest: BundleManifest
+    runners: tuple[RunnerBundle, ...]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(entry.size for entry in self.manifest.files.values())
+
+
+def make_bundle(
+    job: RunJob,
+    out: Path,
+    runners: Sequence[RunnerBundle] | None = None,
+    status: Say | None = None,
+) -> MadeBundle:
+    """Build and stage `job` and write it to `out` with `runners` (default: the host
+    build; `runners_for(abis)` gives runner_build's bundle for each ABI)."""
+    from etdeploy.extras import require_build_extra
+    from etdeploy.pipeline.build import build_program
+    from etdeploy.pipeline.references import host_runtime_outputs
+    from etdeploy.pipeline.stage import stage
+
+    say = status or (lambda _text: None)
+    _check_target(out)
+    require_build_extra("etdeploy bundle (it builds the program and computes its references)")
+    if job.localize:
+        raise UsageError(
+            "--localize needs the model where it runs; a bundle carries no model",
+            "localise with `etdeploy run MODEL --localize` where torch is installed",
+        )
+    say(f"building {job.label}")
+    program = build_program(job, say)
+    say("staging inputs and the references")
+    staged = stage(job, program)
+    host = None
+    if job.host_check:
+        say("running the program in executorch's Python runtime")
+        host = host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
+    if runners is None:
+        runners = runners_for(("host",), say)
+    out = Path(out)
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        partial.mkdir(parents=True)
+        writer = _Writer(partial)
+        pte = writer.copy(program.pte, f"{PROGRAM_DIR}/{program.pte.name}")
+        program_manifest = writer.text(
+            f"{PROGRAM_DIR}/{program.pte.name}.json", json.dumps(program.manifest or {}, indent=2)
+        )
+        data = (
+            writer.copy(program.data.path, f"{PROGRAM_DIR}/{program.data.path.name}")
+            if program.data is not None
+            else None
+        )
+        entries = tuple(writer.runner(bundle) for bundle in runners)
+        writer.arrays(INPUTS_FILE, staged.samples, "i")
+        references = References(
+            kind=staged.reference_kind,
+            float=writer.arrays(f"{REFERENCES_DIR}/float.npz", staged.references, "o"),
+            quantized=writer.arrays(f"{REFERENCES_DIR}/quantized.npz", staged.quantized, "o")
+            if staged.quantized is not None
+            else None,
+            host=writer.arrays(f"{REFERENCES_DIR}/host.npz", host, "o") if host else None,
+        )
+        labels = writer.labels(LABELS_FILE, staged) if staged.labels is not None else None
+        manifest = BundleManifest(
+            model=job.model or job.label, pte=pte, program_manifest=program_manifest, data=data,
+            runners=entries, samples=staged.sample_names, on_noise=staged.on_noise,
+            references=references, settings=settings_json(job), labels=labels,
+            program_warnings=program.warnings, staged_warnings=staged.warnings,
+            files=writer.files, etdeploy=etdeploy.__version__,
+            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )  # fmt: skip
+        writer.text(BUNDLE_FILE, json.dumps(manifest.to_json(), indent=2), listed=False)
+        _put_in_place(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return MadeBundle(out, manifest, tuple(runners))
+
+
+def settings_json(job: RunSettings) -> dict[str, Any]:
+    """The job's settings that travel (all but the running machine's own), as JSON."""
+    out: dict[str, Any] = {}
+    for entry in declared(RunSettings):
+        if entry.option.scope == MACHINE:
+            continue
+        value = getattr(job, entry.name)
+        out[entry.name] = (
+            str(value)
+            if isinstance(value, Path)
+            else list(value)
+            if isinstance(value, tuple)
+            else value
+        )
+    return out
+
+
+def _check_target(out: Path) -> None:
+    """`out` may be new, an empty folder, or a job bundle (replaced whole)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file; -o names the bundle's folder", "give -o a folder")
+    if out.is_dir() and any(out.iterdir()) and not is_bundle(out):
+        raise UsageError(
+            f"{out} holds other files and is not a job bundle: not overwriting it",
+            "give -o a new folder (or an old bundle, which is replaced)",
+        )
+
+
+def runners_for(abis: Sequence[str], say: Say | None = None) -> list[RunnerBundle]:
+    """runner_build's bundle for each ABI (built if its cache lacks it), each distinct
+    bundle once."""
+    from etdeploy.runner_build import ensure_runner
+
+    say = say or (lambda _text: None)
+    found: dict[str, RunnerBundle] = {}
+    for abi in dict.fromkeys(abis or ("host",)):
+        say(f"preparing the runner for {abi}")
+        bundle = ensure_runner(abi, progress=say)
+        found.setdefault(bundle.key or str(bundle.directory), bundle)
+    return list(found.values())
+
+
+def _put_in_place(partial: Path, out: Path) -> None:
+    """The finished folder under its name; an old bundle there goes only after."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(partial, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class _Writer:
+    """Files into the bundle's folder, each listed with its size and sha256."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: dict[str, FileEntry] = {}
+
+    def _listed(self, relative: str) -> str:
+        from etdeploy.digests import sha256_file
+
+        path = self.root / relative
+        self.files[relative] = FileEntry(path.stat().st_size, sha256_file(path))
+        return relative
+
+    def copy(self, source: Path, relative: str) -> str:
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)  # keeps the runner's executable bit
+        return self._listed(relative)
+
+    def text(self, relative: str, text: str, *, listed: bool = True) -> str:
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text + "\n", "utf-8")
+        return self._listed(relative) if listed else relative
+
+    def arrays(self, relative: str, table: Table, letter: str) -> str:
+        """A table as .npz: s<S>_<letter><K> per sample S and array K."""
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        named = {
+            f"s{s}_{letter}{k}": np.ascontiguousarray(array)
+            for s, row in enumerate(table)
+            for k, array in enumerate(row)
+        }
+        with open(target, "wb") as handle:
+            np.savez(handle, **named)
+        return self._listed(relative)
+
+    def labels(self, relative: str, staged: Staged) -> str:
+        """The samples' labels as .npz: `y` (one a sample), the class names and where the
+        labels were read, and the task they score."""
+        assert staged.labels is not None
+        target = self.root / relative
+        with open(target, "wb") as handle:
+            np.savez(
+                handle, y=staged.labels.values, names=np.asarray(staged.labels.names, dtype=str),
+                source=np.asarray(staged.labels.source), task=np.asarray(staged.task or ""),
+            )  # fmt: skip
+        return self._listed(relative)
+
+    def runner(self, bundle: RunnerBundle) -> RunnerEntry:
+        """The runner bundle's folder as runner_build wrote it (bundle.json included)."""
+        from etdeploy.runner_build import BUNDLE_MANIFEST
+
+        directory = f"{RUNNERS_DIR}/{bundle.abi}-{bundle.kind}"
+        for path in (*bundle.files, bundle.directory / BUNDLE_MANIFEST):
+            self.copy(path, f"{directory}/{path.name}")
+        return RunnerEntry(bundle.abi, bundle.kind, directory)
