@@ -35,11 +35,11 @@ def _base_requirements() -> list[str]:
     return [*project["project"]["dependencies"], *_BUILD_BACKEND]
 
 
-def _wheelhouse(cache: pytest.Cache) -> Path:
+def _wheelhouse(root: Path) -> Path:
     """The base dependencies' wheels for this Python, downloaded once per checkout."""
     requirements = _base_requirements()
     key = hashlib.sha256(f"{sys.version_info[:2]}{requirements}".encode()).hexdigest()[:16]
-    wheels = cache.mkdir("base-install-wheels") / key
+    wheels = root / "base-install-wheels" / key
     if not (wheels / ".complete").is_file():
         shutil.rmtree(wheels, ignore_errors=True)
         subprocess.run(
@@ -75,7 +75,9 @@ def base_environ(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def base_venv(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
-    wheels = _wheelhouse(request.config.cache)
+    # Beside the session's etdeploy cache (tests/conftest.py), with or without pytest's
+    # own cache plugin.
+    wheels = _wheelhouse(Path(request.config.rootpath) / ".pytest_cache")
     root = tmp_path_factory.mktemp("base-install")
     source = copy_source(root / "src")
     venv = root / "venv"
