@@ -60,7 +60,14 @@ def build_command(
     (model, backend, quantization). A different program already at the output
     path is never overwritten without --force.
     """
-    from etdeploy.builder import BuildOptions, build, default_output_name, export_artifact
+    from etdeploy.builder import (
+        BuildOptions,
+        build,
+        check_output_free,
+        default_output_name,
+        export_artifact,
+        planned_build,
+    )
     from etdeploy.cli._feedback import Feedback
     from etdeploy.model.loader import parse_model_ref
 
@@ -69,6 +76,7 @@ def build_command(
         raise UsageError(
             "-o names one file but several backends were asked for", "give -o a folder"
         )
+    builds = []
     for be in backend:
         options = BuildOptions(
             backend=be,
@@ -79,19 +87,20 @@ def build_command(
             use_cache=not no_cache,
             external_weights=external_weights,
         )
+        builds.append((options, _target(output, default_output_name(name, options))))
+    # Every output is checked before the first lowering: a refusal costs no build.
+    for options, target in builds:
+        if target.exists() and not force:
+            planned = planned_build(model, options)
+            check_output_free(target, planned.key, cached=planned.cached, force=force)
+    for options, target in builds:
+        be = options.backend
         label = f"{name} for {be}" + (f" ({quantize})" if quantize else "")
         with Feedback() as feedback:
             feedback.status(f"building {label}")
             result = build(model, options, status=lambda s, lb=label: feedback.status(f"{lb}: {s}"))
         if is_verbose() and result.log:
             err_console.print(result.log, markup=False, highlight=False, soft_wrap=True)
-        filename = default_output_name(name, options)
-        if output is None:
-            target = Path(filename)
-        elif output.suffix == ".pte":
-            target = output
-        else:
-            target = output / filename
         exported = export_artifact(result, target, etrecord=etrecord, force=force)
         render_build(result.manifest, target, result.cached, result.seconds)
         _render_written(exported)
@@ -101,6 +110,13 @@ def build_command(
                 "--profile will show runtime names only",
                 highlight=False, soft_wrap=True,
             )  # fmt: skip
+
+
+def _target(output: Path | None, filename: str) -> Path:
+    """Where a build is written: -o as a file, a folder for `filename`, or ./filename."""
+    if output is None:
+        return Path(filename)
+    return output if output.suffix == ".pte" else output / filename
 
 
 def _render_written(exported: Exported) -> None:
