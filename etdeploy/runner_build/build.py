@@ -44,6 +44,10 @@ def cached_runner(
     abi: str = "host", *, kernels: Sequence[str] = (), backends: Sequence[str] = DEFAULT_BACKENDS
 ) -> RunnerBundle | None:
     """The bundle `ensure_runner` would return, if it is already built; never builds."""
+    from etdeploy.runner_build import x86_64
+
+    if x86_64.applies(abi):
+        return x86_64.cached_bundle(kernels=kernels, backends=backends)
     plan = with_components(plan_for(abi), kernels, backends)
     key = plan_key(plan, harness_dir())
     return read_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}", fresh=False)
@@ -194,14 +198,21 @@ def ensure_runner(
 ) -> RunnerBundle:
     """The runner bundle for `abi`, built if the cache lacks it.
 
-    abi: "host" (this machine); "x86_64", the Android ABI (needs ANDROID_NDK and
-    EXECUTORCH_ANDROID_PREFIX); "arm64-v8a", the NDK build when both are set, else
-    the self-contained arm64 bundle; "aarch64", that bundle always. `kernels` adds
+    abi: "host" (this machine); "x86_64", the Android ABI: the NDK build when
+    ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX are set, else the host build made
+    self-contained with its glibc (x86_64.py); "arm64-v8a", the NDK build when both
+    are set, else the self-contained arm64 bundle; "aarch64", that bundle always. `kernels` adds
     kernel libraries (KERNEL_LIBRARIES names or paths), `backends` picks the
     delegates (() for none); each choice is its own cached bundle. A build runs
     in a temporary directory renamed into place, under a lock, so concurrent
     callers build once and nobody sees half a bundle.
     """
+    from etdeploy.runner_build import x86_64
+
+    if x86_64.applies(abi):
+        return x86_64.ensure_bundle(
+            rebuild=rebuild, progress=progress, kernels=kernels, backends=backends
+        )
     report: Progress = progress or (lambda _message: None)
     plan = with_components(plan_for(abi), kernels, backends)
     harness = harness_dir()
