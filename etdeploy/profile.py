@@ -105,6 +105,30 @@ def short_op(op: str) -> str:
     return parts[1] if len(parts) == 3 and parts[0] == "aten" else op
 
 
+# Beyond this many modules an event's module list is summarised: a delegate call
+# over a whole network names every module in it, which no table column can hold.
+MODULES_SHOWN = 3
+
+
+def modules_label(module: str | None) -> str:
+    """An event's modules ("conv1, fc") as a table cell: up to MODULES_SHOWN as they
+    are; more as their count and the module path they all share ("21 modules in
+    layer1") or, sharing none, their first and last ("21 modules: conv1 … fc")."""
+    names = [name for name in (module or "").split(", ") if name]
+    if not names:
+        return "-"
+    if len(names) <= MODULES_SHOWN:
+        return ", ".join(names)
+    shared: list[str] = []
+    for parts in zip(*(name.split(".") for name in names), strict=False):
+        if len(set(parts)) != 1:
+            break
+        shared.append(parts[0])
+    if shared:
+        return f"{len(names)} modules in {'.'.join(shared)}"
+    return f"{len(names)} modules: {names[0]} … {names[-1]}"
+
+
 def operator_totals(
     events: list[dict[str, Any]], median_execute: float | None
 ) -> list[dict[str, Any]]:
