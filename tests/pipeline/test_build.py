@@ -115,9 +115,9 @@ def test_a_wrong_input_shape_is_reported_before_an_uncached_build(
         "--inputs", inputs, "--device", "local",
     )  # fmt: skip
     assert done.exit_code == 2, done.output
+    # Checked once the factory ran, before the export: the cache holds no program.
+    assert not any((fresh_cache / "builds").glob("*/*.pte"))
     assert one_line_error(done) == (
         "error: input 'tokens' of sample review: expected int64[1, 2..16], given int64[1, 20] "
         "(dim 1 is 20, outside its declared range 2..16)"
     )
-    # Checked once the factory ran, before the export: the cache holds no program.
-    assert not any((fresh_cache / "builds").glob("*/*.pte"))
