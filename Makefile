@@ -13,7 +13,7 @@ setup: $(STAMP) system-packages
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,explore]'
 	$(BIN)/python -c 'import torch, executorch' # fail here, not in the first test
 	touch $(STAMP)
 
