@@ -153,7 +153,9 @@ def x86_64_runner_check(info: Any, name: str) -> Check | None:
         runner_x86_64.host_toolchain()
     except EtdeployError as exc:
         return Check(
-            "runner", name, FAIL, f"no runner for {info.abi}: {exc.message}", exc.hint or ""
-        )
+            "runner", name, FAIL, f"no runner for {info.abi}: {exc.message}",
+            f'{exc.hint}; or set runner = "PATH" in {devices_table(info.name)}, or set '
+            "ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX",
+        )  # fmt: skip
     return Check("runner", name, OK, f"the host build with its own glibc ({runner_x86_64.KIND}) "
                  f"runs on {info.os} {info.abi}; made on first use from the host runner")  # fmt: skip

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -217,20 +217,32 @@ def ensure_runner(
     plan = with_components(plan_for(abi), kernels, backends)
     harness = harness_dir()
     key = plan_key(plan, harness)
-    root = cache_dir("runners")
-    name = f"{plan.abi}-{key[:16]}"
-    final = root / name
+    return cached_or_built(
+        f"{plan.abi}-{key[:16]}",
+        lambda staging: _build(plan, harness, key, staging, report),
+        rebuild=rebuild,
+        progress=report,
+    )
 
+
+def cached_or_built(
+    name: str, make: Callable[[Path], Path], *, rebuild: bool, progress: Progress
+) -> RunnerBundle:
+    """The bundle cached as runners/NAME; else `make(staging)` builds one in a
+    temporary directory under runners/ (returning the bundle's directory there),
+    renamed into place under a lock, so concurrent callers build once and nobody
+    sees half a bundle."""
+    root = cache_dir("runners")
+    final = root / name
     if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
         return hit
-
-    with _build_lock(root, name, report):
+    with _build_lock(root, name, progress):
         # Another process may have finished the same build while this one waited.
         if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
             return hit
         staging = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
         try:
-            built = _build(plan, harness, key, staging, report)
+            built = make(staging)
             if final.exists():
                 # A rebuild, or a damaged entry: move it aside, then swap in.
                 final.rename(staging / "previous")
@@ -240,5 +252,5 @@ def ensure_runner(
     bundle = read_bundle(final, fresh=True)
     if bundle is None:
         raise RunnerError(f"the runner bundle at {final} is incomplete right after its build")
-    report(f"{bundle.kind} runner ready in {bundle.info.get('build_seconds')} s: {final}")
+    progress(f"{bundle.kind} runner ready in {bundle.info.get('build_seconds')} s: {final}")
     return bundle

@@ -21,15 +21,12 @@ import json
 import os
 import platform
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-import filelock
-
-from etdeploy.errors import RunnerError, UsageError
+from etdeploy.errors import UsageError
 from etdeploy.paths import cache_dir
 from etdeploy.runner_build.bundle import (
     BUNDLE_MANIFEST,
@@ -52,7 +49,6 @@ ABI = "x86_64"
 LOADER = "ld-linux-x86-64.so.2"
 # Bumped when what this module puts in a bundle changes.
 REVISION = 1
-LOCK_TIMEOUT_S = 1200.0
 
 
 def applies(abi: str) -> bool:
@@ -71,12 +67,16 @@ def host_toolchain() -> GlibcToolchain:
             "build it on an x86_64 Linux machine, or build the Android runner with the NDK "
             "(android_harness/README.md)",
         )
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    named = os.environ.get("CXX")
+    cxx = shutil.which(named) if named else shutil.which("c++") or shutil.which("g++")
     readelf = shutil.which("readelf")
     if cxx is None or readelf is None:
+        missing = " and ".join(
+            what for what, found in ((named or "c++", cxx), ("readelf", readelf)) if not found
+        )
         raise UsageError(
-            "the x86_64 bundle needs this machine's C++ compiler and readelf",
-            "apt-get install g++ binutils",
+            f"the x86_64 bundle is made with this machine's {missing}, which {'is' if ' and ' not in missing else 'are'} not installed",
+            "apt-get install g++ binutils (or point CXX at a C++ compiler)",
         )
     return GlibcToolchain(
         loader=LOADER,
@@ -97,7 +97,7 @@ def cached_bundle(
     if host is None:
         return None
     toolchain = host_toolchain()
-    return read_bundle(_directory(_key(host, toolchain)), fresh=False)
+    return read_bundle(cache_dir("runners") / _name(_key(host, toolchain)), fresh=False)
 
 
 def ensure_bundle(
@@ -110,7 +110,7 @@ def ensure_bundle(
     """The x86_64 bundle: the host runner (built if the cache lacks it) copied and
     made self-contained, once per host bundle and glibc; under a lock, staged in a
     temporary directory renamed into place, so nobody sees half a bundle."""
-    from etdeploy.runner_build.build import ensure_runner
+    from etdeploy.runner_build.build import cached_or_built, ensure_runner
 
     report: Progress = progress or (lambda _message: None)
     toolchain = host_toolchain()
@@ -118,26 +118,12 @@ def ensure_bundle(
         "host", rebuild=rebuild, progress=report, kernels=kernels, backends=backends
     )
     key = _key(host, toolchain)
-    final = _directory(key)
-    if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
-        return hit
-    root = final.parent
-    with filelock.FileLock(str(root / f".{final.name}.lock"), timeout=LOCK_TIMEOUT_S):
-        if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
-            return hit
-        staging = Path(tempfile.mkdtemp(prefix=f".build-{final.name}-", dir=root))
-        try:
-            _assemble(host, key, toolchain, staging / "bundle", report)
-            if final.exists():
-                final.rename(staging / "previous")
-            (staging / "bundle").rename(final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    bundle = read_bundle(final, fresh=True)
-    if bundle is None:
-        raise RunnerError(f"the runner bundle at {final} is incomplete right after its build")
-    report(f"{KIND} runner ready: {final}")
-    return bundle
+    return cached_or_built(
+        _name(key),
+        lambda staging: _assemble(host, key, toolchain, staging / "bundle", report),
+        rebuild=rebuild,
+        progress=report,
+    )
 
 
 def _key(host: RunnerBundle, toolchain: GlibcToolchain) -> str:
@@ -147,13 +133,13 @@ def _key(host: RunnerBundle, toolchain: GlibcToolchain) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def _directory(key: str) -> Path:
-    return cache_dir("runners") / f"{KIND}-{key[:16]}"
+def _name(key: str) -> str:
+    return f"{KIND}-{key[:16]}"
 
 
 def _assemble(
     host: RunnerBundle, key: str, toolchain: GlibcToolchain, bundle: Path, progress: Progress
-) -> None:
+) -> Path:
     """The host bundle's files copied into `bundle`, made self-contained, described."""
     started = time.monotonic()
     progress(f"making the {KIND} bundle from the host runner")
@@ -182,3 +168,4 @@ def _assemble(
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     (bundle / BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return bundle
