@@ -186,16 +186,12 @@ def render_build(manifest: dict, target: Path, cached: bool | None, seconds: flo
 
 
 def _describe(meta: dict) -> str:
+    from etdeploy.inputs import shape_text
+
     if meta.get("kind") != "tensor":
         return meta.get("kind", "?")
-    shape = [
-        f"{meta['dynamic'][str(i)][0]}..{meta['dynamic'][str(i)][1]}"
-        if str(i) in meta.get("dynamic", {})
-        else str(s)
-        for i, s in enumerate(meta["shape"])
-    ]
-    # "[1, 32]", as Python, numpy and the rest of etdeploy write a shape.
-    return f"{meta.get('name', '')}:{meta['dtype']}[{', '.join(shape)}]"
+    # "[1, 2..32]", as Python and numpy write a shape, a dynamic dim as its range.
+    return f"{meta.get('name', '')}:{meta['dtype']}{shape_text(meta['shape'], meta.get('dynamic'))}"
 
 
 @command(

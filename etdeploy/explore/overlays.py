@@ -122,6 +122,11 @@ def plan_exploration(
     # there is one, since the first divergence is what a localized run is about.
     overlays = [*_profile_overlays(result, graph, etdump, notes)]
     overlays += _localization_overlays(result, graph, notes)
+    if not overlays and not notes:
+        notes.append(
+            "the run was neither localized nor profiled: the graph carries no overlay of "
+            "etdeploy's; run with --localize (error vs eager) or --profile (device time)"
+        )
     return Exploration(record, graph.adapter_id, tuple(overlays), tuple(notes))
 
 

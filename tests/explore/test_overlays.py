@@ -101,3 +101,17 @@ def test_a_result_of_several_runs_or_none_is_refused(
         plan_exploration(several)
     with pytest.raises(UsageError, match="no such ETRecord"):
         plan_exploration(localized_result, etrecord=tmp_path / "nope.etrecord")
+
+
+def test_a_run_neither_localized_nor_profiled_opens_with_a_note_saying_how(
+    localized_result: Path, tmp_path: Path
+) -> None:
+    doc = json.loads(localized_result.read_text())
+    for key in ("localization", "profile", "etdump"):
+        doc.pop(key, None)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(doc))
+    exploration = plan_exploration(plain)
+    assert exploration.adapter_id == "etrecord_adapter" and exploration.overlays == ()
+    (note,) = exploration.notes
+    assert "--localize" in note and "--profile" in note
