@@ -251,7 +251,7 @@ def test_cli_build_writes_pte_and_manifest_and_several_backends(tmp_path: Path) 
         (["digits", "--dynamic", "image:0=x"], "cannot read --dynamic"),
         (
             ["digits", "--quantize", "int8", "--calibration", f"{MODELS}/../calib_wrong"],
-            "wrong shape",
+            "of calibration sample s0: expected float32[1, 1, 8, 8], given float32[1, 1, 6, 6]",
         ),
         (
             [f"{MODELS}/broken.py:data_dependent"],

@@ -39,8 +39,11 @@ class Served:
     process: subprocess.Popen[str]
 
 
-@pytest.fixture
-def served(localized_result: Path, tmp_path: Path) -> Iterator[Served]:
+@pytest.fixture(scope="module")
+def served(localized_result: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One server for the module (starting one imports torch and executorch); the
+    last test stops it with Ctrl-C, and teardown kills it if a test failed first."""
+    tmp_path = tmp_path_factory.mktemp("served")
     try:
         require_explore_extra()
     except UsageError as exc:
