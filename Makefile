@@ -15,7 +15,7 @@ setup: $(STAMP) system-packages
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[build,test,docs]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[build,test,docs,explore]'
 	$(BIN)/python -c 'import torch, executorch' # fail here, not in the first test
 	touch $(STAMP)
 

@@ -302,29 +302,49 @@ def _guess_layout(shape: Sequence[int]) -> str | None:
     return "nchw" if chw[0] in (1, 3) else None
 
 
-def check_against(sample: Sample, expected: Sequence[InputMeta]) -> None:
+def shape_text(shape: Sequence[int], dynamic: Mapping[str, Sequence[int]] | None = None) -> str:
+    """A shape as etdeploy writes it, a dynamic dim as its declared range: [1, 2..64]."""
+    ranges = {str(k): v for k, v in (dynamic or {}).items()}
+    return "[" + ", ".join(
+        f"{ranges[str(d)][0]}..{ranges[str(d)][1]}" if str(d) in ranges else str(size)
+        for d, size in enumerate(shape)
+    ) + "]"  # fmt: skip
+
+
+def check_against(sample: Sample, expected: Sequence[InputMeta], what: str = "sample") -> None:
     """Count, dtypes and shapes against the method's inputs, before anything runs.
-    A dynamic dim may take any size within its range."""
+    A dynamic dim may take any size within its range, and the error names the range.
+    `what` names the samples in the error: "sample", "calibration sample"."""
     names = [str(m.get("name", f"input_{i}")) for i, m in enumerate(expected)]
     if len(sample.arrays) != len(expected):
         raise InputError(
-            f"sample {sample.name} has {len(sample.arrays)} input(s); the program takes {len(expected)}",
+            f"{what} {sample.name} has {len(sample.arrays)} input(s); the program takes {len(expected)}",
             f"its inputs are: {', '.join(names)}",
         )
     for name, array, meta in zip(names, sample.arrays, expected, strict=True):
         want_dtype, want_shape = str(meta.get("dtype")), list(meta.get("shape") or [])
         dynamic = {str(k): v for k, v in (meta.get("dynamic") or {}).items()}
-        shape_ok = len(array.shape) == len(want_shape) and all(
-            given == want
-            or (str(d) in dynamic and dynamic[str(d)][0] <= given <= dynamic[str(d)][1])
-            for d, (given, want) in enumerate(zip(array.shape, want_shape, strict=True))
+        outside = [
+            d
+            for d, (given, want) in enumerate(zip(array.shape, want_shape, strict=False))
+            if given != want
+            and not (str(d) in dynamic and dynamic[str(d)][0] <= given <= dynamic[str(d)][1])
+        ]
+        if str(array.dtype) == want_dtype and len(array.shape) == len(want_shape) and not outside:
+            continue
+        why = ""
+        if len(array.shape) == len(want_shape) and outside and str(outside[0]) in dynamic:
+            low, high = dynamic[str(outside[0])][:2]
+            why = f" (dim {outside[0]} is {array.shape[outside[0]]}, outside its declared range {low}..{high})"
+        raise InputError(
+            f"input {name!r} of {what} {sample.name}: expected "
+            f"{want_dtype}{shape_text(want_shape, dynamic)}, given "
+            f"{array.dtype}{shape_text(array.shape)}{why}",
+            "trim or pad the sample into that range, or rebuild with a wider "
+            "--dynamic INPUT:DIM=MIN..MAX"
+            if why
+            else "convert the sample (dtype, shape, layout) to what the model was exported with",
         )
-        if str(array.dtype) != want_dtype or not shape_ok:
-            raise InputError(
-                f"input {name!r} of sample {sample.name}: expected {want_dtype}{want_shape}, "
-                f"given {array.dtype}{list(array.shape)}",
-                "convert the sample (dtype, shape, layout) to what the model was exported with",
-            )
 
 
 def to_tensors(sample: Sample) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,27 +29,7 @@ def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> d
     execution); each operator total has name, backend, instances, p50_ms (the
     instances' medians summed: one execution's time in that operator) and share.
     """
-    from etdeploy.builder.logs import captured_library_output
-    from etdeploy.extras import require_build_extra
-
-    require_build_extra("reading the ETDump (--profile)")
-
-    # The Inspector prints progress and pandas chatter, and warns about every
-    # kwarg and buffer it cannot map (16 UserWarnings for digits): the core never
-    # prints, and none of it changes what the profile says.
-    try:
-        with captured_library_output():
-            from executorch.devtools import Inspector
-
-            inspector = Inspector(
-                etdump_path=str(etdump), etrecord=str(etrecord) if etrecord else None
-            )
-            blocks = [(block, list(block.events)) for block in inspector.event_blocks]
-    except Exception as exc:  # the devtools raise bare exceptions on a bad file
-        raise InputError(
-            f"cannot read the profile {etdump.name}: {type(exc).__name__}: {exc}",
-            "the ETDump and the ETRecord must come from the same build and runtime",
-        ) from exc
+    blocks = _event_blocks(etdump, etrecord)
     events: list[dict[str, Any]] = []
     execute_ms: list[float] = []
     for _block, block_events in blocks:
@@ -87,6 +68,65 @@ def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> d
 
 
 DELEGATE_CALL = "DELEGATE_CALL"
+# The runtime's event for one kernel call of the program (a CPU operator).
+OPERATOR_CALL = "OPERATOR_CALL"
+
+
+def _event_blocks(etdump: Path, etrecord: Path | None) -> list[tuple[Any, list[Any]]]:
+    """The Inspector's event blocks of an ETDump, each with its events."""
+    from etdeploy.builder.logs import captured_library_output
+    from etdeploy.extras import require_build_extra
+
+    require_build_extra("reading the ETDump (--profile)")
+
+    # The Inspector prints progress and pandas chatter, and warns about every
+    # kwarg and buffer it cannot map (16 UserWarnings for digits): the core never
+    # prints, and none of it changes what the profile says.
+    try:
+        with captured_library_output():
+            from executorch.devtools import Inspector
+
+            inspector = Inspector(
+                etdump_path=str(etdump), etrecord=str(etrecord) if etrecord else None
+            )
+            return [(block, list(block.events)) for block in inspector.event_blocks]
+    except Exception as exc:  # the devtools raise bare exceptions on a bad file
+        raise InputError(
+            f"cannot read the profile {etdump.name}: {type(exc).__name__}: {exc}",
+            "the ETDump and the ETRecord must come from the same build and runtime",
+        ) from exc
+
+
+@dataclass(frozen=True)
+class HandleTimes:
+    """Median device time per debug handle (a node of the ETRecord's graph), in ms.
+
+    `operators`: the CPU kernel calls (OPERATOR_CALL events) computing the node,
+    summed (a linear is a permute and an addmm). `delegate_calls`: the time of the
+    whole delegate call the node was lowered into, which its other nodes share:
+    a delegate times its own kernels under names ExecuTorch cannot map to nodes."""
+
+    operators: dict[int, float]
+    delegate_calls: dict[int, float]
+
+
+def handle_times(etdump: Path, etrecord: Path) -> HandleTimes:
+    operators: dict[int, float] = {}
+    delegate_calls: dict[int, float] = {}
+    for _block, events in _event_blocks(etdump, etrecord):
+        for event in events:
+            perf = event.perf_data
+            handles = event.debug_handles
+            if perf is None or not perf.raw or handles is None:
+                continue
+            for handle in [handles] if isinstance(handles, int) else handles:
+                if event.name == OPERATOR_CALL:
+                    operators[int(handle)] = operators.get(int(handle), 0.0) + float(perf.p50)
+                elif event.name == DELEGATE_CALL:
+                    delegate_calls[int(handle)] = float(perf.p50)
+    return HandleTimes(operators, delegate_calls)
+
+
 # "Convolution (NHWC, F32) IGEMM #2" -> the kernel kind without its instance number.
 _INSTANCE = re.compile(r"\s+#\d+$")
 
@@ -106,6 +146,30 @@ def short_op(op: str) -> str:
     """aten.convolution.default -> convolution: the namespace and overload add nothing."""
     parts = op.split(".")
     return parts[1] if len(parts) == 3 and parts[0] == "aten" else op
+
+
+# Beyond this many modules an event's module list is summarised: a delegate call
+# over a whole network names every module in it, which no table column can hold.
+MODULES_SHOWN = 3
+
+
+def modules_label(module: str | None) -> str:
+    """An event's modules ("conv1, fc") as a table cell: up to MODULES_SHOWN as they
+    are; more as their count and the module path they all share ("21 modules in
+    layer1") or, sharing none, their first and last ("21 modules: conv1 … fc")."""
+    names = [name for name in (module or "").split(", ") if name]
+    if not names:
+        return "-"
+    if len(names) <= MODULES_SHOWN:
+        return ", ".join(names)
+    shared: list[str] = []
+    for parts in zip(*(name.split(".") for name in names), strict=False):
+        if len(set(parts)) != 1:
+            break
+        shared.append(parts[0])
+    if shared:
+        return f"{len(names)} modules in {'.'.join(shared)}"
+    return f"{len(names)} modules: {names[0]} … {names[-1]}"
 
 
 def operator_totals(

@@ -173,9 +173,10 @@ def test_reachable_devices_their_runners_and_host_keys_pass(
     assert rows[("device", "mac")]["status"] == OK and "ssh" in rows[("device", "mac")]["detail"]
     assert rows[("runner", "runner for mac")]["status"] == OK
     assert rows[("ssh", "host key for mac")]["status"] == OK
-    # pixel-b is attached but not configured: listed, and its missing runner only warns.
+    # pixel-b is attached but not configured: listed; an x86_64 phone (an emulator)
+    # gets the host build with its own glibc, no NDK needed.
     loose = rows[("runner", f"runner for {bed.adb.serial('pixel-b')}")]
-    assert loose["status"] == WARN and "ANDROID_NDK" in loose["detail"]
+    assert loose["status"] == OK and "x86_64-glibc" in loose["detail"], loose
 
 
 @pytest.mark.slow
@@ -186,11 +187,13 @@ def test_unreachable_devices_unknown_host_keys_and_missing_runners_fail_with_exi
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(bed.adb.server.port))
     for variable in ("ANDROID_NDK", "EXECUTORCH_ANDROID_PREFIX"):
         monkeypatch.delenv(variable, raising=False)
+    # No NDK, and no compiler to make the x86_64 bundle with: pixel-b has no runner.
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
     empty = tmp_path / "known_hosts_empty"
     empty.write_text("")
     down = free_port()
     config = write_config(tmp_path / "etdeploy.toml", {
-        "pixel-b": {"transport": "adb", "serial": bed.adb.serial("pixel-b")},  # no runner, no NDK
+        "pixel-b": {"transport": "adb", "serial": bed.adb.serial("pixel-b")},  # no runner
         "gone": {"transport": "adb", "serial": "127.0.0.1:1"},
         "faraway": {"transport": "adb", "serial": "x", "adb_host": "127.0.0.2", "adb_port": down},
         "mac": ssh_table(bed.sshd, tmp_path, known_hosts=str(empty)),
@@ -201,8 +204,9 @@ def test_unreachable_devices_unknown_host_keys_and_missing_runners_fail_with_exi
     runner = rows[("runner", "runner for pixel-b")]
     assert (
         runner["status"] == FAIL
-        and "ANDROID_NDK" in runner["detail"]
+        and "no-such-c++" in runner["detail"]
         and "runner =" in runner["hint"]
+        and "ANDROID_NDK" in runner["hint"]
     )
     assert (
         rows[("device", "gone")]["status"] == FAIL

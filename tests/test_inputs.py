@@ -143,6 +143,26 @@ def test_a_dynamic_dim_takes_any_size_in_its_range() -> None:
         check_against(Sample("big", (np.zeros((17, 5), np.float32),)), meta)
 
 
+def test_a_size_outside_a_declared_range_is_reported_with_the_range() -> None:
+    from etdeploy.inputs import Sample
+
+    # The .pte's shape is the dim's upper bound (64); the declared range is what the
+    # user wrote (--dynamic tokens:1=2..64), and what the error must say.
+    meta = [{"name": "tokens", "dtype": "int64", "shape": [1, 64], "dynamic": {"1": [2, 64]}}]
+    with pytest.raises(InputError) as caught:
+        check_against(Sample("long", (np.zeros((1, 100), np.int64),)), meta)
+    assert caught.value.message == (
+        "input 'tokens' of sample long: expected int64[1, 2..64], given int64[1, 100] "
+        "(dim 1 is 100, outside its declared range 2..64)"
+    )
+    assert "--dynamic" in (caught.value.hint or "")
+    # A static dim that differs is not a range problem: no range, no --dynamic hint.
+    with pytest.raises(InputError) as static:
+        check_against(Sample("wide", (np.zeros((2, 10), np.int64),)), meta)
+    assert "expected int64[1, 2..64], given int64[2, 10]" in static.value.message
+    assert "outside" not in static.value.message and "--dynamic" not in (static.value.hint or "")
+
+
 def test_a_missing_path_and_an_empty_glob_are_errors(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="input not found"):
         load_samples([tmp_path / "nope.npy"], [IMAGE_INPUT])

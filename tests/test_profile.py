@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from etdeploy.devices.local import LocalDevice
 from etdeploy.pipeline import RunJob, run_job
@@ -71,3 +72,52 @@ def test_an_etrecord_written_beside_a_copy_names_the_operators_again(tmp_path: P
     ).to_json()
     assert result["profile"]["etrecord"] is True
     assert "aten.convolution.default" in result["profile"]["delegate_calls"][0]["op_types"]
+
+
+# A residual CNN's delegate call: XNNPACK took the whole network, so the call's
+# ETRecord names every module in it (ResNet-18's, as torchvision names them).
+RESNET_MODULES = [
+    "conv1", "bn1", "relu", "maxpool", "layer1", "layer1.0", "layer1.0.conv1",
+    "layer1.0.bn1", "layer1.0.conv2", "layer1.0.bn2", "layer1.1", "layer2", "layer2.0",
+    "layer2.0.downsample", "layer3", "layer3.0", "layer4", "layer4.0", "layer4.1",
+    "avgpool", "fc",
+]  # fmt: skip
+
+
+def test_an_events_many_modules_become_a_count_and_what_they_share() -> None:
+    from etdeploy.profile import modules_label
+
+    assert modules_label(None) == "-"
+    assert modules_label("head, head.0") == "head, head.0"
+    assert modules_label(", ".join(RESNET_MODULES)) == "21 modules: conv1 … fc"
+    block = ["layer2", "layer2.0", "layer2.0.conv1", "layer2.0.bn1", "layer2.0.downsample"]
+    assert modules_label(", ".join(block)) == "5 modules in layer2"
+
+
+def test_the_piped_profile_table_stays_narrow_for_a_whole_network_call() -> None:
+    import io
+
+    from etdeploy.cli._app import PIPED_WIDTH
+    from etdeploy.report.console import RunConsole
+    from etdeploy.report.result import RunResult
+    from tests.report.docs import load_sample
+
+    doc = load_sample("passed_xnnpack")
+    call = {
+        "name": "DELEGATE_CALL", "delegated": False, "backend": "XnnpackBackend",
+        "op_types": ["aten.convolution.default", "aten.relu.default", "aten.add.Tensor",
+                     "aten.linear.default"],
+        "module": ", ".join(RESNET_MODULES), "count": 6,
+        "p50_ms": 4.2, "avg_ms": 4.3, "max_ms": 5.0, "share": 0.98,
+    }  # fmt: skip
+    doc["profile"] = {
+        "executions_ms": {"count": 6, "median": 4.3}, "events": [call],
+        "delegate_calls": [call], "etrecord": True, "operators": [],
+    }  # fmt: skip
+    out = io.StringIO()
+    # As piped: a console as wide as its content (etdeploy.cli._app).
+    printer = RunConsole(Console(file=out, width=PIPED_WIDTH), Console(file=io.StringIO()))
+    printer._render_profile(RunResult.from_json(doc))
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert any("21 modules: conv1 … fc" in line for line in lines)
+    assert max(len(line) for line in lines) < 160  # was 560 columns with every module named

@@ -199,11 +199,12 @@ def test_build_failure_carries_the_compiler_log(
 
 
 def test_the_ndk_build_names_both_variables_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
-    # x86_64 is only ever an NDK build (arm64-v8a falls back to the arm64 bundle).
+    from etdeploy.runner_build.plans import android_plan
+
     monkeypatch.delenv("ANDROID_NDK", raising=False)
     monkeypatch.delenv("EXECUTORCH_ANDROID_PREFIX", raising=False)
     with pytest.raises(UsageError) as caught:
-        ensure_runner("x86_64")
+        android_plan("x86_64")
     assert "ANDROID_NDK" in caught.value.message
     assert "EXECUTORCH_ANDROID_PREFIX" in caught.value.message
     assert "README.md" in (caught.value.hint or "")
@@ -214,13 +215,13 @@ def test_unknown_abi_is_a_usage_error() -> None:
         ensure_runner("mips")
 
 
-def test_x86_64_is_the_android_abi_and_needs_the_ndk_even_on_an_x86_64_host(
-    monkeypatch: pytest.MonkeyPatch,
+def test_x86_64_with_an_ndk_set_up_is_the_ndk_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # A glibc host binary does not run on an Android x86_64 emulator.
-    monkeypatch.delenv("ANDROID_NDK", raising=False)
-    monkeypatch.delenv("EXECUTORCH_ANDROID_PREFIX", raising=False)
-    with pytest.raises(UsageError, match="ANDROID_NDK"):
+    # Without one it is the host build with its glibc (tests/test_runner_build_x86_64.py).
+    monkeypatch.setenv("ANDROID_NDK", str(tmp_path / "ndk"))
+    monkeypatch.setenv("EXECUTORCH_ANDROID_PREFIX", str(tmp_path / "et-android"))
+    with pytest.raises(UsageError, match=r"android\.toolchain\.cmake"):
         ensure_runner("x86_64")
 
 
@@ -259,14 +260,18 @@ def test_cli_runner_build_prints_the_bundle_directory(
     assert directory == ensure_runner().directory
 
 
-def test_cli_runner_build_for_android_x86_64_without_ndk_exits_2(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.slow
+def test_cli_runner_build_for_android_x86_64_without_ndk_prints_the_glibc_bundle(
+    built_cache: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import etdeploy.cli.runner  # noqa: F401
     from etdeploy.cli import app
 
+    monkeypatch.setenv("ETDEPLOY_CACHE_DIR", str(built_cache["cache"]))
     monkeypatch.delenv("ANDROID_NDK", raising=False)
     monkeypatch.delenv("EXECUTORCH_ANDROID_PREFIX", raising=False)
     result = CliRunner().invoke(app, ["runner", "build", "--abi", "x86_64"])
-    assert result.exit_code == 2
-    assert "ANDROID_NDK" in result.output
+    assert result.exit_code == 0, result.output
+    directory = Path(result.stdout.strip())
+    assert directory.name.startswith("x86_64-glibc-")
+    assert json.loads((directory / BUNDLE_MANIFEST).read_text())["kind"] == "x86_64-glibc"

@@ -25,6 +25,7 @@ from etdeploy.runner_build import (
     KIND_ARM64,
     KIND_HOST,
     KIND_NDK,
+    KIND_X86_64,
     RunnerBundle,
     binary_abi,
     ensure_runner,
@@ -229,7 +230,7 @@ def _info(os: str, abi: str, transport: str = "adb") -> DeviceInfo:
     ("info", "abi", "kind"),
     [
         (_info("android", "arm64-v8a"), "arm64-v8a", KIND_ARM64),
-        (_info("android", "x86_64"), "x86_64", KIND_NDK),
+        (_info("android", "x86_64"), "x86_64", KIND_X86_64),
         (_info("linux", "linux-arm64", "ssh"), "aarch64", KIND_ARM64),
         (_info("linux", "linux-x86_64", "ssh"), "host", KIND_HOST),
         (_info("linux", "x86_64", "local"), "host", KIND_HOST),
@@ -248,6 +249,7 @@ def test_an_ndk_build_when_set_up_is_preferred_for_an_arm64_phone(
     monkeypatch.setenv("ANDROID_NDK", str(tmp_path / "ndk"))
     monkeypatch.setenv("EXECUTORCH_ANDROID_PREFIX", str(tmp_path / "et-android"))
     assert runner_choice(_info("android", "arm64-v8a")).kind == KIND_NDK
+    assert runner_choice(_info("android", "x86_64")).kind == KIND_NDK
     # An arm64 Linux host cannot run bionic: it keeps the arm64 bundle.
     assert runner_choice(_info("linux", "linux-arm64", "ssh")).kind == KIND_ARM64
     with pytest.raises(UsageError, match=r"android\.toolchain\.cmake"):

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,19 @@ from typing import Any
 import filelock
 
 import etdeploy
-from etdeploy.builder.artifact import Exported, default_output_name, export_artifact, write_error
+from etdeploy.builder.artifact import (
+    Exported,
+    check_output_free,
+    default_output_name,
+    export_artifact,
+    write_error,
+)
 from etdeploy.builder.calibration import (
     calibration_batches,
     calibration_digest,
     calibration_unchanged,
     calibration_warning,
+    example_metas,
     no_calibration_error,
 )
 from etdeploy.builder.manifest import SCHEMA, manifest_path, read_manifest, write_json_atomic
@@ -33,6 +41,7 @@ from etdeploy.builder.options import (
     EXTERNAL_WEIGHT_BACKENDS,
     BuildOptions,
     BuildResult,
+    InputsCheck,
     StatusCallback,
     data_file_of,
     data_path,
@@ -45,10 +54,27 @@ from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
 __all__ = [
-    "EXTERNAL_WEIGHT_BACKENDS", "BuildOptions", "BuildResult", "Exported", "StatusCallback",
-    "build", "cache_key", "calibration_warning", "data_file_of", "data_path",
-    "default_output_name", "etrecord_path", "export_artifact", "parse_dynamic",
-    "quantized_program_path", "unsupported", "versions",
+    "EXTERNAL_WEIGHT_BACKENDS",
+    "BuildOptions",
+    "BuildResult",
+    "Exported",
+    "InputsCheck",
+    "PlannedBuild",
+    "StatusCallback",
+    "build",
+    "cache_key",
+    "calibration_warning",
+    "check_output_free",
+    "data_file_of",
+    "data_path",
+    "default_output_name",
+    "etrecord_path",
+    "export_artifact",
+    "parse_dynamic",
+    "planned_build",
+    "quantized_program_path",
+    "unsupported",
+    "versions",
 ]  # fmt: skip
 
 BUILD_REVISION = 6
@@ -113,11 +139,20 @@ def cache_key(ref: ModelRef, options: BuildOptions, fingerprint: str) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def build(model: str, options: BuildOptions, status: StatusCallback | None = None) -> BuildResult:
+def build(
+    model: str,
+    options: BuildOptions,
+    status: StatusCallback | None = None,
+    check_inputs: InputsCheck | None = None,
+) -> BuildResult:
     """Build (or fetch from the cache) one artefact; returns the cached .pte path.
 
     `status` hears each stage as it starts (loading, export, quantize, lower,
-    serialise, caching), for a caller that shows progress. Torch's and
+    serialise, caching), for a caller that shows progress. `check_inputs`, on an
+    uncached build, is given the model's inputs as soon as the model is loaded,
+    before the export: the samples a run will use fail there, not after the
+    lowering. A cache hit does not call it (the caller checks against the
+    program, at no cost). Torch's and
     ExecuTorch's own logging and warnings are captured (BuildResult.log, or the
     error's log), never printed.
     """
@@ -148,8 +183,8 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
         raise no_calibration_error()
     fingerprint = ref.fingerprint()
     key = cache_key(ref, options, fingerprint)
-    entry = cache_dir("builds") / key[:32]
-    pte = entry / f"{ref.name}.pte"
+    pte = _cached_pte(ref, key)
+    entry = pte.parent
     with filelock.FileLock(str(entry) + ".lock"):
         cached = read_manifest(pte) if options.use_cache and pte.is_file() else None
         if cached is not None and not calibration_unchanged(cached):
@@ -171,12 +206,34 @@ def build(model: str, options: BuildOptions, status: StatusCallback | None = Non
 
         with captured_library_output() as captured:
             manifest, buffer, etrecord, quantized, warnings, external = _build_uncached(
-                ref, fingerprint, options, backend, dynamic, say
+                ref, fingerprint, options, backend, dynamic, say, check_inputs
             )
         manifest["cache_key"] = key
         say("saving the program to the build cache")
         _store(entry, pte, manifest, buffer, etrecord, quantized, external)
     return BuildResult(pte, manifest, False, time.perf_counter() - started, warnings, captured.text)
+
+
+@dataclass(frozen=True)
+class PlannedBuild:
+    """What `build` will look up before it runs anything: its cache key, and
+    whether the cache holds a program under it."""
+
+    key: str
+    cached: bool
+
+
+def planned_build(model: str, options: BuildOptions) -> PlannedBuild:
+    """The cache key of `build(model, options)` and whether it is cached, without
+    running the factory or importing torch: what a caller checks first (an -o that
+    must not be clobbered) before an uncached build's minutes."""
+    ref = parse_model_ref(model)
+    key = cache_key(ref, options, ref.fingerprint())
+    return PlannedBuild(key, options.use_cache and _cached_pte(ref, key).is_file())
+
+
+def _cached_pte(ref: ModelRef, key: str) -> Path:
+    return cache_dir("builds") / key[:32] / f"{ref.name}.pte"
 
 
 def _store(
@@ -222,6 +279,7 @@ def _build_uncached(
     backend: Any,
     dynamic: dict[str, dict[int, tuple[int, int]]],
     say: StatusCallback,
+    check_inputs: InputsCheck | None = None,
 ) -> tuple[dict[str, Any], bytes, bytes | None, bytes | None, list[str], bytes | None]:
     """The manifest, the program, its ETRecord, for a quantized build the converted
     ExportedProgram (torch.export.save bytes), the warnings, and with external weights
@@ -238,6 +296,8 @@ def _build_uncached(
         spec.dynamic = dynamic
     # The factory's own dynamic dims (ModelSpec.dynamic) are recorded like --dynamic's.
     dynamic = spec.dynamic
+    if check_inputs is not None:
+        check_inputs(example_metas(spec))
     # The calibration set is checked before the export: a missing one is said
     # as soon as the model is loaded, not after torch.export has run.
     calibration = calibration_batches(spec, options) if options.quantize else None

@@ -61,12 +61,7 @@ def export_artifact(
     new_sha = result.manifest["sha256"]
     existing = _sha256_of(output) if output.exists() else None
     if existing is not None and existing != new_sha and not force:
-        raise UsageError(
-            f"{output} exists and holds another program ({_describe_existing(output)}); "
-            "not overwriting it",
-            "pass --force to replace it, or choose another -o (without -o the name "
-            "carries the backend and quantization)",
-        )
+        raise _clobber_error(output)
     copies = [(result.manifest_path, manifest_path(output))]
     if quantized_program_path(result.pte).is_file():
         # A run of the copy is judged against it like a run of the cached build.
@@ -96,6 +91,33 @@ def export_artifact(
             if stale not in written:
                 stale.unlink(missing_ok=True)
     return Exported(output, tuple(dst for _, dst in copies), existing == new_sha, replaced)
+
+
+def check_output_free(output: Path, cache_key: str, *, cached: bool, force: bool) -> None:
+    """Before a build: refuse an -o that holds a program of another build, so the
+    refusal comes before the lowering, not after it. A program whose manifest records
+    this build's cache key is this very build; with the build cached, export_artifact
+    compares the bytes at no cost. Otherwise the file is refused as export_artifact
+    would refuse it (an identical program from another build, one not recorded in a
+    manifest, needs --force too)."""
+    if force or not output.is_file() or cached:
+        return
+    try:
+        recorded = read_manifest(output)
+    except (OSError, ValueError):
+        recorded = None
+    if recorded is not None and recorded.get("cache_key") == cache_key:
+        return
+    raise _clobber_error(output)
+
+
+def _clobber_error(output: Path) -> UsageError:
+    return UsageError(
+        f"{output} exists and holds another program ({_describe_existing(output)}); "
+        "not overwriting it",
+        "pass --force to replace it, or choose another -o (without -o the name "
+        "carries the backend and quantization)",
+    )
 
 
 def _make_parent(output: Path) -> None:

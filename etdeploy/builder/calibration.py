@@ -55,12 +55,28 @@ def no_calibration_error() -> InputError:
     )
 
 
+def example_metas(spec: Any) -> list[dict[str, Any]]:
+    """What the model's example inputs say of each input (name, dtype, shape) and
+    the dims its build makes dynamic ({dim: [min, max]}), in the form etdeploy.inputs
+    reads: what samples are checked against before anything is exported."""
+    names = spec.input_names or [f"input_{i}" for i in range(len(spec.example_inputs))]
+    return [
+        {
+            "name": name,
+            "dtype": str(tensor.dtype).removeprefix("torch."),
+            "shape": list(tensor.shape),
+            "dynamic": {str(d): list(r) for d, r in (spec.dynamic or {}).get(name, {}).items()},
+        }
+        for name, tensor in zip(names, spec.example_inputs, strict=False)
+    ]
+
+
 def calibration_batches(
     spec: Any, options: BuildOptions
 ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
     import torch
 
-    from etdeploy.inputs import load_samples, to_tensors
+    from etdeploy.inputs import check_against, load_samples, to_tensors
 
     if options.quantize == "int8-dynamic":
         return [spec.example_inputs], {"kind": "none (dynamic activations)"}
@@ -80,28 +96,19 @@ def calibration_batches(
     paths = options.calibration or tuple(str(p) for p in (spec.calibration or spec.samples))
     if not paths:
         raise no_calibration_error()
-    # The example inputs give each input's dtype and shape, so raw .bin and image
-    # samples calibrate as they verify.
-    names = spec.input_names or [f"input_{i}" for i in range(len(spec.example_inputs))]
-    metas = [
-        {"name": n, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
-        for n, t in zip(names, spec.example_inputs, strict=False)
-    ]
+    # The example inputs give each input's dtype and shape, and the dims declared
+    # dynamic (--dynamic or the factory's) their ranges: raw .bin and image samples
+    # calibrate as they verify, and samples of several lengths are one calibration set.
+    metas = example_metas(spec)
     samples = load_samples(paths, metas)
+    for sample in samples:
+        check_against(sample, metas, "calibration sample")
     batches = [to_tensors(s) for s in samples]
-    for sample, batch in zip(samples, batches, strict=True):
-        if len(batch) != len(spec.example_inputs) or any(
-            b.shape != e.shape or b.dtype != e.dtype
-            for b, e in zip(batch, spec.example_inputs, strict=False)
-        ):
-            given = ", ".join(f"{b.dtype}{list(b.shape)}" for b in batch)
-            want = ", ".join(f"{e.dtype}{list(e.shape)}" for e in spec.example_inputs)
-            raise InputError(
-                f"calibration sample {sample.name} has the wrong shape: given {given}, the model takes {want}",
-                "calibrate on samples shaped like the example inputs",
-            )
     on_examples = all(
-        all(torch.equal(b, e) for b, e in zip(batch, spec.example_inputs, strict=True))
+        all(
+            b.shape == e.shape and torch.equal(b, e)
+            for b, e in zip(batch, spec.example_inputs, strict=True)
+        )
         for batch in batches
     )
     return batches, {

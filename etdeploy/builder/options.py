@@ -13,6 +13,10 @@ from etdeploy.builder.manifest import manifest_path
 
 # Hears each stage of an uncached build as it starts.
 StatusCallback = Callable[[str], None]
+# Checks samples against the model's inputs (name, dtype, shape, dynamic ranges, as
+# etdeploy.inputs reads them) once the model is loaded, before the slow export:
+# a wrong sample fails in seconds, not after a lowering.
+InputsCheck = Callable[[list[dict[str, Any]]], None]
 
 # Backends whose lowering writes every weight to the external data file with
 # --external-weights (builder.lower.tag_delegate_constants): the portable kernels'

@@ -13,6 +13,7 @@ from etdeploy.cli import bundle as _bundle  # noqa: F401  isort: skip
 from etdeploy.cli import clean as _clean  # noqa: F401  isort: skip
 from etdeploy.cli import devices as _devices  # noqa: F401  isort: skip
 from etdeploy.cli import doctor as _doctor  # noqa: F401  isort: skip
+from etdeploy.cli import explore as _explore  # noqa: F401  isort: skip
 from etdeploy.cli import farm as _farm  # noqa: F401  isort: skip
 from etdeploy.cli import release as _release  # noqa: F401  isort: skip
 from etdeploy.cli import run as _run  # noqa: F401  isort: skip

@@ -28,7 +28,7 @@ from etdeploy.pipeline.job import RunJob
 from etdeploy.settings import MODEL_PANEL
 
 if TYPE_CHECKING:
-    from etdeploy.builder import Exported
+    from etdeploy.builder import BuildOptions, Exported
 
 OUTPUT_PANEL = "Output"
 # `build --json`: each backend's build, its files and its manifest (etdeploy.manifest/1).
@@ -66,7 +66,9 @@ def build_command(
     path is never overwritten without --force. etdeploy.toml's \\[build] table gives
     the defaults of these options.
     """
+    from etdeploy.builder import check_output_free, default_output_name, planned_build
     from etdeploy.config import config_settings, load_config
+    from etdeploy.model.loader import parse_model_ref
     from etdeploy.settings import from_flags, layered
 
     check_json_target(json_path)
@@ -77,52 +79,52 @@ def build_command(
         raise UsageError(
             "-o names one file but several backends were asked for", "give -o a folder"
         )
+    name = parse_model_ref(model).name
+    planned = []
+    for be in backends:
+        options = _options(job, be, random_calibration)
+        planned.append((options, _target(output, default_output_name(name, options))))
+    # Every output is checked before the first lowering: a refusal costs no build.
+    for options, target in planned:
+        if target.exists() and not force:
+            plan = planned_build(model, options)
+            check_output_free(target, plan.key, cached=plan.cached, force=force)
     out = err_console if json_to_stdout(json_path) else console
     built = [
-        _build_one(
-            job,
-            be,
-            output,
-            random_calibration=random_calibration,
-            force=force,
-            etrecord=etrecord,
-            out=out,
-        )
-        for be in backends
+        _build_one(job, options, target, force=force, etrecord=etrecord, out=out)
+        for options, target in planned
     ]
     if json_path is not None:
         emit_json({"schema": BUILD_SCHEMA, "builds": built}, json_path)
 
 
+def _options(job: RunJob, backend: str, random_calibration: bool) -> BuildOptions:
+    from etdeploy.builder import BuildOptions
+
+    return BuildOptions(
+        backend=backend, quantize=job.quantize, calibration=job.calibration,
+        random_calibration=random_calibration, dynamic=job.dynamic, use_cache=job.use_cache,
+        external_weights=job.external_weights,
+    )  # fmt: skip
+
+
 def _build_one(
-    job: RunJob, backend: str, output: Path | None, *, random_calibration: bool, force: bool,
-    etrecord: bool, out: Console,
+    job: RunJob, options: BuildOptions, target: Path, *, force: bool, etrecord: bool,
+    out: Console,
 ) -> dict[str, Any]:  # fmt: skip
     """One backend's build, copied to its output and shown; its part of the --json document."""
-    from etdeploy.builder import BuildOptions, build, default_output_name, export_artifact
+    from etdeploy.builder import build, export_artifact
     from etdeploy.cli._feedback import Feedback
     from etdeploy.model.loader import parse_model_ref
 
     assert job.model is not None
     name = parse_model_ref(job.model).name
-    options = BuildOptions(
-        backend=backend, quantize=job.quantize, calibration=job.calibration,
-        random_calibration=random_calibration, dynamic=job.dynamic, use_cache=job.use_cache,
-        external_weights=job.external_weights,
-    )  # fmt: skip
-    label = f"{name} for {backend}" + (f" ({job.quantize})" if job.quantize else "")
+    label = f"{name} for {options.backend}" + (f" ({job.quantize})" if job.quantize else "")
     with Feedback() as feedback:
         feedback.status(f"building {label}")
         result = build(job.model, options, status=lambda s: feedback.status(f"{label}: {s}"))
     if is_verbose() and result.log:
         err_console.print(result.log, markup=False, highlight=False, soft_wrap=True)
-    filename = default_output_name(name, options)
-    if output is None:
-        target = Path(filename)
-    elif output.suffix == ".pte":
-        target = output
-    else:
-        target = output / filename
     exported = export_artifact(result, target, etrecord=etrecord, force=force)
     render_build(result.manifest, target, result.cached, result.seconds, out)
     _render_written(exported)
@@ -139,6 +141,13 @@ def _build_one(
         "seconds": round(result.seconds, 3),
         "manifest": result.manifest,
     }
+
+
+def _target(output: Path | None, filename: str) -> Path:
+    """Where a build is written: -o as a file, a folder for `filename`, or ./filename."""
+    if output is None:
+        return Path(filename)
+    return output if output.suffix == ".pte" else output / filename
 
 
 def _render_written(exported: Exported) -> None:
@@ -210,16 +219,12 @@ def render_build(
 
 
 def _describe(meta: dict) -> str:
+    from etdeploy.inputs import shape_text
+
     if meta.get("kind") != "tensor":
         return meta.get("kind", "?")
-    shape = [
-        f"{meta['dynamic'][str(i)][0]}..{meta['dynamic'][str(i)][1]}"
-        if str(i) in meta.get("dynamic", {})
-        else str(s)
-        for i, s in enumerate(meta["shape"])
-    ]
-    # "[1, 32]", as Python, numpy and the rest of etdeploy write a shape.
-    return f"{meta.get('name', '')}:{meta['dtype']}[{', '.join(shape)}]"
+    # "[1, 2..32]", as Python and numpy write a shape, a dynamic dim as its range.
+    return f"{meta.get('name', '')}:{meta['dtype']}{shape_text(meta['shape'], meta.get('dynamic'))}"
 
 
 @command(

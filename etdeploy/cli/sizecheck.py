@@ -18,13 +18,14 @@ from etdeploy.cli._app import (
     command,
     console,
     emit_json,
-    err_console,
+    is_verbose,
     json_to_stdout,
     note,
 )
 from etdeploy.errors import CheckFailed
 
 if TYPE_CHECKING:
+    from etdeploy.sizecheck.breakdown import Breakdown
     from etdeploy.sizecheck.check import SizeReport
 
 
@@ -113,42 +114,63 @@ def sizecheck_command(
 
 
 def render_report(report: SizeReport, top: int) -> None:
-    """Verdicts, then per .pte the parts, the largest tensors and the int8 estimate."""
-    from etdeploy.sizecheck.limits import DOWNLOAD
+    """The sizes and the verdicts, a line each. What it is made of, the largest
+    tensors, the int8 estimate and where each limit was read follow with -v, or
+    when something does not fit (then they say what to cut)."""
+    from etdeploy.sizecheck.check import FITS
+
+    detailed = is_verbose() or any(v.status != FITS for v in report.verdicts)
+    _render_sizes(report)
+    _render_verdicts(report, sources=detailed)
+    if detailed:
+        for f in report.files:
+            if f.breakdown is not None:
+                _render_breakdown(f.path, f.breakdown, top)
+    elif any(f.breakdown is not None for f in report.files):
+        note("what it is made of, its largest tensors and where each limit was read: add -v")
+    _render_notes(report, detailed)
+
+
+def _render_sizes(report: SizeReport) -> None:
     from etdeploy.units import format_bytes
 
-    files = Table(title="sizes", show_lines=False)
+    files = Table(box=None, pad_edge=False)
     files.add_column("file")
     files.add_column("raw", justify="right")
     files.add_column("download (gzip -6)", justify="right")
     files.add_column("gzip -9", justify="right")
-    sampled = any(f.estimate != "exact" for f in report.files)
-    if sampled:
-        files.add_column("estimate")
+    # Always said: a sampled figure is an estimate within a bound, an exact one is not.
+    files.add_column("measured")
     for f in report.files:
-        row = [
+        files.add_row(
             escape(str(f.path)), format_bytes(f.raw_bytes), format_bytes(f.download_bytes),
             format_bytes(f.level9_bytes) if f.level9_bytes is not None else "-",
-        ]  # fmt: skip
-        files.add_row(*row, *([f.estimate_label] if sampled else []))
+            f.estimate_label + (" (cached)" if f.cached else ""),
+        )  # fmt: skip
     if report.extra_bytes:
         files.add_row(
-            "--extra", format_bytes(report.extra_bytes), format_bytes(report.extra_bytes), ""
+            "--extra", format_bytes(report.extra_bytes), format_bytes(report.extra_bytes), "", ""
         )
     if len(report.files) > 1 or report.extra_bytes:
         files.add_row(
             "[bold]total[/]", format_bytes(report.raw_bytes), format_bytes(report.download_bytes),
             format_bytes(report.level9_bytes) if report.level9_bytes is not None else "-",
+            report.estimate_label,
         )  # fmt: skip
     console.print(files)
 
-    verdicts = Table(title="verdicts" if not sampled else f"verdicts ({report.estimate_label})")
+
+def _render_verdicts(report: SizeReport, *, sources: bool) -> None:
+    from etdeploy.sizecheck.limits import DOWNLOAD
+    from etdeploy.units import format_bytes
+
+    verdicts = Table(box=None, pad_edge=False)
     verdicts.add_column("target", no_wrap=True)
     verdicts.add_column("limit", justify="right", no_wrap=True)
     verdicts.add_column("measured", justify="right")
     verdicts.add_column("verdict")
     style = {"fits": "green", "over": "bold red", "warning": "yellow"}
-    sources: dict[str, str] = {}
+    read: dict[str, str] = {}
     for v in report.verdicts:
         what = "download" if v.limit.measure == DOWNLOAD else "raw"
         verdicts.add_row(
@@ -156,55 +178,67 @@ def render_report(report: SizeReport, top: int) -> None:
             f"[{style[v.status]}]{v.describe()}[/]",
         )  # fmt: skip
         if v.limit.read_on:
-            sources.setdefault(v.limit.source, v.limit.read_on)
+            read.setdefault(v.limit.source, v.limit.read_on)
     console.print(verdicts)
-    for url, read_on in sources.items():
+    if sources:
+        for url, read_on in read.items():
+            console.print(
+                f"[dim]source (read {read_on}): {escape(url)}[/]", highlight=False, soft_wrap=True
+            )
+
+
+def _render_breakdown(path: Path, b: Breakdown, top: int) -> None:
+    from etdeploy.units import format_bytes
+
+    parts = Table(title=f"{escape(str(path))}: what it is made of")
+    parts.add_column("part")
+    parts.add_column("bytes", justify="right")
+    parts.add_column("share", justify="right")
+    parts.add_column("gzip -6 ratio", justify="right")
+    for g in b.groups():
+        share = g.size / b.file_size * 100 if b.file_size else 0.0
+        ratio = f"{g.ratio:.2f}" if g.ratio is not None else "-"
+        label = g.label + (f" ({g.count} spans)" if g.count > 1 else "")
+        parts.add_row(escape(label), format_bytes(g.size), f"{share:.1f}%", ratio)
+    console.print(parts)
+    if top and b.tensors:
+        tensors = Table(
+            title=f"largest {min(top, len(b.tensors))} of {len(b.tensors)} constant tensors"
+        )
+        tensors.add_column("name / key")
+        tensors.add_column("shape")
+        tensors.add_column("dtype")
+        tensors.add_column("bytes", justify="right")
+        tensors.add_column("where")
+        for t in b.largest(top):
+            who = t.name or (f"sha256 {t.key[:12]}…" if t.key else "(unnamed)")
+            shape = "x".join(str(s) for s in t.shape) if t.shape else "?"
+            where = t.location + (f" ({t.backend})" if t.backend else "")
+            dtype = _torch_dtype(t.dtype) if t.dtype else "?"
+            tensors.add_row(escape(who), shape, dtype, format_bytes(t.nbytes), where)
+        console.print(tensors)
+    q = b.quantization
+    if q.tensors:
         console.print(
-            f"[dim]source (read {read_on}): {escape(url)}[/]", highlight=False, soft_wrap=True
+            f"int8 weights (estimate): {q.tensors} float weight tensors, "
+            f"{format_bytes(q.float_bytes)} -> {format_bytes(q.quantized_bytes)}, "
+            f"saving about {format_bytes(q.saved_bytes)} raw. [dim]{q.note}[/]"
         )
 
-    for f in report.files:
-        if f.breakdown is None:
-            continue
-        b = f.breakdown
-        parts = Table(title=f"{escape(str(f.path))}: what it is made of")
-        parts.add_column("part")
-        parts.add_column("bytes", justify="right")
-        parts.add_column("share", justify="right")
-        parts.add_column("gzip -6 ratio", justify="right")
-        for g in b.groups():
-            share = g.size / b.file_size * 100 if b.file_size else 0.0
-            ratio = f"{g.ratio:.2f}" if g.ratio is not None else "-"
-            label = g.label + (f" ({g.count} spans)" if g.count > 1 else "")
-            parts.add_row(escape(label), format_bytes(g.size), f"{share:.1f}%", ratio)
-        console.print(parts)
-        if top and b.tensors:
-            tensors = Table(
-                title=f"largest {min(top, len(b.tensors))} of {len(b.tensors)} constant tensors"
-            )
-            tensors.add_column("name / key")
-            tensors.add_column("shape")
-            tensors.add_column("dtype")
-            tensors.add_column("bytes", justify="right")
-            tensors.add_column("where")
-            for t in b.largest(top):
-                who = t.name or (f"sha256 {t.key[:12]}…" if t.key else "(unnamed)")
-                shape = "x".join(str(s) for s in t.shape) if t.shape else "?"
-                where = t.location + (f" ({t.backend})" if t.backend else "")
-                dtype = _torch_dtype(t.dtype) if t.dtype else "?"
-                tensors.add_row(escape(who), shape, dtype, format_bytes(t.nbytes), where)
-            console.print(tensors)
-        q = b.quantization
-        if q.tensors:
-            console.print(
-                f"int8 weights (estimate): {q.tensors} float weight tensors, "
-                f"{format_bytes(q.float_bytes)} -> {format_bytes(q.quantized_bytes)}, "
-                f"saving about {format_bytes(q.saved_bytes)} raw. [dim]{q.note}[/]"
-            )
-        for text in b.notes:
-            err_console.print(f"[dim]note:[/] {escape(text)}", highlight=False, soft_wrap=True)
-    for text in report.notes:
-        err_console.print(f"[dim]note:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+def _render_notes(report: SizeReport, detailed: bool) -> None:
+    """Notes on stderr, none with -q. A limit's caveat (an older figure, an
+    exclusive bound) matters near that limit: said with -v or when it does not
+    fit; the breakdown's notes go with the breakdown."""
+    from etdeploy.sizecheck.check import FITS, limit_note
+
+    quiet_limits = set() if is_verbose() else {
+        limit_note(v.limit) for v in report.verdicts if v.status == FITS and v.limit.note
+    }  # fmt: skip
+    texts = [n for f in report.files if detailed and f.breakdown for n in f.breakdown.notes]
+    texts += [n for n in report.notes if n not in quiet_limits]
+    for text in dict.fromkeys(texts):
+        note(f"note: {text}")
 
 
 def _torch_dtype(scalar_type: str) -> str:

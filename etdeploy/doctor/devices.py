@@ -11,7 +11,7 @@ from typing import Any
 
 from etdeploy.config import Config
 from etdeploy.doctor.check import FAIL, OK, WARN, Check, devices_table
-from etdeploy.doctor.runners import arm64_runner_check
+from etdeploy.doctor.runners import arm64_runner_check, x86_64_runner_check
 from etdeploy.errors import EtdeployError
 
 # Where etdeploy starts an adb server on demand (etdeploy.devices.adb does the same).
@@ -154,9 +154,9 @@ def _runner_check(row: Any, config: Config) -> Check:
             return Check(
                 "runner", name, OK, f"configured runner for {bundle.abi} ({bundle.flavor}{built})"
             )
-        arm64 = arm64_runner_check(info, name)
-        if arm64 is not None:
-            return arm64
+        bundled = arm64_runner_check(info, name) or x86_64_runner_check(info, name)
+        if bundled is not None:
+            return bundled
         if row.os == "android":
             missing = [
                 v for v in ("ANDROID_NDK", "EXECUTORCH_ANDROID_PREFIX") if not os.environ.get(v)

@@ -1,5 +1,5 @@
-"""The runners etdeploy builds: the host bundle, and the arm64 bundle with its
-cross compiler and wheel."""
+"""The runners etdeploy builds: the host bundle, the arm64 bundle with its
+cross compiler and wheel, and the x86_64 bundle made from the host one."""
 
 from __future__ import annotations
 
@@ -151,3 +151,23 @@ def arm64_runner_check(info: Any, name: str) -> Check | None:
         )  # fmt: skip
     return Check("runner", name, OK, f"the arm64 bundle ({KIND_ARM64}) runs on {info.os} {info.abi}; "
                  "built on first use from the aarch64 wheel")  # fmt: skip
+
+
+def x86_64_runner_check(info: Any, name: str) -> Check | None:
+    """A device that gets the x86_64 bundle (an Android emulator without an NDK
+    build): whether this machine can make it. None for any other device."""
+    from etdeploy.runner_build import runner_choice
+    from etdeploy.runner_build import x86_64 as runner_x86_64
+
+    try:
+        if runner_choice(info).kind != runner_x86_64.KIND:
+            return None
+        runner_x86_64.host_toolchain()
+    except EtdeployError as exc:
+        return Check(
+            "runner", name, FAIL, f"no runner for {info.abi}: {exc.message}",
+            f'{exc.hint}; or set runner = "PATH" in {devices_table(info.name)}, or set '
+            "ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX",
+        )  # fmt: skip
+    return Check("runner", name, OK, f"the host build with its own glibc ({runner_x86_64.KIND}) "
+                 f"runs on {info.os} {info.abi}; made on first use from the host runner")  # fmt: skip

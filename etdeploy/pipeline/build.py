@@ -25,11 +25,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from etdeploy.errors import EtdeployError, InputError
 from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.report.result import DataFileInfo, Delegation
+
+if TYPE_CHECKING:
+    from etdeploy.builder.options import InputsCheck
 
 # ExecuTorch's ScalarType names (schema/scalar_type.fbs) -> numpy's.
 _SCALAR_TO_NUMPY = {
@@ -219,6 +222,7 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
                 external_weights=job.external_weights,
             ),
             status=status,
+            check_inputs=_inputs_check(job),
         )
         pte, manifest, digest = built.pte, built.manifest, built.manifest["sha256"]
         warnings.extend(built.warnings)
@@ -228,6 +232,22 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
     if examples is not None and job.model is not None:
         _check_signature(program, job.model, examples)
     return program
+
+
+def _inputs_check(job: RunJob) -> InputsCheck | None:
+    """For an uncached build: the job's --inputs checked against the model's example
+    inputs and dynamic ranges once the factory has run, before the export and the
+    lowering (stage checks them again against the program itself)."""
+    if not job.inputs or job.random_inputs:
+        return None
+
+    def check(metas: list[dict[str, Any]]) -> None:
+        from etdeploy.inputs import check_against, load_samples, parse_preprocess
+
+        for sample in load_samples(list(job.inputs), metas, parse_preprocess(job.preprocess)):
+            check_against(sample, metas)
+
+    return check
 
 
 def _local_sha256(path: Path, flag: str) -> str:

@@ -17,6 +17,7 @@ from etdeploy.report.baseline_memory import memory_growth as memory_growth_of
 from etdeploy.report.common import JobKey, error_type, failure_message, job_key
 from etdeploy.report.record import JsonObject, finite_or_none
 from etdeploy.report.result import OutputMetrics, RunResult
+from etdeploy.units import format_ms
 
 # Above this, SQNR differences are float32 rounding (an fp32 lowering lands at
 # 120-140 dB against eager), not drift: both sides are capped here before the
@@ -174,8 +175,8 @@ def _latency(key: JobKey, old: RunResult, current: RunResult, threshold: float) 
         return []
     growth = f"+{(now / base - 1) * 100:.0f}%" if base > 0 else "up"
     message = (
-        f"median latency {_ms(base)} -> {_ms(now)} ({growth}); over the {threshold:.0%} threshold "
-        f"and beyond the baseline's spread (p90 {_ms(p90)}, stdev {_ms(stdev)})"
+        f"median latency {format_ms(base)} -> {format_ms(now)} ({growth}); over the {threshold:.0%} threshold "
+        f"and beyond the baseline's spread (p90 {format_ms(p90)}, stdev {format_ms(stdev)})"
     )
     return [Regression(key, "latency", base, now, message)]
 
@@ -248,10 +249,6 @@ def by_output(result: RunResult) -> dict[tuple[int, str], dict[str, OutputMetric
     for row in result.verdict.metrics if result.verdict is not None else ():
         table.setdefault((row.output, row.name), {})[row.sample] = row
     return table
-
-
-def _ms(value: float) -> str:
-    return f"{value:.4g} ms"
 
 
 def _db(value: float) -> str:

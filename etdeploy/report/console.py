@@ -214,7 +214,7 @@ class RunConsole:
 
     def _render_profile(self, result: RunResult) -> None:
         """The slowest events, the time per operator kind, and where the ETDump is kept."""
-        from etdeploy.profile import short_op
+        from etdeploy.profile import modules_label, short_op
 
         profile = result.profile
         assert profile is not None
@@ -228,14 +228,14 @@ class RunConsole:
         for event in profile.events:
             if event.op_types:
                 ops = _counted(short_op(op) for op in event.op_types)
-                module = event.module or "-"
+                module = modules_label(event.module)
             elif event.delegated:
                 # XNNPACK's kernel events carry their own names and no debug handle:
                 # ExecuTorch's Inspector cannot map them to ATen operators or modules.
                 kernels = True
                 ops, module = "delegate kernel", "(in the delegate call)"
             else:
-                ops, module = "-", event.module or "-"
+                ops, module = "-", modules_label(event.module)
             table.add_row(
                 escape(event.name), escape(event.backend or "-"), escape(ops), escape(module),
                 format_ms(event.p50_ms), format_ms(event.max_ms), _share(event.share),

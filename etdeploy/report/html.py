@@ -23,6 +23,7 @@ from etdeploy.report.html_format import count, e, num, regression_value, size
 from etdeploy.report.html_job import job_section, status_class, status_label
 from etdeploy.report.plots import Job, plots_html
 from etdeploy.report.result import RunResult, SizeVerdict
+from etdeploy.units import format_ms
 
 _CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px;
@@ -165,7 +166,7 @@ def _cell_detail(result: RunResult) -> str:
     """The small line of a matrix cell, under its status word."""
     if result.status == "passed":
         median = result.latency_ms.median if result.latency_ms is not None else None
-        return f"{median:.4g} ms" if median is not None else ""
+        return format_ms(median) if median is not None else ""
     if result.status == "failed":
         worst = result.verdict.worst if result.verdict is not None else None
         if failure_kind(result) == "numerics" and worst is not None:

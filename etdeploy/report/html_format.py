@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import math
 
+from etdeploy.units import format_ms
+
 # What a key-value table holds: numbers and text, None (and "") for rows left out.
 Cell = str | int | float | None
 
@@ -35,7 +37,8 @@ def db(value: float) -> str:
 
 
 def ms(value: float | None) -> str | None:
-    return None if value is None else f"{value:.4g} ms"
+    """A latency as the console writes it (etdeploy.units): µs below a millisecond."""
+    return None if value is None else format_ms(value)
 
 
 def size(value: int | None) -> str | None:
@@ -61,7 +64,7 @@ def regression_value(value: float | str | None, kind: str) -> str:
         if kind == "sqnr":
             return db(value)
         if kind == "latency":
-            return f"{value:.4g} ms"
+            return format_ms(value)
         if kind == "accuracy":
             return f"{value:.2%}"
         if kind == "memory":

@@ -37,6 +37,7 @@ from etdeploy.report.html_memory import memory_block
 from etdeploy.report.plots import Job
 from etdeploy.report.result import Latency, RunResult, SizeSummary, Verdict
 from etdeploy.report.result_memory import PART_LABELS
+from etdeploy.units import format_ms
 
 # A result has one metrics row per output and sample; past this the table stays
 # closed even on a failure, and only the per-output summary shows.
@@ -145,7 +146,7 @@ def _summary_note(result: RunResult, regressions: list[Regression]) -> str:
         return f"{what}: {change}{more}"
     parts = []
     if result.latency_ms is not None and result.latency_ms.median is not None:
-        parts.append(f"median {result.latency_ms.median:.4g} ms")
+        parts.append(f"median {format_ms(result.latency_ms.median)}")
     worst = result.verdict.worst if result.verdict is not None else None
     if worst is not None:
         parts.append(f"SQNR {db(worst.sqnr_db)}")

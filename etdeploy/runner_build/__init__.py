@@ -14,6 +14,8 @@ costs a stat and a small JSON read.
     plans.py      what to build for an ABI (host, NDK, arm64) and its cache key
     build.py      building a plan into the cache (ensure_runner, cached_runner)
     arm64.py      the arm64 bundle's wheel, cross compiler and bundled glibc
+    x86_64.py     the x86_64 bundle: the host build with its glibc, for Android emulators
+    glibc_bundle.py  making a bundle self-contained with its glibc and loader
     choice.py     which bundle a device gets (runner_choice, runner_for_device)
     external.py   a runner etdeploy did not build (--runner)
 """
@@ -48,10 +50,11 @@ from etdeploy.runner_build.toolchain import (
     harness_dir,
     host_abi,
 )
+from etdeploy.runner_build.x86_64 import KIND as KIND_X86_64
 
 __all__ = [
     "ABIS", "BACKENDS", "BUNDLE_MANIFEST", "BUNDLE_SCHEMA", "DEFAULT_BACKENDS", "EXECUTABLE",
-    "KERNEL_LIBRARIES", "KINDS", "KIND_ARM64", "KIND_EXTERNAL", "KIND_HOST", "KIND_NDK",
+    "KERNEL_LIBRARIES", "KINDS", "KIND_ARM64", "KIND_EXTERNAL", "KIND_HOST", "KIND_NDK", "KIND_X86_64",
     "Progress", "RunnerBundle", "RunnerChoice", "binary_abi", "bundle_key", "cached_runner",
     "ensure_runner", "executorch_package_dir", "executorch_version", "external_runner",
     "find_tool", "harness_dir", "host_abi", "ndk_configured", "runner_choice",

@@ -38,15 +38,20 @@ from pathlib import Path
 
 import filelock
 
-from etdeploy.atomic import atomic_write, write_json
+from etdeploy.atomic import write_json
 from etdeploy.digests import sha256_file
 from etdeploy.errors import RunnerError, UsageError
 from etdeploy.paths import cache_dir
+from etdeploy.runner_build.glibc_bundle import (
+    PROGRAM,
+    GlibcToolchain,
+    compiler_library,
+    glibc_release,
+    self_contain,
+)
 
 KIND = "arm64-glibc"
 ABI = "arm64-v8a"
-# The launcher keeps the runner's name; the ELF program beside it takes this one.
-PROGRAM = "etdeploy_runner.bin"
 LOADER = "ld-linux-aarch64.so.1"
 TOOLCHAIN_FILE = Path("cmake") / "aarch64-linux-gnu.toolchain.cmake"
 # Debian's cross tools are aarch64-linux-gnu-g++, -readelf...; another toolchain
@@ -80,25 +85,6 @@ INDEX_TIMEOUT_S = 30.0
 _MANYLINUX_FLOOR = 17
 
 Progress = Callable[[str], None]
-
-# Runs the program through the loader beside it. /bin/sh: every Linux has it,
-# and current AOSP links /bin to /system/bin (system/core/rootdir/Android.mk,
-# read 2026-12-03). --library-path takes a colon-separated list, so a directory
-# with a colon cannot be named. --argv0 needs glibc 2.33 (the bundled one is newer).
-_LAUNCHER = """#!/bin/sh
-# etdeploy runner: the arm64 bundle with its own glibc (etdeploy/runner_build/arm64.py).
-# {program} is linked against the glibc in this directory; running it through
-# that loader makes it independent of the device's libc and loader.
-case $0 in */*) here=${{0%/*}} ;; *) here=. ;; esac
-case $here in *:*) echo "error: the runner directory contains ':' ($here); move it" >&2; exit 126 ;; esac
-loader="$here/{loader}"
-# A transport may push libraries without the execute bit; the loader needs it.
-[ -x "$loader" ] || chmod 755 "$loader" || exit 126
-# The device's preloads (Termux's libtermux-exec, say) are not for this libc.
-unset LD_PRELOAD
-exec "$loader" --inhibit-cache --library-path "$here" --argv0 "$0" "$here/{program}" "$@"
-"""
-
 
 # --- the cross compiler -------------------------------------------------------------
 
@@ -145,12 +131,7 @@ def compiler_identity(cxx: str) -> str:
 def target_library(cxx: str, name: str) -> Path | None:
     """Where the cross toolchain keeps the target library `name` (libc.so.6,
     ld-linux-aarch64.so.1, libstdc++.so.6...), as its linker would find it."""
-    out = subprocess.run(
-        [cxx, f"-print-file-name={name}"], capture_output=True, text=True, check=False, timeout=30
-    )
-    # gcc prints the bare name back when it finds nothing.
-    path = Path(out.stdout.strip())
-    return path.resolve() if out.returncode == 0 and path.is_absolute() and path.exists() else None
+    return compiler_library(cxx, name)
 
 
 def glibc_version(cxx: str) -> tuple[int, int]:
@@ -162,10 +143,10 @@ def glibc_version(cxx: str) -> tuple[int, int]:
             f"{cxx} has no arm64 libc.so.6 to link against",
             f"apt-get install {CROSS_PACKAGE} (it brings libc6-dev-arm64-cross)",
         )
-    match = re.search(rb"release version (\d+)\.(\d+)", libc.read_bytes())
-    if match is None:
+    release = glibc_release(libc)
+    if release is None:
         raise UsageError(f"cannot tell the glibc version of {libc}", f"reinstall {CROSS_PACKAGE}")
-    return int(match.group(1)), int(match.group(2))
+    return release
 
 
 # --- the aarch64 wheel --------------------------------------------------------------------
@@ -390,68 +371,34 @@ def prepare(executorch_version: str, progress: Progress) -> Sdk:
     return Sdk(cxx=cxx, prefix=unpack(wheel), wheel=wheel, glibc=glibc)
 
 
-def _elf_facts(readelf: str, path: Path) -> tuple[list[str], str | None]:
-    """(NEEDED entries, program interpreter) of an ELF file."""
-    out = subprocess.run(
-        [readelf, "-d", "-l", "-W", str(path)], capture_output=True, text=True, check=False
-    )
-    if out.returncode != 0:
-        raise RunnerError(f"readelf cannot read {path.name}", log=out.stderr[-2000:])
-    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out.stdout)
-    interpreter = re.search(r"Requesting program interpreter: ([^\]]+)\]", out.stdout)
-    return needed, interpreter.group(1) if interpreter else None
-
-
 def make_self_contained(bundle: Path, sdk: Sdk, progress: Progress) -> dict[str, object]:
     """Turn the installed bundle (the runner and the wheel's libraries) into one
-    that runs on any arm64 Linux kernel: every library the runner loads, glibc's
-    included, copied beside it with its loader, and the launcher script in the
-    runner's place. Returns what the bundle's manifest adds."""
+    that runs on any arm64 Linux kernel (glibc_bundle.self_contain). Returns what
+    the bundle's manifest adds."""
     from etdeploy.runner_build import EXECUTABLE, binary_abi
 
     readelf = cross_tool("readelf") or shutil.which("readelf")
     if readelf is None:
         raise UsageError("readelf is missing", f"apt-get install {CROSS_PACKAGE} (binutils)")
-    runner = bundle / EXECUTABLE
-    if binary_abi(runner) != ABI:
+    if binary_abi(bundle / EXECUTABLE) != ABI:
         raise RunnerError(
-            f"the cross build produced a {binary_abi(runner)} runner, not {ABI}",
+            f"the cross build produced a {binary_abi(bundle / EXECUTABLE)} runner, not {ABI}",
             f"check {CROSS_PREFIX_ENV} and the toolchain file {TOOLCHAIN_FILE}",
         )
-    _, interpreter = _elf_facts(readelf, runner)
-    if interpreter is None or Path(interpreter).name != LOADER:
-        raise RunnerError(f"the arm64 runner asks for the loader {interpreter}, not {LOADER}")
-    progress("copying the arm64 glibc beside the runner")
-    copied: list[str] = []
-    todo = [path for path in bundle.iterdir() if path.is_file()]
-    wanted = [LOADER]
-    while todo or wanted:
-        if todo:
-            needed, _ = _elf_facts(readelf, todo.pop())
-            wanted += needed
-            continue
-        name = wanted.pop()
-        if (bundle / name).exists():
-            continue
-        source = target_library(sdk.cxx, name)
-        if source is None:
-            raise RunnerError(
-                f"the arm64 runner needs {name}, which {sdk.cxx} cannot find",
-                f"install the matching arm64 cross library (apt-cache search {name.split('.so')[0]})",
-            )
-        shutil.copyfile(source, bundle / name)
-        copied.append(name)
-        todo.append(bundle / name)
-    (bundle / LOADER).chmod(0o755)
-    runner.rename(bundle / PROGRAM)
-    atomic_write(runner, _LAUNCHER.format(program=PROGRAM, loader=LOADER).encode())
-    runner.chmod(0o755)
+    toolchain = GlibcToolchain(
+        loader=LOADER,
+        readelf=readelf,
+        find_library=lambda name: target_library(sdk.cxx, name),
+        what="the arm64 bundle with its own glibc",
+        install_hint="install the matching arm64 cross library (apt-cache search {library})",
+    )
+    copied = self_contain(bundle, EXECUTABLE, toolchain, progress)
     return {
         "kind": KIND,
         "program": PROGRAM,
         "loader": LOADER,
         "glibc": f"{sdk.glibc[0]}.{sdk.glibc[1]}",
-        "system_libraries": sorted(copied),
+        "system_libraries": copied,
         "wheel": sdk.wheel.path.name,
         "wheel_sha256": sdk.wheel.sha256,
         "wheel_hash_source": sdk.wheel.hash_source,

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +44,10 @@ def cached_runner(
     abi: str = "host", *, kernels: Sequence[str] = (), backends: Sequence[str] = DEFAULT_BACKENDS
 ) -> RunnerBundle | None:
     """The bundle `ensure_runner` would return, if it is already built; never builds."""
+    from etdeploy.runner_build import x86_64
+
+    if x86_64.applies(abi):
+        return x86_64.cached_bundle(kernels=kernels, backends=backends)
     plan = with_components(plan_for(abi), kernels, backends)
     key = plan_key(plan, harness_dir())
     return read_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}", fresh=False)
@@ -194,14 +198,21 @@ def ensure_runner(
 ) -> RunnerBundle:
     """The runner bundle for `abi`, built if the cache lacks it.
 
-    abi: "host" (this machine); "x86_64", the Android ABI (needs ANDROID_NDK and
-    EXECUTORCH_ANDROID_PREFIX); "arm64-v8a", the NDK build when both are set, else
-    the self-contained arm64 bundle; "aarch64", that bundle always. `kernels` adds
+    abi: "host" (this machine); "x86_64", the Android ABI: the NDK build when
+    ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX are set, else the host build made
+    self-contained with its glibc (x86_64.py); "arm64-v8a", the NDK build when both
+    are set, else the self-contained arm64 bundle; "aarch64", that bundle always. `kernels` adds
     kernel libraries (KERNEL_LIBRARIES names or paths), `backends` picks the
     delegates (() for none); each choice is its own cached bundle. A build runs
     in a temporary directory renamed into place, under a lock, so concurrent
     callers build once and nobody sees half a bundle.
     """
+    from etdeploy.runner_build import x86_64
+
+    if x86_64.applies(abi):
+        return x86_64.ensure_bundle(
+            rebuild=rebuild, progress=progress, kernels=kernels, backends=backends
+        )
     from etdeploy.extras import require_build_extra
 
     # Compiled against the executorch wheel's CMake package; a device host takes it
@@ -211,20 +222,32 @@ def ensure_runner(
     plan = with_components(plan_for(abi), kernels, backends)
     harness = harness_dir()
     key = plan_key(plan, harness)
-    root = cache_dir("runners")
-    name = f"{plan.abi}-{key[:16]}"
-    final = root / name
+    return cached_or_built(
+        f"{plan.abi}-{key[:16]}",
+        lambda staging: _build(plan, harness, key, staging, report),
+        rebuild=rebuild,
+        progress=report,
+    )
 
+
+def cached_or_built(
+    name: str, make: Callable[[Path], Path], *, rebuild: bool, progress: Progress
+) -> RunnerBundle:
+    """The bundle cached as runners/NAME; else `make(staging)` builds one in a
+    temporary directory under runners/ (returning the bundle's directory there),
+    renamed into place under a lock, so concurrent callers build once and nobody
+    sees half a bundle."""
+    root = cache_dir("runners")
+    final = root / name
     if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
         return hit
-
-    with _build_lock(root, name, report):
+    with _build_lock(root, name, progress):
         # Another process may have finished the same build while this one waited.
         if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
             return hit
         staging = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
         try:
-            built = _build(plan, harness, key, staging, report)
+            built = make(staging)
             if final.exists():
                 # A rebuild, or a damaged entry: move it aside, then swap in.
                 final.rename(staging / "previous")
@@ -234,5 +257,5 @@ def ensure_runner(
     bundle = read_bundle(final, fresh=True)
     if bundle is None:
         raise RunnerError(f"the runner bundle at {final} is incomplete right after its build")
-    report(f"{bundle.kind} runner ready in {bundle.info.get('build_seconds')} s: {final}")
+    progress(f"{bundle.kind} runner ready in {bundle.info.get('build_seconds')} s: {final}")
     return bundle

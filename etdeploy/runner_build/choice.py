@@ -11,6 +11,7 @@ from etdeploy.runner_build.build import ensure_runner
 from etdeploy.runner_build.bundle import KIND_ARM64, KIND_HOST, KIND_NDK, Progress, RunnerBundle
 from etdeploy.runner_build.plans import ndk_configured
 from etdeploy.runner_build.toolchain import host_abi
+from etdeploy.runner_build.x86_64 import KIND as KIND_X86_64
 
 if TYPE_CHECKING:
     from etdeploy.devices.base import DeviceInfo
@@ -30,9 +31,10 @@ class RunnerChoice:
 def runner_choice(info: DeviceInfo) -> RunnerChoice:
     """Which bundle a device gets, decided from what it reports, without building.
 
-    This machine, or one like it over SSH: the host build. An arm64 Android phone:
-    the NDK build when ANDROID_NDK and EXECUTORCH_ANDROID_PREFIX are set, else the
-    self-contained arm64 bundle; another Android ABI: the NDK build. An arm64 Linux
+    This machine, or one like it over SSH: the host build. An arm64 or x86_64
+    Android phone or emulator: the NDK build when ANDROID_NDK and
+    EXECUTORCH_ANDROID_PREFIX are set, else the self-contained arm64 bundle or the
+    host build made self-contained (x86_64.py); another Android ABI: the NDK build. An arm64 Linux
     host (a Raspberry Pi, a Jetson, a Graviton machine): the arm64 bundle.
     Anything else is a UsageError saying how to bring a runner.
     """
@@ -44,6 +46,10 @@ def runner_choice(info: DeviceInfo) -> RunnerChoice:
         if arch == "arm64" and not ndk_configured():
             return RunnerChoice(
                 "arm64-v8a", KIND_ARM64, "the arm64 bundle with its own glibc (no NDK build set up)"
+            )
+        if arch == "x86_64" and not ndk_configured():
+            return RunnerChoice(
+                "x86_64", KIND_X86_64, "the host build with its own glibc (no NDK build set up)"
             )
         return RunnerChoice(info.abi, KIND_NDK, "the Android NDK build")
     if info.os == system and arch == split_abi(host_abi())[1]:

@@ -313,7 +313,7 @@ def check_size(
         )
     for limit in chosen:
         if limit.note:
-            notes.append(f"{limit.label}: {limit.note}")
+            notes.append(limit_note(limit))
     return SizeReport(
         files=tuple(files),
         extra_bytes=extra,
@@ -325,6 +325,11 @@ def check_size(
         notes=tuple(dict.fromkeys(notes)),
         download_uncertainty_bytes=uncertainty,
     )
+
+
+def limit_note(limit: Limit) -> str:
+    """A limit's caveat as the report's notes carry it: "Play base module: ..."."""
+    return f"{limit.label}: {limit.note}"
 
 
 def verdict_to_json(v: Verdict) -> dict[str, Any]:

@@ -130,6 +130,53 @@ def test_dynamic_batch_dimension_is_exported_and_recorded() -> None:
     )
 
 
+def _token_samples(directory: Path, lengths: tuple[int, ...]) -> Path:
+    """Token sequences of the given lengths (one .npy each), as a tokenizer gives them."""
+    import numpy as np
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, length in enumerate(lengths):
+        tokens = (np.arange(length, dtype=np.int64) * 7 + 3 * i) % 32
+        np.save(directory / f"s{i}.npy", tokens[None])
+    return directory
+
+
+def test_int8_calibrates_on_samples_of_every_length_dynamic_allows(tmp_path: Path) -> None:
+    calibration = _token_samples(tmp_path / "calib", (3, 5, 9, 16))
+    model = f"{MODELS}/sequence.py:classifier"
+    options = BuildOptions(
+        quantize="int8", dynamic=("tokens:1=2..16",), calibration=(str(calibration),)
+    )
+    result = build(model, options)
+    assert result.manifest["quantization"]["calibration"]["kind"] == "real"
+    assert result.manifest["quantization"]["calibration"]["samples"] == 4
+    assert result.manifest["methods"][0]["inputs"][0]["dynamic"] == {"1": [2, 16]}
+    # The quantized program takes each length it was calibrated on, as the .pte will.
+    import torch
+
+    from etdeploy.builder import quantized_program_path
+    from etdeploy.builder.quantize import load_quantized
+
+    program = load_quantized(quantized_program_path(result.pte))
+    for length in (3, 16):
+        assert program(torch.zeros(1, length, dtype=torch.int64)).shape == (1, 3)
+
+
+def test_a_calibration_sample_outside_the_dynamic_range_names_the_range(tmp_path: Path) -> None:
+    calibration = _token_samples(tmp_path / "calib", (5, 20))
+    heard: list[str] = []
+    options = BuildOptions(
+        quantize="int8", dynamic=("tokens:1=2..16",), calibration=(str(calibration),)
+    )
+    with pytest.raises(InputError) as caught:
+        build(f"{MODELS}/sequence.py:classifier", options, heard.append)
+    assert caught.value.message == (
+        "input 'tokens' of calibration sample s1: expected int64[1, 2..16], given "
+        "int64[1, 20] (dim 1 is 20, outside its declared range 2..16)"
+    )
+    assert "exporting with torch.export" not in heard  # said before the export
+
+
 def test_two_inputs_two_outputs_are_named_from_forward() -> None:
     result = build(f"{MODELS}/two_io.py:build", BuildOptions())
     method = result.manifest["methods"][0]
@@ -204,7 +251,7 @@ def test_cli_build_writes_pte_and_manifest_and_several_backends(tmp_path: Path) 
         (["digits", "--dynamic", "image:0=x"], "cannot read --dynamic"),
         (
             ["digits", "--quantize", "int8", "--calibration", f"{MODELS}/../calib_wrong"],
-            "wrong shape",
+            "of calibration sample s0: expected float32[1, 1, 8, 8], given float32[1, 1, 6, 6]",
         ),
         (
             [f"{MODELS}/broken.py:data_dependent"],

@@ -76,6 +76,20 @@ def test_a_different_program_at_the_output_is_refused_then_replaced_with_force(
     assert not leftovers(tmp_path)
 
 
+def test_a_clobber_refusal_comes_before_the_build(tmp_path: Path, fresh_cache: Path) -> None:
+    target = tmp_path / "seq.pte"
+    target.write_bytes(b"someone else's program")
+    refused = etdeploy(
+        "build", f"{MODELS}/sequence.py:classifier", "-o", target, cwd=tmp_path,
+        ETDEPLOY_CACHE_DIR=str(fresh_cache),
+    )  # fmt: skip
+    assert_one_line_error(refused, 2, f"{target} exists and holds another program")
+    # Refused before the model was loaded, exported or lowered: nothing was built.
+    assert not any((fresh_cache / "builds").glob("*/*.pte"))
+    assert not any("exporting" in line or "lowering" in line for line in refused.progress)
+    assert target.read_bytes() == b"someone else's program"
+
+
 def test_a_full_disk_is_one_line_and_leaves_nothing(full_disk: Path, tmp_path: Path) -> None:
     done = etdeploy("build", "digits", "-o", full_disk / "d.pte", cwd=tmp_path)
     assert_one_line_error(done, 2, f"no space left to write {full_disk / 'd.pte'}")

@@ -1,10 +1,12 @@
 """`etdeploy run digits --device pixel8`, end to end through the REAL adb server
 (adbutils' binary) to a loopback phone that speaks the device side of the ADB
 wire protocol (tests/support/loopback_adb.py). No phone is attached here; the
-loopback phone runs what it is sent on this machine, so the runner pushed to
-it is the host build (named with --runner / the device table's `runner`), where
-a Pixel gets the arm64 bundle (tests/devices/test_run_arm64.py runs that one
-under qemu-aarch64) or, with an NDK set up, the NDK build.
+loopback phone runs what it is sent on this machine and reports x86_64, as an
+emulator does. Most tests here name the host build (--runner / the device
+table's `runner`); without one it gets what an emulator gets, the host build
+with its own glibc (runner_build/x86_64.py), where a Pixel gets the arm64 bundle
+(tests/devices/test_run_arm64.py runs that one under qemu-aarch64) or, with an
+NDK set up, the NDK build.
 """
 
 from __future__ import annotations
@@ -91,6 +93,27 @@ def test_digits_runs_on_the_phone_and_a_second_run_sends_nothing(
         "programs",
         "runners",
     ]
+
+
+def test_an_x86_64_phone_runs_digits_with_no_ndk_and_no_runner_named(
+    bed: AdbTestbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANDROID_NDK", raising=False)
+    monkeypatch.delenv("EXECUTORCH_ANDROID_PREFIX", raising=False)
+    table = {"serial": bed.serial("pixel"), "adb_port": bed.server.port}  # no `runner`
+    config = write_config(tmp_path / "etdeploy.toml", {"emulator": table})
+    done = run("digits", "-d", "emulator", "--config", config, "-n", "1",
+               "--json", tmp_path / "r.json")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["runner"]["kind"] == "x86_64-glibc" and result["runner"]["abi"] == "x86_64"
+    assert result["verdict"]["passed"] is True
+    # What the phone ran is the launcher and, beside it, glibc's loader and libc.
+    runners = bed.phones["pixel"].device_path("/data/local/tmp/etdeploy/runners")
+    (pushed,) = [p for p in runners.iterdir() if p.name.startswith("x86_64-")]
+    assert {"etdeploy_runner", "ld-linux-x86-64.so.2", "libc.so.6"} <= {
+        p.name for p in pushed.iterdir()
+    }
 
 
 def test_the_friendly_name_a_user_types_finds_the_phone(

@@ -100,3 +100,24 @@ def test_a_dynamic_program_takes_example_inputs_within_its_bounds(tmp_path: Path
     # Another model's inputs do not fit it, bound or not.
     with pytest.raises(InputError, match="disagree"):
         build_program(RunJob(model="digits", pte=pte))
+
+
+def test_a_wrong_input_shape_is_reported_before_an_uncached_build(
+    tmp_path: Path, fresh_cache: Path
+) -> None:
+    import numpy as np
+
+    inputs = tmp_path / "long"
+    inputs.mkdir()
+    np.save(inputs / "review.npy", (np.arange(20, dtype=np.int64) % 32)[None])
+    done = cli(
+        "run", f"{MODELS / 'sequence.py'}:classifier", "--dynamic", "tokens:1=2..16",
+        "--inputs", inputs, "--device", "local",
+    )  # fmt: skip
+    assert done.exit_code == 2, done.output
+    # Checked once the factory ran, before the export: the cache holds no program.
+    assert not any((fresh_cache / "builds").glob("*/*.pte"))
+    assert one_line_error(done) == (
+        "error: input 'tokens' of sample review: expected int64[1, 2..16], given int64[1, 20] "
+        "(dim 1 is 20, outside its declared range 2..16)"
+    )

@@ -225,6 +225,17 @@ def _check_matrix(reader: MatrixReader) -> None:
     assert "status-passed" in classes and "regressed" not in classes
 
 
+def test_a_latency_reads_in_the_unit_the_console_prints(tmp_path: Path, passed: Doc) -> None:
+    from etdeploy.cli._app import format_ms  # what `etdeploy run` prints
+
+    median = passed["latency_ms"]["median"]  # digits on this machine: 3.3 µs
+    out = tmp_path / "report.html"
+    write_html(as_results([passed]), out)
+    _, text = _read(out.read_text()).cells[("digits", "xnnpack", "local")]
+    assert text == f"pass {format_ms(median)}" == "pass 3.3 µs"
+    assert f"median {format_ms(median)}" in out.read_text()  # and the job's own line
+
+
 def test_nothing_to_plot(tmp_path: Path, infra_error: Doc) -> None:
     out = tmp_path / "errors.html"
     write_html([as_result(infra_error)], out)

@@ -19,14 +19,53 @@ from tests.support.programs import BuiltPrograms, TrainedPrograms
 runner = CliRunner()
 
 
-def test_a_model_that_fits_exits_0_with_verdicts_and_breakdown(programs: BuiltPrograms) -> None:
-    done = runner.invoke(app, ["sizecheck", str(programs.xnnpack), "--top", "2"])
+def test_a_model_that_fits_exits_0_with_verdicts_and_with_v_its_breakdown(
+    programs: BuiltPrograms,
+) -> None:
+    done = runner.invoke(app, ["sizecheck", str(programs.xnnpack), "--top", "2", "-v"])
     assert done.exit_code == 0, done.output
     out = done.stdout
     assert "Play base module" in out and "App Store app" in out and "fits" in out
     assert "delegate blob: XnnpackBackend" in out
     assert "largest 2 of 6 constant tensors" in out
     assert "int8 weights (estimate)" in out
+    assert "source (read 2026-12-02): https://support.google.com/" in out
+
+
+def test_a_plain_call_for_a_small_file_is_a_line_per_file_and_per_verdict(
+    programs: BuiltPrograms,
+) -> None:
+    done = runner.invoke(app, ["sizecheck", str(programs.xnnpack)])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    # A header and the file; a header and the four default verdicts.
+    assert len(lines) == 7, done.stdout
+    assert lines[1].startswith(str(programs.xnnpack)) and lines[1].split()[-1] in (
+        "exact", "(cached)"
+    )  # fmt: skip
+    assert [line.split("  ")[0] for line in lines[3:]] == [
+        "Play base module", "Play all modules + install-time packs",
+        "App Store app (uncompressed)", "App Store cellular download prompt",
+    ]  # fmt: skip
+    assert "what it is made of" not in done.stdout
+    # One pointer to the details; the limits' caveats wait for -v or a limit not met.
+    assert done.stderr.splitlines() == [
+        "what it is made of, its largest tensors and where each limit was read: add -v"
+    ]
+
+
+def test_quiet_prints_no_note_and_the_console_says_exact_or_sampled(
+    programs: BuiltPrograms, trained: TrainedPrograms, fresh_cache: Path
+) -> None:
+    done = runner.invoke(app, ["-q", "sizecheck", str(programs.xnnpack), "-v"])
+    assert done.exit_code == 0, done.output
+    assert done.stderr == ""  # not the breakdown's note, not a limit's
+    assert "exact" in done.stdout.splitlines()[1]
+    sampled = runner.invoke(
+        app, ["-q", "sizecheck", str(trained.float_payload), "--any-file", "--estimate", "sample"]
+    )
+    assert sampled.exit_code == 0, sampled.output
+    assert "sampled ±" in sampled.stdout.splitlines()[1] and sampled.stderr == ""
 
 
 def test_over_the_budget_exits_1_with_one_line_and_a_hint(programs: BuiltPrograms) -> None:
@@ -235,7 +274,8 @@ def test_a_sampled_estimate_says_so_in_the_table_and_the_json(
     )
     table = runner.invoke(app, args)
     assert table.exit_code == 0
-    assert "sampled ±" in table.stdout and "verdicts (sampled ±" in table.stdout
+    assert "sampled ±" in table.stdout.splitlines()[1]  # the file's line says how it was measured
+    assert "fits" in table.stdout and "(sampled ±" in table.stdout  # and so does each verdict
     assert "download sizes sampled" in table.stderr
 
 
