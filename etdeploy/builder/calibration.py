@@ -76,7 +76,8 @@ def calibration_batches(
 ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
     import torch
 
-    from etdeploy.inputs import check_against, load_samples, to_tensors
+    from etdeploy.dataset import load_labelled
+    from etdeploy.inputs import check_against, to_tensors
 
     if options.quantize == "int8-dynamic":
         return [spec.example_inputs], {"kind": "none (dynamic activations)"}
@@ -100,7 +101,8 @@ def calibration_batches(
     # dynamic (--dynamic or the factory's) their ranges: raw .bin and image samples
     # calibrate as they verify, and samples of several lengths are one calibration set.
     metas = example_metas(spec)
-    samples = load_samples(paths, metas)
+    # A labelled set (an .npz with y, a folder a class) calibrates on its samples.
+    samples = load_labelled(paths, metas, None).samples
     for sample in samples:
         check_against(sample, metas, "calibration sample")
     batches = [to_tensors(s) for s in samples]

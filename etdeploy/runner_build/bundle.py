@@ -15,12 +15,14 @@ if TYPE_CHECKING:
 ABIS = ("host", "x86_64", "arm64-v8a", "aarch64")
 # How a bundle was built: against this machine's wheel; with the Android NDK
 # against an ExecuTorch Android install; cross-compiled against the aarch64 wheel
-# with its own glibc (runner_build.KIND_ARM64); or someone else's binary (--runner).
+# with its own glibc (runner_build.KIND_ARM64); the host build with its own glibc for
+# an x86_64 phone (runner_build.x86_64); or someone else's binary (--runner).
 KIND_HOST = "host"
 KIND_NDK = "android-ndk"
 KIND_ARM64 = "arm64-glibc"
+KIND_X86_64 = "x86_64-glibc"
 KIND_EXTERNAL = "external"
-KINDS = (KIND_HOST, KIND_NDK, KIND_ARM64, KIND_EXTERNAL)
+KINDS = (KIND_HOST, KIND_NDK, KIND_ARM64, KIND_X86_64, KIND_EXTERNAL)
 EXECUTABLE = "etdeploy_runner"
 BUNDLE_MANIFEST = "bundle.json"
 BUNDLE_SCHEMA = "etdeploy.runner_bundle/1"

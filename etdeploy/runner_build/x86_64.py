@@ -31,6 +31,7 @@ from etdeploy.paths import cache_dir
 from etdeploy.runner_build.bundle import (
     BUNDLE_MANIFEST,
     BUNDLE_SCHEMA,
+    KIND_X86_64,
     Progress,
     RunnerBundle,
     read_bundle,
@@ -44,7 +45,7 @@ from etdeploy.runner_build.glibc_bundle import (
 )
 from etdeploy.runner_build.plans import DEFAULT_BACKENDS, ndk_configured
 
-KIND = "x86_64-glibc"
+KIND = KIND_X86_64
 ABI = "x86_64"
 LOADER = "ld-linux-x86-64.so.2"
 # Bumped when what this module puts in a bundle changes.
