@@ -23,10 +23,14 @@ from typing import Literal
 
 from etdeploy.report.record import Record, omitted_if_none
 from etdeploy.report.result_localization import (  # noqa: F401 - re-exported
+    AMPLIFIER_CAUSES,
     TAP_STATUSES,
+    Amplifier,
     FirstDivergence,
     Localization,
     LocalizeAttempt,
+    OperatorError,
+    Origin,
     TapMetrics,
     TappedProgram,
     TapResult,
