@@ -26,6 +26,7 @@ from etdeploy.errors import EXIT_OK, EtdeployError
 
 if TYPE_CHECKING:
     from etdeploy.report.result import (
+        Amplifier,
         Localization,
         OutputMetrics,
         RunResult,
@@ -474,13 +475,20 @@ def _localize_suggestion(result: RunResult) -> str:
 
 
 def render_localization(found: Localization) -> None:
-    """The taps in graph order with the first divergence marked, then what was
-    found on one line. A CI log is read wide: piped, the table is not squeezed
-    to 80 columns, and the lines do not wrap."""
+    """The taps in graph order with the origin and the amplifiers marked, then
+    what was found, each on its line. A CI log is read wide: piped, the table
+    is not squeezed to 80 columns, and the lines do not wrap."""
     from rich import box
 
-    from etdeploy.pipeline.taps import describe_error
+    from etdeploy.pipeline.taps import describe_error, where
+    from etdeploy.report.result_localization import describe_amplifiers, describe_own_error
 
+    def say(text: str) -> None:
+        console.print(text, highlight=False, soft_wrap=True)
+
+    origin = found.origin.node if found.origin else None
+    amplified = {a.node: a for a in found.amplifiers}
+    first = found.first_divergence.node if found.first_divergence else None
     if found.taps:
         title = (
             f"localization: {len(found.taps)} taps ({found.granularity}) vs {found.reference}; "
@@ -488,11 +496,10 @@ def render_localization(found: Localization) -> None:
         )
         table = Table(title=escape(title), box=box.SIMPLE_HEAD, title_justify="left")
         columns = ("#", "op", "module", "source", "partition", "value", "error", "SQNR dB",
-                   "ULPs", "vs inputs", "status")  # fmt: skip
+                   "ULPs", "vs inputs", "own vs bound", "status")  # fmt: skip
         for column in columns:
-            right = column in ("#", "error", "SQNR dB", "ULPs", "vs inputs")
+            right = column in ("#", "error", "SQNR dB", "ULPs", "vs inputs", "own vs bound")
             table.add_column(column, justify="right" if right else "left", no_wrap=True)
-        first = found.first_divergence.node if found.first_divergence else None
         for tap in found.taps:
             m = tap.metrics
             error = f"{m.steps:.1f} steps" if m.steps is not None else f"{m.rel:.2e}"
@@ -500,39 +507,70 @@ def render_localization(found: Localization) -> None:
                 partition = f"CPU {tap.kernel or ''}".strip()
             else:
                 partition = f"{tap.partition} #{tap.delegate}"
-            status = "FIRST DIVERGENCE" if tap.node == first else tap.status
             row = [
                 str(tap.index), tap.op, tap.module or "(model)", tap.source or "-", partition,
                 "summary" if tap.reducer != "full" else "full", error, "-" if m.sqnr_db is None else _num(m.sqnr_db, ".1f"), f"{m.ulps:.3g}",
-                _growth(tap), status,
+                _growth(tap), _own(tap), _tap_status(tap, origin, amplified, first),
             ]  # fmt: skip
-            style = "bold red" if tap.node == first else ("red" if tap.status == "departs" else "")
+            marked = tap.node == (origin or first)
+            style = "bold red" if marked else ("red" if tap.status == "departs" else "")
             table.add_row(*(escape(cell) for cell in row), style=style or None)
         _print_wide(table)
-    if found.program is not None and found.program.untapped:
-        console.print(
-            f"localize: {len(found.program.untapped)} value(s) of dynamic size over the budget "
-            f"not tapped: {escape(', '.join(found.program.untapped))}",
-            highlight=False,
-            soft_wrap=True,
-        )
+    program = found.program
+    if program is not None and program.untapped:
+        why = program.why_untapped
+        reasons: dict[str, list[str]] = {}
+        for node in program.untapped:
+            reasons.setdefault(why.get(node, "of dynamic size, over the budget"), []).append(node)
+        for reason, nodes in reasons.items():
+            say(
+                f"localize: {len(nodes)} value(s) not tapped ({escape(reason)}): {escape(', '.join(nodes))}"
+            )
     for attempt in found.attempts:
         if attempt.reproduced is False or not attempt.taps:
-            console.print(
-                f"localize ({attempt.granularity}): {escape(attempt.note)}",
-                highlight=False,
-                soft_wrap=True,
-            )
-    divergence = found.first_divergence
-    if divergence is not None and divergence.source:
-        console.print(
-            f"first divergence: {escape(divergence.source)}  {escape(divergence.code or '')}  "
-            f"— {escape(describe_error(divergence.metrics))}",
-            highlight=False,
-            soft_wrap=True,
+            say(f"localize ({attempt.granularity}): {escape(attempt.note)}")
+    if found.origin is not None:
+        o = found.origin
+        say(
+            f"origin: {escape(where(o))}  {escape(o.code or '')}  "
+            f"— its own error: {escape(describe_own_error(o.error))}"
         )
-    colour = {"localized": "bold yellow", "clean": "green"}.get(found.status, "bold red")
-    console.print(f"[{colour}]LOCALIZE[/] {escape(found.reason)}", highlight=False, soft_wrap=True)
+        if found.amplifiers:
+            say(f"amplified: {escape(describe_amplifiers(found.amplifiers))}")
+    elif (divergence := found.first_divergence) is not None and divergence.source:
+        say(
+            f"first divergence: {escape(divergence.source)}  {escape(divergence.code or '')}  "
+            f"— {escape(describe_error(divergence.metrics))}"
+        )
+    colour = {"localized": "bold yellow", "ill_conditioned": "bold yellow", "clean": "green"}.get(
+        found.status, "bold red"
+    )
+    say(f"[{colour}]LOCALIZE[/] {escape(found.reason)}")
+    if found.hint:
+        say(f"  hint: {escape(found.hint)}")
+
+
+def _own(tap: TapResult) -> str:
+    """The operator's own error against its bound (over 1: float32 does not excuse it)."""
+    if tap.local is None:
+        return "-"
+    if tap.local.steps is not None:
+        return f"{tap.local.steps:.1f} steps"
+    return f"{tap.local.ratio:.2g}x"
+
+
+def _tap_status(
+    tap: TapResult, origin: str | None, amplified: dict[str, Amplifier], first: str | None
+) -> str:
+    if tap.node == origin:
+        return "ORIGIN"
+    if tap.node in amplified:
+        return f"AMPLIFIER ×{amplified[tap.node].factor:,.0f}"
+    if tap.node == first and origin is None:
+        return "FIRST DIVERGENCE"
+    if tap.same_as:
+        return f"{tap.status} (= {tap.same_as})"
+    return tap.status
 
 
 def _growth(tap: TapResult) -> str:
