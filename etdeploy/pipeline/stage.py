@@ -37,8 +37,12 @@ class Staged:
     warnings: tuple[str, ...] = ()
     # For a quantized build: the converted program's eager outputs, what the
     # device must reproduce to the quantization step. None when there is none
-    # (a float build, or a quantized .pte built elsewhere).
+    # (a float build, or a quantized .pte built elsewhere run without MODEL).
     quantized: tuple[tuple[np.ndarray, ...], ...] | None = None
+    # Where that program came from (the verdict says it), and, when it is not the
+    # build's own (a .pte built elsewhere), each output's quantization step.
+    quantized_source: str | None = None
+    quantized_steps: tuple[float | None, ...] | None = None
 
 
 def stage(job: RunJob, program: Program) -> Staged:
@@ -98,13 +102,15 @@ def stage(job: RunJob, program: Program) -> Staged:
             "range and can pass a lowering that breaks real data"
         )
     quantized = None
-    if program.quantized_program is not None:
-        quantized = quantized_reference(program.quantized_program, arrays, use_cache=job.use_cache)
+    source = quantized_program_for(job, program)
+    if source is not None:
+        quantized = quantized_reference(source.path, arrays, use_cache=job.use_cache)
     elif program.quantization or job.quantize:
         warnings.append(
-            "no quantized program beside the .pte (a build from elsewhere): the device is "
-            "judged against the float model by the accuracy budget only, which forgives "
-            "errors the quantization step would catch; build it with `etdeploy build`"
+            "no quantized program beside the .pte (a build from elsewhere) and no MODEL to "
+            "derive it from: the device is judged against the float model by the accuracy "
+            "budget only, which forgives errors the quantization step would catch; name "
+            "MODEL, or build it with `etdeploy build`"
         )
     return Staged(
         tuple(sample_names),
@@ -114,7 +120,39 @@ def stage(job: RunJob, program: Program) -> Staged:
         bool(job.random_inputs),
         tuple(warnings),
         _table(quantized) if quantized is not None else None,
+        source.source if source is not None else None,
+        source.steps if source is not None and source.derived else None,
     )
+
+
+def quantized_program_for(job: RunJob, program: Program) -> QuantizedSource | None:
+    """The quantized eager program to hold an int8 program to: the build's own
+    (beside the .pte), or for a .pte built elsewhere the one MODEL and the run's
+    options give; None for a float program, or without MODEL."""
+    if program.quantized_program is not None:
+        return QuantizedSource(program.quantized_program, "the build's, beside the .pte", (), False)
+    mode = program.quantization or job.quantize
+    if mode is None or job.model is None:
+        return None
+    from etdeploy.builder import BuildOptions
+    from etdeploy.pipeline.references import derived_quantized_program
+
+    derived = derived_quantized_program(
+        job.model,
+        BuildOptions(
+            backend=job.backend, quantize=mode, calibration=job.calibration,
+            dynamic=job.dynamic, use_cache=job.use_cache, external_weights=job.external_weights,
+        ),
+    )  # fmt: skip
+    return QuantizedSource(derived.path, derived.source, derived.steps, True)
+
+
+@dataclass(frozen=True)
+class QuantizedSource:
+    path: Path
+    source: str
+    steps: tuple[float | None, ...]
+    derived: bool  # not the build's own: MODEL's, from the cache or quantized again
 
 
 def _table(rows: Sequence[Sequence[np.ndarray]]) -> tuple[tuple[np.ndarray, ...], ...]:

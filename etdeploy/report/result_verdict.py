@@ -134,6 +134,9 @@ class Verdict(Record):
     budget: tuple[BudgetStage, ...] = ()
     kinds: tuple[OutputKind, ...] = ()
     thresholds: Thresholds | None = omitted_if_none()
+    # Where the quantized eager program the device was held to came from: the
+    # build's own, or for a .pte built elsewhere, derived from MODEL.
+    quantized_reference: str | None = omitted_if_none()
 
     def to_json(self) -> JsonObject:
         data = super().to_json()
