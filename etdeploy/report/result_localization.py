@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from etdeploy.report.record import Record, omitted_if_none
+from etdeploy.report.record import Record, infinite_where_null, omitted_if_none
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,7 @@ class TapMetrics(Record):
     @classmethod
     def from_json(cls, data: Any) -> TapMetrics:
         # null is non-finite: the errors were infinite (a NaN where eager had a number).
-        filled = dict(data)
-        for key in ("max_abs", "rel", "ulps"):
-            if filled.get(key, 0) is None:
-                filled[key] = math.inf
+        filled = infinite_where_null(data, ("max_abs", "rel", "ulps"))
         if "sqnr_db" in filled and filled["sqnr_db"] is None and filled.get("max_abs") == 0:
             filled["sqnr_db"] = math.inf
         return super().from_json(filled)
@@ -69,11 +66,7 @@ class OperatorError(Record):
 
     @classmethod
     def from_json(cls, data: Any) -> OperatorError:
-        filled = dict(data)
-        for key in ("max_abs", "rel", "ratio"):
-            if filled.get(key, 0) is None:
-                filled[key] = math.inf
-        return super().from_json(filled)
+        return super().from_json(infinite_where_null(data, ("max_abs", "rel", "ratio")))
 
 
 @dataclass(frozen=True)
@@ -109,8 +102,8 @@ class TapResult(Record):
 
 
 @dataclass(frozen=True)
-class FirstDivergence(Record):
-    """The first operator whose error outgrows what its inputs carried in."""
+class OperatorPlace(Record):
+    """Where an operator is: in the graph, the model, the source, the program."""
 
     op: str
     node: str
@@ -119,26 +112,24 @@ class FirstDivergence(Record):
     code: str | None
     partition: str
     kernel: str | None
-    sample: str
+    sample: str  # the sample it is named in
+
+
+@dataclass(frozen=True)
+class FirstDivergence(OperatorPlace):
+    """The first operator whose error outgrows what its inputs carried in."""
+
     metrics: TapMetrics
     carried_in: float
     growth: float | None
 
 
 @dataclass(frozen=True)
-class Origin(Record):
+class Origin(OperatorPlace):
     """The operator where the error is born: the first whose own error is over
     what float32 allows it (over_bound), or, when none is, the one whose own
     error, amplified by the operators after it, makes most of the outputs'."""
 
-    op: str
-    node: str
-    module: str | None
-    source: str | None
-    code: str | None
-    partition: str
-    kernel: str | None
-    sample: str
     error: OperatorError
     over_bound: bool
     # Its own relative error times the amplification on its way to the outputs.

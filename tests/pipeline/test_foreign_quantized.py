@@ -38,6 +38,13 @@ def run(tmp: Path, *args: str | Path) -> tuple[int, dict[str, Any], str]:
     return done.exit_code, json.loads(out.read_text()), done.output
 
 
+def run_int8(tmp: Path, pte: Path, built: dict[str, Path]) -> tuple[int, dict[str, Any], str]:
+    """`etdeploy run MODEL --quantize int8 --calibration DIR --pte FILE`."""
+    return run(
+        tmp, MODEL, "--quantize", "int8", "--calibration", built["calibration"], "--pte", pte
+    )
+
+
 @pytest.fixture(scope="module")
 def built_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """The int8 .pte as a CI machine builds it (its own etdeploy cache), copied out
@@ -92,10 +99,7 @@ def test_nothing_but_the_pte_travels(built_elsewhere: dict[str, Path]) -> None:
 def test_a_correct_pte_built_elsewhere_passes_against_the_quantized_program_from_model(
     built_elsewhere: dict[str, Path], tmp_path: Path
 ) -> None:
-    code, result, output = run(
-        tmp_path, MODEL, "--quantize", "int8", "--calibration", built_elsewhere["calibration"],
-        "--pte", built_elsewhere["correct"],
-    )  # fmt: skip
+    code, result, output = run_int8(tmp_path, built_elsewhere["correct"], built_elsewhere)
     verdict = result["verdict"]
     assert code == 0, verdict["reason"]
     # Not the float model by the accuracy budget alone: the quantized program, to the step.
@@ -113,10 +117,7 @@ def test_a_correct_pte_built_elsewhere_passes_against_the_quantized_program_from
 def test_a_negated_int8_weight_fails_with_model_given(
     built_elsewhere: dict[str, Path], tmp_path: Path
 ) -> None:
-    code, result, _ = run(
-        tmp_path, MODEL, "--quantize", "int8", "--calibration", built_elsewhere["calibration"],
-        "--pte", built_elsewhere["broken"],
-    )  # fmt: skip
+    code, result, _ = run_int8(tmp_path, built_elsewhere["broken"], built_elsewhere)
     verdict = result["verdict"]
     assert code == 1 and result["status"] == "failed"
     assert verdict["reason"].startswith("the device departs from the quantized program")
@@ -139,10 +140,7 @@ def test_the_build_in_the_cache_is_the_reference_when_there_is_one(
               "-o", str(tmp_path / "here.pte")],
     )  # fmt: skip
     assert built.exit_code == 0, built.output
-    _, result, _ = run(
-        tmp_path, MODEL, "--quantize", "int8", "--calibration", calibration,
-        "--pte", built_elsewhere["correct"],
-    )  # fmt: skip
+    _, result, _ = run_int8(tmp_path, built_elsewhere["correct"], {"calibration": calibration})
     verdict = result["verdict"]
     assert verdict["quantized_reference"] == f"from {MODEL}'s int8 build in the build cache"
     assert verdict["budget"][-1]["rule"] == "steps"

@@ -85,16 +85,13 @@ class Detrend(nn.Module):
 
 
 def detrend():
-    from etdeploy.model import ModelSpec
-
-    return ModelSpec(
-        module=Detrend().eval(),
-        example_inputs=(torch.full((1, PRESSURE_WINDOW), 101_325.0),),
-        name="detrend",
-        input_names=["pressure"],
-        output_names=["features"],
-        output_kinds={"features": "regression"},
-        samples=_pressure_pa(),
+    return _spec(
+        Detrend(),
+        torch.full((1, PRESSURE_WINDOW), 101_325.0),
+        "detrend",
+        "pressure",
+        "features",
+        _pressure_pa(),
     )
 
 
@@ -128,16 +125,13 @@ class Ratio(nn.Module):
 
 
 def ratio():
-    from etdeploy.model import ModelSpec
-
-    return ModelSpec(
-        module=Ratio().eval(),
-        example_inputs=(torch.ones(1, 3, ACCEL_WINDOW),),
-        name="ratio",
-        input_names=["acceleration"],
-        output_names=["relative"],
-        output_kinds={"relative": "regression"},
-        samples=_acceleration(),
+    return _spec(
+        Ratio(),
+        torch.ones(1, 3, ACCEL_WINDOW),
+        "ratio",
+        "acceleration",
+        "relative",
+        _acceleration(),
     )
 
 
@@ -172,16 +166,13 @@ class Attention(nn.Module):
 
 
 def attention():
-    from etdeploy.model import ModelSpec
-
-    return ModelSpec(
-        module=Attention().eval(),
-        example_inputs=(torch.ones(1, STEPS, FEATURES),),
-        name="attention",
-        input_names=["spectrum"],
-        output_names=["weights"],
-        output_kinds={"weights": "regression"},
-        samples=_vibration_energy(),
+    return _spec(
+        Attention(),
+        torch.ones(1, STEPS, FEATURES),
+        "attention",
+        "spectrum",
+        "weights",
+        _vibration_energy(),
     )
 
 
@@ -226,14 +217,21 @@ class Thermal(nn.Module):
 
 
 def thermal():
+    return _spec(
+        Thermal(),
+        torch.full((1, SENSORS, HOURS), 300.0),
+        "thermal",
+        "temperature",
+        "state",
+        _temperatures(),
+    )
+
+
+def _spec(module: nn.Module, example: torch.Tensor, name: str, given: str, gives: str,
+          samples: list[Path]):  # fmt: skip
     from etdeploy.model import ModelSpec
 
     return ModelSpec(
-        module=Thermal().eval(),
-        example_inputs=(torch.full((1, SENSORS, HOURS), 300.0),),
-        name="thermal",
-        input_names=["temperature"],
-        output_names=["state"],
-        output_kinds={"state": "regression"},
-        samples=_temperatures(),
-    )
+        module=module.eval(), example_inputs=(example,), name=name, input_names=[given],
+        output_names=[gives], output_kinds={gives: "regression"}, samples=samples,
+    )  # fmt: skip
