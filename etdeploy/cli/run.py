@@ -526,9 +526,11 @@ def render_localization(found: Localization) -> None:
             say(
                 f"localize: {len(nodes)} value(s) not tapped ({escape(reason)}): {escape(', '.join(nodes))}"
             )
-    for attempt in found.attempts:
-        if attempt.reproduced is False or not attempt.taps:
-            say(f"localize ({attempt.granularity}): {escape(attempt.note)}")
+    # When nothing was built, the LOCALIZE line says why, once.
+    if any(a.taps for a in found.attempts):
+        for attempt in found.attempts:
+            if attempt.reproduced is False or not attempt.taps:
+                say(f"localize ({attempt.granularity}): {escape(attempt.note)}")
     if found.origin is not None:
         o = found.origin
         say(

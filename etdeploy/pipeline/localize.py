@@ -272,9 +272,14 @@ def localize(
             **more,
         )  # fmt: skip
     if not any(a.taps for a in attempts):
+        # Each error once: a later granularity failing the same way, or left
+        # without the finer build's partition map, adds nothing to it.
+        failures = [a.note for a in attempts if a.note.startswith("not built: ")]
         notes = "; ".join(
             dict.fromkeys(
-                a.note.removeprefix("not built: ") for a in attempts if "same" not in a.note
+                n.removeprefix("not built: ")
+                for n in failures or [a.note for a in attempts]
+                if "the same error as" not in n
             )
         )
         tried = ", ".join(a.granularity for a in attempts)
