@@ -282,10 +282,10 @@ def localize(
                 if "the same error as" not in n
             )
         )
-        tried = ", ".join(a.granularity for a in attempts)
+        granularities = ", ".join(a.granularity for a in attempts)
         return result(
             "not_localizable",
-            f"no tapped program could be built (tried {tried}): {notes}",
+            f"no tapped program could be built (tried {granularities}): {notes}",
             granularity=None,
             attempts=tuple(attempts),
         )

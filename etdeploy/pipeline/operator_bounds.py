@@ -196,9 +196,10 @@ def _argument_sensitivity(target: Any, args: Sequence[Any], kwargs: dict[str, An
         def along(x: torch.Tensor, i: int = i) -> torch.Tensor:
             given = list(args)
             given[i] = x
-            return target(*given, **kwargs)
+            value: torch.Tensor = target(*given, **kwargs)
+            return value
 
-        _, tangent = torch.func.jvp(along, (args[i],), (args[i],))
+        tangent = torch.func.jvp(along, (args[i],), (args[i],))[1]
         total = total + tangent.abs()
     return total if isinstance(total, torch.Tensor) else torch.zeros(())
 

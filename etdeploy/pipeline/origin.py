@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from etdeploy.pipeline.taps import GROWTH
+from etdeploy.pipeline.taps import GROWTH, where
 from etdeploy.report.result import Amplifier, OperatorError, Origin, TapResult
 from etdeploy.report.result_localization import describe_amplifiers, describe_own_error
 
@@ -149,8 +149,7 @@ def _origin(row: TapResult, over_bound: bool, contribution: float) -> Origin:
     return Origin(
         op=row.op, node=row.node, module=row.module, source=row.source, code=row.code,
         partition=row.partition, kernel=row.kernel, sample=_local(row).sample or row.sample,
-        error=_local(row),
-        over_bound=over_bound, contribution=contribution,
+        error=_local(row), over_bound=over_bound, contribution=contribution,
     )  # fmt: skip
 
 
@@ -171,8 +170,6 @@ def hint_for(found: Blame) -> str | None:
 
 def verdict(found: Blame, diverged: bool) -> tuple[str, str]:
     """The localisation's status and its one-line reason, from the origin."""
-    from etdeploy.pipeline.taps import where
-
     origin = found.origin
     amplified = f"; on the way, {describe_amplifiers(found.amplifiers)}" if found.amplifiers else ""
     passing = "" if diverged else "; the model's outputs still pass"

@@ -79,8 +79,11 @@ class QuantizedProgram:
 
     path: Path
     source: str  # where it came from, as the verdict says it
-    # Per output, the step of the grid it lies on (None: not a quantized output).
+    # Per output, the step of the grid it lies on (None: not a quantized output;
+    # () when the build's manifest says it).
     steps: tuple[float | None, ...]
+    # Not the build's own: MODEL's, from the build cache or quantized again.
+    derived: bool = True
 
 
 def derived_quantized_program(model: str, options: BuildOptions) -> QuantizedProgram:

@@ -20,6 +20,8 @@ from etdeploy.errors import InputError
 from etdeploy.pipeline.build import Program, default_sample_paths
 from etdeploy.pipeline.job import RunJob
 from etdeploy.pipeline.references import (
+    QuantizedProgram,
+    derived_quantized_program,
     eager_reference,
     load_reference_file,
     quantized_reference,
@@ -125,34 +127,26 @@ def stage(job: RunJob, program: Program) -> Staged:
     )
 
 
-def quantized_program_for(job: RunJob, program: Program) -> QuantizedSource | None:
+def quantized_program_for(job: RunJob, program: Program) -> QuantizedProgram | None:
     """The quantized eager program to hold an int8 program to: the build's own
     (beside the .pte), or for a .pte built elsewhere the one MODEL and the run's
     options give; None for a float program, or without MODEL."""
     if program.quantized_program is not None:
-        return QuantizedSource(program.quantized_program, "the build's, beside the .pte", (), False)
+        return QuantizedProgram(
+            program.quantized_program, "the build's, beside the .pte", (), derived=False
+        )
     mode = program.quantization or job.quantize
     if mode is None or job.model is None:
         return None
     from etdeploy.builder import BuildOptions
-    from etdeploy.pipeline.references import derived_quantized_program
 
-    derived = derived_quantized_program(
+    return derived_quantized_program(
         job.model,
         BuildOptions(
             backend=job.backend, quantize=mode, calibration=job.calibration,
             dynamic=job.dynamic, use_cache=job.use_cache, external_weights=job.external_weights,
         ),
     )  # fmt: skip
-    return QuantizedSource(derived.path, derived.source, derived.steps, True)
-
-
-@dataclass(frozen=True)
-class QuantizedSource:
-    path: Path
-    source: str
-    steps: tuple[float | None, ...]
-    derived: bool  # not the build's own: MODEL's, from the cache or quantized again
 
 
 def _table(rows: Sequence[Sequence[np.ndarray]]) -> tuple[tuple[np.ndarray, ...], ...]:
