@@ -225,3 +225,49 @@ def tapped_inputs(exported: Any, tapped: set[str]) -> dict[str, tuple[str, ...]]
 
 def named(names: set[str]) -> Callable[[Any], bool]:
     return lambda node: node.name in names
+
+
+# Ops that hand on their input's value unchanged (in the exported or the edge
+# dialect): a copy, an alias, an eval-mode dropout. A tap of one shows the value
+# of the node it copies; a delegate that drops the copy hands that value out once.
+_SAME_VALUE = ("clone", "_clone_dim_order", "alias", "alias_copy", "detach", "detach_copy",
+               "contiguous", "dropout", "lift_fresh_copy")  # fmt: skip
+
+
+def _op_of(node: Any) -> str:
+    parts = str(node.target).split(".")
+    return parts[-2] if len(parts) >= 2 else parts[-1]
+
+
+def _is_dequantize(node: Any) -> bool:
+    return node.op == "call_function" and "dequantize_per_tensor" in str(node.target)
+
+
+def _is_quantize(node: Any) -> bool:
+    target = str(node.target)
+    return (
+        node.op == "call_function" and "quantize_per_tensor" in target and not _is_dequantize(node)
+    )
+
+
+def through_copies(node: Any) -> Any:
+    """The node that computed the value `node` carries (through copies of it)."""
+    while node.op == "call_function" and _op_of(node) in _SAME_VALUE and node.args:
+        node = node.args[0]
+    return node
+
+
+def value_key(node: Any) -> Any:
+    """What identifies the value a node carries: through copies to the node that
+    computed it, and a dequantize of a quantized value (the quantizer gives each
+    user its own copy) as that quantized value with its grid, looking through a
+    requantization to the same grid (around a copy)."""
+    node = through_copies(node)
+    if not _is_dequantize(node):
+        return node
+    quantized, grid = node.args[0], tuple(str(a) for a in node.args[1:6])
+    if _is_quantize(quantized) and tuple(str(a) for a in quantized.args[1:6]) == grid:
+        inner = through_copies(quantized.args[0])
+        if _is_dequantize(inner) and tuple(str(a) for a in inner.args[1:6]) == grid:
+            return value_key(inner)
+    return ("dequantized", quantized, grid)

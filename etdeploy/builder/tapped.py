@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import time
 import warnings as warnings_module
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,7 @@ from etdeploy.paths import cache_dir
 
 SCHEMA = "etdeploy.tapped/1"
 # Bumped whenever what a tapped build records changes.
-TAP_REVISION = 2
+TAP_REVISION = 4
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,9 @@ class TapInfo:
     # Tapped only as a value carried into --localize-module's module: what its
     # first operator was given, never itself blamed (its own inputs are untapped).
     context: bool = False
+    # Another tap carries the same value (this node is a copy the delegate drops,
+    # or one of a quantized value's dequantized copies): handed out once, there.
+    same_as: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TapInfo:
@@ -152,7 +155,14 @@ def build_tapped(model: str, options: BuildOptions, plan: TapPlan) -> TappedBuil
         with warnings_module.catch_warnings():
             # torch.export and the lowering emit deprecation chatter on every call.
             warnings_module.simplefilter("ignore")
-            manifest, buffer, reference = _build_uncached(ref, options, backend, plan)
+            try:
+                manifest, buffer, reference = _build_uncached(ref, options, backend, plan)
+            except _CannotHandOut as refused:
+                # Tapped again without the views: they only rearrange a value
+                # (no rounding of their own), and a delegate computes them inside.
+                manifest, buffer, reference = _build_uncached(
+                    ref, options, backend, plan, leave_out=refused.views
+                )
         manifest["cache_key"] = key
         manifest["base_cache_key"] = base
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
@@ -180,9 +190,14 @@ def _read_tapped_manifest(pte: Path) -> dict[str, Any] | None:
 
 
 def _build_uncached(
-    ref: Any, options: BuildOptions, backend: Any, plan: TapPlan
+    ref: Any,
+    options: BuildOptions,
+    backend: Any,
+    plan: TapPlan,
+    leave_out: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], bytes, bytes]:
-    """The manifest, the tapped program, and the tapped ExportedProgram's bytes."""
+    """The manifest, the tapped program, and the tapped ExportedProgram's bytes;
+    `leave_out` names values not to tap, with the reason."""
     from executorch.devtools.intermediate_output_tap import (
         FULL_TENSOR,
         tap_intermediate_outputs_,
@@ -202,8 +217,18 @@ def _build_uncached(
     chosen, context = select_nodes(exported, plan)
     ranges = dict(exported.range_constraints)
     reducers = assign_reducers(chosen, plan.budget_bytes, ranges)
-    untapped = [n.name for n in chosen if reducers[n.name] is None]
-    chosen = [n for n in chosen if reducers[n.name] is not None]
+    untapped = {
+        n.name: "of dynamic size, over --localize-budget"
+        for n in chosen
+        if reducers[n.name] is None
+    }
+    untapped.update(
+        {n.name: (leave_out or {})[n.name] for n in chosen if n.name in (leave_out or {})}
+    )
+    for name in untapped:
+        reducers[name] = None
+    views = {n.name: _VIEW_LEFT_OUT for n in chosen if n.name not in untapped and _is_view(n)}
+    chosen = [n for n in chosen if n.name not in untapped]
     if not chosen:
         raise ModelError(
             "every value to tap is of dynamic size and over --localize-budget",
@@ -229,7 +254,8 @@ def _build_uncached(
         _give_taps_values(exported)
         program = exported
     reference = _saved(program)
-    buffer, method, partitions, delegation = _lower(program, backend)
+    buffer, method, partitions, delegation, merged = _lower(program, backend, views)
+    same_as = {s.output_index: s.node_name for s in specs}
     out_names = list(spec.output_names or [])
     for i, value in enumerate(method["outputs"]):
         value["name"] = out_names[i] if i < min(len(out_names), model_outputs) else f"output_{i}"
@@ -264,6 +290,7 @@ def _build_uncached(
                 code=code,
                 step=steps.get(tap.output_index),
                 context=tap.node_name in context,
+                same_as=same_as[merged[tap.output_index]] if tap.output_index in merged else None,
             )
         )
     manifest = {
@@ -278,8 +305,10 @@ def _build_uncached(
         "plan": plan.key_fields(),
         "model_outputs": model_outputs,
         "taps": [asdict(t) for t in taps],
-        # Dynamic-size values over the budget: left untapped (see assign_reducers).
-        "untapped": untapped,
+        # Left untapped, and why: dynamic-size values over the budget (see
+        # assign_reducers), views a delegate would not hand out.
+        "untapped": list(untapped),
+        "why_untapped": untapped,
         "methods": [method],
         "delegation": delegation,
         "reference": tapped_reference_path(Path(f"{ref.name}.tapped.pte")).name,
@@ -338,18 +367,54 @@ _BACKEND_NAMES = {"XnnpackBackend": "XNNPACK", "CoreMLBackend": "CoreML", "Vulka
 _PASS_THROUGH = ("quantize_per_tensor", "dequantize_per_tensor", "getitem")
 
 
+class _CannotHandOut(ModelError):
+    """The delegate refused to hand a tapped value out (XNNPACK: an output that
+    is also an input of its partition); `views` are the tapped views to leave out."""
+
+    def __init__(self, error: ModelError, views: Mapping[str, str]) -> None:
+        super().__init__(error.message, error.hint, log=error.log)
+        self.views = dict(views)
+
+
+_VIEW_LEFT_OUT = (
+    "a view (it only rearranges its input's value) the delegate would not hand out; "
+    "its value is its input's, which is judged"
+)
+_VIEWS = (
+    "view", "reshape", "_unsafe_view", "permute", "transpose", "t", "squeeze", "unsqueeze",
+    "expand", "slice", "select", "flatten", "unflatten", "split", "split_with_sizes",
+    "chunk", "unbind", "narrow", "movedim", "contiguous", "clone", "dropout", "alias",
+)  # fmt: skip
+
+
+def _is_view(node: Any) -> bool:
+    return _short_op(str(node.target)) in _VIEWS
+
+
 def _lower(
-    program: Any, backend: Any
-) -> tuple[bytes, dict[str, Any], dict[int, tuple[str, int | None, str | None]], dict[str, Any]]:
+    program: Any, backend: Any, views: Mapping[str, str]
+) -> tuple[
+    bytes,
+    dict[str, Any],
+    dict[int, tuple[str, int | None, str | None]],
+    dict[str, Any],
+    dict[int, int],
+]:
     """Lower with the build's partitioner, read where each tap's value was
-    computed, strip the taps, serialise."""
+    computed, strip the taps, serialise. Also returns the taps merged into
+    another carrying the same value (output index -> the kept tap's)."""
     from executorch.devtools.intermediate_output_tap import strip_taps_
     from executorch.exir import to_edge_transform_and_lower
 
     from etdeploy.builder.lower import _method_info, count_delegation
 
+    merged: dict[int, int] = {}
     try:
-        edge = to_edge_transform_and_lower(program, partitioner=backend.partitioners())
+        edge = to_edge_transform_and_lower(
+            program,
+            transform_passes=[_one_tap_per_value(merged)],
+            partitioner=backend.partitioners(),
+        )
         graph_module = edge.exported_program().graph_module
         partitions = _partitions(graph_module)
         delegation = count_delegation(graph_module)
@@ -357,14 +422,62 @@ def _lower(
         lowered = edge.to_executorch()
     except Exception as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ModelError(
+        error = ModelError(
             f"lowering the tapped program to {backend.name} failed: {type(exc).__name__}: {first[:200]}",
             "localise with coarser taps (--localize-module), or report it: the untapped "
             "program lowers",
             log=str(exc),
-        ) from exc
+        )
+        # XNNPACK's preprocess (xnnpack_preprocess.py, generate_node_to_external_map,
+        # executorch 1.5.1, read 2026-12-04) refuses a partition output that is also
+        # one of its inputs: a tapped view it computes as a pass-through.
+        if "already in the inputs" in first and views:
+            raise _CannotHandOut(error, views) from exc
+        raise error from exc
     plan = lowered.executorch_program.execution_plan
-    return bytes(lowered.buffer), _method_info(plan[0]), partitions, delegation.to_json()
+    return (
+        bytes(lowered.buffer), _method_info(plan[0]), partitions, delegation.to_json(), merged
+    )  # fmt: skip
+
+
+def _one_tap_per_value(merged: dict[int, int]) -> Callable[[Any], Any]:
+    """An edge pass before partitioning: every tap reads the node that computed
+    its value (not a copy of it), and of taps reading the same value (an
+    eval-mode dropout's and its input's, two dequantized copies of a quantized
+    value) only the first stays: a delegate hands each of its outputs out once
+    (XNNPACK raises on one listed twice). The others' outputs become the kept
+    tap's; `merged` records output index -> the kept tap's output index."""
+    from executorch.devtools.intermediate_output_tap import find_tap_nodes
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    from etdeploy.builder.tap_plan import through_copies, value_key
+
+    def one_tap_per_value(graph_module: Any) -> Any:
+        outputs = list(graph_module.graph.output_node().args[0])
+        position = {node: i for i, node in enumerate(outputs)}
+        kept: dict[Any, Any] = {}
+        changed = False
+        for tap in find_tap_nodes(graph_module):
+            computed = through_copies(tap.args[0])
+            if computed is not tap.args[0]:
+                tap.replace_input_with(tap.args[0], computed)
+                changed = True
+            key = (value_key(computed), str(tap.args[1]))
+            if key not in kept:
+                kept[key] = tap
+                continue
+            merged[position[tap]] = position[kept[key]]
+            tap.replace_all_uses_with(kept[key])
+            graph_module.graph.erase_node(tap)
+            changed = True
+        if changed:
+            # A merged tap's dequantized copy, now unread, would still make the
+            # partition hand its quantized value out a second time.
+            graph_module.graph.eliminate_dead_code()
+            graph_module.recompile()
+        return PassResult(graph_module, changed)
+
+    return one_tap_per_value
 
 
 def _partitions(graph_module: Any) -> dict[int, tuple[str, int | None, str | None]]:

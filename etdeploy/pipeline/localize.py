@@ -37,6 +37,8 @@ from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.pipeline.build import Program, describe_program
 from etdeploy.pipeline.deploy import Target
 from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.origin import blame, hint_for
+from etdeploy.pipeline.origin import verdict as origin_verdict
 from etdeploy.pipeline.stage import Staged
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
 from etdeploy.pipeline.verify import Judged, is_quantized
@@ -44,6 +46,7 @@ from etdeploy.report.result import (
     FirstDivergence,
     Localization,
     LocalizeAttempt,
+    OperatorError,
     TappedProgram,
     TapResult,
     TapTolerance,
@@ -208,7 +211,13 @@ def localize(
         try:
             tapped = _build(job, options, plan)
         except EtdeployError as exc:
-            attempts.append(LocalizeAttempt(granularity, 0, None, f"not built: {exc.message}"))
+            earlier = next((a for a in attempts if a.note == f"not built: {exc.message}"), None)
+            note = (
+                f"not built: the same error as {earlier.granularity}"
+                if earlier is not None
+                else f"not built: {exc.message}"
+            )
+            attempts.append(LocalizeAttempt(granularity, 0, None, note))
             continue
         taps = tapped.taps
         finest = finest or taps
@@ -244,8 +253,9 @@ def localize(
             )
             for k in range(len(chosen))
         }  # fmt: skip
-        rows, first = tap_results(taps, per_sample)
-        status, reason = _verdict(rows, first, diverged, judged, tolerance, job.localize_module)
+        own = _own_errors(tapped, [staged.samples[i] for i in chosen], got, names, tolerance, job)
+        rows, first = tap_results(taps, per_sample, own)
+        status, reason, more = _conclusion(rows, first, diverged, judged, tolerance, job)
         attempts.append(
             LocalizeAttempt(
                 granularity, len(taps), reproduced,
@@ -257,12 +267,23 @@ def localize(
         return result(
             status, reason, granularity=granularity, attempts=tuple(attempts),
             taps=tuple(rows), first_divergence=first, program=_program_info(tapped, program, taps, budget),
+            **more,
         )  # fmt: skip
     if not any(a.taps for a in attempts):
-        notes = "; ".join(f"{a.granularity}: {a.note}" for a in attempts)
+        # Each error once: a later granularity failing the same way, or left
+        # without the finer build's partition map, adds nothing to it.
+        failures = [a.note for a in attempts if a.note.startswith("not built: ")]
+        notes = "; ".join(
+            dict.fromkeys(
+                n.removeprefix("not built: ")
+                for n in failures or [a.note for a in attempts]
+                if "the same error as" not in n
+            )
+        )
+        granularities = ", ".join(a.granularity for a in attempts)
         return result(
             "not_localizable",
-            f"no tapped program could be built ({notes})",
+            f"no tapped program could be built (tried {granularities}): {notes}",
             granularity=None,
             attempts=tuple(attempts),
         )
@@ -280,6 +301,24 @@ def localize(
         granularity=None,
         attempts=tuple(attempts),
     )
+
+
+def _own_errors(
+    tapped: TappedBuild,
+    samples: Sequence[tuple[np.ndarray, ...]],
+    got: Values,
+    names: Sequence[str],
+    tolerance: TapTolerance,
+    job: RunJob,
+) -> dict[str, dict[str, OperatorError]]:
+    """Each whole tapped operator's own error on the device, per sample name."""
+    from etdeploy.pipeline.operator_error import operator_errors
+
+    per_sample = operator_errors(
+        tapped.reference_program, tapped.manifest["sha256"], tapped.taps, samples, got,
+        quant_steps=tolerance.quant_steps, use_cache=job.use_cache,
+    )  # fmt: skip
+    return dict(zip(names, per_sample, strict=True))
 
 
 def _build(job: RunJob, options: BuildOptions, plan: TapPlan) -> TappedBuild:
@@ -326,6 +365,45 @@ def boundary_nodes(taps: Sequence[TapInfo]) -> tuple[str, ...]:
         ):
             chosen.append(tap.node)
     return tuple(chosen)
+
+
+def _conclusion(
+    rows: Sequence[TapResult],
+    first: FirstDivergence | None,
+    diverged: bool,
+    judged: Judged,
+    tolerance: TapTolerance,
+    job: RunJob,
+) -> tuple[str, str, dict[str, Any]]:
+    """The status, the reason, and the origin's fields of the Localization: from
+    each operator's own error when it was measured, else from growth alone."""
+    # Values carried into --localize-module's module that already depart: the
+    # error starts before it, which only the carried-in check can say.
+    before = any(r.context and r.status != "ok" for r in rows)
+    found = None if before else blame(rows, diverged)
+    if found is not None:
+        status, reason = origin_verdict(found, diverged)
+        return status, reason, {
+            "origin": found.origin, "amplifiers": found.amplifiers, "hint": hint_for(found),
+        }  # fmt: skip
+    over = [r for r in rows if r.status != "ok"]
+    if over and not diverged and _within_bounds(rows):
+        return "clean", _allowed_rounding(over), {}
+    return (*_verdict(rows, first, diverged, judged, tolerance, job.localize_module), {})
+
+
+def _within_bounds(rows: Sequence[TapResult]) -> bool:
+    measured = [r.local for r in rows if r.local is not None and not r.context]
+    return bool(measured) and not any(e.over_bound for e in measured)
+
+
+def _allowed_rounding(over: Sequence[TapResult]) -> str:
+    return (
+        f"no operator departs from eager: each is within what float32 (or its quantization "
+        f"grid) allows it given the device's own inputs; {len(over)} value(s) over the tap "
+        f"tolerance, first {over[0].op} ({over[0].node}), only carry that allowed rounding, "
+        "and the model's outputs pass"
+    )
 
 
 def _verdict(
@@ -391,6 +469,7 @@ def _program_info(
         cached=tapped.cached,
         pte=str(tapped.pte),
         untapped=tuple(tapped.manifest.get("untapped") or ()),
+        why_untapped=dict(tapped.manifest.get("why_untapped") or {}),
     )
 
 

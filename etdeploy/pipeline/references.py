@@ -9,8 +9,10 @@ warm run reads the cache.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,7 @@ import numpy as np
 from etdeploy.errors import InfraError, InputError
 
 if TYPE_CHECKING:
+    from etdeploy.builder import BuildOptions
     from etdeploy.model.loader import ModelRef
 
 # Per sample, per tensor output.
@@ -69,6 +72,91 @@ def quantized_reference(
         f"quantized-{key}", lambda: (_run_quantized(program, samples), []), use_cache=use_cache
     )
     return outputs
+
+
+@dataclass(frozen=True)
+class QuantizedProgram:
+    """The quantized eager program a device's int8 program is judged against."""
+
+    path: Path
+    source: str  # where it came from, as the verdict says it
+    # Per output, the step of the grid it lies on (None: not a quantized output;
+    # () when the build's manifest says it).
+    steps: tuple[float | None, ...]
+    # Not the build's own: MODEL's, from the build cache or quantized again.
+    derived: bool = True
+
+
+def derived_quantized_program(model: str, options: BuildOptions) -> QuantizedProgram:
+    """For a quantized .pte built elsewhere (nothing beside it): the quantized eager
+    program MODEL's build with `options` lowers. From the build cache when that
+    build is there; else MODEL quantized again as the build does it (the same
+    export, XNNPACK quantizer and calibration set: builder.calibration), kept in
+    the reference cache by the same key as the build, so a warm run reads it."""
+    from etdeploy.builder import cache_key, quantized_program_path
+    from etdeploy.builder.calibration import calibration_unchanged
+    from etdeploy.builder.manifest import read_manifest
+    from etdeploy.model.loader import parse_model_ref
+    from etdeploy.paths import cache_dir
+
+    ref = parse_model_ref(model)
+    key = cache_key(ref, options, ref.fingerprint())[:32]
+    built = cache_dir("builds") / key / f"{ref.name}.pte"
+    manifest = read_manifest(built) if built.is_file() else None
+    if manifest is not None and calibration_unchanged(manifest):
+        path = quantized_program_path(built)
+        if path.is_file():
+            outputs = manifest["methods"][0]["outputs"]
+            steps = tuple((o.get("quantization") or {}).get("scale") for o in outputs)
+            return QuantizedProgram(
+                path, f"from {model}'s {options.quantize} build in the build cache", steps
+            )
+    path = cache_dir("references") / f"quantized-program-{key}.pt2"
+    record_path = path.with_suffix(".json")
+    record: dict[str, Any] | None = None
+    if options.use_cache and path.is_file():
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            record = None
+    if record is None or not calibration_unchanged({"quantization": record}):
+        record = _quantize_again(ref, options, path)
+        tmp = record_path.with_name(f".{record_path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, record_path)
+    calibration = record.get("calibration") or {}
+    on = (
+        f"{calibration['samples']} sample(s)"
+        if "samples" in calibration
+        else str(calibration.get("kind", "its calibration"))
+    )
+    return QuantizedProgram(
+        path,
+        f"{model} quantized again to {options.quantize} as its build would be (calibrated on {on})",
+        tuple(record["steps"]),
+    )
+
+
+def _quantize_again(ref: ModelRef, options: BuildOptions, path: Path) -> dict[str, Any]:
+    """MODEL exported, calibrated and quantized as builder.build does it; the
+    converted program written to `path`; its calibration record and output steps."""
+    from etdeploy.builder import parse_dynamic
+    from etdeploy.builder.calibration import calibration_batches
+    from etdeploy.builder.export import export_model
+    from etdeploy.builder.quantize import output_quantization, quantize, saved
+    from etdeploy.model.loader import load_model
+
+    assert options.quantize is not None
+    spec = load_model(ref)
+    if options.dynamic:
+        spec.dynamic = parse_dynamic(options.dynamic)
+    batches, calibration = calibration_batches(spec, options)
+    converted = quantize(export_model(spec, ref.source_files), options.quantize, batches)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(saved(converted))
+    os.replace(tmp, path)
+    steps = [o["scale"] if o else None for o in output_quantization(converted)]
+    return {"mode": options.quantize, "calibration": calibration, "steps": steps}
 
 
 def _cached(

@@ -20,6 +20,8 @@ from etdeploy.inputs import Sample
 from etdeploy.pipeline.build import Program, declared_task, default_sample_paths
 from etdeploy.pipeline.job import RunJob
 from etdeploy.pipeline.references import (
+    QuantizedProgram,
+    derived_quantized_program,
     eager_reference,
     load_reference_file,
     quantized_reference,
@@ -37,12 +39,16 @@ class Staged:
     warnings: tuple[str, ...] = ()
     # For a quantized build: the converted program's eager outputs, what the
     # device must reproduce to the quantization step. None when there is none
-    # (a float build, or a quantized .pte built elsewhere).
+    # (a float build, or a quantized .pte built elsewhere run without MODEL).
     quantized: tuple[tuple[np.ndarray, ...], ...] | None = None
     # The samples' answers, when they came with them (--labels, a labelled set),
     # and what they score: the task as given or as the model declares it.
     labels: Labels | None = None
     task: str | None = None
+    # Where that program came from (the verdict says it), and, when it is not the
+    # build's own (a .pte built elsewhere), each output's quantization step.
+    quantized_source: str | None = None
+    quantized_steps: tuple[float | None, ...] | None = None
 
 
 def stage(job: RunJob, program: Program) -> Staged:
@@ -81,13 +87,15 @@ def stage(job: RunJob, program: Program) -> Staged:
             "range and can pass a lowering that breaks real data"
         )
     quantized = None
-    if program.quantized_program is not None:
-        quantized = quantized_reference(program.quantized_program, arrays, use_cache=job.use_cache)
+    source = quantized_program_for(job, program)
+    if source is not None:
+        quantized = quantized_reference(source.path, arrays, use_cache=job.use_cache)
     elif program.quantization or job.quantize:
         warnings.append(
-            "no quantized program beside the .pte (a build from elsewhere): the device is "
-            "judged against the float model by the accuracy budget only, which forgives "
-            "errors the quantization step would catch; build it with `etdeploy build`"
+            "no quantized program beside the .pte (a build from elsewhere) and no MODEL to "
+            "derive it from: the device is judged against the float model by the accuracy "
+            "budget only, which forgives errors the quantization step would catch; name "
+            "MODEL, or build it with `etdeploy build`"
         )
     _, declared, _ = declared_task(program)
     return Staged(
@@ -100,7 +108,31 @@ def stage(job: RunJob, program: Program) -> Staged:
         _table(quantized) if quantized is not None else None,
         labels,
         job.task or declared,
+        source.source if source is not None else None,
+        source.steps if source is not None and source.derived else None,
     )
+
+
+def quantized_program_for(job: RunJob, program: Program) -> QuantizedProgram | None:
+    """The quantized eager program to hold an int8 program to: the build's own
+    (beside the .pte), or for a .pte built elsewhere the one MODEL and the run's
+    options give; None for a float program, or without MODEL."""
+    if program.quantized_program is not None:
+        return QuantizedProgram(
+            program.quantized_program, "the build's, beside the .pte", (), derived=False
+        )
+    mode = program.quantization or job.quantize
+    if mode is None or job.model is None:
+        return None
+    from etdeploy.builder import BuildOptions
+
+    return derived_quantized_program(
+        job.model,
+        BuildOptions(
+            backend=job.backend, quantize=mode, calibration=job.calibration,
+            dynamic=job.dynamic, use_cache=job.use_cache, external_weights=job.external_weights,
+        ),
+    )  # fmt: skip
 
 
 def _samples(job: RunJob, program: Program) -> tuple[list[Sample], Labels | None]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from etdeploy.builder.tap_plan import FULL
 from etdeploy.builder.tapped import TapInfo
 from etdeploy.report.result import (
     FirstDivergence,
+    OperatorError,
+    Origin,
     TapMetrics,
     TapResult,
     TapTolerance,
@@ -182,11 +184,14 @@ _SEVERITY = {"ok": 0, "carried": 1, "departs": 2}
 
 
 def tap_results(
-    taps: Sequence[TapInfo], per_sample: Mapping[str, Mapping[str, Judged]]
+    taps: Sequence[TapInfo],
+    per_sample: Mapping[str, Mapping[str, Judged]],
+    own: Mapping[str, Mapping[str, OperatorError]] | None = None,
 ) -> tuple[list[TapResult], FirstDivergence | None]:
     """The table over the localised samples: each tap's worst status, with the
-    metrics of the sample where its error is largest; and the first divergence,
-    the earliest tap in graph order that departs in any sample."""
+    metrics of the sample where its error is largest, and its own error
+    (`own`, per sample) where it is largest against its bound; and the first
+    divergence, the earliest tap in graph order that departs in any sample."""
     rows: list[TapResult] = []
     first: FirstDivergence | None = None
     for index, tap in enumerate(taps):
@@ -208,6 +213,7 @@ def tap_results(
             reducer=tap.reducer, shape=tap.shape, inputs=tap.inputs, sample=sample,
             metrics=judged.metrics, carried_in=judged.carried_in, growth=judged.growth,
             status=status, context=tap.context, step=tap.step,
+            local=_worst_own(tap.node, own or {}), same_as=tap.same_as,
         )  # fmt: skip
         rows.append(row)
         if first is None and status == "departs":
@@ -219,7 +225,12 @@ def tap_results(
     return rows, first
 
 
-def where(tap: TapResult | FirstDivergence) -> str:
+def _worst_own(node: str, own: Mapping[str, Mapping[str, OperatorError]]) -> OperatorError | None:
+    found = [replace(errors[node], sample=name) for name, errors in own.items() if node in errors]
+    return max(found, key=lambda e: e.ratio) if found else None
+
+
+def where(tap: TapResult | FirstDivergence | Origin) -> str:
     """'layer_norm in norm (model.py:42), CPU kernel native_layer_norm'."""
     place = f"{tap.op} in {tap.module}" if tap.module else f"{tap.op} ({tap.node})"
     if tap.source:

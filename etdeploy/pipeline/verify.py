@@ -13,7 +13,7 @@ will not ship.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -113,11 +113,24 @@ def judge(
             host_vs_reference=compare(host_outputs, staged.references),
         )
     reference = "float eager" if staged.reference_kind == "eager" else "reference file"
+    # A .pte built elsewhere has no manifest to say its outputs' grids: the
+    # quantized program derived from MODEL does.
+    steps = (
+        list(staged.quantized_steps) if staged.quantized_steps is not None else program.output_steps
+    )
     stages = [
-        metrics.judge_stage(c, staged.sample_names, kinds, thresholds, program.output_steps)
+        metrics.judge_stage(c, staged.sample_names, kinds, thresholds, steps)
         for c in budget_chain(job, program, staged, outputs, host_outputs, reference)
     ]
     verdict = metrics.budget_verdict(stages, end_to_end, kinds, thresholds, reference)
+    if staged.quantized is not None:
+        derived = staged.quantized_steps is not None
+        verdict = replace(
+            verdict,
+            quantized_reference=staged.quantized_source,
+            reason=verdict.reason
+            + (f" (quantized reference: {staged.quantized_source})" if derived else ""),
+        )
     warnings = []
     if is_quantized(job, program) and job.atol is not None:
         warnings.append(

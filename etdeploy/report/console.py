@@ -23,7 +23,6 @@ from etdeploy.report.result import (
     PairedDifference,
     RunResult,
     SizeSummary,
-    TapResult,
     TaskAccuracy,
     Verdict,
 )
@@ -285,84 +284,9 @@ class RunConsole:
             )
 
     def render_localization(self, found: Localization) -> None:
-        """The taps in graph order with the first divergence marked, then what was
-        found on one line. A CI log is read wide: piped, the table is not squeezed
-        to 80 columns, and the lines do not wrap."""
-        from rich import box
+        from etdeploy.report.console_localization import render_localization
 
-        from etdeploy.pipeline.taps import describe_error
-
-        if found.taps:
-            title = (
-                f"localization: {len(found.taps)} taps ({found.granularity}) vs {found.reference}; "
-                f"sample{'s' if len(found.samples) > 1 else ''} {', '.join(found.samples)}"
-            )
-            table = Table(title=escape(title), box=box.SIMPLE_HEAD, title_justify="left")
-            columns = ("#", "op", "module", "source", "partition", "value", "error", "SQNR dB",
-                       "ULPs", "vs inputs", "status")  # fmt: skip
-            for column in columns:
-                right = column in ("#", "error", "SQNR dB", "ULPs", "vs inputs")
-                table.add_column(column, justify="right" if right else "left", no_wrap=True)
-            first = found.first_divergence.node if found.first_divergence else None
-            for tap in found.taps:
-                m = tap.metrics
-                error = f"{m.steps:.1f} steps" if m.steps is not None else f"{m.rel:.2e}"
-                if tap.partition == "CPU":
-                    partition = f"CPU {tap.kernel or ''}".strip()
-                else:
-                    partition = f"{tap.partition} #{tap.delegate}"
-                status = "FIRST DIVERGENCE" if tap.node == first else tap.status
-                row = [
-                    str(tap.index), tap.op, tap.module or "(model)", tap.source or "-", partition,
-                    "summary" if tap.reducer != "full" else "full", error, "-" if m.sqnr_db is None else _num(m.sqnr_db, ".1f"), f"{m.ulps:.3g}",
-                    _growth(tap), status,
-                ]  # fmt: skip
-                style = (
-                    "bold red" if tap.node == first else ("red" if tap.status == "departs" else "")
-                )
-                table.add_row(*(escape(cell) for cell in row), style=style or None)
-            self._print_wide(table)
-        if found.program is not None and found.program.untapped:
-            self.out.print(
-                f"localize: {len(found.program.untapped)} value(s) of dynamic size over the budget "
-                f"not tapped: {escape(', '.join(found.program.untapped))}",
-                highlight=False,
-                soft_wrap=True,
-            )
-        for attempt in found.attempts:
-            if attempt.reproduced is False or not attempt.taps:
-                self.out.print(
-                    f"localize ({attempt.granularity}): {escape(attempt.note)}",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-        divergence = found.first_divergence
-        if divergence is not None and divergence.source:
-            self.out.print(
-                f"first divergence: {escape(divergence.source)}  {escape(divergence.code or '')}  "
-                f"— {escape(describe_error(divergence.metrics))}",
-                highlight=False,
-                soft_wrap=True,
-            )
-        colour = {"localized": "bold yellow", "clean": "green"}.get(found.status, "bold red")
-        self.out.print(
-            f"[{colour}]LOCALIZE[/] {escape(found.reason)}", highlight=False, soft_wrap=True
-        )
-
-    def _print_wide(self, table: Table) -> None:
-        """A table at its natural width when piped (rich would squeeze it to 80
-        columns and cut every cell), as plain lines; on a terminal, as usual."""
-        if self.out.is_terminal:
-            self.out.print(table)
-            return
-        import io
-
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        Console(file=buffer, width=240, color_system=None).print(table)
-        for line in buffer.getvalue().splitlines():
-            self.out.print(line.rstrip(), markup=False, highlight=False, soft_wrap=True)
+        render_localization(found, self.out)
 
 
 def passing_setting(verdict: Verdict) -> str | None:
@@ -474,11 +398,3 @@ def _localize_suggestion(result: RunResult) -> str:
     ):
         return ""
     return "; rerun with --localize to name the operator where it starts"
-
-
-def _growth(tap: TapResult) -> str:
-    """How much the tap's relative error outgrew its inputs'; from exact inputs
-    (a model input, weights) the ratio to float32's epsilon says little."""
-    if tap.growth is None:
-        return "-"
-    return "exact in" if tap.carried_in == 0 else f"{tap.growth:.3g}x"

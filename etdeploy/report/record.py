@@ -41,6 +41,16 @@ def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def infinite_where_null(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of `data` with each of `keys` that is null read as infinity: an
+    error metric the document wrote as null was infinite (see finite_or_none)."""
+    filled = dict(data)
+    for key in keys:
+        if key in filled and filled[key] is None:
+            filled[key] = math.inf
+    return filled
+
+
 class Record:
     """Mixin for a frozen dataclass that is one block of a JSON document."""
 

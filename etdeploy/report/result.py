@@ -30,10 +30,14 @@ from etdeploy.report.result_accuracy import (  # noqa: F401 - re-exported
     Throughput,
 )
 from etdeploy.report.result_localization import (  # noqa: F401 - re-exported
+    AMPLIFIER_CAUSES,
     TAP_STATUSES,
+    Amplifier,
     FirstDivergence,
     Localization,
     LocalizeAttempt,
+    OperatorError,
+    Origin,
     TapMetrics,
     TappedProgram,
     TapResult,

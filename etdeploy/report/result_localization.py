@@ -3,11 +3,13 @@ value against eager, and the first operator whose error outgrows its inputs'."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from etdeploy.report.record import Record, omitted_if_none
+from etdeploy.report.record import Record, infinite_where_null, omitted_if_none
 
 
 @dataclass(frozen=True)
@@ -29,16 +31,42 @@ class TapMetrics(Record):
     @classmethod
     def from_json(cls, data: Any) -> TapMetrics:
         # null is non-finite: the errors were infinite (a NaN where eager had a number).
-        filled = dict(data)
-        for key in ("max_abs", "rel", "ulps"):
-            if filled.get(key, 0) is None:
-                filled[key] = math.inf
+        filled = infinite_where_null(data, ("max_abs", "rel", "ulps"))
         if "sqnr_db" in filled and filled["sqnr_db"] is None and filled.get("max_abs") == 0:
             filled["sqnr_db"] = math.inf
         return super().from_json(filled)
 
 
 TAP_STATUSES = ("ok", "carried", "departs")
+
+
+@dataclass(frozen=True)
+class OperatorError(Record):
+    """The error one operator added itself: its value on the device against the
+    same operator run eagerly (in float64) on the values the device handed it,
+    and against what float32 allows that operator (or, on a quantization grid,
+    against the grid's step). Not what its inputs carried in."""
+
+    max_abs: float
+    rel: float  # max_abs / the value's magnitude
+    # The worst element's error over what it is allowed: over 1, the operator
+    # computed something float32 does not excuse.
+    ratio: float
+    bound_rel: float  # what it is allowed, relative to the value's magnitude
+    kind: str  # elementwise | function | sum | normalization | quantized | other
+    n: int  # values reduced per result element (1: elementwise)
+    steps: float | None = omitted_if_none()  # on a quantization grid: error in its steps
+    sample: str | None = omitted_if_none()  # where it is largest against its bound
+
+    @property
+    def over_bound(self) -> bool:
+        # Slack for float32's rounding of a step count: one step computes as
+        # up to ~1e-5 steps over it (as etdeploy.verify's steps rule).
+        return self.ratio > 1.0 + 1e-3
+
+    @classmethod
+    def from_json(cls, data: Any) -> OperatorError:
+        return super().from_json(infinite_where_null(data, ("max_abs", "rel", "ratio")))
 
 
 @dataclass(frozen=True)
@@ -67,11 +95,15 @@ class TapResult(Record):
     # Tapped as a value carried into --localize-module's module (never blamed).
     context: bool = False
     step: float | None = omitted_if_none()  # of the quantization grid the value lies on
+    # The error this operator added itself (a whole tapped value; not a summary).
+    local: OperatorError | None = omitted_if_none()
+    # Tapped where another tap's value is handed out (a copy the delegate drops).
+    same_as: str | None = omitted_if_none()
 
 
 @dataclass(frozen=True)
-class FirstDivergence(Record):
-    """The first operator whose error outgrows what its inputs carried in."""
+class OperatorPlace(Record):
+    """Where an operator is: in the graph, the model, the source, the program."""
 
     op: str
     node: str
@@ -80,10 +112,53 @@ class FirstDivergence(Record):
     code: str | None
     partition: str
     kernel: str | None
-    sample: str
+    sample: str  # the sample it is named in
+
+
+@dataclass(frozen=True)
+class FirstDivergence(OperatorPlace):
+    """The first operator whose error outgrows what its inputs carried in."""
+
     metrics: TapMetrics
     carried_in: float
     growth: float | None
+
+
+@dataclass(frozen=True)
+class Origin(OperatorPlace):
+    """The operator where the error is born: the first whose own error is over
+    what float32 allows it (over_bound), or, when none is, the one whose own
+    error, amplified by the operators after it, makes most of the outputs'."""
+
+    error: OperatorError
+    over_bound: bool
+    # Its own relative error times the amplification on its way to the outputs.
+    contribution: float
+
+
+AMPLIFIER_CAUSES = (
+    "cancellation",
+    "division by small values",
+    "softmax over large logits",
+    "exponential of large values",
+    "normalisation of values whose mean dwarfs their spread",
+    "conditioning",
+)
+
+
+@dataclass(frozen=True)
+class Amplifier(Record):
+    """An operator that computes right given its inputs (within its bound) but
+    whose output's relative error is far larger than its inputs': float32's
+    conditioning there, e.g. a subtraction of nearly equal values."""
+
+    op: str
+    node: str
+    module: str | None
+    source: str | None
+    sample: str
+    factor: float  # its output's relative error over its inputs'
+    cause: str  # one of AMPLIFIER_CAUSES
 
 
 @dataclass(frozen=True)
@@ -118,8 +193,10 @@ class TappedProgram(Record):
     budget_bytes: int
     cached: bool
     pte: str | None = omitted_if_none()  # in the build cache, beside its .pt2 eager twin
-    # Values of dynamic size over the budget, left untapped (a summary cannot follow the size).
+    # Values left untapped: of dynamic size over the budget (a summary cannot
+    # follow the size), or values a delegate cannot hand out; why, by node.
     untapped: tuple[str, ...] = ()
+    why_untapped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -127,7 +204,10 @@ class Localization(Record):
     """`run --localize`: the tapped sibling of the program run on the same device,
     each tapped value judged against the same node's eager value.
 
-    status: localized (a first divergence is named), clean (every tap within
+    status: localized (an operator computes something float32 does not excuse,
+    or the first divergence is named), ill_conditioned (no operator is over what
+    float32 allows it, yet the outputs depart: named are the origin whose
+    rounding contributes most and the amplifiers), clean (every tap within
     tolerance), not_localizable (the taps made the divergence disappear at every
     granularity tried), unexplained (reproduced, but no tapped operator's error
     grew: it starts where nothing is tapped)."""
@@ -144,3 +224,31 @@ class Localization(Record):
     program: TappedProgram | None = omitted_if_none()
     module: str | None = omitted_if_none()  # --localize-module
     seconds: float = 0.0
+    origin: Origin | None = omitted_if_none()
+    amplifiers: tuple[Amplifier, ...] = ()
+    hint: str | None = omitted_if_none()  # what to do, for an ill-conditioned model
+
+
+def describe_amplifiers(amplifiers: Sequence[Amplifier]) -> str:
+    """'relative error × 8,110 at sub: cancellation; relative error × 31 at div: ...'."""
+    return "; ".join(
+        f"relative error × {_factor_text(a.factor)} at {a.op}: {a.cause}" for a in amplifiers
+    )
+
+
+def _factor_text(factor: float) -> str:
+    return f"{factor:,.0f}" if factor >= 100 else f"{factor:.3g}"
+
+
+def describe_own_error(error: OperatorError) -> str:
+    """'4.1% of its magnitude, 37x what float32 allows a normalisation over 64 values'."""
+    if error.steps is not None:
+        return f"{error.steps:.1f} quantization step(s), {error.ratio:.3g}x what its grid allows"
+    allowed = {
+        "elementwise": "an elementwise operator (2 ULPs)",
+        "function": "a function of one value (a few ULPs)",
+        "sum": f"a sum of {error.n} values",
+        "normalization": f"a normalisation over {error.n} values",
+    }.get(error.kind, f"an operator reading {error.n} values per result")
+    share = f"{error.rel:.2%}" if error.rel >= 1e-3 else f"{error.rel:.2g}"
+    return f"{share} of its magnitude, {error.ratio:.3g}x what float32 allows {allowed}"

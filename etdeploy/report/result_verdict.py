@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from etdeploy.report.record import JsonObject, Record, omitted_if_none
+from etdeploy.report.record import JsonObject, Record, infinite_where_null, omitted_if_none
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,7 @@ class OutputMetrics(Record):
     def from_json(cls, data: Any) -> OutputMetrics:
         # null is non-finite: max_abs, max_rel and mean_abs were infinite (a NaN or
         # infinite output); SQNR was +inf for an exact match, else -inf (the worst).
-        filled = dict(data)
-        for key in ("max_abs", "max_rel", "mean_abs"):
-            if filled.get(key, 0) is None:
-                filled[key] = math.inf
+        filled = infinite_where_null(data, ("max_abs", "max_rel", "mean_abs"))
         if filled.get("sqnr_db", 0) is None:
             filled["sqnr_db"] = math.inf if filled.get("max_abs") == 0 else -math.inf
         if filled.get("cosine", 0) is None:
@@ -134,6 +131,9 @@ class Verdict(Record):
     budget: tuple[BudgetStage, ...] = ()
     kinds: tuple[OutputKind, ...] = ()
     thresholds: Thresholds | None = omitted_if_none()
+    # Where the quantized eager program the device was held to came from: the
+    # build's own, or for a .pte built elsewhere, derived from MODEL.
+    quantized_reference: str | None = omitted_if_none()
 
     def to_json(self) -> JsonObject:
         data = super().to_json()

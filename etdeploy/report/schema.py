@@ -16,6 +16,7 @@ from typing import Any
 from etdeploy.errors import UsageError
 from etdeploy.report.common import summarize
 from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
+from etdeploy.report.schema_localization import DEFS as LOCALIZATION_DEFS
 from etdeploy.report.schema_memory import MEMORY, MEMORY_DEFS, SHAPE_POINT, check_account
 from etdeploy.report.schema_parts import (
     ACCURACY,
@@ -176,6 +177,8 @@ RESULT_SCHEMA: Schema = {
         "logs": {"type": "array", "items": STR},
         "attempts": {"type": "array", "items": {"$ref": "#/$defs/attempt"}},
         "farm": FARM_PLACEMENT,
+        # run --localize (optional): where the device departs from eager, and why.
+        "localization": {"$ref": "#/$defs/localization"},
     },
     # What the status promises: exit codes per design.md, the blocks a reader may
     # rely on, and errors that say whether the device or the input is at fault.
@@ -236,6 +239,7 @@ RESULT_SCHEMA: Schema = {
         "profile_event": PROFILE_EVENT,
         "attempt": ATTEMPT,
         **MEMORY_DEFS,
+        **LOCALIZATION_DEFS,
     },
 }
 

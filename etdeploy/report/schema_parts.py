@@ -142,6 +142,8 @@ VERDICT = {
             },
         },
         "thresholds": THRESHOLDS,
+        # Where the quantized eager program came from (a quantized program only).
+        "quantized_reference": STR,
     },
 }
 

@@ -470,3 +470,23 @@ def test_a_localized_job_shows_its_taps_with_the_first_divergence_marked(tmp_pat
     assert "<td>layer_norm</td>" in row and "<td>norm</td>" in row
     assert html.count("<td>carried</td>") == 3
     assert f"first divergence</b>: layer_norm in norm at <code>{first['source']}</code>" in html
+
+
+def test_an_ill_conditioned_job_marks_its_origin_and_amplifier_and_gives_the_hint(
+    tmp_path: Path,
+) -> None:
+    from tests.report.docs import load_sample
+
+    doc = load_sample("ill_conditioned_portable")  # validated against the schema
+    found = doc["localization"]
+    out = tmp_path / "report.html"
+    write_html(as_results([doc]), out)
+    html = out.read_text()
+    assert html.count(">ORIGIN<") == 1 and html.count(">AMPLIFIER ×") == 1
+    origin_row = html[html.index(">ORIGIN<") - 700 : html.index(">ORIGIN<")]
+    assert "<td>mean</td>" in origin_row
+    amplifier = found["amplifiers"][0]
+    assert f"AMPLIFIER ×{amplifier['factor']:,.0f}" in html
+    assert f"relative error × {amplifier['factor']:,.0f} at sub: cancellation" in html
+    assert f"<b>hint</b>: {found['hint']}" in html
+    assert "ill conditioned" in html  # the status badge

@@ -70,10 +70,14 @@ def test_fixtures_round_trip(name: str) -> None:
     assert changed == {}
     # What is added is the job's backend and quantization where the fixture
     # (written before the job block carried them) has none: null, not invented;
-    # and an empty error budget and kinds list for a verdict written before them.
+    # an empty error budget and kinds list for a verdict written before them; and
+    # no amplifiers, no reasons for untapped values, for a localization before them.
     added = {p: after[p] for p in after.keys() - before.keys()}
-    assert set(added) <= {"job.backend", "job.quantization", "verdict.budget", "verdict.kinds"}
-    assert all(value in (None, []) for value in added.values())
+    assert set(added) <= {
+        "job.backend", "job.quantization", "verdict.budget", "verdict.kinds",
+        "localization.amplifiers", "localization.program.why_untapped",
+    }  # fmt: skip
+    assert all(value in (None, [], {}) for value in added.values())
     # And the document reads back as the same result.
     assert RunResult.from_json(written) == result
 
