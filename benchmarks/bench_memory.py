@@ -129,7 +129,8 @@ def _accounts(tmp: Path) -> None:
 
 def _program(args: tuple[str, ...]) -> tuple[Path, Path]:
     """The cached .pte of a case and its first own sample as the runner's raw file."""
-    from etdeploy.inputs import load_samples, raw_bytes
+    from etdeploy.dataset import load_labelled
+    from etdeploy.inputs import raw_bytes
     from etdeploy.pipeline import RunJob
     from etdeploy.pipeline.build import build_program, default_sample_paths
 
@@ -138,7 +139,7 @@ def _program(args: tuple[str, ...]) -> tuple[Path, Path]:
     job = RunJob(model=model, backend=flags.get("--backend", "xnnpack"),
                  quantize=flags.get("--quantize"))  # fmt: skip
     program = build_program(job, lambda _text: None)
-    (sample, *_) = load_samples(default_sample_paths(program), program.input_metas, None)
+    sample = load_labelled(default_sample_paths(program), program.input_metas, None).samples[0]
     raw = Path(tempfile.gettempdir()) / f"bench-memory-{program.sha256[:12]}.bin"
     raw.write_bytes(raw_bytes(sample.arrays[0]))
     return program.pte, raw

@@ -75,7 +75,7 @@ def paths_of(report: dict[str, Any], group: str) -> set[str]:
 def test_a_dry_run_lists_everything_and_removes_nothing(
     cache: dict[str, Path], fresh_cache: Path
 ) -> None:
-    done = clean("--dry-run", "--json")
+    done = clean("--dry-run", "--json", "-")
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert report["dry_run"] is True
@@ -102,7 +102,7 @@ def test_with_no_cap_everything_goes_but_locks_and_the_local_work_dir(
 def test_older_than_removes_only_what_was_not_used_since(
     cache: dict[str, Path], fresh_cache: Path
 ) -> None:
-    done = clean("--older-than", "7d", "--json")
+    done = clean("--older-than", "7d", "--json", "-")
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert paths_of(report, "removed") == {
@@ -117,7 +117,7 @@ def test_older_than_removes_only_what_was_not_used_since(
 def test_max_size_removes_the_least_recently_used_until_the_rest_fits(
     cache: dict[str, Path],
 ) -> None:
-    done = clean("--max-size", "260kB", "--json")
+    done = clean("--max-size", "260kB", "--json", "-")
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     # Oldest first: the measurement (60 d), the build (40 d), the runner (20 d); then
@@ -210,7 +210,7 @@ def test_a_phones_work_dir_is_pruned_with_its_records_and_its_garbage_always(
     orphan.write_text("etdeploy-digest/1\n")
 
     dry = clean("--device", "pixel8", "--config", config, "--older-than", "7d", "--dry-run",
-                "--json")  # fmt: skip
+                "--json", "-")  # fmt: skip
     assert dry.exit_code == 0, dry.output
     planned = json.loads(dry.stdout)
     assert paths_of(planned, "removed") == {

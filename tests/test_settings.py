@@ -26,6 +26,8 @@ def _sample(entry: settings.Declared, folder: Path) -> tuple[Any, Any]:
         return {"logits": "classifier"}, ("logits=classifier",)
     if entry.name == "localize_budget_bytes":
         return "2MB", 2_000_000
+    if entry.name == "shapes":
+        return ["min,max"], ("min,max",)
     if entry.is_list:
         return ["x:0=1..4"], (str(folder / "x:0=1..4") if entry.option.path else "x:0=1..4",)
     if kind is bool:
@@ -68,7 +70,8 @@ def test_every_flag_of_run_is_a_declared_setting_or_one_of_runs_own() -> None:
     command = typer_command("run")
     flags = {opt for param in command.params for opt in param.opts if opt.startswith("--")}
     declared = {d.flag for d in settings.declared(RunJob) if d.flag}
-    own = {"--adb-host", "--adb-port", "--json", "--config", "--verbose", "--quiet"}
+    own = {"--adb-host", "--adb-port", "--json", "--junit", "--html", "--config", "--verbose",
+           "--quiet"}  # fmt: skip
     assert declared <= flags
     assert flags - declared == own
 

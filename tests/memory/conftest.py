@@ -45,12 +45,14 @@ def digits_programs() -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def digit_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One of digits' held-out images as the runner's raw input file."""
-    from etdeploy.inputs import load_samples, raw_bytes
+    from etdeploy.dataset import load_labelled
+    from etdeploy.inputs import raw_bytes
     from etdeploy.pipeline import RunJob
     from etdeploy.pipeline.build import build_program, default_sample_paths
 
     program = build_program(RunJob(model="digits"), lambda _: None)
-    (sample, *_) = load_samples(default_sample_paths(program), program.input_metas, None)
+    labelled = load_labelled(default_sample_paths(program), program.input_metas, None)
+    sample = labelled.samples[0]
     path = tmp_path_factory.mktemp("digit") / "image.bin"
     path.write_bytes(raw_bytes(sample.arrays[0]))
     return path

@@ -60,7 +60,9 @@ def test_a_warm_run_imports_only_what_it_uses(tmp_path: Path, flags: tuple[str, 
         m for m in warm if m.split(".")[0] in NOT_ON_A_WARM_RUN or m in NOT_ON_A_WARM_RUN
     )
     assert heavy == []
-    assert {"etdeploy.pipeline.run", "numpy", "etdeploy.sizecheck.summary"} <= warm
+    # (etdeploy.pipeline.run is reached through the package's lazy names, which
+    # -X importtime does not list; its stages are.)
+    assert {"etdeploy.pipeline.execute", "numpy", "etdeploy.sizecheck.summary"} <= warm
 
 
 def test_a_pair_built_elsewhere_runs_warm_without_torch(tmp_path: Path) -> None:
