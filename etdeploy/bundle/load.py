@@ -113,6 +113,7 @@ def bundle_staged(bundle: JobBundle, outputs: int) -> Staged:
         quantized=_table(bundle, refs.quantized, "o", len(m.samples), outputs)
         if refs.quantized
         else None,
+        quantized_source=refs.quantized_source,
         **_labels(bundle),
     )
 

@@ -113,6 +113,7 @@ def make_bundle(
             if staged.quantized is not None
             else None,
             host=writer.arrays(f"{REFERENCES_DIR}/host.npz", host, "o") if host else None,
+            quantized_source=staged.quantized_source,
         )
         labels = writer.labels(LABELS_FILE, staged) if staged.labels is not None else None
         manifest = BundleManifest(

@@ -60,6 +60,9 @@ class References:
     float: str
     quantized: str | None = None
     host: str | None = None
+    # Where the quantized program came from, as the verdict says it (the build's own,
+    # or derived from MODEL for a .pte built elsewhere).
+    quantized_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class BundleManifest:
                 "float": self.references.float,
                 "quantized": self.references.quantized,
                 "host": self.references.host,
+                "quantized_source": self.references.quantized_source,
             },
             "labels": self.labels,
             "settings": dict(self.settings),
@@ -139,7 +143,11 @@ class BundleManifest:
                 samples=tuple(str(name) for name in samples["names"]),
                 on_noise=bool(samples["on_noise"]),
                 references=References(
-                    str(refs["kind"]), str(refs["float"]), refs.get("quantized"), refs.get("host")
+                    str(refs["kind"]),
+                    str(refs["float"]),
+                    refs.get("quantized"),
+                    refs.get("host"),
+                    refs.get("quantized_source"),
                 ),
                 settings=dict(doc["settings"]),
                 program_warnings=tuple(warnings.get("program", ())),

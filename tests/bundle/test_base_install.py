@@ -96,28 +96,6 @@ def _run_on_the_phone(venv: Path, bundle: Path, config: Path, cwd: Path) -> dict
     return doc
 
 
-def test_a_one_sample_bundle_runs_on_the_loopback_phone_with_the_full_runs_verdict(
-    base_venv: Path, digits_bundle: Path, phone_config: Path, tmp_path: Path
-) -> None:
-    from etdeploy.bundle.make import make_bundle
-    from etdeploy.pipeline.job import RunJob
-
-    samples = Path(
-        json.loads((digits_bundle / "program/digits.pte.json").read_text())["samples"][0]
-    )
-    sample = str(sorted(samples.glob("*.npy"))[5])  # not the export's example input
-    bundle = make_bundle(RunJob(model="digits", inputs=(sample,)), tmp_path / "job").path
-    doc = _run_on_the_phone(base_venv, bundle, phone_config, tmp_path)
-    assert doc["inputs"]["samples"] == [Path(sample).stem]
-    assert doc["verdict"] == full_run_verdict(tmp_path / "full.json", "--inputs", sample)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="i27-core's runner reads the samples after the first from a file of device paths, "
-    "which the loopback phone (it maps /data/local/tmp in the command line only) cannot "
-    "resolve; tests/devices/test_run_over_adb.py fails the same way for `run digits`",
-)
 def test_a_bundle_runs_on_the_loopback_phone_with_the_full_runs_verdict(
     base_venv: Path, digits_bundle: Path, phone_config: Path, tmp_path: Path
 ) -> None:

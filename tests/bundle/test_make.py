@@ -25,7 +25,8 @@ def test_a_bundle_lists_every_file_it_holds_with_its_digest(digits_bundle: Path)
     assert set(manifest.files) == on_disk
     for relative, entry in manifest.files.items():
         assert sha256_file(digits_bundle / relative) == entry.sha256
-    assert manifest.model == "digits" and len(manifest.samples) == 16
+    assert manifest.model == "digits" and len(manifest.samples) == 360
+    assert manifest.labels == "labels.npz"
     assert manifest.references.float == "references/float.npz"
     assert [(r.abi, r.kind) for r in manifest.runners] == [("x86_64", "host")]
     # The runner keeps its executable bit; the machine's own settings never travel.
@@ -33,7 +34,6 @@ def test_a_bundle_lists_every_file_it_holds_with_its_digest(digits_bundle: Path)
     assert runner.stat().st_mode & 0o111
     machine = {e.name for e in declared() if e.option.scope == MACHINE}
     assert not machine & set(manifest.settings) and manifest.settings["iterations"] == 10
-    assert manifest.labels is None  # issue 31's hook: no labels in this job
 
 
 def test_a_folder_of_other_files_is_never_overwritten(tmp_path: Path) -> None:

@@ -47,7 +47,10 @@ def test_a_bundle_reaches_the_verdict_of_a_full_run(digits_bundle: Path, tmp_pat
 def test_the_bundle_is_read_as_the_pipeline_records_it_replaces(digits_bundle: Path) -> None:
     ready = prepare(open_bundle(digits_bundle))
     assert ready.program.method == "forward" and ready.program.output_names == ["logits"]
-    assert len(ready.staged.samples) == len(ready.staged.references) == 16
+    assert len(ready.staged.samples) == len(ready.staged.references) == 360
+    # The held-out split's labels travel with it, and what they score.
+    assert ready.staged.labels is not None and len(ready.staged.labels.values) == 360
+    assert ready.staged.task == "classification"
     assert ready.staged.reference_kind == "eager" and ready.staged.quantized is None
     assert ready.host_outputs is None and [r.kind for r in ready.runners] == ["host"]
 
@@ -64,7 +67,7 @@ def test_a_planted_regression_in_the_references_fails_the_device_stage(
     done = run("--bundle", bundle, "--json", tmp_path / "r.json")
     assert done.exit_code == 1, done.output
     verdict = result(tmp_path / "r.json")["verdict"]
-    assert not verdict["passed"] and verdict["worst"]["sample"].startswith("digit03")
+    assert not verdict["passed"] and verdict["worst"]["sample"] == "held_out[3]"
     assert "FAIL" in done.stdout
 
 

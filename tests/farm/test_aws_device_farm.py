@@ -119,24 +119,13 @@ def host_env(bed: FarmTestbed, phone_serial: str, package: Path, logs: Path) -> 
     }
 
 
-def one_digit() -> str:
-    """One of digits' held-out samples: the loopback phone runs one sample per call
-    (i27-core's runner reads the samples after the first from a file of device paths,
-    which the stand-in phone, mapping /data/local/tmp in command lines only, cannot)."""
-    from etdeploy.model.loader import load_model, parse_model_ref
-
-    samples = load_model(parse_model_ref("digits")).samples
-    folder = Path(samples[0])
-    return str(sorted(folder.glob("*.npy"))[5] if folder.is_dir() else folder)
-
-
 @pytest.mark.slow
 def test_the_exported_test_spec_runs_the_devices_jobs_on_the_attached_phone(
     bed: FarmTestbed, base_venv: Path, tmp_path: Path
 ) -> None:
     tables = bed.device_tables(tmp_path)
     (tmp_path / "repo" / "farm").mkdir(parents=True)
-    digits = {"model": "digits", "inputs": [one_digit()]}
+    digits = {"model": "digits"}
     spec = write_spec(
         tmp_path / "repo" / "farm" / "nightly.toml",
         {"models": [digits], "devices": ["pixel8", "local"], **QUICK, "retries": 0},

@@ -54,7 +54,8 @@ def test_a_correct_int8_build_passes_with_its_error_budget_printed(
     )
     # The device computes the quantized program itself: within a step of it.
     assert budget["device"]["measured"] == "device vs quantized eager"
-    assert budget["device"]["steps"] <= 1
+    # Within a step (a tie the two round differently reads as 1 step and a rounding).
+    assert budget["device"]["steps"] <= 1 + 1e-5
     assert result["verdict"]["kinds"] == [
         {"name": "logits", "kind": "classifier", "declared": True}
     ]
