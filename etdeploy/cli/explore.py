@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     ),
 )
 def explore_command(
-    result: Path = typer.Argument(..., metavar="RESULT", help="A result written by `etdeploy run --json` (etdeploy.result/1)."),
+    result: Path = typer.Argument(..., metavar="RESULT", help="A result written by `etdeploy run --json` (etdeploy.result/2)."),
     etrecord: Path = typer.Option(None, "--etrecord", metavar="PATH", help="The program's ETRecord (default: the .etrecord beside the result's .pte)."),
     etdump: Path = typer.Option(None, "--etdump", metavar="PATH", help="The ETDump to take device times from (default: the one the result names)."),
     host: str = typer.Option("127.0.0.1", "--host", metavar="HOST", help="Where to serve the page (loopback by default)."),

@@ -43,7 +43,7 @@ def run_command(
     model: str = typer.Argument(None, metavar="MODEL", help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
     adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1).", rich_help_panel=DEVICE_PANEL),
     adb_port: int = typer.Option(None, "--adb-port", metavar="PORT", help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037).", rich_help_panel=DEVICE_PANEL),
-    json_path: str = typer.Option(None, "--json", metavar="PATH|-", help="Write the result (etdeploy.result/1) to PATH, also when the run fails; - prints it to stdout instead of the tables.", rich_help_panel=OUTPUT_PANEL),
+    json_path: str = typer.Option(None, "--json", metavar="PATH|-", help="Write the result (etdeploy.result/2) to PATH, also when the run fails; - prints it to stdout instead of the tables.", rich_help_panel=OUTPUT_PANEL),
     junit_path: Path = typer.Option(None, "--junit", metavar="PATH", help="Also write the result as JUnit XML (one testcase), for a CI check of one model.", rich_help_panel=OUTPUT_PANEL),
     html_path: Path = typer.Option(None, "--html", metavar="PATH", help="Also write the result as a self-contained HTML report.", rich_help_panel=OUTPUT_PANEL),
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),

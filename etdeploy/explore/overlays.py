@@ -1,6 +1,6 @@
 """What `etdeploy explore` puts on the graph: node data, per graph node.
 
-From a result (etdeploy.result/1):
+From a result (etdeploy.result/2):
 - its localization (`run --localize`): each tapped value's error against eager,
   relative to its magnitude, on the nodes computed from the tapped node; coloured
   by the tap's verdict (ok, carried, departs) and the first divergence in red;

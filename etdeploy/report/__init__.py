@@ -3,7 +3,7 @@ schema and its validator, JUnit XML, one self-contained HTML file, and a
 comparison with a baseline run.
 
 Every format reads the RunResult that etdeploy.pipeline returns, or one read
-back from its etdeploy.result/1 document by load_results; nothing here runs a
+back from its etdeploy.result/2 document by load_results; nothing here runs a
 job or prints. matplotlib is imported only by write_html, so the CLI can import
 this package at start-up.
 """
@@ -88,7 +88,7 @@ def load_results(path: Path, *, on_warning: Callable[[str], None] | None = None)
 
     `path` is a farm's JSON-lines stream (.jsonl/.ndjson: one result per line;
     a line holding a farm document adds its results), a farm document
-    (etdeploy.farm/1), a single result (etdeploy.result/1) or a JSON list of
+    (etdeploy.farm/1), a single result (etdeploy.result/2) or a JSON list of
     results. A last JSON-lines line that does not parse is what a killed farm
     leaves behind: it is skipped and reported through `on_warning` (default:
     warnings.warn); a bad line anywhere else is an error.

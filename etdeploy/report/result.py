@@ -1,6 +1,6 @@
 """The typed result of one run: what every stage adds to and every report reads.
 
-`RunResult` is the `etdeploy.result/1` document as frozen records. The pipeline
+`RunResult` is the `etdeploy.result/2` document as frozen records. The pipeline
 builds it (etdeploy.pipeline.run), `to_json` writes the document that
 report.schema validates, and `RunResult.from_json` reads one back for the farm,
 JUnit, HTML and baseline writers. Field names are the document's keys.
@@ -69,7 +69,11 @@ from etdeploy.report.result_verdict import (  # noqa: F401 - re-exported
     Verdict,
 )
 
-RESULT_SCHEMA_ID = "etdeploy.result/1"
+RESULT_SCHEMA_ID = "etdeploy.result/2"
+# /2 (2026-12-04): a budget stage's `metrics` keep its worst samples per output (the
+# verdict's keep every sample); the memory account, task accuracy, throughput and
+# --shapes blocks. Documents of /1 are still read (a baseline from before).
+READ_SCHEMA_IDS = ("etdeploy.result/1", RESULT_SCHEMA_ID)
 
 Status = Literal["passed", "failed", "error"]
 

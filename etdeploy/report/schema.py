@@ -1,4 +1,4 @@
-"""The result document `etdeploy.result/1` and the farm document `etdeploy.farm/1`
+"""The result document `etdeploy.result/2` (and /1, still read) and the farm document `etdeploy.farm/1`
 as JSON Schema (draft 2020-12), and their validation.
 
 The blocks they are made of are in schema_parts.py; the farm document itself is
@@ -15,7 +15,7 @@ from typing import Any
 
 from etdeploy.errors import UsageError
 from etdeploy.report.common import summarize
-from etdeploy.report.result import RESULT_SCHEMA_ID, RunResult
+from etdeploy.report.result import READ_SCHEMA_IDS, RESULT_SCHEMA_ID, RunResult
 from etdeploy.report.schema_localization import DEFS as LOCALIZATION_DEFS
 from etdeploy.report.schema_memory import MEMORY, MEMORY_DEFS, SHAPE_POINT, check_account
 from etdeploy.report.schema_parts import (
@@ -52,7 +52,7 @@ RESULT_SCHEMA: Schema = {
     "type": "object",
     "required": ["schema", "status", "exit_code", "job", "device", "started_at", "seconds"],
     "properties": {
-        "schema": {"const": RESULT_SCHEMA_ID},
+        "schema": {"enum": list(READ_SCHEMA_IDS)},
         "etdeploy": STR,
         "status": {"enum": ["passed", "failed", "error"]},
         "exit_code": {"enum": [0, 1, 2, 3]},
@@ -311,7 +311,7 @@ FARM_SCHEMA: Schema = {
 
 def validate_result(doc: Any) -> None:
     """Raise UsageError naming the first bad key when `doc` is not a valid
-    etdeploy.result/1 document."""
+    etdeploy.result/2 (or /1) document."""
     _validate(doc, RESULT_SCHEMA, RESULT_SCHEMA_ID)
     check_account(doc, RESULT_SCHEMA_ID)
 
@@ -333,10 +333,15 @@ def validate_farm(doc: Any) -> None:
 
 
 def _validate(doc: Any, schema: Schema, schema_id: str) -> None:
-    if isinstance(doc, dict) and isinstance(doc.get("schema"), str) and doc["schema"] != schema_id:
+    readable = READ_SCHEMA_IDS if schema_id == RESULT_SCHEMA_ID else (schema_id,)
+    if (
+        isinstance(doc, dict)
+        and isinstance(doc.get("schema"), str)
+        and doc["schema"] not in readable
+    ):
         raise UsageError(
             f"not a {schema_id} document: schema is {show(doc['schema'])}",
-            f"this etdeploy reads {schema_id}; a newer etdeploy may have written it",
+            f"this etdeploy reads {', '.join(readable)}; a newer etdeploy may have written it",
         )
     try:
         check(doc, schema)

@@ -44,7 +44,7 @@ def test_json_dash_puts_the_result_alone_on_stdout(tmp_path: Path) -> None:
     done = etdeploy("run", "digits", *QUICK, "--json", "-", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)  # the document and nothing else
-    assert result["status"] == "passed" and result["schema"] == "etdeploy.result/1"
+    assert result["status"] == "passed" and result["schema"] == "etdeploy.result/2"
     assert [line for line in done.errors if line.startswith("PASS ")]
     assert list(tmp_path.iterdir()) == []
 

@@ -226,7 +226,7 @@ def _check_matrix(reader: MatrixReader) -> None:
 
 
 def test_a_latency_reads_in_the_unit_the_console_prints(tmp_path: Path, passed: Doc) -> None:
-    from etdeploy.cli._app import format_ms  # what `etdeploy run` prints
+    from etdeploy.units import format_ms  # what `etdeploy run` prints
 
     median = passed["latency_ms"]["median"]  # digits on this machine: 3.3 µs
     out = tmp_path / "report.html"

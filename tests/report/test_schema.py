@@ -77,7 +77,7 @@ BROKEN_PASSED = [
     (_set("exit_code", 1), "exit_code: must be 0, got 1 (status is passed)"),
     (_set("verdict.passed", False), "verdict.passed: must be true, got false (status is passed)"),
     (_set("status", "ok"), 'status: must be one of "passed", "failed", "error", got "ok"'),
-    (_set("schema", "etdeploy.result/2"), 'schema is "etdeploy.result/2"'),
+    (_set("schema", "etdeploy.result/3"), 'schema is "etdeploy.result/3"'),
     (_delete("verdict.metrics.3.sqnr_db"), "verdict.metrics[3].sqnr_db: is missing"),
     (
         _set("verdict.metrics.2.allclose", 1),
