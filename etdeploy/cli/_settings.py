@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from etdeploy.settings import Declared, RunSettings, declared
 
@@ -42,7 +43,8 @@ def option_parameter(entry: Declared) -> inspect.Parameter:
         None,
         *flags,
         metavar=option.metavar,
-        help=option.help,
+        # Help is rich markup in typer: "[run]" in a help text is a table's name.
+        help=escape(option.help),
         rich_help_panel=option.panel,
         show_default=False,
     )
