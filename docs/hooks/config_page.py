@@ -108,11 +108,12 @@ def _setting_rows(entries: list[settings.Declared]) -> Iterator[list[str]]:
             kind + (f", {bounds}" if bounds else ""),
             toml_value(entry.default),
             "yes" if entry.option.farm else "no",
+            entry.option.scope,
             entry.option.help,
         ]
 
 
-HEADER = ["key and flag", "type and range", "default", "farm job", "meaning"]
+HEADER = ["key and flag", "type and range", "default", "farm job", "bundle", "meaning"]
 
 
 def _run_section(section: str) -> str:
@@ -121,21 +122,28 @@ def _run_section(section: str) -> str:
         f"## [{section}]\n\n"
         f"From `etdeploy.settings.RunSettings` ({source_path(settings)}), the one declaration "
         "of a run's settings. *farm job*: a farm spec's `[farm]`, model entries and "
-        "`[[farm.job]]` take the key too. A default shown as – means unset: the value "
+        "`[[farm.job]]` take the key too. *bundle*: what a job bundle does with it "
+        "(job: travels in it; machine: the running machine's; build: spent making it; "
+        "[job bundles](../guides/bundles.md)). A default shown as – means unset: the value "
         "is then chosen as the meaning says.\n\n" + table(HEADER, _setting_rows(entries))
     )
 
 
 def _flag_only() -> str:
-    entries = [d for d in settings.declared() if d.option.section is None]
+    from etdeploy.pipeline.job import RunJob
+
+    entries = [d for d in settings.declared(RunJob) if d.option.section is None]
     rows = [
-        [setting_flags(e), toml_value(e.default), "yes" if e.option.farm else "no", e.option.help]
+        [
+            setting_flags(e), toml_value(e.default), "yes" if e.option.farm else "no",
+            e.option.scope, e.option.help,
+        ]
         for e in entries
-    ]
+    ]  # fmt: skip
     return (
         "## Run settings without a key in etdeploy.toml\n\n"
         "Flags of `etdeploy run` only; a farm job takes the one marked *yes* under its "
-        "own name.\n\n" + table(["flag", "default", "farm job", "meaning"], rows)
+        "own name.\n\n" + table(["flag", "default", "farm job", "bundle", "meaning"], rows)
     )
 
 
