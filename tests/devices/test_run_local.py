@@ -125,7 +125,7 @@ def test_a_full_work_dir_is_exit_3_with_the_clean_hint_and_clean_makes_room(
             assert copy is None or copy.read_bytes() == pushed.read_bytes()
 
         dry = cli("clean", "--device", "small", "--config", config, "--older-than", "7d",
-                  "--dry-run", "--json")  # fmt: skip
+                  "--dry-run", "--json", "-")  # fmt: skip
         assert dry.exit_code == 0, dry.output
         planned = json.loads(dry.stdout)
         assert sorted(i["path"] for i in planned["removed"]) == sorted(

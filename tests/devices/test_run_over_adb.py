@@ -127,7 +127,7 @@ def test_the_friendly_name_a_user_types_finds_the_phone(
         for p in bed.phones["pixel"].device_path("/data/local/tmp/etdeploy").iterdir()
         if p.name[:2] == "20"
     ]
-    assert len(jobs) == 1 and (jobs[0] / "s0-result.json").is_file()  # --keep kept it
+    assert len(jobs) == 1 and (jobs[0] / "batch.json").is_file()  # --keep kept it
 
 
 def test_a_connection_dropped_mid_push_is_exit_3_leaves_no_half_file_and_the_next_run_succeeds(

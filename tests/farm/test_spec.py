@@ -186,7 +186,7 @@ def test_memory_limits_come_from_the_job_then_its_device_then_run(tmp_path: Path
 @pytest.mark.parametrize(
     ("farm_table", "extra", "named"),
     [
-        ({"max_memory": "heaps"}, "", "farm.models[0].max_memory: cannot read 'heaps'"),
+        ({"max_memory": "heaps"}, "", "farm.max_memory: cannot read 'heaps'"),
         ({}, '[devices.box]\ntransport = "local"\nmax_memory = "heaps"\n',
          "devices.box.max_memory: cannot read 'heaps'"),
         ({"memory_growth": -0.1}, "", "farm.memory_growth"),
