@@ -281,8 +281,10 @@ def clean_device(
     lock_timeout_s: float | None = None,
 ) -> CleanReport:
     """Prune a device's work dir under the caps, holding the device's lock."""
-    with device.lock(lock_timeout_s):
-        listing = device.stored_files()
+    from etdeploy.devices.lock import device_lock
+
+    with device_lock(device, lock_timeout_s):
+        listing = device.listing()
         items, garbage, records = device_items(listing)
         gone, stays = choose(
             items, now=listing.now, older_than_s=older_than_s, max_bytes=max_bytes,
@@ -293,7 +295,7 @@ def clean_device(
         paths = [item.path for item in gone]
         paths += [record for record, owner in records.items() if owner in removed_files]
         if paths and not dry_run:
-            device.remove_stored(paths)
+            device.remove(*paths, recursive=True)
     return CleanReport(f"{device.name}: {listing.workdir}", dry_run, tuple(gone), tuple(stays))
 
 

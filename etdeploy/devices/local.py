@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
@@ -158,12 +159,13 @@ class LocalDevice(DeviceBase):
                 device=self.name,
             ) from exc
 
-    def remove(self, remote: str, *, recursive: bool = False) -> None:
-        path = Path(self.resolve(remote))
-        if path.is_dir() and recursive:
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    def _remove(self, paths: Sequence[str], *, recursive: bool) -> None:
+        for remote in paths:
+            path = Path(remote)
+            if path.is_dir() and not path.is_symlink() and recursive:
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
     # -- processes ---------------------------------------------------------------
 

@@ -4,7 +4,7 @@ The work dir holds content-addressed files that later runs reuse (runners/ABI-KE
 programs/SHA.pte, inputs/SHA.bin), the digest records of those files
 (.etdeploy-digests/, devices/records.py), and one directory per job, removed
 after the job unless --keep. `etdeploy clean --device` reads the listing here
-(stored_files, the same POSIX sh on every transport) and prunes by it.
+(Device.listing, the same POSIX sh on every transport) and prunes by it.
 
 A job's directory can outlive its job: the connection drops before the removal
 (the phone left Wi-Fi), or the process is killed. So a run writes a note on this
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.atomic import atomic_write
-from etdeploy.devices.records import RECORD_DIR, StatFlavour
+from etdeploy.devices.records import RECORD_DIR, StatFlavour, record_path
 from etdeploy.devices.transfer import PARTIAL_MARKER
 from etdeploy.errors import EtdeployError
 from etdeploy.paths import cache_dir
@@ -102,16 +102,12 @@ def is_garbage(path: str) -> bool:
     )
 
 
-def remove_script(workdir: str, paths: Sequence[str]) -> str:
-    """rm -rf of paths below workdir (relative); anything else is refused here."""
-    base = workdir.rstrip("/")
-    safe = []
+def remove_command(workdir: str, paths: Sequence[str], *, recursive: bool) -> str:
+    """rm of these resolved paths and of each one's digest record, in one command."""
+    targets = []
     for path in paths:
-        parts = [p for p in path.split("/") if p]
-        if not parts or any(p in (".", "..") for p in parts):
-            raise ValueError(f"not a path below the work dir: {path!r}")
-        safe.append(shlex.quote(f"{base}/{'/'.join(parts)}"))
-    return f"rm -rf {' '.join(safe)}"
+        targets += [shlex.quote(path), shlex.quote(record_path(workdir, path))]
+    return f"rm -{'rf' if recursive else 'f'} {' '.join(targets)}"
 
 
 # -- the journal of job directories -------------------------------------------------

@@ -23,15 +23,17 @@ from etdeploy.preflight.describe import remote_runner_dir
 from etdeploy.runner_build import RunnerBundle
 
 
-def runner_for(job: RunJob, device: Device, info: DeviceInfo, say: StatusCallback) -> RunnerBundle:
-    """--runner, else the device's configured runner, else the one etdeploy builds
-    for it (runner_build.runner_choice: the host build, the NDK build, or the
-    self-contained arm64 bundle). A runner built for another ABI is refused here,
-    before anything is pushed."""
+def runner_for(
+    job: RunJob, info: DeviceInfo, say: StatusCallback, configured: Path | None = None
+) -> RunnerBundle:
+    """--runner, else the device's configured runner (`configured`), else the one
+    etdeploy builds for it (runner_build.runner_choice: the host build, the NDK
+    build, or the self-contained arm64 bundle). A runner built for another ABI is
+    refused here, before anything is pushed."""
     from etdeploy.devices.registry import check_runner_abi
     from etdeploy.runner_build import runner_for_device, runner_from_path
 
-    explicit = job.runner or device.runner_path
+    explicit = job.runner or configured
     bundle = (
         runner_from_path(Path(explicit)) if explicit is not None else runner_for_device(info, say)
     )
@@ -59,9 +61,12 @@ def deploy(
     staged: Staged,
     job_id: str,
     progress: ProgressCallback | None = None,
+    *,
+    verify: bool = False,
 ) -> Deployed:
     """The runner bundle, the .pte and the inputs, each pushed unless the device
-    already holds the same bytes under that name."""
+    already holds the same bytes under that name (by its digest record, or with
+    `verify` by hashing it there: --verify-remote)."""
     started = time.perf_counter()
     base = device.workdir.rstrip("/")
     runners = remote_runner_dir(device, bundle)  # where preflight may have put it already
@@ -72,20 +77,22 @@ def deploy(
     pushes: list[PushResult] = []
     for path in bundle.files:
         mode = 0o755 if path.name == bundle.executable else 0o644
-        pushes.append(device.push(path, f"{runners}/{path.name}", progress=progress, mode=mode))
+        pushes.append(
+            device.push(path, f"{runners}/{path.name}", progress=progress, mode=mode, verify=verify)
+        )
     remote_pte = f"{base}/programs/{program.sha256[:24]}.pte"
-    pushes.append(device.push(program.pte, remote_pte, progress=progress))
+    pushes.append(device.push(program.pte, remote_pte, progress=progress, verify=verify))
     remote_data = None
     if program.data is not None:
         remote_data = f"{base}/programs/{program.data.sha256[:24]}.ptd"
-        pushes.append(device.push(program.data.path, remote_data, progress=progress))
+        pushes.append(device.push(program.data.path, remote_data, progress=progress, verify=verify))
     remote_inputs: list[tuple[str, ...]] = []
     for sample in staged.samples:
         row = []
         for array in sample:
             local = staged_input_file(array)
             remote = f"{inputs_dir}/{local.name}"
-            pushes.append(device.push(local, remote, progress=progress))
+            pushes.append(device.push(local, remote, progress=progress, verify=verify))
             row.append(remote)
         remote_inputs.append(tuple(row))
     return Deployed(

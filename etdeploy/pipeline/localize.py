@@ -33,6 +33,7 @@ from etdeploy.builder import BuildOptions
 from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
 from etdeploy.builder.tapped import TapInfo, TappedBuild
 from etdeploy.devices.base import Device, ProgressCallback
+from etdeploy.devices.lock import device_lock
 from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.pipeline.build import Program, describe_program
 from etdeploy.pipeline.job import RunJob, StatusCallback
@@ -468,8 +469,14 @@ class _Context:
         )
         job_id = f"{self.job_id}-localize"
         indices = program.tensor_outputs
-        with self.device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
-            deployed = deploy(self.device, self.bundle, program, staged, job_id, self.progress)
+        with (
+            device_lock(self.device),
+            tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp,
+        ):
+            deployed = deploy(
+                self.device, self.bundle, program, staged, job_id, self.progress,
+                verify=self.job.verify_remote,
+            )  # fmt: skip
             try:
                 samples = [
                     Sample(

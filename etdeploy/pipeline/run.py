@@ -20,6 +20,7 @@ from pathlib import Path
 
 from etdeploy.config import Config
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback
+from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, EtdeployError, InfraError, UsageError
 from etdeploy.pipeline.build import Program, build_program
@@ -61,6 +62,9 @@ class RunContext:
     status: StatusCallback | None = None
     progress: ProgressCallback | None = None  # for transfers
     size_config: Config | None = None  # etdeploy.toml for the size verdict
+    # The runner the device's [devices.NAME] table names (registry.configured_runner),
+    # used unless the job names one (--runner).
+    device_runner: Path | None = None
 
 
 def run_job(
@@ -86,16 +90,16 @@ def run_job(
         else None
     )
     info = device.info()
-    # --verify-remote: hash what the device holds instead of trusting its records.
-    device.verify_remote = job.verify_remote
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
-    bundle = runner_for(job, device, info, say)
+    bundle = runner_for(job, info, say, context.device_runner)
     say(f"checking that the runner for {info.name} can run the program")
-    checked = preflight(device, bundle, program.pte, program.manifest, status=say)
+    checked = preflight(
+        device, bundle, program.pte, program.manifest, status=say, verify=job.verify_remote
+    )
 
     say(f"waiting for {info.name}")
     waited_from = time.time()
-    with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
+    with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
         held_from = time.time()
         # Job directories earlier runs here could not remove (a dropped connection,
         # a killed run) go now; this one's is noted before it exists.
@@ -104,7 +108,9 @@ def run_job(
         jobs.begin(job_id)
         try:
             say(f"deploying to {info.name}")
-            deployed = deploy(device, bundle, program, staged, job_id, context.progress)
+            deployed = deploy(
+                device, bundle, program, staged, job_id, context.progress, verify=job.verify_remote
+            )
             say(f"running on {info.name}")
             executed = execute(
                 device, bundle, deployed, program, staged.sample_names, staged.samples,

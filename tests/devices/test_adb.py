@@ -30,6 +30,7 @@ from etdeploy.devices.adb import (
     list_attached,
     resolve_serial,
 )
+from etdeploy.devices.lock import device_lock
 from etdeploy.devices.records import record_path
 from etdeploy.devices.transfer import sha256_file, temporary_name
 from etdeploy.digests import RACY_MARGIN_NS
@@ -518,9 +519,8 @@ def test_verify_remote_hashes_on_the_phone_whatever_the_record_says(
     local = random_file(tmp_path / "inputs.bin", 128 * 1024)
     remote = f"{WORKDIR}/t-verify/inputs.bin"
     device.push(local, remote)
-    device.verify_remote = True
     before = len(phone.opened_services)
-    assert device.push(local, remote).skipped and hashes_on(phone, before) == 1
+    assert device.push(local, remote, verify=True).skipped and hashes_on(phone, before) == 1
 
 
 def test_the_record_lives_in_the_work_dir_and_names_path_digest_and_stat(
@@ -792,7 +792,7 @@ def test_two_holders_of_one_phones_lock_run_one_after_the_other(
     first_holds = threading.Event()
 
     def hold() -> None:
-        with first.lock(timeout_s=30):
+        with device_lock(first, timeout_s=30):
             events.append("first in")
             first_holds.set()
             first.run(["sleep", "1"], deadline_s=20)
@@ -801,13 +801,13 @@ def test_two_holders_of_one_phones_lock_run_one_after_the_other(
     holder = threading.Thread(target=hold)
     holder.start()
     assert first_holds.wait(20)
-    with pytest.raises(DeviceError, match="busy"), second.lock(timeout_s=0.3):
+    with pytest.raises(DeviceError, match="busy"), device_lock(second, timeout_s=0.3):
         pass
-    with second.lock(timeout_s=30):
+    with device_lock(second, timeout_s=30) as waited_s:
         events.append("second in")
     holder.join()
     assert events == ["first in", "first out", "second in"]
-    assert second.lock_waited_s > 0.3
+    assert waited_s > 0.3
 
 
 def test_no_adb_server_outlives_its_testbed(tmp_path: Path) -> None:

@@ -69,9 +69,7 @@ def test_an_unchanged_file_in_the_work_dir_is_known_by_its_stat_not_read_again(
     device.push(src, remote)
     # Once both sides are older than a timestamp tick and hashed, neither is read again.
     time.sleep(RACY_MARGIN_NS / 1e9 + 0.1)
-    device.verify_remote = True
-    assert device.push(src, remote).skipped  # hashes both, records both
-    device.verify_remote = False
+    assert device.push(src, remote, verify=True).skipped  # hashes both, records both
     reads: list[str] = []
     real = digests._hash
     monkeypatch.setattr(digests, "_hash", lambda p: reads.append(str(p)) or real(p))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from etdeploy.devices.lock import device_lock
 from etdeploy.devices.ssh import SshDevice, SshSettings, resolve_target
 from etdeploy.devices.transfer import temporary_name
 from etdeploy.errors import DeviceError, TransportError, UsageError
@@ -253,8 +254,7 @@ def test_an_unchanged_file_is_known_by_its_record_and_a_changed_one_is_hashed(
         assert not again.skipped and remote_hashes(log) == before + 1
         assert remote.read_bytes() == local.read_bytes()
         # --verify-remote hashes even a file whose record is whole.
-        dev.verify_remote = True
-        assert dev.push(local, "programs/model.pte").skipped
+        assert dev.push(local, "programs/model.pte", verify=True).skipped
         assert remote_hashes(log) == before + 2
 
 
@@ -590,7 +590,7 @@ def test_lock_key_serialises_two_jobs_on_the_same_host(sshd: SshServer, tmp_path
     spans: dict[str, tuple[float, float]] = {}
 
     def job(label: str, dev: SshDevice) -> None:
-        with dev.lock(timeout_s=30):
+        with device_lock(dev, timeout_s=30):
             begin = time.monotonic()
             dev.run(["sleep", "0.5"], deadline_s=30)
             spans[label] = (begin, time.monotonic())
@@ -606,7 +606,11 @@ def test_lock_key_serialises_two_jobs_on_the_same_host(sshd: SshServer, tmp_path
     (_, a_end), (b_begin, _) = sorted(spans.values())
     assert b_begin >= a_end, "the second job ran while the first held the host"
 
-    with first.lock(), pytest.raises(DeviceError, match="busy"), second.lock(timeout_s=0.3):
+    with (
+        device_lock(first),
+        pytest.raises(DeviceError, match="busy"),
+        device_lock(second, timeout_s=0.3),
+    ):
         pass
     first.close()
     second.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from etdeploy.devices.lock import device_lock
 from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME
 from tests.support.farm_fixtures import (
     QUICK,
@@ -204,7 +205,7 @@ def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exi
     # The phone released: its job directory cleaned up, its lock free at once.
     assert not on_phone.exists()
     spec = load_farm_spec(spec_path)
-    with open_device("pixel-a", spec.config, lock_timeout_s=0.5) as device, device.lock(0.5):
+    with open_device("pixel-a", spec.config, lock_timeout_s=0.5) as device, device_lock(device):
         pass
     # What finished is kept, and only that; no report claims the farm finished.
     (kept,) = lines_of(results)

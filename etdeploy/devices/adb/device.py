@@ -34,7 +34,7 @@ from etdeploy.devices.adb.phones import (
 from etdeploy.devices.adb.wire import PhoneLink, RemoteStat
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports, killed_if_interrupted
-from etdeploy.devices.records import parse_probe, probe_script, record_command, record_path
+from etdeploy.devices.records import parse_probe, probe_script, record_command
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,
@@ -43,6 +43,7 @@ from etdeploy.devices.transfer import (
     parse_sha256_line,
     sha256_command,
 )
+from etdeploy.devices.workdir import remove_command
 from etdeploy.errors import DeviceError, EtdeployError
 
 WORKDIR = "/data/local/tmp/etdeploy"
@@ -241,10 +242,9 @@ class AdbDevice(DeviceBase):
         remote = self.resolve(remote)
         self._link.check(f"mkdir -p {shlex.quote(remote)}", f"creating {remote}")
 
-    def remove(self, remote: str, *, recursive: bool = False) -> None:
-        remote = self.resolve(remote)
-        targets = f"{shlex.quote(remote)} {shlex.quote(record_path(WORKDIR, remote))}"
-        self._link.check(f"rm -{'rf' if recursive else 'f'} {targets}", f"removing {remote}")
+    def _remove(self, paths: Sequence[str], *, recursive: bool) -> None:
+        what = f"removing {paths[0]}" if len(paths) == 1 else f"removing {len(paths)} paths"
+        self._link.check(remove_command(WORKDIR, paths, recursive=recursive), what)
 
     # -- processes --------------------------------------------------------------------
 
