@@ -38,6 +38,7 @@ from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import Staged, stage
 from etdeploy.pipeline.verify import Judged, judge
 from etdeploy.preflight import PreflightReport, preflight
+from etdeploy.quarantine import noticed_damage
 from etdeploy.report.result import (
     Artifact,
     DeployStats,
@@ -70,7 +71,17 @@ class RunContext:
 def run_job(
     job: RunJob, device: Device, context: RunContext | None = None, *, job_id: str | None = None
 ) -> RunResult:
-    """The whole loop for one job on one device."""
+    """The whole loop for one job on one device. What the cache checks found on the
+    way (etdeploy.quarantine: an entry moved aside and made again) is among the
+    result's warnings."""
+    with noticed_damage() as damage:
+        result = _run_job(job, device, context, job_id=job_id)
+    return replace(result, warnings=(*result.warnings, *damage)) if damage else result
+
+
+def _run_job(
+    job: RunJob, device: Device, context: RunContext | None = None, *, job_id: str | None = None
+) -> RunResult:
     context = context or RunContext()
     say = context.status or (lambda _text: None)
     started = time.time()

@@ -131,15 +131,23 @@ def _noise(rng: np.random.Generator, dtype: str, shape: Sequence[int]) -> np.nda
 
 def staged_input_file(array: np.ndarray) -> Path:
     """The raw runner file for `array`, named by its content (cached locally too,
-    so a transport's hash cache sees the same file each run)."""
+    so a transport's hash cache sees the same file each run). One already there is
+    used only when it holds exactly these bytes (etdeploy.quarantine): a damaged or
+    linked one is moved aside and written again."""
     from etdeploy.inputs import raw_bytes
     from etdeploy.paths import cache_dir
+    from etdeploy.quarantine import file_damage, quarantine
 
     data = raw_bytes(array)
-    name = hashlib.sha256(data).hexdigest()[:32] + ".bin"
+    digest = hashlib.sha256(data).hexdigest()
+    name = digest[:32] + ".bin"
     path = cache_dir("staged-inputs") / name
-    if not path.is_file():
-        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+    if os.path.lexists(path):
+        damage = file_damage(path, digest)
+        if damage is None:
+            return path
+        quarantine(path, "staged input", damage)
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
     return path
