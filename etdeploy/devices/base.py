@@ -175,8 +175,9 @@ class Device(Protocol):
         """
         ...
 
-    def listing(self) -> Listing:
-        """Every file in the work dir, with its size and mtime, and the device's clock."""
+    def listing(self, names: Sequence[str] = ()) -> Listing:
+        """Every file in the work dir (with `names`, those whose name matches one of
+        these find patterns), with its size and mtime, and the device's clock."""
         ...
 
     def makedirs(self, remote: str) -> None: ...
@@ -272,13 +273,12 @@ class DeviceBase(abc.ABC):
         """Run a short POSIX sh script where the work dir is; its stdout, or a
         DeviceError naming `what`."""
 
-    def listing(self) -> Listing:
-        """Every file in the work dir, with its size and mtime (etdeploy clean, the sweep)."""
+    def listing(self, names: Sequence[str] = ()) -> Listing:
+        """Every file in the work dir (with `names`, those matching one of these find
+        patterns), with its size and mtime (etdeploy clean, the sweep)."""
         workdir = self.workdir
-        return parse_listing(
-            self._helper(listing_script(workdir, self.stat_flavour), f"listing {workdir}"),
-            workdir,
-        )
+        script = listing_script(workdir, self.stat_flavour, names)
+        return parse_listing(self._helper(script, f"listing {workdir}"), workdir)
 
     def resolve(self, remote: str) -> str:
         """The path a remote name means: relative names are below the work dir."""

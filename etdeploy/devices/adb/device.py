@@ -40,10 +40,11 @@ from etdeploy.devices.transfer import (
     Download,
     RemoteFile,
     Upload,
+    owner_tag,
     parse_sha256_line,
     sha256_command,
 )
-from etdeploy.devices.workdir import remove_command
+from etdeploy.devices.workdir import PIDS_DIR, remove_command
 from etdeploy.errors import DeviceError, EtdeployError
 
 WORKDIR = "/data/local/tmp/etdeploy"
@@ -286,7 +287,9 @@ class AdbDevice(DeviceBase):
             self._link.shell(script, deadline_s=10)
 
     def _run(self, command: Command) -> RunOutput:
-        pidfile = f"{WORKDIR}/.pids/{uuid.uuid4().hex}.pid"
+        # Named by its owner: the next run on this phone removes it if this run dies
+        # before it can (devices/workdir.py, the sweep).
+        pidfile = f"{WORKDIR}/{PIDS_DIR}/{owner_tag()}-{uuid.uuid4().hex[:12]}.pid"
         script = self._wrap(command, pidfile)
         log_since = self._device_time() if self.capture_logcat else 0.0
         with killed_if_interrupted(lambda: self._kill(pidfile)):
