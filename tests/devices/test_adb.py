@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from etdeploy.digests import RACY_MARGIN_NS
 from etdeploy.errors import DeviceError, TransportError, UsageError
 from tests.support.adb_server import AdbServer, AdbTestbed, adb_server_pids, adb_testbed, free_port
 from tests.support.loopback_adb import LoopbackAdbDevice, LoopbackFaults
+from tests.support.processes import processes_naming
 
 PHONES: dict[str, dict[str, object]] = {
     "p8": {},
@@ -734,6 +736,18 @@ def test_a_hung_command_is_killed_on_the_device_at_its_deadline(
         assert wait_until(lambda p=phone: p.live_processes() == [], timeout=5), (
             phone.live_processes()
         )
+
+
+def test_a_stopped_command_is_gone_at_its_deadline(
+    device: AdbDevice, phone: LoopbackAdbDevice
+) -> None:
+    marker = f"stopped-{uuid.uuid4().hex[:8]}"
+    phone.on_stream_close = "sighup"  # as adbd: only etdeploy's own kill ends the group
+    out = device.run(["sh", "-c", "kill -STOP 0", marker], deadline_s=2)
+    assert out.timed_out
+    assert wait_until(lambda: processes_naming(marker) == [], timeout=5), processes_naming(marker)
+    pids = phone.device_path(f"{WORKDIR}/.pids")
+    assert not pids.is_dir() or list(pids.iterdir()) == []
 
 
 def test_a_silent_command_is_killed_after_the_idle_timeout(

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from etdeploy.devices.lock import device_lock
 from etdeploy.devices.ssh import SshDevice, SshSettings, resolve_target
 from etdeploy.devices.transfer import temporary_name
 from etdeploy.errors import DeviceError, TransportError, UsageError
+from tests.support.processes import processes_naming
 from tests.support.sshd import (
     CuttingProxy,
     SshServer,
@@ -154,6 +157,49 @@ def test_a_command_killed_by_a_signal_reports_it_as_the_shell_does(device: SshDe
     out = device.run(["sh", "-c", "echo about to crash; kill -SEGV $$"], deadline_s=30)
     assert out.exit_code == 128 + 11, (out.exit_code, out.stderr)
     assert out.stdout == "about to crash\n"
+
+
+def test_a_command_killed_with_its_wrapper_reports_the_signal_not_sighup(
+    device: SshDevice,
+) -> None:
+    # The whole group goes (`pkill -f` of a runner's name matches its wrapper too):
+    # sshd reports the death as exit-signal, which paramiko alone read as -1 (SIGHUP).
+    out = device.run(["sh", "-c", "kill -KILL 0"], deadline_s=30)
+    assert out.exit_code == 128 + 9, (out.exit_code, out.stderr)
+
+
+def test_a_stopped_command_is_gone_at_its_deadline(device: SshDevice) -> None:
+    marker = f"stopped-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    out = device.run(["sh", "-c", "kill -STOP 0", marker], deadline_s=2)
+    assert out.timed_out and time.monotonic() - started < 8
+    assert processes_naming(marker) == []
+
+
+def test_the_token_kill_reaches_only_the_command_that_carries_the_token() -> None:
+    """A wrapper whose pid is not known yet is found by its token; the pattern is put
+    together at run time, and a token that is not etdeploy's gives no command at all
+    (an empty pattern would match every process)."""
+    from etdeploy.devices.ssh.wire import token_kill
+
+    token = "etdeploy-run-0123456789abcdef"
+    carrier = subprocess.Popen(["sh", "-c", "sleep 30", token])
+    bystander = subprocess.Popen(["sleep", "31"])
+    try:
+        time.sleep(0.2)
+        # pgrep in place of pkill: the same selection, listed instead of killed.
+        listed = subprocess.run(
+            ["sh", "-c", token_kill(token, tool="pgrep")], capture_output=True, text=True
+        ).stdout.split()
+        assert listed == [str(carrier.pid)]
+    finally:
+        carrier.kill()
+        bystander.kill()
+        carrier.wait()
+        bystander.wait()
+    for bad in ("etdeploy-run-", "etdeploy-run-$x", "other-0123456789abcdef"):
+        with pytest.raises(ValueError):
+            token_kill(bad)
 
 
 def test_helper_scripts_share_one_session_that_no_script_can_break(
