@@ -208,7 +208,7 @@ def sweep_leftovers(device: Device) -> list[str]:
     base = listing.workdir
     pid_files = [f"{base}/{path}" for path in dead if path.startswith(f"{PIDS_DIR}/")]
     if pid_files:
-        device.run(["sh", "-c", orphan_kill_script(pid_files)], deadline_s=30)
+        device.run(["sh", "-c", orphan_kill_script(pid_files, base)], deadline_s=30)
     device.remove(*dead)
     return [f"{base}/{path}" for path in dead]
 
@@ -240,15 +240,27 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def orphan_kill_script(pid_files: Sequence[str]) -> str:
-    """POSIX sh that kills the process group each pid file names, if it is still the
-    command that wrote it: the group's leader still has the pid file's path on its
-    command line (the run wrapper's `echo $$ > FILE`), so a pid the device has given
-    to another process since is left alone."""
+def orphan_kill_script(pid_files: Sequence[str], workdir: str) -> str:
+    """POSIX sh that kills what each pid file's command left running, and only that.
+
+    The pid file holds the run wrapper's pid, which leads the command's process
+    group (adbd makes each shell a session leader). While the wrapper lives, its
+    command line still holds the pid file's path (`echo $$ > FILE`): the group is
+    killed. When the wrapper is gone (adbd hangs up only the shell when its stream
+    closes), what is left of its group is killed if a process of it runs from the
+    work dir (the runner's path is below it; a group's id is not given to another
+    while it has members); a pid the device has given to another process since is
+    left alone either way. `ps -A -o pid,pgid` works with procps and toybox,
+    whose ps takes field names in any case (parse_ko compares them with
+    strncasecmp: toys/posix/ps.c, read 2026-12-04)."""
     quoted = " ".join(shlex.quote(f) for f in pid_files)
+    base = shlex.quote(workdir.rstrip("/") + "/")
     return (
         f'for f in {quoted}; do p=$(cat "$f" 2>/dev/null); '
         'case "$p" in ""|*[!0-9]*|0|1) continue;; esac; '
-        'tr "\\0" " " < /proc/"$p"/cmdline 2>/dev/null | grep -qF -- "$f" || continue; '
-        'kill -9 -- -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null; done; true'
+        'if tr "\\0" " " < /proc/"$p"/cmdline 2>/dev/null | grep -qF -- "$f"; then '
+        'kill -s KILL -- -"$p" 2>/dev/null || kill -s KILL "$p" 2>/dev/null; continue; fi; '
+        'ours=""; for q in $(ps -A -o pid,pgid 2>/dev/null | awk -v g="$p" \'$2 == g {print $1}\'); '
+        f'do tr "\\0" " " < /proc/"$q"/cmdline 2>/dev/null | grep -qF -- {base} && ours=1; done; '
+        '[ -n "$ours" ] && kill -s KILL -- -"$p" 2>/dev/null; done; true'
     )

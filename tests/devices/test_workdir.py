@@ -7,6 +7,7 @@ loopback phone behind the real adb server, with a real orphan process to kill.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from etdeploy.devices.local import LocalDevice
 from etdeploy.devices.transfer import MACHINE_TAG, PARTIAL_MARKER, owner_tag
 from etdeploy.devices.workdir import JobDirs, sweep_leftovers
+from tests.support.processes import processes_naming
 
 
 @pytest.fixture
@@ -35,9 +37,23 @@ def orphans() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for process in started:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the group, its leader gone or not
         process.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group pgid runs (zombies aside: a container's init may
+    be slow to reap them)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 def orphan(pid_file: Path, started: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
@@ -83,6 +99,7 @@ def test_the_sweep_removes_what_dead_runs_of_this_machine_left_and_nothing_else(
     for path, fate in files.items():
         assert (work / path).exists() == (fate == "kept"), path
     assert left_running.wait(timeout=10) == -signal.SIGKILL
+    assert not group_alive(left_running.pid)  # what it started too
     assert sweep_leftovers(device) == []
 
 
@@ -117,3 +134,30 @@ def test_the_next_run_sweeps_job_dirs_and_leftovers_but_its_own(
         f"{work}/20261204-000000-dead01", f"{work}/inputs/.i.bin{PARTIAL_MARKER}{MACHINE_TAG}-{dead_pid}",
     ])  # fmt: skip
     assert Path(mine).is_dir()
+
+
+def test_what_is_left_of_a_dead_wrappers_group_is_killed_if_it_runs_from_the_work_dir(
+    tmp_path: Path, dead_pid: int, orphans: list[subprocess.Popen[bytes]]
+) -> None:
+    """adbd hangs up only the shell when its stream closes: the wrapper dies, the
+    runner it started lives on in the wrapper's group."""
+    work = tmp_path / "work"
+    (work / ".pids").mkdir(parents=True)
+    runner = work / "runners" / "k" / "etdeploy_runner"
+    runner.parent.mkdir(parents=True)
+    runner.write_text("#!/bin/sh\nsleep 60\n")
+    runner.chmod(0o755)
+    pid_file = work / f".pids/{MACHINE_TAG}-{dead_pid}-fff.pid"
+    wrapper = subprocess.Popen(
+        ["sh", "-c", f"echo $$ > {pid_file}; {runner} & sleep 0.3; kill -KILL $$"],
+        start_new_session=True,
+    )
+    orphans.append(wrapper)
+    assert wrapper.wait(timeout=10) == -signal.SIGKILL
+    left = processes_naming(str(runner))
+    assert left  # the runner outlived its wrapper
+    assert sweep_leftovers(LocalDevice(workdir=work)) == [str(pid_file)]
+    deadline = time.monotonic() + 5
+    while group_alive(wrapper.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group_alive(wrapper.pid)  # the runner and what it started

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import logging
 import os
 import signal
 import threading
@@ -32,6 +33,11 @@ import paramiko
 from etdeploy.errors import DeviceError, TransportError, UsageError
 
 HostKeyPolicy = Literal["strict", "accept-new"]
+
+# paramiko's transport thread logs a failed connection at ERROR with its traceback
+# (Transport.run, paramiko 5.1), which Python's last-resort handler prints to
+# stderr under etdeploy's one-line error; the error this module raises says it.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 DEFAULT_SSH_PORT = 22
 
