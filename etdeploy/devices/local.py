@@ -4,6 +4,7 @@ local subprocesses. The reference implementation of the Device protocol."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import platform
 import shutil
@@ -11,6 +12,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from etdeploy.devices.transfer import (
     local_partial,
     sha256_file,
 )
+from etdeploy.devices.workdir import Listing, StoredFile
 from etdeploy.digests import file_sha256, known_sha256
 from etdeploy.errors import DeviceError, RunnerError
 from etdeploy.paths import cache_dir
@@ -94,6 +97,26 @@ class LocalDevice(DeviceBase):
     @property
     def stat_flavour(self) -> StatFlavour:
         return "bsd" if sys.platform == "darwin" else "gnu"
+
+    def listing(self, names: Sequence[str] = ()) -> Listing:
+        """The shared listing, read here without a shell: every run's sweep lists the
+        work dir, and a sh, find and stat per run cost the warm run milliseconds."""
+        base = Path(self.workdir)
+        files: list[StoredFile] = []
+        for folder, _, entries in os.walk(base):
+            for entry in entries:
+                if names and not any(fnmatch.fnmatchcase(entry, n) for n in names):
+                    continue
+                path = Path(folder) / entry
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue  # removed while listed
+                if stat.S_ISREG(st.st_mode):
+                    files.append(
+                        StoredFile(str(path.relative_to(base)), st.st_size, int(st.st_mtime))
+                    )
+        return Listing(str(base).rstrip("/"), int(time.time()), tuple(files))
 
     def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
         try:
