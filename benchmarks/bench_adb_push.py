@@ -112,9 +112,8 @@ def main() -> None:
             # For contrast: the same skip with the phone's record ignored (--verify-remote),
             # the file hashed on the phone as every run did before the records.
             verifying = AdbDevice("bench", settings)
-            verifying.verify_remote = True
             started = time.perf_counter()
-            if not verifying.push(local, remote_ours).skipped:
+            if not verifying.push(local, remote_ours, verify=True).skipped:
                 raise RuntimeError("the verified re-push was not skipped")
             verify_s = time.perf_counter() - started
 

@@ -12,7 +12,8 @@ directory; the least recently used first):
 - with `older_than_s`, what was last used longer ago than that;
 - with `max_bytes`, then the least recently used until the rest fits;
 - always, what nothing will read again: the partial of a cut push, a stale pid
-  file, a digest record whose file is gone.
+  file, a digest record whose file is gone, a cache entry that failed its check
+  (etdeploy.quarantine).
 
 "Last used" is the newest of the mtimes and access times of a cache item's files
 (a build's manifest is read on every cache hit), and, on a device, the mtime of the file's digest record, which every push of it touches
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
+from etdeploy.quarantine import QUARANTINE_KIND
 
 if TYPE_CHECKING:
     from etdeploy.devices.base import Device
@@ -179,7 +181,12 @@ def clean_cache(
     root = cache_root()
     now = time.time() if now is None else now
     items = list(_cache_items(root))
-    gone, stays = choose(items, now=now, older_than_s=older_than_s, max_bytes=max_bytes)
+    # What failed its check (etdeploy.quarantine) is kept only for a look: it goes.
+    garbage = [item for item in items if item.kind == QUARANTINE_KIND]
+    items = [item for item in items if item.kind != QUARANTINE_KIND]
+    gone, stays = choose(
+        items, now=now, older_than_s=older_than_s, max_bytes=max_bytes, garbage=garbage
+    )
     removed: list[CleanItem] = []
     skipped: list[CleanItem] = []
     for item in gone:
@@ -281,8 +288,10 @@ def clean_device(
     lock_timeout_s: float | None = None,
 ) -> CleanReport:
     """Prune a device's work dir under the caps, holding the device's lock."""
-    with device.lock(lock_timeout_s):
-        listing = device.stored_files()
+    from etdeploy.devices.lock import device_lock
+
+    with device_lock(device, lock_timeout_s):
+        listing = device.listing()
         items, garbage, records = device_items(listing)
         gone, stays = choose(
             items, now=listing.now, older_than_s=older_than_s, max_bytes=max_bytes,
@@ -293,7 +302,7 @@ def clean_device(
         paths = [item.path for item in gone]
         paths += [record for record, owner in records.items() if owner in removed_files]
         if paths and not dry_run:
-            device.remove_stored(paths)
+            device.remove(*paths, recursive=True)
     return CleanReport(f"{device.name}: {listing.workdir}", dry_run, tuple(gone), tuple(stays))
 
 

@@ -103,3 +103,9 @@ class TransportError(InfraError):
 
 class RunnerError(InfraError):
     """The runner failed to start, crashed, hung, or reported a runtime error."""
+
+
+class Interruption(InfraError):
+    """The run was stopped from outside (Ctrl-C, SIGTERM) before it finished: what its
+    result document records (exit_code 3, as the schema allows); the process itself
+    exits as a shell reports that signal (130, 143: etdeploy.interrupts)."""

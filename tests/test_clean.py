@@ -114,6 +114,21 @@ def test_older_than_removes_only_what_was_not_used_since(
     assert cache["new build"].exists() and cache["reference"].exists()
 
 
+def test_what_failed_its_cache_check_goes_whatever_the_caps(
+    cache: dict[str, Path], fresh_cache: Path
+) -> None:
+    quarantined = fresh_cache / "quarantine" / "20261204-101010-42-aaaa"
+    quarantined.mkdir(parents=True)
+    (quarantined / "digits.pte").write_bytes(b"damaged")
+    done = clean("--older-than", "365d", "--json")
+    assert done.exit_code == 0, done.output
+    removed = json.loads(done.stdout)["removed"]
+    assert [(i["path"], i["reason"]) for i in removed] == [
+        ("quarantine/20261204-101010-42-aaaa", "nothing reads it again")
+    ]
+    assert not quarantined.exists() and cache["old build"].exists()
+
+
 def test_max_size_removes_the_least_recently_used_until_the_rest_fits(
     cache: dict[str, Path],
 ) -> None:

@@ -52,6 +52,7 @@ from etdeploy.builder.options import (
 from etdeploy.errors import UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
+from etdeploy.quarantine import noticed_damage
 
 __all__ = [
     "EXTERNAL_WEIGHT_BACKENDS",
@@ -186,12 +187,11 @@ def build(
     pte = _cached_pte(ref, key)
     entry = pte.parent
     with filelock.FileLock(str(entry) + ".lock"):
-        cached = read_manifest(pte) if options.use_cache and pte.is_file() else None
+        # A damaged entry is moved aside and built again; the result says so.
+        with noticed_damage() as damage:
+            cached = _verified_entry(entry, pte, ref) if options.use_cache else None
         if cached is not None and not calibration_unchanged(cached):
             cached = None  # calibrated on sample files that have changed since: rebuild
-        data = data_file_of(pte, cached)
-        if data is not None and not data.is_file():
-            cached = None  # its external data is gone: rebuild both
         if cached is not None:
             return BuildResult(
                 pte, cached, True, time.perf_counter() - started, list(cached.get("warnings", []))
@@ -209,9 +209,47 @@ def build(
                 ref, fingerprint, options, backend, dynamic, say, check_inputs
             )
         manifest["cache_key"] = key
+        # What the entry's other files hold, so a cache hit can check them too.
+        if etrecord is not None:
+            manifest["etrecord_sha256"] = hashlib.sha256(etrecord).hexdigest()
+        if quantized is not None:
+            manifest["quantization"]["reference_sha256"] = hashlib.sha256(quantized).hexdigest()
         say("saving the program to the build cache")
         _store(entry, pte, manifest, buffer, etrecord, quantized, external)
-    return BuildResult(pte, manifest, False, time.perf_counter() - started, warnings, captured.text)
+    seconds = time.perf_counter() - started
+    return BuildResult(pte, manifest, False, seconds, [*damage, *warnings], captured.text)
+
+
+def _verified_entry(entry: Path, pte: Path, ref: ModelRef) -> dict[str, Any] | None:
+    """The manifest of the cache entry for `pte` when every file of it holds the bytes
+    the manifest records (etdeploy.quarantine); None when there is no entry, and
+    after moving a damaged one aside."""
+    from etdeploy.quarantine import file_damage, quarantine
+
+    if not os.path.lexists(entry):
+        return None
+    if entry.is_symlink() or not entry.is_dir():
+        quarantine(entry, f"build of {ref.text}", f"{entry.name} is not a folder of the cache")
+        return None
+    manifest = read_manifest(pte) if os.path.lexists(pte) else None
+    if manifest is None:
+        return None  # unfinished or unreadable: a build writes the entry anew
+    checks: list[tuple[Path, str | None]] = [(pte, manifest.get("sha256"))]
+    data = data_file_of(pte, manifest)
+    if data is not None:
+        checks.append((data, manifest["data"].get("sha256")))
+    if manifest.get("etrecord"):
+        checks.append((entry / manifest["etrecord"], manifest.get("etrecord_sha256")))
+    quantization = manifest.get("quantization") or {}
+    if quantization.get("reference"):
+        reference = quantized_program_path(pte)
+        checks.append((reference, quantization.get("reference_sha256")))
+    for path, digest in checks:
+        damage = file_damage(path, digest)
+        if damage is not None:
+            quarantine(entry, f"build of {ref.text}", damage)
+            return None
+    return manifest
 
 
 @dataclass(frozen=True)
@@ -257,7 +295,9 @@ def _store(
         if quantized is not None:
             quantized_program_path(tmp / pte.name).write_bytes(quantized)
         write_json_atomic(manifest_path(tmp / pte.name), manifest)
-        if entry.exists():
+        if entry.is_symlink():
+            entry.unlink()
+        elif entry.exists():
             shutil.rmtree(entry)
         os.replace(tmp, entry)
     except OSError as exc:
@@ -338,7 +378,14 @@ def _build_uncached(
                 meta["quantization"] = output_steps[i]
     manifest = {
         "schema": SCHEMA,
-        "model": {"ref": ref.text, "kind": ref.kind, "name": spec.name, "fingerprint": fingerprint},
+        "model": {
+            "ref": ref.text,
+            "kind": ref.kind,
+            "name": spec.name,
+            "fingerprint": fingerprint,
+            # File by file, so a --pte refused as stale can say which file changed.
+            "files": ref.fingerprint_files(),
+        },
         "versions": versions(),
         "backend": backend.name,
         "delegates": lowered.delegates,

@@ -14,12 +14,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import click
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 import etdeploy
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_INFRA, EtdeployError, InfraError, UsageError
+from etdeploy.interrupts import exit_code_of, signal_name, terminate_as_interrupt
 
 # Without a terminal (a CI log, `| tee`) rich would wrap and cut at 80 columns,
 # truncating the very numbers etdeploy exists to report ("1.25e-…"). Tables take
@@ -50,6 +52,34 @@ def _hide_python_types() -> None:
 
 
 _hide_python_types()
+
+
+def _usage_error(exc: click.ClickException) -> None:
+    """A usage error click or typer found (an unknown option, a value out of its
+    range, a missing argument) as every other error is told: one `error:` line, a
+    `hint:` line, exit 2, instead of typer's boxed panel under the usage."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        return  # `etdeploy` alone: the help was shown, nothing went wrong
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "etdeploy"
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"[dim]hint:[/] `{escape(command)} --help` lists its options and what they take",
+        highlight=False,
+        soft_wrap=True,
+    )
+    exc.exit_code = EXIT_BAD_INPUT
+
+
+def _one_line_usage_errors() -> None:
+    """typer shows click's usage errors through rich_utils.rich_format_error (typer
+    0.29 core._main, read 2026-12-04): route them to _usage_error."""
+    from typer import rich_utils
+
+    if hasattr(rich_utils, "rich_format_error"):
+        rich_utils.rich_format_error = _usage_error
+
 
 app = typer.Typer(
     name="etdeploy",
@@ -107,6 +137,7 @@ class _Console(Console):
 # Results go to stdout; progress, warnings and errors to stderr so `--json -` pipes.
 console: Console = _Console()
 err_console: Console = _Console(stderr=True)
+_one_line_usage_errors()
 
 _state = {"verbose": False, "quiet": False}
 
@@ -209,9 +240,10 @@ def with_global_flags(fn: F) -> Callable[..., Any]:
         except EtdeployError as exc:
             render_error(exc)
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err_console.print("[bold red]interrupted[/]")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            # Ctrl-C, or SIGTERM (etdeploy.interrupts): everything unwound on the way.
+            err_console.print(f"[bold red]interrupted[/] by {signal_name(exc)}")
+            raise typer.Exit(exit_code_of(exc)) from None
 
     params = [*signature.parameters.values(), *_global_parameters()]
     wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
@@ -323,10 +355,15 @@ def main() -> None:
         sys.exit(EXIT_BAD_INPUT)
     verbose_flag = "--verbose" in argv or "-v" in argv
     try:
-        # The name a user types, also under `python -m etdeploy`.
-        app(prog_name="etdeploy")
+        # The name a user types, also under `python -m etdeploy`; SIGTERM unwinds
+        # as Ctrl-C does.
+        with terminate_as_interrupt():
+            app(prog_name="etdeploy")
     except SystemExit:
         raise
+    except KeyboardInterrupt as exc:  # before or after a command's own handling
+        err_console.print(f"[bold red]interrupted[/] by {signal_name(exc)}")
+        sys.exit(exit_code_of(exc))
     except Exception as exc:  # a bug of ours: say so plainly, keep the trace available
         if is_verbose() or verbose_flag:
             raise

@@ -127,6 +127,13 @@ def _build_one(
         err_console.print(result.log, markup=False, highlight=False, soft_wrap=True)
     exported = export_artifact(result, target, etrecord=etrecord, force=force)
     render_build(result.manifest, target, result.cached, result.seconds, out)
+    # What the build itself found (a damaged cache entry made again), beyond the
+    # manifest's own warnings, which render_build showed.
+    for warning in result.warnings:
+        if warning not in result.manifest.get("warnings", []):
+            err_console.print(
+                f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True
+            )
     _render_written(exported)
     if etrecord and not result.manifest.get("etrecord"):
         err_console.print(

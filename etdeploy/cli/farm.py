@@ -35,6 +35,7 @@ from etdeploy.cli._app import (
     json_to_stdout,
 )
 from etdeploy.errors import EXIT_OK, EtdeployError, UsageError
+from etdeploy.interrupts import exit_code_of, signal_name
 from etdeploy.units import format_ms
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def farm_run_command(
     skipped with the reason and do not affect the exit code. Exit 0 when every
     job passed, 1 when a job failed a check (or regressed against --baseline),
     2 when a job had bad input, 3 when the only problems were infrastructure
-    errors (device, transport, runner), 130 when interrupted (Ctrl-C): the
+    errors (device, transport, runner), 130 when interrupted (Ctrl-C; 143 for SIGTERM): the
     workers are stopped, the devices released, the finished jobs kept in
     OUT/results.jsonl for --resume.
     """
@@ -130,9 +131,9 @@ def farm_run_command(
             jobs_per_device=jobs_per_device,
             on_event=_render_event,
         )
-    except KeyboardInterrupt:
-        _render_interrupted(spec_path, out_dir)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (etdeploy.interrupts)
+        _render_interrupted(spec_path, out_dir, signal_name(exc))
+        raise typer.Exit(exit_code_of(exc)) from None
     regressions = write_reports(
         outcome, junit_path=junit_path, html_path=html_path, baseline_path=baseline
     )
@@ -144,11 +145,7 @@ def farm_run_command(
         raise typer.Exit(code)
 
 
-# What a shell reports for a process ended by SIGINT (128 + 2).
-EXIT_INTERRUPTED = 130
-
-
-def _render_interrupted(spec_path: Path, out_dir: Path) -> None:
+def _render_interrupted(spec_path: Path, out_dir: Path, signal: str) -> None:
     """What an interrupted farm kept, and how to finish it."""
     from etdeploy.farm import RESULTS_NAME, ResultsLog
 
@@ -157,7 +154,7 @@ def _render_interrupted(spec_path: Path, out_dir: Path) -> None:
     except EtdeployError:
         kept = 0
     err_console.print(
-        f"[bold red]interrupted:[/] workers stopped and devices released; {kept} finished "
+        f"[bold red]interrupted[/] by {signal}: workers stopped and devices released; {kept} finished "
         f"job(s) kept in {escape(str(out_dir / RESULTS_NAME))}",
         highlight=False, soft_wrap=True,
     )  # fmt: skip

@@ -146,7 +146,7 @@ def release_check_command(
     """
     from etdeploy.cli._feedback import Feedback
     from etdeploy.config import load_config
-    from etdeploy.devices.registry import open_device
+    from etdeploy.devices.registry import configured_runner, open_device
     from etdeploy.pipeline import RunContext, RunJob
     from etdeploy.release.package import prepare_release
     from etdeploy.release.proof import prove
@@ -157,7 +157,9 @@ def release_check_command(
     base = RunJob.resolve(spec.model, config, {"iterations": iterations})
 
     def job_for(name: str, pte: Path) -> RunJob:
-        return dataclasses.replace(base, device=name, pte=pte)
+        # The device's own [devices.NAME] runner, unless --runner or [run] names one.
+        runner = base.runner or configured_runner(name, config)
+        return dataclasses.replace(base, device=name, pte=pte, runner=runner)
 
     def opener(name: str) -> Device:
         return open_device(name, config, adb_host=adb_host, adb_port=adb_port,

@@ -59,7 +59,7 @@ def run_command(
 
     from etdeploy.cli._feedback import Feedback
     from etdeploy.config import load_config
-    from etdeploy.devices.registry import open_device
+    from etdeploy.devices.registry import configured_runner, open_device
     from etdeploy.pipeline import RunContext, as_error, error_result, new_job_id, run_job
 
     check_json_target(json_path)
@@ -78,10 +78,11 @@ def run_command(
                     job,
                     target,
                     RunContext(
-                        status=feedback.status, progress=feedback.transfer, size_config=config
+                        status=feedback.status, progress=feedback.transfer, size_config=config,
+                        device_runner=configured_runner(job.device, config),
                     ),
                     job_id=job_id,
-                )
+                )  # fmt: skip
     except BaseException as exc:
         # The result file is promised for every run that got this far: a bug of
         # ours or Ctrl-C included (then as an internal error / interruption).

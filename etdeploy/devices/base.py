@@ -1,46 +1,49 @@
 """The Device protocol every transport implements, and what they share.
 
 A Device is a small controller (Mobly's shape): it knows how to put files in its
-work dir, run a command there under a deadline, and get files back. It never
-prints; progress goes through a callback and failures raise InfraError kinds
-(etdeploy.errors) that name the device and the command.
+work dir, run a command there under a deadline, list and remove what is there,
+and get files back. It never prints; progress goes through a callback and
+failures raise InfraError kinds (etdeploy.errors) that name the device and the
+command.
 
 Contract (design.md):
-- info(): what the device is (os, abi, model, serial).
-- workdir: the job's directory on the device.
-- sha256(remote): the remote file's digest, or None when it does not exist.
+- info(): what the device is (os, abi, model, serial); lock_key(): which physical
+  device it is on this host.
+- workdir: the directory etdeploy owns on the device (jobs live below it).
 - push(local, remote): skip when the digest already matches; otherwise write a
   temporary name, then rename, so a dropped transfer never leaves a half file
   under the real name. Returns how many bytes were sent (0 on a skip). What is
   there is known from the device's digest record while the file's stat is as
-  recorded (devices/records.py), else hashed there; `verify_remote` hashes always.
-- pull(remote, local): to a temporary local name, then rename.
+  recorded (devices/records.py), else hashed there; `verify=True` hashes always.
+- pull(remote, local), pull_files(pairs): to temporary local names, then renamed.
 - run(argv, deadline): exit code, stdout, stderr, elapsed; the process is killed
   when the deadline passes.
-- lock(): one job per device across processes.
+- listing(): every file in the work dir with its size and mtime; makedirs(path);
+  remove(*paths): files or directories, with their digest records.
 - close(): release connections.
+
+Optional abilities are services over that contract, kept by their owners: the
+lock that holds a device for one job (devices/lock.py, over lock_key), the
+journal of job directories and the sweep of what dead runs left
+(devices/workdir.py, over listing and remove), the runner a device's table names
+(devices/registry.py, configured_runner).
 
 `Device` is that contract as a typing.Protocol: what the pipeline, the farm and
 the registry hold. `DeviceBase` is the one implementation of what the contract
 says regardless of transport (the push decision, temporary names, the checks on
-a command, the lock); local, adb, ssh and the simulator fill in its hooks.
+a command, the listing); local, adb, ssh and the simulator fill in its hooks.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-import hashlib
 import shlex
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
-
-import filelock
 
 from etdeploy.devices.process import RunClock, check_env_names
 from etdeploy.devices.records import StatFlavour
@@ -53,9 +56,8 @@ from etdeploy.devices.transfer import (
     Upload,
     local_partial,
 )
-from etdeploy.devices.workdir import Listing, listing_script, parse_listing, remove_script
-from etdeploy.errors import DeviceError, UsageError
-from etdeploy.paths import cache_dir
+from etdeploy.devices.workdir import Listing, listing_script, parse_listing
+from etdeploy.errors import UsageError
 
 # ProgressCallback is part of push's signature.
 __all__ = [
@@ -122,33 +124,19 @@ class Device(Protocol):
     name: str
     #: The transport's name as used in etdeploy.toml (`transport = "adb"`).
     transport: str
-    #: A runner built elsewhere for this device (`runner = "PATH"` in its
-    #: [devices] table, set by the registry); None: etdeploy picks or builds one.
-    runner_path: Path | None
-    #: Hash every file already on the device before trusting it (--verify-remote),
-    #: rather than its digest record.
-    verify_remote: bool
+    #: How long the device lock waits for another job by default (--lock-timeout).
+    lock_timeout_s: float
+
+    def info(self) -> DeviceInfo: ...
 
     def lock_key(self) -> str:
         """A string naming this physical device uniquely on this host."""
         ...
 
-    def stored_files(self) -> Listing:
-        """Every file in the work dir, with its size and mtime (etdeploy clean)."""
-        ...
-
-    def remove_stored(self, paths: Sequence[str]) -> None:
-        """Remove these paths (relative to the work dir, files or directories)."""
-        ...
-
-    def info(self) -> DeviceInfo: ...
-
     @property
     def workdir(self) -> str:
         """The base directory etdeploy owns on the device (jobs live below it)."""
         ...
-
-    def sha256(self, remote: str) -> str | None: ...
 
     def push(
         self,
@@ -157,19 +145,17 @@ class Device(Protocol):
         *,
         progress: ProgressCallback | None = None,
         mode: int = 0o644,
-    ) -> PushResult: ...
+        verify: bool = False,
+    ) -> PushResult:
+        """Put `local` at `remote` unless the same bytes are there; `verify` hashes
+        what is there instead of trusting its digest record (--verify-remote)."""
+        ...
 
     def pull(
         self, remote: str, local: Path, *, progress: ProgressCallback | None = None
     ) -> Path: ...
 
     def pull_files(self, files: Sequence[tuple[str, Path]]) -> list[Path]: ...
-
-    def exists(self, remote: str) -> bool: ...
-
-    def makedirs(self, remote: str) -> None: ...
-
-    def remove(self, remote: str, *, recursive: bool = False) -> None: ...
 
     def run(
         self,
@@ -187,8 +173,16 @@ class Device(Protocol):
         """
         ...
 
-    def lock(self, timeout_s: float | None = None) -> AbstractContextManager[None]:
-        """Hold this device for one job, across processes on this host."""
+    def listing(self, names: Sequence[str] = ()) -> Listing:
+        """Every file in the work dir (with `names`, those whose name matches one of
+        these find patterns), with its size and mtime, and the device's clock."""
+        ...
+
+    def makedirs(self, remote: str) -> None: ...
+
+    def remove(self, *remotes: str, recursive: bool = False) -> None:
+        """Remove these paths (relative ones are below the work dir) and their digest
+        records; a missing path is no error."""
         ...
 
     def close(self) -> None:
@@ -235,25 +229,20 @@ class Command:
 
 _D = TypeVar("_D", bound="DeviceBase")
 
-
-def lock_dir() -> Path:
-    return cache_dir("locks")
+# How many paths one removal sends in a round trip.
+_REMOVE_BATCH = 64
 
 
 class DeviceBase(abc.ABC):
     """What all four devices do the same way. A transport implements the identity,
-    the file helpers and the hooks below (_prepare_push, _upload, _download, _run);
-    push, pull, run, lock and close are here."""
+    the file helpers and the hooks below (_prepare_push, _upload, _download, _run,
+    _remove, _helper); push, pull, run, listing, remove and close are here."""
 
     transport: str = ""
-    runner_path: Path | None = None
-    verify_remote: bool = False
 
     def __init__(self, name: str, *, lock_timeout_s: float = 600.0) -> None:
         self.name = name
         self.lock_timeout_s = lock_timeout_s
-        #: How long the last lock() waited for another job (seconds).
-        self.lock_waited_s = 0.0
         # One transfer at a time per device object: a push's look-then-write must
         # not interleave with another's.
         self._transfer_lock = threading.RLock()
@@ -282,21 +271,12 @@ class DeviceBase(abc.ABC):
         """Run a short POSIX sh script where the work dir is; its stdout, or a
         DeviceError naming `what`."""
 
-    def stored_files(self) -> Listing:
-        """Every file in the work dir, with its size and mtime (etdeploy clean)."""
+    def listing(self, names: Sequence[str] = ()) -> Listing:
+        """Every file in the work dir (with `names`, those matching one of these find
+        patterns), with its size and mtime (etdeploy clean, the sweep)."""
         workdir = self.workdir
-        return parse_listing(
-            self._helper(listing_script(workdir, self.stat_flavour), f"listing {workdir}"),
-            workdir,
-        )
-
-    def remove_stored(self, paths: Sequence[str]) -> None:
-        """Remove these paths (relative to the work dir), a batch per round trip."""
-        workdir = self.workdir.rstrip("/")
-        for start in range(0, len(paths), 64):
-            batch = list(paths[start : start + 64])
-            script = remove_script(workdir, batch)
-            self._helper(script, f"removing {len(batch)} item(s) from {workdir}")
+        script = listing_script(workdir, self.stat_flavour, names)
+        return parse_listing(self._helper(script, f"listing {workdir}"), workdir)
 
     def resolve(self, remote: str) -> str:
         """The path a remote name means: relative names are below the work dir."""
@@ -309,13 +289,26 @@ class DeviceBase(abc.ABC):
         """The remote file's sha256 hex digest, or None when it does not exist."""
 
     @abc.abstractmethod
-    def exists(self, remote: str) -> bool: ...
-
-    @abc.abstractmethod
     def makedirs(self, remote: str) -> None: ...
 
+    def remove(self, *remotes: str, recursive: bool = False) -> None:
+        """Remove these paths and their digest records, a batch per round trip. A
+        relative path must stay below the work dir (no `..`)."""
+        paths = []
+        for remote in remotes:
+            if not remote.startswith("/"):
+                parts = [p for p in remote.split("/") if p]
+                if not parts or any(p in (".", "..") for p in parts):
+                    raise UsageError(
+                        f"not a path below the work dir: {remote!r}", "name a file or directory"
+                    )
+            paths.append(self.resolve(remote))
+        for start in range(0, len(paths), _REMOVE_BATCH):
+            self._remove(paths[start : start + _REMOVE_BATCH], recursive=recursive)
+
     @abc.abstractmethod
-    def remove(self, remote: str, *, recursive: bool = False) -> None: ...
+    def _remove(self, paths: Sequence[str], *, recursive: bool) -> None:
+        """Remove these resolved paths (and their digest records) in one round trip."""
 
     def push(
         self,
@@ -324,6 +317,7 @@ class DeviceBase(abc.ABC):
         *,
         progress: ProgressCallback | None = None,
         mode: int = 0o644,
+        verify: bool = False,
     ) -> PushResult:
         """Skip a file the device already has (same size, then the same sha256 by its
         trusted record or by hashing it there), else write it under a temporary name
@@ -341,7 +335,7 @@ class DeviceBase(abc.ABC):
             # Sizes first: a differing size needs no hashing on either side.
             if found is not None and found.size in (None, size):
                 wanted = digest.result()
-                if found.sha256 is not None and not self.verify_remote:
+                if found.sha256 is not None and not verify:
                     there = found.sha256
                 else:
                     there = self._verify(target, found)
@@ -423,28 +417,6 @@ class DeviceBase(abc.ABC):
         """Run a checked command: its clock starts when the transport starts it."""
 
     # -- lifecycle ---------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def lock(self, timeout_s: float | None = None) -> Iterator[None]:
-        """Hold this device for one job, across processes on this host."""
-        timeout = self.lock_timeout_s if timeout_s is None else timeout_s
-        key = hashlib.sha256(self.lock_key().encode()).hexdigest()[:24]
-        path = lock_dir() / f"device-{key}.lock"
-        file_lock = filelock.FileLock(str(path))
-        started = time.monotonic()
-        try:
-            file_lock.acquire(timeout=timeout)
-        except filelock.Timeout as exc:
-            raise DeviceError(
-                f"device is busy: another etdeploy job held it for {timeout:.0f} s",
-                "wait for the other job, or raise --lock-timeout",
-                device=self.name,
-            ) from exc
-        self.lock_waited_s = time.monotonic() - started
-        try:
-            yield
-        finally:
-            file_lock.release()
 
     def close(self) -> None:  # noqa: B027 - transports with no connection need nothing
         """Release connections. Safe to call twice."""

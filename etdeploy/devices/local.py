@@ -4,6 +4,7 @@ local subprocesses. The reference implementation of the Device protocol."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import platform
 import shutil
@@ -11,6 +12,8 @@ import signal
 import stat
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
@@ -29,6 +32,7 @@ from etdeploy.devices.transfer import (
     drop_local_partials,
     local_partial,
 )
+from etdeploy.devices.workdir import Listing, StoredFile
 from etdeploy.digests import file_sha256, known_sha256, sha256_file
 from etdeploy.errors import DeviceError, RunnerError
 from etdeploy.paths import cache_dir
@@ -92,6 +96,26 @@ class LocalDevice(DeviceBase):
     @property
     def stat_flavour(self) -> StatFlavour:
         return "bsd" if sys.platform == "darwin" else "gnu"
+
+    def listing(self, names: Sequence[str] = ()) -> Listing:
+        """The shared listing, read here without a shell: every run's sweep lists the
+        work dir, and a sh, find and stat per run cost the warm run milliseconds."""
+        base = Path(self.workdir)
+        files: list[StoredFile] = []
+        for folder, _, entries in os.walk(base):
+            for entry in entries:
+                if names and not any(fnmatch.fnmatchcase(entry, n) for n in names):
+                    continue
+                path = Path(folder) / entry
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue  # removed while listed
+                if stat.S_ISREG(st.st_mode):
+                    files.append(
+                        StoredFile(str(path.relative_to(base)), st.st_size, int(st.st_mtime))
+                    )
+        return Listing(str(base).rstrip("/"), int(time.time()), tuple(files))
 
     def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
         try:
@@ -157,12 +181,13 @@ class LocalDevice(DeviceBase):
                 device=self.name,
             ) from exc
 
-    def remove(self, remote: str, *, recursive: bool = False) -> None:
-        path = Path(self.resolve(remote))
-        if path.is_dir() and recursive:
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    def _remove(self, paths: Sequence[str], *, recursive: bool) -> None:
+        for remote in paths:
+            path = Path(remote)
+            if path.is_dir() and not path.is_symlink() and recursive:
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
     # -- processes ---------------------------------------------------------------
 

@@ -195,18 +195,29 @@ def _open_configured(dc: DeviceConfig, config: Config, options: OpenOptions) -> 
         )
     table = dict(dc.settings)
     table.pop("max_memory", None)  # the run's limit, not the transport's
-    runner = table.pop("runner", None)
-    if runner is not None and not isinstance(runner, str):
-        raise UsageError(
-            f"{options.where}.runner: expected str, got {runner!r}", "give the runner's path"
-        )
+    _runner_of(table.pop("runner", None), options.where, options.base_dir)  # checked here too
     try:
-        device = opener(dc.name, table, options)
+        return opener(dc.name, table, options)
     except UsageError as exc:
         raise in_config(exc, config_label(config), options.where) from None
-    if runner:
-        device.runner_path = _config_path(runner, options.base_dir)
-    return device
+
+
+def _runner_of(value: object, where: str, base_dir: Path) -> Path | None:
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"{where}.runner: expected str, got {value!r}", "give the runner's path")
+    return _config_path(value, base_dir) if value else None
+
+
+def configured_runner(name: str | None, config: Config) -> Path | None:
+    """The runner `--device NAME`'s [devices.NAME] table names (`runner = "PATH"`,
+    relative to the config file), for a device it is built elsewhere for; None when
+    the table names none and etdeploy picks or builds one."""
+    name = device_name(name, config)
+    configured = config.devices.get(name)
+    if configured is None:
+        return None
+    where = f"{config_label(config)}: devices.{name}"
+    return _runner_of(configured.settings.get("runner"), where, config_base_dir(config))
 
 
 def in_config(exc: UsageError, label: str, where: str) -> UsageError:
@@ -214,6 +225,17 @@ def in_config(exc: UsageError, label: str, where: str) -> UsageError:
     parsers given `where` already name file, table and key; others get the table."""
     message = exc.message if exc.message.startswith(label) else f"{where}: {exc.message}"
     return UsageError(message, exc.hint)
+
+
+def device_name(name: str | None, config: Config) -> str:
+    """The device `--device NAME` means when NAME is None: [run] device from
+    etdeploy.toml, else the phone ANDROID_SERIAL names, else this machine."""
+    if name is not None:
+        return name
+    configured_default = config.run.get("device")
+    if isinstance(configured_default, str) and configured_default:
+        return configured_default
+    return ADB_DEFAULT if os.environ.get("ANDROID_SERIAL") else LOCAL
 
 
 def open_device(
@@ -233,14 +255,7 @@ def open_device(
     Reaching an adb server on this host may start one there, as adb does.
     """
     label = config_label(config)
-    if name is None:
-        configured_default = config.run.get("device")
-        if isinstance(configured_default, str) and configured_default:
-            name = configured_default
-        elif os.environ.get("ANDROID_SERIAL"):
-            name = ADB_DEFAULT
-        else:
-            name = LOCAL
+    name = device_name(name, config)
     options = OpenOptions(
         where=f"{label}: devices.{name}",
         base_dir=config_base_dir(config),

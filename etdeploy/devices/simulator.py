@@ -386,8 +386,8 @@ class SimulatorDevice(DeviceBase):
     def makedirs(self, remote: str) -> None:
         self.mac.makedirs(self.resolve(remote))
 
-    def remove(self, remote: str, *, recursive: bool = False) -> None:
-        self.mac.remove(self.resolve(remote), recursive=recursive)
+    def _remove(self, paths: Sequence[str], *, recursive: bool) -> None:
+        self.mac._remove(paths, recursive=recursive)
 
     def _prepare_push(self, target: str) -> RemoteFile | None:
         return self.mac._prepare_push(target)

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
+import re
 import shlex
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +42,33 @@ NO_SUCH_FILE = 44
 # -- temporary names -------------------------------------------------------------------
 
 
+def _machine_tag() -> str:
+    """A short name for this machine: a run's leftovers on a device say whose they are."""
+    try:
+        identity = Path("/etc/machine-id").read_text().strip()
+    except OSError:
+        identity = ""
+    return hashlib.sha256((identity or socket.gethostname()).encode()).hexdigest()[:8]
+
+
+MACHINE_TAG = _machine_tag()
+_OWNER = re.compile(r"^([0-9a-f]{8})-(\d+)$")
+
+
+def owner_tag() -> str:
+    """This machine and process, as the names of temporary files and pid files on a
+    device carry them: a later run removes what its dead runs left, never what a live
+    process, or another machine, is writing (devices/workdir.py, the sweep)."""
+    return f"{MACHINE_TAG}-{os.getpid()}"
+
+
+def parse_owner(text: str) -> tuple[str, int] | None:
+    """(machine tag, pid) of an owner tag; None for anything else (a name from an
+    etdeploy that did not tag its files)."""
+    match = _OWNER.match(text)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
 def partial_prefix(path: str) -> str:
     """The start of every temporary name for `path` (any process)."""
     head, _, tail = path.rpartition("/")
@@ -48,7 +78,7 @@ def partial_prefix(path: str) -> str:
 
 def temporary_name(remote: str) -> str:
     """The name a file is written under before its rename into place."""
-    return f"{partial_prefix(remote)}{os.getpid()}"
+    return f"{partial_prefix(remote)}{owner_tag()}"
 
 
 def temporary_path(local: Path) -> Path:

@@ -4,7 +4,7 @@ The work dir holds content-addressed files that later runs reuse (runners/ABI-KE
 programs/SHA.pte, inputs/SHA.bin), the digest records of those files
 (.etdeploy-digests/, devices/records.py), and one directory per job, removed
 after the job unless --keep. `etdeploy clean --device` reads the listing here
-(stored_files, the same POSIX sh on every transport) and prunes by it.
+(Device.listing, the same POSIX sh on every transport) and prunes by it.
 
 A job's directory can outlive its job: the connection drops before the removal
 (the phone left Wi-Fi), or the process is killed. So a run writes a note on this
@@ -13,12 +13,23 @@ about to make (cache_dir("device-jobs"), one folder per device); the note goes
 once the directory is gone, or at once for --keep. The next run on that device,
 holding the device's lock, removes the directories the notes name. A directory
 another machine left is not known here; `etdeploy clean --device` removes it.
+
+A run cut short can leave more than its directory: the partial of a push it was
+making (`.NAME.etdeploy-partial-OWNER`) and, over ADB, the pid file of the command
+it was running (`.pids/OWNER-ID.pid`), with that command maybe still running on
+the phone. Both names carry their owner (devices/transfer.owner_tag: this
+machine's tag and the process's pid), so the next run here, holding the device's
+lock, finds them with one listing and removes those whose process on this machine
+is gone, after killing what such a pid file names if it still runs. What a live
+process or another machine owns stays (names without an owner come from an
+etdeploy that did not tag them, and go).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import shlex
 from collections.abc import Sequence
@@ -27,8 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.atomic import atomic_write
-from etdeploy.devices.records import RECORD_DIR, StatFlavour
-from etdeploy.devices.transfer import PARTIAL_MARKER
+from etdeploy.devices.records import RECORD_DIR, StatFlavour, record_path
+from etdeploy.devices.transfer import MACHINE_TAG, PARTIAL_MARKER, parse_owner
 from etdeploy.errors import EtdeployError
 from etdeploy.paths import cache_dir
 
@@ -62,17 +73,22 @@ class Listing:
     files: tuple[StoredFile, ...]
 
 
-def listing_script(workdir: str, flavour: StatFlavour) -> str:
+def listing_script(workdir: str, flavour: StatFlavour, names: Sequence[str] = ()) -> str:
     """Size, mtime and path (relative, so a stand-in device that rewrites paths
-    cannot confuse it) of every file below workdir, after `now SECONDS`. toybox's
-    find takes `-exec ... {} +` as GNU's and BSD's do (toys/posix/find.c, read
-    2026-12-03)."""
+    cannot confuse it) of every file below workdir, after `now SECONDS`; with
+    `names`, only the files whose name matches one of those find patterns (only
+    those are stat'ed). toybox's find takes `-exec ... {} +` as GNU's and BSD's do
+    (toys/posix/find.c, read 2026-12-03), and POSIX's parenthesised -o (the same
+    file: "Parentheses can only stack 4096 deep", read 2026-12-04)."""
     fmt = "%s %Y %n" if flavour == "gnu" else "%z %m %N"
     flag = "-c" if flavour == "gnu" else "-f"
+    chosen = ""
+    if names:
+        chosen = "\\( " + " -o ".join(f"-name {shlex.quote(n)}" for n in names) + " \\) "
     return (
         'echo "now $(date +%s)"; '
         f"cd {shlex.quote(workdir)} 2>/dev/null || exit 0; "
-        f"find . -type f -exec stat {flag} {shlex.quote(fmt)} {{}} +"
+        f"find . -type f {chosen}-exec stat {flag} {shlex.quote(fmt)} {{}} +"
     )
 
 
@@ -102,16 +118,12 @@ def is_garbage(path: str) -> bool:
     )
 
 
-def remove_script(workdir: str, paths: Sequence[str]) -> str:
-    """rm -rf of paths below workdir (relative); anything else is refused here."""
-    base = workdir.rstrip("/")
-    safe = []
+def remove_command(workdir: str, paths: Sequence[str], *, recursive: bool) -> str:
+    """rm of these resolved paths and of each one's digest record, in one command."""
+    targets = []
     for path in paths:
-        parts = [p for p in path.split("/") if p]
-        if not parts or any(p in (".", "..") for p in parts):
-            raise ValueError(f"not a path below the work dir: {path!r}")
-        safe.append(shlex.quote(f"{base}/{'/'.join(parts)}"))
-    return f"rm -rf {' '.join(safe)}"
+        targets += [shlex.quote(path), shlex.quote(record_path(workdir, path))]
+    return f"rm -{'rf' if recursive else 'f'} {' '.join(targets)}"
 
 
 # -- the journal of job directories -------------------------------------------------
@@ -156,10 +168,8 @@ class JobDirs:
         """Remove the directories earlier runs on this device left (call it holding the
         device's lock); the paths removed."""
         removed: list[str] = []
-        if not self._notes.is_dir():
-            return removed
         base = self.device.workdir.rstrip("/") + "/"
-        for note in sorted(self._notes.iterdir()):
+        for note in sorted(self._notes.iterdir()) if self._notes.is_dir() else ():
             if note.name == but or note.name.startswith("."):
                 continue
             try:
@@ -176,4 +186,81 @@ class JobDirs:
                 continue  # the device does not answer now: the next run tries again
             note.unlink(missing_ok=True)
             removed.append(path)
+        with contextlib.suppress(EtdeployError):  # the next run tries again
+            removed += sweep_leftovers(self.device)
         return removed
+
+
+# -- what dead runs left ---------------------------------------------------------------
+
+# find patterns of the files a run cut short can leave: partials, pid files.
+LEFTOVER_NAMES = (f"*{PARTIAL_MARKER}*", "*.pid")
+
+
+def sweep_leftovers(device: Device) -> list[str]:
+    """Remove the partials and pid files that runs of this machine which are over
+    left in the device's work dir (call it holding the device's lock), killing first
+    what such a pid file names if it still runs; the paths removed (full)."""
+    listing = device.listing(names=LEFTOVER_NAMES)
+    dead = [f.path for f in listing.files if _left_by_dead_run(f.path)]
+    if not dead:
+        return []
+    base = listing.workdir
+    pid_files = [f"{base}/{path}" for path in dead if path.startswith(f"{PIDS_DIR}/")]
+    if pid_files:
+        device.run(["sh", "-c", orphan_kill_script(pid_files, base)], deadline_s=30)
+    device.remove(*dead)
+    return [f"{base}/{path}" for path in dead]
+
+
+def _left_by_dead_run(path: str) -> bool:
+    name = path.rpartition("/")[2]
+    if PARTIAL_MARKER in name:
+        owner = name.rpartition(PARTIAL_MARKER)[2]
+    elif path.startswith(f"{PIDS_DIR}/") and name.endswith(".pid"):
+        owner = name[: -len(".pid")].rpartition("-")[0]
+    else:
+        return False
+    parsed = parse_owner(owner)
+    if parsed is None:
+        return True  # untagged: from an etdeploy before owners were named
+    machine, pid = parsed
+    return machine == MACHINE_TAG and not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def orphan_kill_script(pid_files: Sequence[str], workdir: str) -> str:
+    """POSIX sh that kills what each pid file's command left running, and only that.
+
+    The pid file holds the run wrapper's pid, which leads the command's process
+    group (adbd makes each shell a session leader). While the wrapper lives, its
+    command line still holds the pid file's path (`echo $$ > FILE`): the group is
+    killed. When the wrapper is gone (adbd hangs up only the shell when its stream
+    closes), what is left of its group is killed if a process of it runs from the
+    work dir (the runner's path is below it; a group's id is not given to another
+    while it has members); a pid the device has given to another process since is
+    left alone either way. `ps -A -o pid,pgid` works with procps and toybox,
+    whose ps takes field names in any case (parse_ko compares them with
+    strncasecmp: toys/posix/ps.c, read 2026-12-04)."""
+    quoted = " ".join(shlex.quote(f) for f in pid_files)
+    base = shlex.quote(workdir.rstrip("/") + "/")
+    return (
+        f'for f in {quoted}; do p=$(cat "$f" 2>/dev/null); '
+        'case "$p" in ""|*[!0-9]*|0|1) continue;; esac; '
+        'if tr "\\0" " " < /proc/"$p"/cmdline 2>/dev/null | grep -qF -- "$f"; then '
+        'kill -s KILL -- -"$p" 2>/dev/null || kill -s KILL "$p" 2>/dev/null; continue; fi; '
+        'ours=""; for q in $(ps -A -o pid,pgid 2>/dev/null | awk -v g="$p" \'$2 == g {print $1}\'); '
+        f'do tr "\\0" " " < /proc/"$q"/cmdline 2>/dev/null | grep -qF -- {base} && ours=1; done; '
+        '[ -n "$ours" ] && kill -s KILL -- -"$p" 2>/dev/null; done; true'
+    )

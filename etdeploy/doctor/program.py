@@ -114,18 +114,19 @@ def preflight_checks(
     the runner that device would get. Doctor never builds one: a runner not built
     yet is a warning saying how to build it."""
     from etdeploy.builder.manifest import read_manifest
-    from etdeploy.devices.registry import check_runner_abi, open_device
+    from etdeploy.devices.registry import check_runner_abi, configured_runner, open_device
     from etdeploy.digests import sha256_file
     from etdeploy.preflight import built_runner_for, check
 
     try:
         device = open_device(device_name, config, adb_host=adb_host, adb_port=adb_port)
+        runner = configured_runner(device_name, config)
     except EtdeployError as exc:
         return [Check("device", device_name, FAIL, exc.message, exc.hint or "")]
     with device:
         try:
             info = device.info()
-            bundle, why = built_runner_for(device, info)
+            bundle, why = built_runner_for(info, runner)
             if bundle is None:
                 return [Check("preflight", f"{device_name}: runner", WARN, why[0], why[1])]
             check_runner_abi(info, bundle.abi)

@@ -141,7 +141,7 @@ def worker_main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     _watch_parent(int(request["parent_pid"]))
 
-    from etdeploy.devices.registry import open_device
+    from etdeploy.devices.registry import configured_runner, open_device
     from etdeploy.pipeline import RunContext, RunJob, error_result, run_job, write_result_json
 
     job = RunJob.from_json(request["job"])
@@ -161,10 +161,13 @@ def worker_main(argv: Sequence[str]) -> int:
             config = dataclasses.replace(config, devices={**config.devices, device_name: leased})
         say(f"opening {device_name}")
         device = open_device(device_name, config, lock_timeout_s=float(request["lock_timeout_s"]))
+        context = RunContext(
+            status=say,
+            size_config=spec.config,
+            device_runner=configured_runner(device_name, config),
+        )
         with device:
-            result = run_job(
-                job, device, RunContext(status=say, size_config=spec.config), job_id=job_id
-            )
+            result = run_job(job, device, context, job_id=job_id)
     except EtdeployError as exc:
         say(f"error: {exc}")
         result = error_result(job, device_name, exc, started, job_id)

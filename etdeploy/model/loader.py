@@ -15,7 +15,7 @@ import inspect
 import re
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,26 +53,87 @@ class ModelRef:
         For a model file, the other files beside it count too, by name, size and
         modification time (weights a factory loads: w.npy, model.pt); reading a
         multi-GB checkpoint on every run would cost more than the cache saves.
-        Data elsewhere is not seen: `--no-cache` rebuilds and recomputes.
+        What etdeploy itself writes there (programs, manifests, ETRecords, result
+        documents) does not count, nor do folders. Data elsewhere is not seen:
+        `--no-cache` rebuilds and recomputes.
         """
+        return self._fingerprinted()[0]
+
+    def fingerprint_files(self) -> dict[str, str]:
+        """What the fingerprint covers, file by file: a source file's sha256, a data
+        file's size and mtime. A build manifest records it, so a refusal can say
+        which file changed (changed_files)."""
+        return self._fingerprinted()[1]
+
+    def _fingerprinted(self) -> tuple[str, dict[str, str]]:
         digest = hashlib.sha256(f"{self.kind}:{self.factory}\n".encode())
+        files: dict[str, str] = {}
         for path in self.source_files:
+            data = path.read_bytes()
             digest.update(path.name.encode() + b"\0")
-            digest.update(path.read_bytes())
+            digest.update(data)
+            files[path.name] = hashlib.sha256(data).hexdigest()
         if self.kind == "file" and self.source_files:
-            for data in _data_files_beside(self.source_files[0]):
-                stat = data.stat()
-                digest.update(f"{data.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-        return digest.hexdigest()
+            for data_file in _data_files_beside(self.source_files[0]):
+                stat = data_file.stat()
+                digest.update(f"{data_file.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+                files[data_file.name] = f"{stat.st_size} bytes, mtime {stat.st_mtime_ns}"
+        return digest.hexdigest(), files
+
+
+@dataclass(frozen=True)
+class FileChanges:
+    """How the files a fingerprint covers differ from what a build recorded."""
+
+    changed: tuple[str, ...]
+    removed: tuple[str, ...]
+    added: tuple[str, ...]
+
+    @property
+    def describe(self) -> str:
+        """ "model.py changed, w.npy removed" (added files are not changes of the model)."""
+        said = [f"{name} changed" for name in self.changed]
+        said += [f"{name} removed" for name in self.removed]
+        return ", ".join(said)
+
+
+def changed_files(recorded: Mapping[str, object], now: Mapping[str, str]) -> FileChanges:
+    """Which of the files a build recorded changed or went, and which are new since.
+    A file added beside the model since the build was not read by it: the same
+    factory code, run then, could not have used it."""
+    return FileChanges(
+        changed=tuple(sorted(n for n in recorded if n in now and now[n] != recorded[n])),
+        removed=tuple(sorted(n for n in recorded if n not in now)),
+        added=tuple(sorted(n for n in now if n not in recorded)),
+    )
+
+
+# What `etdeploy build` and `run` write beside a model: never part of its key.
+_OUTPUT_SUFFIXES = (".pte", ".ptd", ".etrecord", ".etdump", ".pte.json", ".quantized.pt2")
+# etdeploy's JSON documents (results, farm documents, manifests) name their schema first.
+_DOCUMENT_MARK = b'"schema": "etdeploy.'
 
 
 def _data_files_beside(path: Path) -> list[Path]:
     return sorted(
         p for p in path.parent.iterdir()
         if p.is_file() and p.suffix not in (".py", ".pyc") and not p.name.startswith(".")
-        # What `etdeploy build` writes beside a model must not change its own key.
-        and p.suffix not in (".pte", ".ptd", ".etrecord") and not p.name.endswith(".pte.json")
+        and not _etdeploy_output(p)
     )  # fmt: skip
+
+
+def _etdeploy_output(path: Path) -> bool:
+    """A file etdeploy wrote: a program and what goes beside it, or one of its documents."""
+    if path.name.endswith(_OUTPUT_SUFFIXES):
+        return True
+    if path.suffix not in (".json", ".jsonl"):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return False
+    return _DOCUMENT_MARK in head.replace(b'"schema":"', b'"schema": "')
 
 
 def parse_model_ref(text: str) -> ModelRef:

@@ -6,9 +6,10 @@ is. The inputs' and outputs' dtypes and shapes always come from the .pte itself
 delegation from the build manifest beside it, when there is one.
 
 A --pte given with MODEL must be MODEL's program, or the comparison that follows
-judges one model against another: a manifest that names another model (its
-fingerprint differs) is refused, and so, for a .pte built elsewhere, is a method
-whose inputs MODEL's example inputs do not fit.
+judges one model against another: a manifest that names another model, or a
+version of MODEL whose files have changed since (the refusal names them; a file
+added beside MODEL since is not a change), is refused, and so, for a .pte built
+elsewhere, is a method whose inputs MODEL's example inputs do not fit.
 
 A program whose weights live in an external data file (.ptd, --external-weights)
 travels as a pair: the build's .ptd, or --data for a --pte built elsewhere (else
@@ -301,7 +302,7 @@ def _names_from_model(model: str, use_cache: bool = True) -> dict[str, Any]:
 def _check_built_from(pte: Path, manifest: dict[str, Any], model: str) -> None:
     """A --pte whose build manifest names another model, or another version of
     MODEL, is refused: its outputs would be judged against the wrong eager model."""
-    from etdeploy.model.loader import parse_model_ref
+    from etdeploy.model.loader import changed_files, parse_model_ref
 
     built = manifest.get("model") or {}
     recorded = built.get("fingerprint")
@@ -314,11 +315,22 @@ def _check_built_from(pte: Path, manifest: dict[str, Any], model: str) -> None:
     # The same model by kind and name (a cached build records the path it was
     # first built from), whose source has changed since.
     if (built.get("kind"), built.get("name")) == (ref.kind, ref.name):
-        raise InputError(
-            f"{pte.name} was built from an earlier version of {model}: "
-            "the model's fingerprint in its manifest differs from the model's now",
-            f"rebuild it (etdeploy build {model} -o {pte}) or run {model} without --pte",
-        )
+        hint = f"rebuild it (etdeploy build {model} -o {pte}) or run {model} without --pte"
+        files = built.get("files")
+        if not isinstance(files, dict):  # a manifest from before files were recorded
+            raise InputError(
+                f"{pte.name} was built from an earlier version of {model}: "
+                "the model's fingerprint in its manifest differs from the model's now",
+                hint,
+            )
+        changes = changed_files(files, ref.fingerprint_files())
+        if changes.changed or changes.removed:
+            raise InputError(
+                f"{pte.name} was built from an earlier version of {model}: "
+                f"{changes.describe} since it was built",
+                hint,
+            )
+        return  # only files added beside the model since: its build did not read them
     raise InputError(
         f"{pte.name} and {model} disagree: its manifest says it was built from {source}, "
         f"whose fingerprint is not {model}'s",

@@ -49,7 +49,11 @@ class Target:
 
 
 def target_for(
-    job: RunJob, device: Device, say: StatusCallback, carried: Sequence[RunnerBundle] = ()
+    job: RunJob,
+    device: Device,
+    say: StatusCallback,
+    carried: Sequence[RunnerBundle] = (),
+    configured: Path | None = None,
 ) -> Target:
     """--runner, else the device's configured runner, else the one a job bundle
     carries for it (`carried`; etdeploy.bundle.load.carried_runner), else the one
@@ -61,7 +65,7 @@ def target_for(
 
     info = device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
-    explicit = job.runner or device.runner_path
+    explicit = job.runner or configured
     if explicit is not None:
         bundle = runner_from_path(Path(explicit))
     elif carried:
@@ -94,9 +98,12 @@ def deploy(
     staged: Staged,
     job_id: str,
     progress: ProgressCallback | None = None,
+    *,
+    verify: bool = False,
 ) -> Deployed:
     """The runner bundle, the .pte and the inputs, each pushed unless the device
-    already holds the same bytes under that name."""
+    already holds the same bytes under that name (known from its digest record, or
+    with `verify` by hashing it there: --verify-remote)."""
     started = time.perf_counter()
     device, bundle = target.device, target.bundle
     base = device.workdir.rstrip("/")
@@ -108,22 +115,24 @@ def deploy(
     pushes: list[PushResult] = []
     for path in bundle.files:
         mode = 0o755 if path.name == bundle.executable else 0o644
-        pushes.append(device.push(path, f"{runners}/{path.name}", progress=progress, mode=mode))
+        pushes.append(
+            device.push(path, f"{runners}/{path.name}", progress=progress, mode=mode, verify=verify)
+        )
     remote_pte = f"{base}/programs/{program.sha256[:24]}.pte"
-    pushes.append(device.push(program.pte, remote_pte, progress=progress))
+    pushes.append(device.push(program.pte, remote_pte, progress=progress, verify=verify))
     remote_data = None
     if program.data is not None:
         remote_data = f"{base}/programs/{program.data.sha256[:24]}.ptd"
-        pushes.append(device.push(program.data.path, remote_data, progress=progress))
+        pushes.append(device.push(program.data.path, remote_data, progress=progress, verify=verify))
     if target.batched:
         packed, offsets = packed_inputs(staged.samples)
         remote = f"{inputs_dir}/{packed.name}"
-        pushes.append(device.push(packed, remote, progress=progress))
+        pushes.append(device.push(packed, remote, progress=progress, verify=verify))
         inputs = tuple(
             tuple(contract.packed_input(remote, offset) for offset in row) for row in offsets
         )
     else:
-        inputs = _one_file_each(device, staged.samples, inputs_dir, pushes, progress)
+        inputs = _one_file_each(device, staged.samples, inputs_dir, pushes, progress, verify)
     return Deployed(
         runner=f"{runners}/{bundle.executable}",
         pte=remote_pte,
@@ -143,6 +152,7 @@ def _one_file_each(
     inputs_dir: str,
     pushes: list[PushResult],
     progress: ProgressCallback | None,
+    verify: bool,
 ) -> tuple[tuple[str, ...], ...]:
     """Each input its own content-addressed file (what upstream's runner reads)."""
     remote_inputs: list[tuple[str, ...]] = []
@@ -151,7 +161,7 @@ def _one_file_each(
         for array in sample:
             local = staged_input_file(array)
             remote = f"{inputs_dir}/{local.name}"
-            pushes.append(device.push(local, remote, progress=progress))
+            pushes.append(device.push(local, remote, progress=progress, verify=verify))
             row.append(remote)
         remote_inputs.append(tuple(row))
     return tuple(remote_inputs)
@@ -178,7 +188,7 @@ def packed_inputs(
             digest.update(data)
             chunks.append(data)
         offsets.append(row)
-    return _cached_input(digest.hexdigest()[:32], chunks), offsets
+    return _cached_input(digest.hexdigest(), chunks), offsets
 
 
 def staged_input_file(array: np.ndarray) -> Path:
@@ -186,19 +196,28 @@ def staged_input_file(array: np.ndarray) -> Path:
     from etdeploy.inputs import raw_bytes
 
     data = raw_bytes(array)
-    return _cached_input(hashlib.sha256(data).hexdigest()[:32], [data])
+    return _cached_input(hashlib.sha256(data).hexdigest(), [data])
 
 
-def _cached_input(name: str, chunks: Sequence[bytes]) -> Path:
+def _cached_input(digest: str, chunks: Sequence[bytes]) -> Path:
+    """The staged file of these bytes (sha256 `digest`), named by its first 32 digits.
+    One already there is used only when it holds exactly these bytes
+    (etdeploy.quarantine): a damaged or linked one is moved aside and written again."""
     from etdeploy.paths import cache_dir
+    from etdeploy.quarantine import file_damage, quarantine
 
+    name = digest[:32]
     path = cache_dir("staged-inputs") / f"{name}.bin"
-    if not path.is_file():
-        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as out:
-            for chunk in chunks:
-                out.write(chunk)
-        os.replace(tmp, path)
+    if os.path.lexists(path):
+        damage = file_damage(path, digest)
+        if damage is None:
+            return path
+        quarantine(path, "staged input", damage)
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+    os.replace(tmp, path)
     return path
 
 

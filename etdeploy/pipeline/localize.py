@@ -33,6 +33,7 @@ from etdeploy.builder import BuildOptions
 from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
 from etdeploy.builder.tapped import TapInfo, TappedBuild
 from etdeploy.devices.base import ProgressCallback
+from etdeploy.devices.lock import device_lock
 from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.pipeline.build import Program, describe_program
 from etdeploy.pipeline.deploy import Target
@@ -546,8 +547,10 @@ class _Context:
         )
         job_id = f"{self.job_id}-localize"
         device = self.target.device
-        with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
-            deployed = deploy(self.target, program, staged, job_id, self.progress)
+        with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
+            deployed = deploy(
+                self.target, program, staged, job_id, self.progress, verify=self.job.verify_remote
+            )
             try:
                 executed = execute(
                     self.target, deployed, program, staged, self.job, Path(tmp), Timing()

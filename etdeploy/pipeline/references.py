@@ -9,8 +9,10 @@ warm run reads the cache.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,16 +164,53 @@ def _quantize_again(ref: ModelRef, options: BuildOptions, path: Path) -> dict[st
 def _cached(
     name: str, compute: Callable[[], tuple[Table, list[bool]]], *, use_cache: bool
 ) -> tuple[Table, list[bool]]:
-    """A reference table from the cache, or computed and written there (atomically)."""
+    """A reference table from the cache, or computed and written there (atomically),
+    with its sha256 beside it (NAME.sha256): a table whose bytes are not the ones
+    recorded is quarantined (etdeploy.quarantine) and computed again."""
+    import filelock
+
     from etdeploy.paths import cache_dir
 
     path = cache_dir("references") / f"{name}.npz"
-    if use_cache and path.is_file():
+    record = path.with_suffix(".sha256")
+    with filelock.FileLock(f"{path}.lock"):
+        if use_cache:
+            found = _read_verified(path, record)
+            if found is not None:
+                return found
+        outputs, hits = compute()
+        _write_table(path, record, outputs, hits)
+    return outputs, hits
+
+
+def _read_verified(path: Path, record: Path) -> tuple[Table, list[bool]] | None:
+    from etdeploy.quarantine import file_damage, quarantine
+
+    if not os.path.lexists(path):
+        return None
+    try:
+        digest: str | None = record.read_text().strip()
+    except OSError:
+        digest = None  # written before records were kept, or cut before its record
+    if not digest:
+        path.unlink(missing_ok=True)
+        return None
+    damage = file_damage(path, digest)
+    if damage is None:
         try:
             return _read_reference_cache(path)
-        except (OSError, ValueError, KeyError):
-            path.unlink(missing_ok=True)  # damaged: recompute below
-    outputs, hits = compute()
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            damage = f"{path.name} cannot be read ({exc})"
+    quarantine(path, "reference outputs", damage)
+    record.unlink(missing_ok=True)
+    return None
+
+
+def _write_table(path: Path, record: Path, outputs: Table, hits: list[bool]) -> None:
+    """The table, then its digest: a run cut between them leaves a table without a
+    record, which the next run computes again."""
+    from etdeploy.atomic import atomic_write
+
     arrays: dict[str, np.ndarray] = {
         "count": np.array(len(outputs)),
         "example_hits": np.array(hits, dtype=bool),
@@ -180,10 +219,11 @@ def _cached(
         arrays[f"s{s}_n"] = np.array(len(row))
         for k, value in enumerate(row):
             arrays[f"s{s}_o{k}"] = value
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-    return outputs, hits
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    data = buffer.getvalue()
+    atomic_write(path, data)
+    atomic_write(record, (hashlib.sha256(data).hexdigest() + "\n").encode())
 
 
 def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:

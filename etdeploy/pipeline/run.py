@@ -16,12 +16,13 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.config import Config
 from etdeploy.devices.base import Device, ProgressCallback
+from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, EtdeployError, InfraError, UsageError
 from etdeploy.pipeline.build import Program, build_program
@@ -42,6 +43,7 @@ from etdeploy.pipeline.stage import Staged, stage
 from etdeploy.pipeline.task import check_task
 from etdeploy.pipeline.verify import Judged, judge
 from etdeploy.preflight import PreflightReport, preflight
+from etdeploy.quarantine import noticed_damage
 from etdeploy.report.result import (
     Artifact,
     DeployStats,
@@ -71,6 +73,9 @@ class RunContext:
     status: StatusCallback | None = None
     progress: ProgressCallback | None = None  # for transfers
     size_config: Config | None = None  # etdeploy.toml for the size verdict
+    # The runner the device's [devices.NAME] table names (registry.configured_runner),
+    # used unless the job names one (--runner).
+    device_runner: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -97,18 +102,29 @@ class Stages:
 def run_job(
     job: RunJob, device: Device, context: RunContext | None = None, *, job_id: str | None = None
 ) -> RunResult:
-    """The whole loop for one job on one device."""
+    """The whole loop for one job on one device. What the cache checks found on the
+    way (etdeploy.quarantine: an entry moved aside and made again) is among the
+    result's warnings."""
+    with noticed_damage() as damage:
+        result = _run_job(job, device, context, job_id=job_id)
+    return replace(result, warnings=(*result.warnings, *damage)) if damage else result
+
+
+def _run_job(
+    job: RunJob, device: Device, context: RunContext | None = None, *, job_id: str | None = None
+) -> RunResult:
     context = context or RunContext()
     say = context.status or (lambda _text: None)
     started = time.time()
     job_id = job_id or new_job_id()
 
     program, staged, host_outputs, carried = _prepared(job, say)
-    # --verify-remote: hash what the device holds instead of trusting its records.
-    device.verify_remote = job.verify_remote
-    target = target_for(job, device, say, carried)
+    target = target_for(job, device, say, carried, context.device_runner)
     say(f"checking that the runner for {target.info.name} can run the program")
-    checked = preflight(device, target.bundle, program.pte, program.manifest, status=say)
+    # --verify-remote: hash what the device holds instead of trusting its records.
+    checked = preflight(
+        device, target.bundle, program.pte, program.manifest, status=say, verify=job.verify_remote
+    )
     deployed, executed, points, lock, etdump = _on_device(
         job, job_id, target, program, staged, context
     )
@@ -186,14 +202,16 @@ def _on_device(
     info, device, say = target.info, target.device, context.status or (lambda _text: None)
     say(f"waiting for {info.name}")
     waited_from = time.time()
-    with device.lock(), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
+    with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
         held_from = time.time()
         jobs = JobDirs(device)
         jobs.sweep(but=job_id)
         jobs.begin(job_id)
         try:
             say(f"deploying to {info.name}")
-            deployed = deploy(target, program, staged, job_id, context.progress)
+            deployed = deploy(
+                target, program, staged, job_id, context.progress, verify=job.verify_remote
+            )
             say(f"running on {info.name}")
             # Outputs may be views of a mapped file in `tmp`: a mapping outlives the
             # file's removal (POSIX), so they are read as compared, never copied.

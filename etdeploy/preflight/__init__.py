@@ -70,11 +70,13 @@ def check(
     manifest: Mapping[str, Any] | None = None,
     *,
     status: Status | None = None,
+    verify: bool = False,
 ) -> PreflightReport:
-    """The comparison, whatever its outcome (doctor shows it; `preflight` raises on it)."""
+    """The comparison, whatever its outcome (doctor shows it; `preflight` raises on it).
+    `verify`: a runner pushed to describe itself is hashed on the device (--verify-remote)."""
     started = time.perf_counter()
     needs = program_needs(pte, manifest)
-    asked = describe_runner(device, bundle, status=status)
+    asked = describe_runner(device, bundle, status=status, verify=verify)
     if asked.description is None:
         return PreflightReport(
             status="skipped",
@@ -95,12 +97,13 @@ def preflight(
     manifest: Mapping[str, Any] | None = None,
     *,
     status: Status | None = None,
+    verify: bool = False,
 ) -> PreflightReport:
     """The preflight stage: between staging and deploy, before anything of the
     program is pushed. Returns the report (passed, or skipped with a note, its
     warnings for the result); raises PreflightError (exit 2) when the runner
     lacks an operator or backend the program needs."""
-    report = check(device, bundle, pte, manifest, status=status)
+    report = check(device, bundle, pte, manifest, status=status, verify=verify)
     if report.status == "failed":
         raise report.error()
     return report

@@ -145,6 +145,7 @@ def describe_runner(
     *,
     status: Status | None = None,
     deadline_s: float = DESCRIBE_DEADLINE_S,
+    verify: bool = False,
 ) -> Described:
     """The bundle's description: from the cache, else from the runner run here
     (when this machine can execute it) or on `device` (pushing the runner only).
@@ -161,7 +162,7 @@ def describe_runner(
         ran = _ask_here(bundle, deadline_s)
     else:
         say(f"asking the runner on {device.name} what it can run (pushing the runner only)")
-        ran = _ask_on_device(device, bundle, deadline_s)
+        ran = _ask_on_device(device, bundle, deadline_s, verify=verify)
     if ran.exit_code != 0:
         if ran.exit_code is not None and describe_unsupported(ran.stdout, ran.stderr):
             return Described(None, ran.where, OLD_RUNNER_NOTE)
@@ -200,14 +201,18 @@ def _ask_here(bundle: RunnerBundle, deadline_s: float) -> _Ran:
     return _Ran("host", done.returncode, done.stdout, done.stderr, command)
 
 
-def _ask_on_device(device: Device, bundle: RunnerBundle, deadline_s: float) -> _Ran:
+def _ask_on_device(
+    device: Device, bundle: RunnerBundle, deadline_s: float, *, verify: bool
+) -> _Ran:
+    from etdeploy.devices.lock import device_lock
+
     directory = remote_runner_dir(device, bundle)
     # Under the device's lock: a job timing its runner there is not disturbed.
-    with device.lock():
+    with device_lock(device):
         device.makedirs(directory)
         for path in bundle.files:
             mode = 0o755 if path.name == bundle.executable else 0o644
-            device.push(path, f"{directory}/{path.name}", mode=mode)
+            device.push(path, f"{directory}/{path.name}", mode=mode, verify=verify)
         out = device.run(
             describe_argv(f"{directory}/{bundle.executable}"), deadline_s=deadline_s, cwd=directory
         )
@@ -222,17 +227,18 @@ def _text(value: str | bytes | None) -> str:
 
 
 def built_runner_for(
-    device: Device, info: DeviceInfo
+    info: DeviceInfo, configured: Path | None = None
 ) -> tuple[RunnerBundle | None, tuple[str, str]]:
     """The bundle `run` would use on the device if it is already built (picked as
-    pipeline.runner_for picks it, but never building), else None and (why, hint)."""
+    pipeline.runner_for picks it, but never building: `configured` is the runner its
+    [devices.NAME] table names), else None and (why, hint)."""
     import platform
 
     from etdeploy.devices.registry import split_abi
     from etdeploy.runner_build import cached_runner, host_abi, runner_from_path
 
-    if device.runner_path is not None:
-        return runner_from_path(Path(device.runner_path)), ("", "")
+    if configured is not None:
+        return runner_from_path(configured), ("", "")
     if info.os == "android":
         abi, flag = info.abi, f" --abi {info.abi}"
     elif (

@@ -4,6 +4,7 @@ staging directory, then rename into place under a lock."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -50,7 +51,47 @@ def cached_runner(
         return x86_64.cached_bundle(kernels=kernels, backends=backends)
     plan = with_components(plan_for(abi), kernels, backends)
     key = plan_key(plan, harness_dir())
-    return read_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}", fresh=False)
+    return _verified_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}")
+
+
+def _verified_bundle(directory: Path) -> RunnerBundle | None:
+    """The cached bundle in `directory` when each of its files holds the bytes its
+    bundle.json records (etdeploy.quarantine); None when there is none, and after
+    moving a damaged one aside. A bundle from before digests were recorded gets
+    them now."""
+    from etdeploy.quarantine import file_damage, quarantine
+
+    if directory.is_symlink():
+        quarantine(directory, "runner bundle", f"{directory.name} is a link, not a folder")
+        return None
+    bundle = read_bundle(directory, fresh=False)
+    if bundle is None:
+        return None
+    recorded = bundle.info.get("sha256")
+    if not isinstance(recorded, dict):
+        _record_digests(bundle)
+        return bundle
+    for path in bundle.files:
+        digest = recorded.get(path.name)
+        damage = file_damage(path, digest if isinstance(digest, str) else None)
+        if damage is None and not isinstance(digest, str):
+            damage = f"{path.name} has no digest in {BUNDLE_MANIFEST}"
+        if damage is not None:
+            quarantine(directory, f"{bundle.abi} runner bundle", damage)
+            return None
+    return bundle
+
+
+def _record_digests(bundle: RunnerBundle) -> None:
+    """Add each file's sha256 to an older bundle's bundle.json (a bundle.json that
+    cannot be written costs the check, not the run)."""
+    from etdeploy.atomic import atomic_write
+    from etdeploy.digests import file_sha256
+
+    manifest = {**bundle.info, "sha256": {p.name: file_sha256(p) for p in bundle.files}}
+    with contextlib.suppress(OSError):
+        path = bundle.directory / BUNDLE_MANIFEST
+        atomic_write(path, (json.dumps(manifest, indent=2) + "\n").encode())
 
 
 # --- building -------------------------------------------------------------------------
@@ -146,12 +187,15 @@ def _build(plan: Plan, harness: Path, key: str, staging: Path, progress: Progres
 
         extra = runner_arm64.make_self_contained(bundle_dir, sdk, progress)
     files = sorted(p.name for p in bundle_dir.iterdir() if p.is_file())
+    # What each file holds: a cached bundle is checked against it before every use.
+    digests = {name: hashlib.sha256((bundle_dir / name).read_bytes()).hexdigest() for name in files}
     manifest = {
         "schema": BUNDLE_SCHEMA,
         "abi": plan.abi,
         "key": key,
         "executable": EXECUTABLE,
         "files": files,
+        "sha256": digests,
         "flavor": "etdeploy",
         "kind": plan.kind,
         "executorch_version": executorch_version(),
@@ -239,16 +283,16 @@ def cached_or_built(
     sees half a bundle."""
     root = cache_dir("runners")
     final = root / name
-    if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
+    if not rebuild and (hit := _verified_bundle(final)) is not None:
         return hit
     with _build_lock(root, name, progress):
         # Another process may have finished the same build while this one waited.
-        if not rebuild and (hit := read_bundle(final, fresh=False)) is not None:
+        if not rebuild and (hit := _verified_bundle(final)) is not None:
             return hit
         staging = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
         try:
             built = make(staging)
-            if final.exists():
+            if os.path.lexists(final):
                 # A rebuild, or a damaged entry: move it aside, then swap in.
                 final.rename(staging / "previous")
             built.rename(final)

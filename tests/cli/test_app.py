@@ -147,3 +147,24 @@ def test_the_flags_of_one_invocation_do_not_leak_into_the_next(tmp_path: Path) -
     plain = runner.invoke(app, ["inspect", str(tmp_path / "nope.pte")])
     assert verbose.exit_code == plain.exit_code == 2
     assert "Traceback" in verbose.output and "Traceback" not in plain.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "digits", "-n", "0"], "'--iterations' / '-n'"),
+        (["run", "digits", "--itrations", "3"], "No such option: --itrations"),
+        (["run", "digits", "--device"], "'--device' requires an argument"),
+        (["sizecheck"], "Missing argument"),
+        (["nosuch"], "No such command 'nosuch'"),
+        (["farm", "run", "spec.toml", "--jobs-per-device", "x"], "'--jobs-per-device'"),
+    ],
+)
+def test_a_usage_error_click_finds_is_one_error_line_a_hint_and_exit_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """typer's own checks (a range, an unknown option, a missing value) answer as
+    etdeploy's do, not with a boxed panel under the usage line."""
+    done = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(done, 2, message)
+    assert "--help" in done.errors[1] and "╭" not in done.stderr

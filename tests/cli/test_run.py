@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from etdeploy.report.result import BudgetStage, Thresholds, Verdict
 from tests.cli.conftest import assert_one_line_error, etdeploy
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import write_config
+from tests.support.processes import processes_naming
 
 pytestmark = pytest.mark.slow
 
@@ -153,3 +158,53 @@ def test_the_loosest_setting_said_is_rounded_so_that_it_passes(
 ) -> None:
     verdict = Verdict(passed=False, reason="-", budget=(stage,), thresholds=LIMITS)
     assert passing_setting(verdict) == said
+
+
+@pytest.mark.parametrize(
+    ("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["sigint", "sigterm"]
+)
+def test_a_run_stopped_by_a_signal_cleans_up_writes_its_result_and_exits_128_plus_it(
+    tmp_path: Path, stop: signal.Signals, code: int
+) -> None:
+    """SIGTERM (a CI cancelling the job) unwinds as Ctrl-C does: the runner is killed,
+    the job's directory removed, the device lock released, the result written."""
+    from etdeploy.devices.local import LocalDevice
+    from etdeploy.devices.lock import device_lock
+
+    workdir = tmp_path / "device"
+    config = write_config(
+        tmp_path / "etdeploy.toml", {"here": {"transport": "local", "workdir": str(workdir)}}
+    )
+    result = tmp_path / "r.json"
+    with open(tmp_path / "stderr.log", "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "etdeploy", "run", "digits", "-d", "here", "--config", str(config),
+             "-n", "30000000", "--deadline", "600", "--json", str(result)],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr,
+            # SIGINT at its default, as in a terminal, even under a background `make test &`.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not processes_naming(str(workdir), "etdeploy_runner"):
+            assert time.monotonic() < deadline and process.poll() is None, "no runner started"
+            time.sleep(0.1)
+        process.send_signal(stop)
+        exited = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    said = (tmp_path / "stderr.log").read_text()
+    assert exited == code, said
+    assert (
+        said.rstrip().splitlines()[-1] == f"interrupted by {stop.name}" and "Traceback" not in said
+    )
+    error = json.loads(result.read_text())["error"]
+    assert error["kind"] == "Interruption" and stop.name in error["message"]
+    assert processes_naming(str(workdir), "etdeploy_runner") == []
+    assert sorted(p.name for p in workdir.iterdir() if not p.name.startswith(".")) == [
+        "inputs", "programs", "runners",
+    ]  # fmt: skip
+    with device_lock(LocalDevice("here", workdir=workdir), timeout_s=0.5):
+        pass

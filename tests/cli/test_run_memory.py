@@ -44,8 +44,7 @@ def test_the_account_is_printed_per_phase_and_a_peak_over_the_limit_fails(tmp_pa
     # and what was biggest in it.
     fail = done.stdout.rstrip().splitlines()[-1]
     assert (
-        fail.startswith("FAIL peak memory ")
-        and "passes the limit 1.00 MB (--max-memory)" in fail
+        fail.startswith("FAIL peak memory ") and "passes the limit 1.00 MB (--max-memory)" in fail
     )
     phase = max(result["memory"]["phases"], key=lambda p: p["peak_bytes"])
     assert f"({phase['phase'].replace('_', ' ')})" in fail and "its largest part:" in fail

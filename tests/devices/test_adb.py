@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,12 +31,14 @@ from etdeploy.devices.adb import (
     list_attached,
     resolve_serial,
 )
+from etdeploy.devices.lock import device_lock
 from etdeploy.devices.records import record_path
 from etdeploy.devices.transfer import temporary_name
 from etdeploy.digests import RACY_MARGIN_NS, sha256_file
 from etdeploy.errors import DeviceError, TransportError, UsageError
 from tests.support.adb_server import AdbServer, AdbTestbed, adb_server_pids, adb_testbed, free_port
 from tests.support.loopback_adb import LoopbackAdbDevice, LoopbackFaults
+from tests.support.processes import processes_naming
 
 PHONES: dict[str, dict[str, object]] = {
     "p8": {},
@@ -518,9 +521,8 @@ def test_verify_remote_hashes_on_the_phone_whatever_the_record_says(
     local = random_file(tmp_path / "inputs.bin", 128 * 1024)
     remote = f"{WORKDIR}/t-verify/inputs.bin"
     device.push(local, remote)
-    device.verify_remote = True
     before = len(phone.opened_services)
-    assert device.push(local, remote).skipped and hashes_on(phone, before) == 1
+    assert device.push(local, remote, verify=True).skipped and hashes_on(phone, before) == 1
 
 
 def test_the_record_lives_in_the_work_dir_and_names_path_digest_and_stat(
@@ -736,6 +738,18 @@ def test_a_hung_command_is_killed_on_the_device_at_its_deadline(
         )
 
 
+def test_a_stopped_command_is_gone_at_its_deadline(
+    device: AdbDevice, phone: LoopbackAdbDevice
+) -> None:
+    marker = f"stopped-{uuid.uuid4().hex[:8]}"
+    phone.on_stream_close = "sighup"  # as adbd: only etdeploy's own kill ends the group
+    out = device.run(["sh", "-c", "kill -STOP 0", marker], deadline_s=2)
+    assert out.timed_out
+    assert wait_until(lambda: processes_naming(marker) == [], timeout=5), processes_naming(marker)
+    pids = phone.device_path(f"{WORKDIR}/.pids")
+    assert not pids.is_dir() or list(pids.iterdir()) == []
+
+
 def test_a_silent_command_is_killed_after_the_idle_timeout(
     device: AdbDevice, phone: LoopbackAdbDevice
 ) -> None:
@@ -792,7 +806,7 @@ def test_two_holders_of_one_phones_lock_run_one_after_the_other(
     first_holds = threading.Event()
 
     def hold() -> None:
-        with first.lock(timeout_s=30):
+        with device_lock(first, timeout_s=30):
             events.append("first in")
             first_holds.set()
             first.run(["sleep", "1"], deadline_s=20)
@@ -801,13 +815,13 @@ def test_two_holders_of_one_phones_lock_run_one_after_the_other(
     holder = threading.Thread(target=hold)
     holder.start()
     assert first_holds.wait(20)
-    with pytest.raises(DeviceError, match="busy"), second.lock(timeout_s=0.3):
+    with pytest.raises(DeviceError, match="busy"), device_lock(second, timeout_s=0.3):
         pass
-    with second.lock(timeout_s=30):
+    with device_lock(second, timeout_s=30) as waited_s:
         events.append("second in")
     holder.join()
     assert events == ["first in", "first out", "second in"]
-    assert second.lock_waited_s > 0.3
+    assert waited_s > 0.3
 
 
 def test_no_adb_server_outlives_its_testbed(tmp_path: Path) -> None:

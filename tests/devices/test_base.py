@@ -44,3 +44,45 @@ def test_an_environment_a_shell_cannot_take_is_refused_before_anything_runs(
             env={"NOT A NAME": "x"},
         )
     assert not marker.exists()
+
+
+def test_the_protocol_is_the_transports_core_and_optional_abilities_are_services() -> None:
+    members = {
+        name for name in (*vars(Device), *Device.__annotations__) if not name.startswith("_")
+    }
+    assert members == {
+        "name", "transport", "lock_timeout_s", "info", "lock_key", "workdir",
+        "push", "pull", "pull_files", "run", "listing", "makedirs", "remove", "close",
+    }  # fmt: skip
+    # Mutable state and configuration are not the transport's.
+    for gone in ("verify_remote", "runner_path", "lock", "stored_files", "remove_stored"):
+        assert not hasattr(DeviceBase, gone), gone
+
+
+def test_listing_and_remove_serve_clean_the_same_way_on_every_transport(tmp_path: Path) -> None:
+    device = LocalDevice(workdir=tmp_path / "work")
+    (tmp_path / "work" / "runners" / "k").mkdir(parents=True)
+    (tmp_path / "work" / "runners" / "k" / "etdeploy_runner").write_bytes(b"x" * 10)
+    (tmp_path / "work" / "job1").mkdir()
+    (tmp_path / "work" / "job1" / "out.bin").write_bytes(b"y")
+    listed = {f.path: f.size for f in device.listing().files}
+    assert listed == {"runners/k/etdeploy_runner": 10, "job1/out.bin": 1}
+    device.remove("job1", "runners/k", recursive=True)
+    assert device.listing().files == ()
+    with pytest.raises(UsageError, match="below the work dir"):
+        device.remove("../outside", recursive=True)
+
+
+def test_the_device_lock_is_a_service_over_lock_key(tmp_path: Path) -> None:
+    from etdeploy.devices.lock import device_lock
+    from etdeploy.errors import DeviceError
+
+    first = LocalDevice(workdir=tmp_path / "a", lock_timeout_s=0.2)
+    second = LocalDevice(workdir=tmp_path / "b", lock_timeout_s=0.2)
+    assert first.lock_key() == second.lock_key()  # one machine, whatever its work dir
+    with device_lock(first) as waited, pytest.raises(DeviceError, match="busy"):
+        assert waited < 0.2
+        with device_lock(second):
+            pass
+    with device_lock(second):
+        pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from etdeploy.devices.transfer import temporary_name
 from etdeploy.digests import RACY_MARGIN_NS, sha256_file
 from etdeploy.errors import DeviceError
 from tests.support.interrupt import interrupted_after
+from tests.support.processes import processes_naming
 
 
 def test_push_skips_an_unchanged_file_and_never_leaves_a_partial(tmp_path: Path) -> None:
@@ -69,9 +71,7 @@ def test_an_unchanged_file_in_the_work_dir_is_known_by_its_stat_not_read_again(
     device.push(src, remote)
     # Once both sides are older than a timestamp tick and hashed, neither is read again.
     time.sleep(RACY_MARGIN_NS / 1e9 + 0.1)
-    device.verify_remote = True
-    assert device.push(src, remote).skipped  # hashes both, records both
-    device.verify_remote = False
+    assert device.push(src, remote, verify=True).skipped  # hashes both, records both
     reads: list[str] = []
     real = digests._hash
     monkeypatch.setattr(digests, "_hash", lambda p: reads.append(str(p)) or real(p))
@@ -105,6 +105,12 @@ def test_the_runner_dies_with_its_caller(tmp_path: Path) -> None:
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_stopped_process_is_gone_at_its_deadline() -> None:
+    marker = f"stopped-{uuid.uuid4().hex[:8]}"
+    out = LocalDevice().run(["sh", "-c", "kill -STOP 0", marker], deadline_s=1)
+    assert out.timed_out and processes_naming(marker) == []
 
 
 def test_a_partial_left_by_a_cut_push_is_dropped_by_the_next_push(tmp_path: Path) -> None:

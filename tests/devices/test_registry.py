@@ -20,7 +20,7 @@ from etdeploy.devices.adb import AdbDevice
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.devices.listing import describe_devices
 from etdeploy.devices.local import LocalDevice
-from etdeploy.devices.registry import TRANSPORTS, check_runner_abi, open_device
+from etdeploy.devices.registry import TRANSPORTS, check_runner_abi, configured_runner, open_device
 from etdeploy.devices.simulator import SimulatorDevice
 from etdeploy.devices.ssh import SshDevice
 from etdeploy.errors import DeviceError, UsageError
@@ -289,8 +289,10 @@ def test_a_runner_path_in_the_table_is_relative_to_the_config(
     cfg = load_config(write_config(tmp_path / "etdeploy.toml", {
         "desk": server_table(phones, serial=phones.serial("p8"), runner="runners/executor_runner"),
     }))  # fmt: skip
-    assert open_device("desk", cfg).runner_path == tmp_path / "runners" / "executor_runner"
-    assert open_device(phones.serial("p8"), cfg, **at(phones)).runner_path is None  # type: ignore[arg-type]
+    assert configured_runner("desk", cfg) == tmp_path / "runners" / "executor_runner"
+    assert configured_runner(phones.serial("p8"), cfg) is None
+    # The table still opens: `runner` is the registry's, never the transport's.
+    assert open_device("desk", cfg).transport == "adb"
 
 
 # -- ssh and the simulator ----------------------------------------------------------------

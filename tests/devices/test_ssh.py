@@ -5,16 +5,20 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from etdeploy.devices.lock import device_lock
 from etdeploy.devices.ssh import SshDevice, SshSettings, resolve_target
 from etdeploy.devices.transfer import temporary_name
 from etdeploy.errors import DeviceError, TransportError, UsageError
+from tests.support.processes import processes_naming
 from tests.support.sshd import (
     CuttingProxy,
     SshServer,
@@ -155,6 +159,49 @@ def test_a_command_killed_by_a_signal_reports_it_as_the_shell_does(device: SshDe
     assert out.stdout == "about to crash\n"
 
 
+def test_a_command_killed_with_its_wrapper_reports_the_signal_not_sighup(
+    device: SshDevice,
+) -> None:
+    # The whole group goes (`pkill -f` of a runner's name matches its wrapper too):
+    # sshd reports the death as exit-signal, which paramiko alone read as -1 (SIGHUP).
+    out = device.run(["sh", "-c", "kill -KILL 0"], deadline_s=30)
+    assert out.exit_code == 128 + 9, (out.exit_code, out.stderr)
+
+
+def test_a_stopped_command_is_gone_at_its_deadline(device: SshDevice) -> None:
+    marker = f"stopped-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    out = device.run(["sh", "-c", "kill -STOP 0", marker], deadline_s=2)
+    assert out.timed_out and time.monotonic() - started < 8
+    assert processes_naming(marker) == []
+
+
+def test_the_token_kill_reaches_only_the_command_that_carries_the_token() -> None:
+    """A wrapper whose pid is not known yet is found by its token; the pattern is put
+    together at run time, and a token that is not etdeploy's gives no command at all
+    (an empty pattern would match every process)."""
+    from etdeploy.devices.ssh.wire import token_kill
+
+    token = "etdeploy-run-0123456789abcdef"
+    carrier = subprocess.Popen(["sh", "-c", "sleep 30", token])
+    bystander = subprocess.Popen(["sleep", "31"])
+    try:
+        time.sleep(0.2)
+        # pgrep in place of pkill: the same selection, listed instead of killed.
+        listed = subprocess.run(
+            ["sh", "-c", token_kill(token, tool="pgrep")], capture_output=True, text=True
+        ).stdout.split()
+        assert listed == [str(carrier.pid)]
+    finally:
+        carrier.kill()
+        bystander.kill()
+        carrier.wait()
+        bystander.wait()
+    for bad in ("etdeploy-run-", "etdeploy-run-$x", "other-0123456789abcdef"):
+        with pytest.raises(ValueError):
+            token_kill(bad)
+
+
 def test_helper_scripts_share_one_session_that_no_script_can_break(
     device: SshDevice, tmp_path: Path
 ) -> None:
@@ -253,8 +300,7 @@ def test_an_unchanged_file_is_known_by_its_record_and_a_changed_one_is_hashed(
         assert not again.skipped and remote_hashes(log) == before + 1
         assert remote.read_bytes() == local.read_bytes()
         # --verify-remote hashes even a file whose record is whole.
-        dev.verify_remote = True
-        assert dev.push(local, "programs/model.pte").skipped
+        assert dev.push(local, "programs/model.pte", verify=True).skipped
         assert remote_hashes(log) == before + 2
 
 
@@ -590,7 +636,7 @@ def test_lock_key_serialises_two_jobs_on_the_same_host(sshd: SshServer, tmp_path
     spans: dict[str, tuple[float, float]] = {}
 
     def job(label: str, dev: SshDevice) -> None:
-        with dev.lock(timeout_s=30):
+        with device_lock(dev, timeout_s=30):
             begin = time.monotonic()
             dev.run(["sleep", "0.5"], deadline_s=30)
             spans[label] = (begin, time.monotonic())
@@ -606,7 +652,11 @@ def test_lock_key_serialises_two_jobs_on_the_same_host(sshd: SshServer, tmp_path
     (_, a_end), (b_begin, _) = sorted(spans.values())
     assert b_begin >= a_end, "the second job ran while the first held the host"
 
-    with first.lock(), pytest.raises(DeviceError, match="busy"), second.lock(timeout_s=0.3):
+    with (
+        device_lock(first),
+        pytest.raises(DeviceError, match="busy"),
+        device_lock(second, timeout_s=0.3),
+    ):
         pass
     first.close()
     second.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from etdeploy.devices.lock import device_lock
 from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME
 from tests.support.farm_fixtures import (
     QUICK,
@@ -142,9 +143,14 @@ def test_a_cooldown_leaves_the_device_idle_between_its_jobs(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exits_130(
-    bed: FarmTestbed, tmp_path: Path
+@pytest.mark.parametrize(
+    ("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"]
+)
+def test_ctrl_c_or_sigterm_stops_the_workers_releases_the_phone_keeps_what_finished_for_resume(
+    bed: FarmTestbed, tmp_path: Path, stop: signal.Signals, code: int
 ) -> None:
+    """Ctrl-C in a terminal, or SIGTERM from a CI system cancelling the job: the same
+    unwinding, the shell's exit code for that signal, and a run --resume finishes."""
     from etdeploy.devices.registry import open_device
     from etdeploy.farm import load_farm_spec
 
@@ -184,17 +190,17 @@ def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exi
         wait_for(lambda: bool(processes_naming(job_id)), 30, "the runner started on the phone")
         assert on_phone.is_dir()
 
-        process.send_signal(signal.SIGINT)  # what Ctrl-C in a terminal sends
-        code = process.wait(timeout=60)
+        process.send_signal(stop)  # what Ctrl-C in a terminal sends, or a CI's cancel
+        exited = process.wait(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
     said = log.read_text()
-    assert code == 130, said
+    assert exited == code, said
     assert (
-        f"interrupted: workers stopped and devices released; 1 finished job(s) kept in {results}"
-        in said
+        f"interrupted by {stop.name}: workers stopped and devices released; 1 finished job(s) "
+        f"kept in {results}" in said
     )
     assert f"--out {out} --resume" in said and "Traceback" not in said
 
@@ -204,9 +210,13 @@ def test_ctrl_c_stops_the_workers_releases_the_phone_keeps_what_finished_and_exi
     # The phone released: its job directory cleaned up, its lock free at once.
     assert not on_phone.exists()
     spec = load_farm_spec(spec_path)
-    with open_device("pixel-a", spec.config, lock_timeout_s=0.5) as device, device.lock(0.5):
+    with open_device("pixel-a", spec.config, lock_timeout_s=0.5) as device, device_lock(device):
         pass
     # What finished is kept, and only that; no report claims the farm finished.
     (kept,) = lines_of(results)
     assert kept["device"]["name"] == "local" and kept["status"] == "passed"
     assert not (out / FARM_DOC_NAME).exists()
+    # --resume takes what finished as done: local's job is not run again.
+    resumed = farm(spec_path, "--out", out, "--resume", "-k", "local")
+    assert resumed.exit_code == 0, resumed.output
+    assert len(lines_of(results)) == 1 and (out / FARM_DOC_NAME).exists()

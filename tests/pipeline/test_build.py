@@ -76,8 +76,32 @@ def test_a_pte_of_an_earlier_version_of_the_model_is_refused(tmp_path: Path) -> 
     model.write_text(model.read_text() + "\n# retrained since\n")
     done = cli("run", f"{model}:batch_mlp", "--pte", pte, "--random", "1")
     assert done.exit_code == 2, done.output
-    assert "was built from an earlier version of" in one_line_error(done)
+    line = one_line_error(done)
+    assert "was built from an earlier version of" in line and "mlp.py changed" in line
     assert "etdeploy build" in done.output
+
+
+def test_a_build_into_a_folder_beside_the_model_stays_its_model_when_files_are_added(
+    tmp_path: Path,
+) -> None:
+    """A -o folder, a result document and a data file added beside the model do not
+    make its build stale; a change to a file the build read is named."""
+    model = tmp_path / "mlp.py"
+    shutil.copyfile(MODELS / "two_io.py", model)
+    (tmp_path / "scale.npy").write_bytes(b"read by the factory, say")
+    pte = tmp_path / "out" / "mlp.pte"
+    built = cli("build", f"{model}:batch_mlp", "-o", pte)
+    assert built.exit_code == 0, built.output
+    (tmp_path / "samples.npz").write_bytes(b"data added since the build")
+    (tmp_path / "mlp-result.json").write_text('{\n  "schema": "etdeploy.result/1"\n}\n')
+    job = RunJob(model=f"{model}:batch_mlp", pte=pte)
+    assert build_program(job).manifest is not None  # before: refused as an earlier version
+
+    (tmp_path / "scale.npy").write_bytes(b"another file now")
+    done = cli("run", f"{model}:batch_mlp", "--pte", pte, "--random", "1")
+    assert done.exit_code == 2, done.output
+    line = one_line_error(done)
+    assert "was built from an earlier version of" in line and "scale.npy changed" in line
 
 
 def test_the_models_own_program_passes_with_or_without_its_manifest(tmp_path: Path) -> None:

@@ -64,7 +64,8 @@ stops reading the connection, so nothing is answered, until `release_stall()`;
 on device" (the partial file removed, as adbd does), which a real full disk
 under the sandbox (a small tmpfs mounted there) does too; `fail_shell_pattern` makes
 any shell command matching the regex fail without running. Drop and stall fire
-once, then reset; the others stay until cleared.
+once, then reset; the others stay until cleared. `stall_next_recv` stalls the next
+RECV (a pull) the same way, once.
 """
 
 from __future__ import annotations
@@ -168,6 +169,8 @@ class LoopbackFaults:
 
     drop_after_send_bytes: int | None = None
     stall_after_send_bytes: int | None = None
+    # The next RECV (a pull) stalls as a SEND does past stall_after_send_bytes.
+    stall_next_recv: bool = False
     no_space_after_bytes: int | None = None
     fail_shell_pattern: str | None = None
     fail_shell_exit_code: int = 1
@@ -619,6 +622,11 @@ class LoopbackAdbDevice:
             links = list(self._links)
         for link in links:
             link.drop()
+
+    @property
+    def stalled(self) -> bool:
+        """Whether a stall fault holds a connection now."""
+        return bool(self._stalled)
 
     def release_stall(self) -> None:
         """End a stall: the stalled connections are cut, so the server reconnects fresh."""
@@ -1104,6 +1112,9 @@ class LoopbackAdbDevice:
                 out.close()
 
     def _recv(self, stream: _Stream, remote: str) -> bool:
+        if self.faults.stall_next_recv:
+            self.faults.stall_next_recv = False
+            self._stall(stream)
         path = self._host_path(remote)
         try:
             if path is None:

@@ -286,7 +286,9 @@ class CuttingProxy:
 
     Unarmed it relays faithfully. `arm(n)` makes it close both sockets of every
     open connection once n more bytes have gone from client to server, which cuts
-    an upload part-way through with no timing involved.
+    an upload part-way through with no timing involved. `stall(n)` instead stops
+    relaying there, both ways, as a link that hangs does, until `down()`; `down()`
+    cuts every connection and refuses new ones (the host is gone) until `up()`.
     """
 
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
@@ -298,6 +300,9 @@ class CuttingProxy:
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()
         self._budget: int | None = None
+        self._stall_budget: int | None = None
+        self._down = threading.Event()
+        self.stalled = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._open: set[socket.socket] = set()
@@ -315,6 +320,24 @@ class CuttingProxy:
         with self._lock:
             self._budget = None
 
+    def stall(self, after_bytes: int | None) -> None:
+        """Hang once n more bytes have gone from client to server (None: do not)."""
+        with self._lock:
+            self._stall_budget = after_bytes
+
+    def down(self) -> None:
+        """Cut every open connection and refuse new ones."""
+        self._down.set()
+        with self._lock:
+            sockets = list(self._open)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def up(self) -> None:
+        self._down.clear()
+        self.stalled.clear()
+
     def _accept_loop(self) -> None:
         self._listener.settimeout(0.1)
         while not self._stopping.is_set():
@@ -324,6 +347,9 @@ class CuttingProxy:
                 continue
             except OSError:
                 return
+            if self._down.is_set():
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -348,6 +374,20 @@ class CuttingProxy:
                     if not data:
                         return
                     if sock is client:
+                        stall_at: int | None = None
+                        with self._lock:
+                            if self._stall_budget is not None:
+                                if len(data) >= self._stall_budget:
+                                    stall_at, self._stall_budget = self._stall_budget, None
+                                else:
+                                    self._stall_budget -= len(data)
+                        if stall_at is not None:
+                            server.sendall(data[:stall_at])
+                            self.stalled.set()
+                            # Hang: nothing more either way until the host goes.
+                            while not (self._down.is_set() or self._stopping.is_set()):
+                                time.sleep(0.05)
+                            return
                         with self._lock:
                             if self._budget is not None:
                                 if len(data) >= self._budget:

@@ -34,15 +34,17 @@ from etdeploy.devices.adb.phones import (
 from etdeploy.devices.adb.wire import PhoneLink, RemoteStat
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports, killed_if_interrupted
-from etdeploy.devices.records import parse_probe, probe_script, record_command, record_path
+from etdeploy.devices.records import parse_probe, probe_script, record_command
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,
     RemoteFile,
     Upload,
+    owner_tag,
     parse_sha256_line,
     sha256_command,
 )
+from etdeploy.devices.workdir import PIDS_DIR, remove_command
 from etdeploy.errors import DeviceError, EtdeployError
 
 WORKDIR = "/data/local/tmp/etdeploy"
@@ -241,10 +243,9 @@ class AdbDevice(DeviceBase):
         remote = self.resolve(remote)
         self._link.check(f"mkdir -p {shlex.quote(remote)}", f"creating {remote}")
 
-    def remove(self, remote: str, *, recursive: bool = False) -> None:
-        remote = self.resolve(remote)
-        targets = f"{shlex.quote(remote)} {shlex.quote(record_path(WORKDIR, remote))}"
-        self._link.check(f"rm -{'rf' if recursive else 'f'} {targets}", f"removing {remote}")
+    def _remove(self, paths: Sequence[str], *, recursive: bool) -> None:
+        what = f"removing {paths[0]}" if len(paths) == 1 else f"removing {len(paths)} paths"
+        self._link.check(remove_command(WORKDIR, paths, recursive=recursive), what)
 
     # -- processes --------------------------------------------------------------------
 
@@ -286,7 +287,9 @@ class AdbDevice(DeviceBase):
             self._link.shell(script, deadline_s=10)
 
     def _run(self, command: Command) -> RunOutput:
-        pidfile = f"{WORKDIR}/.pids/{uuid.uuid4().hex}.pid"
+        # Named by its owner: the next run on this phone removes it if this run dies
+        # before it can (devices/workdir.py, the sweep).
+        pidfile = f"{WORKDIR}/{PIDS_DIR}/{owner_tag()}-{uuid.uuid4().hex[:12]}.pid"
         script = self._wrap(command, pidfile)
         log_since = self._device_time() if self.capture_logcat else 0.0
         with killed_if_interrupted(lambda: self._kill(pidfile)):

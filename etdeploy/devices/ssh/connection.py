@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import logging
 import os
+import signal
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +33,11 @@ import paramiko
 from etdeploy.errors import DeviceError, TransportError, UsageError
 
 HostKeyPolicy = Literal["strict", "accept-new"]
+
+# paramiko's transport thread logs a failed connection at ERROR with its traceback
+# (Transport.run, paramiko 5.1), which Python's last-resort handler prints to
+# stderr under etdeploy's one-line error; the error this module raises says it.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 DEFAULT_SSH_PORT = 22
 
@@ -48,7 +55,33 @@ def _transport_preferring_aead(sock: object, **kwargs: object) -> paramiko.Trans
     options = transport.get_security_options()
     ciphers = list(options.ciphers)
     options.ciphers = [c for c in ciphers if "gcm" in c] + [c for c in ciphers if "gcm" not in c]
+    # This transport's channels also take exit-signal (see _channel_request).
+    transport._channel_handler_table = {  # type: ignore[attr-defined]
+        **paramiko.Transport._channel_handler_table,  # type: ignore[attr-defined]
+        paramiko.common.MSG_CHANNEL_REQUEST: _channel_request,
+    }
     return transport
+
+
+def _channel_request(channel: paramiko.Channel, message: paramiko.Message) -> None:
+    """A channel request, with exit-signal read as a shell reports that death.
+
+    When the command sshd started dies by a signal, sshd sends "exit-signal" (the
+    signal's name without "SIG", whether it dumped core, a message, a language tag:
+    RFC 4254 section 6.10) instead of "exit-status". paramiko 5.1's
+    Channel._handle_request takes only exit-status (channel.py, read 2026-12-04), so
+    the channel never got a status and reported -1, which read as SIGHUP. Here the
+    status is 128 + the signal's number, as sh and adb's shell report it."""
+    start = message.packet.tell()
+    if message.get_text() == "exit-signal":
+        message.get_boolean()  # want-reply: always false for exit-signal
+        name = message.get_text()
+        known = signal.Signals.__members__.get(f"SIG{name}")
+        channel.exit_status = 128 + int(known) if known is not None else -1
+        channel.status_event.set()
+        return
+    message.packet.seek(start)
+    paramiko.Channel._handle_request(channel, message)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,13 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import shlex
+from collections.abc import Sequence
 
 import paramiko
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports
-from etdeploy.devices.records import (
-    StatFlavour,
-    parse_probe,
-    probe_script,
-    record_command,
-    record_path,
-)
+from etdeploy.devices.records import StatFlavour, parse_probe, probe_script, record_command
 from etdeploy.devices.ssh.connection import SshConnection, SshSettings, resolve_target
 from etdeploy.devices.ssh.wire import HostLink, server_refused
 from etdeploy.devices.transfer import (
@@ -35,6 +30,7 @@ from etdeploy.devices.transfer import (
     parse_sha256_line,
     sha256_command,
 )
+from etdeploy.devices.workdir import remove_command
 from etdeploy.errors import DeviceError, EtdeployError, UsageError
 
 
@@ -249,17 +245,16 @@ class SshDevice(DeviceBase):
         path = self.resolve(remote)
         self._link.checked(f"mkdir -p {shlex.quote(path)}", f"creating {path}")
 
-    def remove(self, remote: str, *, recursive: bool = False) -> None:
-        path = self.resolve(remote)
+    def _remove(self, paths: Sequence[str], *, recursive: bool) -> None:
         home = self.facts().get("home", "").rstrip("/")
-        if path in ("/", "", home) or path.count("/") < 2:
-            raise UsageError(
-                f"refusing to remove {path} on {self.target.display}",
-                "remove paths below the work dir",
-            )
-        flags = "-rf" if recursive else "-f"
-        record = shlex.quote(record_path(self.workdir, path))
-        self._link.checked(f"rm {flags} {shlex.quote(path)} {record}", f"removing {path}")
+        for path in paths:
+            if path in ("/", "", home) or path.count("/") < 2:
+                raise UsageError(
+                    f"refusing to remove {path} on {self.target.display}",
+                    "remove paths below the work dir",
+                )
+        what = f"removing {paths[0]}" if len(paths) == 1 else f"removing {len(paths)} paths"
+        self._link.checked(remove_command(self.workdir, paths, recursive=recursive), what)
 
     # -- processes ---------------------------------------------------------------
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+import re
 import shlex
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 import paramiko
@@ -38,6 +40,8 @@ from etdeploy.errors import DeviceError, EtdeployError, TransportError
 
 # Marker the wrapper prints first on stdout: "<marker> <pid> <pgid>".
 _PID_MARKER = "ETDEPLOY-PID"
+# The start of the token each command's wrapper carries as its $0.
+_TOKEN_PREFIX = "etdeploy-run-"
 # How long the wrapper waits after SIGTERM before SIGKILL, in tenths of a second.
 _KILL_GRACE_TENTHS = 20
 # SFTP reads and writes in this many bytes per local read; paramiko splits each
@@ -76,6 +80,23 @@ class Completed:
     pgid: int | None
     # With timed_out: stopped for its silence (idle_timeout_s), not at its deadline.
     idle: bool = False
+
+
+def token_kill(token: str, tool: str = "pkill -KILL") -> str:
+    """A shell command that sends `tool` (pkill with a signal; pgrep to list) to the
+    processes whose command line holds `token`, and to nothing else.
+
+    The token is put together when the command runs, from two variables, so that
+    the command's own command line, which holds the halves apart, never matches
+    it. A token that is not etdeploy's (prefix and 16 hex digits) gives no command:
+    an empty pattern would match every process."""
+    suffix = token[len(_TOKEN_PREFIX) :]
+    if not token.startswith(_TOKEN_PREFIX) or not re.fullmatch(r"[0-9a-f]{16}", suffix):
+        raise ValueError(f"not a command token: {token!r}")
+    return (
+        f'p={_TOKEN_PREFIX}; s={suffix}; [ -n "$p" ] && [ -n "$s" ] && '
+        f'{tool} -f "$p$s" 2>/dev/null; '
+    )
 
 
 def _wrapper(script: str) -> str:
@@ -135,7 +156,21 @@ class HostLink:
 
     # -- commands ---------------------------------------------------------------
 
-    def _kill(self, pid: int, pgid: int | None) -> None:
+    def _kill(self, pid: int | None, pgid: int | None, token: str) -> None:
+        """Stop a command: TERM to its group (and the wrapper), CONT so a stopped
+        process acts on it now, KILL to what is left after the grace period; then
+        KILL to anything still carrying the command's token (a wrapper that had not
+        said its pid yet, a login shell outside the group)."""
+        by_token = token_kill(token)
+        if pid is None:
+            script = by_token + "exit 0"
+        else:
+            script = self._group_kill(pid, pgid) + by_token + "exit 0"
+        with contextlib.suppress(Exception):
+            self.execute(script, deadline_s=15, kill_on_timeout=False)
+
+    @staticmethod
+    def _group_kill(pid: int, pgid: int | None) -> str:
         targets = f"-{pgid} {pid}" if pgid else str(pid)
         # Liveness ignores zombies: an orphan whose reaper is slow (or a container
         # init that never reaps) is dead for our purpose. ps -A -o pgid,stat works
@@ -143,19 +178,20 @@ class HostLink:
         group = pgid or 0
         # Without a group of its own the wrapper's children (the command) are sent
         # the signal by their parent's pid first, while that parent still has them.
-        children = "" if pgid else f"pkill -TERM -P {pid} 2>/dev/null; "
-        script = (
+        children = (
+            "" if pgid else f"pkill -TERM -P {pid} 2>/dev/null; pkill -CONT -P {pid} 2>/dev/null; "
+        )
+        return (
             f"alive() {{ if command -v ps >/dev/null 2>&1; then "
             f"ps -A -o pgid= -o pid= -o stat= 2>/dev/null | awk -v g={group} -v p={pid} "
             "'($1==g || $2==p) && $3 !~ /^Z/ {n++} END {exit n ? 0 : 1}'; "
             f"else kill -s 0 -- {pid} 2>/dev/null; fi; }}; "
-            f"{children}for t in {targets}; do kill -s TERM -- $t 2>/dev/null; done; i=0; "
-            f"while [ $i -lt {_KILL_GRACE_TENTHS} ]; do alive || exit 0; "
+            f"{children}for t in {targets}; do kill -s TERM -- $t 2>/dev/null; "
+            "kill -s CONT -- $t 2>/dev/null; done; i=0; "
+            f"while [ $i -lt {_KILL_GRACE_TENTHS} ]; do alive || break; "
             "sleep 0.1; i=$((i+1)); done; "
-            f"for t in {targets}; do kill -s KILL -- $t 2>/dev/null; done; exit 0"
+            f"for t in {targets}; do kill -s KILL -- $t 2>/dev/null; done; "
         )
-        with contextlib.suppress(Exception):
-            self.execute(script, deadline_s=15, kill_on_timeout=False)
 
     def execute(
         self,
@@ -168,10 +204,13 @@ class HostLink:
         """Run a POSIX sh script remotely; drain both streams; kill the group on timeout."""
         transport = self.connection.client().get_transport()
         clock = RunClock(deadline_s, idle_timeout_s)
+        # The wrapper's $0: its command line (and its login shell's) carry it, so the
+        # kill finds them even before the wrapper has said its pid.
+        token = f"{_TOKEN_PREFIX}{uuid.uuid4().hex[:16]}"
         try:
             assert transport is not None
             channel = transport.open_session(timeout=self.connection.settings.connect_timeout_s)
-            channel.exec_command("/bin/sh -c " + shlex.quote(_wrapper(script)))
+            channel.exec_command(f"/bin/sh -c {shlex.quote(_wrapper(script))} {token}")
             channel.shutdown_write()
         except (paramiko.SSHException, EOFError, OSError, AssertionError) as exc:
             raise self.connection.lost(exc, "command start") from exc
@@ -199,8 +238,8 @@ class HostLink:
             return not any(p.is_alive() for p in pumps)
 
         def kill() -> None:
-            if kill_on_timeout and header.pid:
-                self._kill(header.pid, header.pgid)
+            if kill_on_timeout:
+                self._kill(header.pid, header.pgid, token)
 
         def kill_and_close() -> None:
             try:
