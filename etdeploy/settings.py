@@ -402,8 +402,9 @@ class Declared:
             bound = f"between {option.low or 0:g} and {option.high:g}"
         else:
             return
-        example = f", e.g. {self.flag} {option.example}" if option.example and self.flag else ""
-        raise UsageError(f"{where} must be {bound}, got {value:g}", f"{option.help}{example}")
+        example = f"; e.g. {self.flag} {option.example}" if option.example and self.flag else ""
+        told = option.help.rstrip(".")
+        raise UsageError(f"{where} must be {bound}, got {value:g}", f"{told}{example}")
 
     def from_given(self, value: Any, where: str, base: Path | None = None) -> Any:
         """A value from a file (base: its folder) or a flag, as the field holds it."""
@@ -516,7 +517,7 @@ def from_flags(given: Mapping[str, Any], cls: type[RunSettings] = RunSettings) -
             continue
         if entry.option.inverted:
             value = not value
-        values[entry.name] = entry.from_given(value, entry.flag or entry.name)
+        values[entry.name] = entry.from_given(value, " / ".join(entry.option.flags) or entry.name)
     return values
 
 

@@ -120,7 +120,7 @@ def test_what_failed_its_cache_check_goes_whatever_the_caps(
     quarantined = fresh_cache / "quarantine" / "20261204-101010-42-aaaa"
     quarantined.mkdir(parents=True)
     (quarantined / "digits.pte").write_bytes(b"damaged")
-    done = clean("--older-than", "365d", "--json")
+    done = clean("--older-than", "365d", "--json", "-")
     assert done.exit_code == 0, done.output
     removed = json.loads(done.stdout)["removed"]
     assert [(i["path"], i["reason"]) for i in removed] == [

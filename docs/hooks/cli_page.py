@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -134,13 +135,16 @@ def render_cli() -> str:
 # -- exit codes -----------------------------------------------------------------------------
 
 
-def exit_codes() -> dict[int, str]:
-    """etdeploy's exit codes by their constants: 0 1 2 3 from etdeploy/errors.py, 130
-    (interrupted) from the farm command."""
-    from etdeploy.cli.farm import EXIT_INTERRUPTED
+# The signals etdeploy unwinds on (etdeploy/interrupts.py) and what each exit means.
+SIGNAL_EXITS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped (SIGTERM)"}
 
+
+def exit_codes() -> dict[int, str]:
+    """etdeploy's exit codes by their constants: 0 1 2 3 from etdeploy/errors.py, and
+    128 + the signal for a run stopped by SIGINT or SIGTERM (etdeploy/interrupts.py)."""
     names = {value: name for name, value in vars(errors).items() if name.startswith("EXIT_")}
-    names[EXIT_INTERRUPTED] = "EXIT_INTERRUPTED"
+    for signum in SIGNAL_EXITS:
+        names[128 + signum] = f"128 + {signum.name}"
     return dict(sorted(names.items()))
 
 
@@ -160,6 +164,10 @@ def error_kinds() -> list[type[errors.EtdeployError]]:
     ]
 
 
+def _signal_meaning(value: int) -> str:
+    return next(text for signum, text in SIGNAL_EXITS.items() if 128 + signum == value)
+
+
 def render_exit_codes() -> str:
     kinds = error_kinds()
     meanings = code_meanings()
@@ -170,7 +178,7 @@ def render_exit_codes() -> str:
             [
                 code(value),
                 code(name),
-                meanings.get(value, "interrupted (Ctrl-C)"),
+                meanings.get(value) or _signal_meaning(value),
                 "; ".join(f"{code(k.__name__)}: {first_sentence(docstring(k))}" for k in raised),
             ]
         )
@@ -180,8 +188,10 @@ def render_exit_codes() -> str:
             "*Generated from the code at every build of this site; do not edit.* The codes "
             f"are the constants of {source_path(errors)}; each error kind the core raises "
             "carries its code, and the command line turns it into one line, a hint and that "
-            "exit status (`--verbose` adds the trace). 130 is a run or farm stopped by Ctrl-C "
-            "(the farm prints the `--resume` command).\n",
+            "exit status (`--verbose` adds the trace). 130 and 143 are a command stopped by "
+            "Ctrl-C or SIGTERM: the runner is killed, the device cleaned and released, the "
+            "result written with an `Interruption` error (the farm prints the `--resume` "
+            "command).\n",
             table(["code", "constant", "means", "raised as"], rows),
             "What each code covers in practice, with examples, is in the "
             "[command line guide](../guides/command-line.md#exit-codes).\n",

@@ -63,16 +63,21 @@ def explore_command(
 
 
 def _serve_until_interrupted(url: str, overlays: tuple[Overlay, ...], browser: bool) -> None:
-    console.print(f"Model Explorer: {url}", highlight=False, soft_wrap=True)
-    for overlay in overlays:
-        note(f"overlay: {overlay.name} ({len(overlay.values)} nodes)")
-    if browser:
-        import webbrowser
-
-        webbrowser.open_new_tab(url)
-    note("serving until Ctrl-C")
+    # Ctrl-C is how a user ends this command: from the moment the URL is out (a
+    # script may stop it as soon as it reads that line), it is a normal end.
     try:
+        console.print(f"Model Explorer: {url}", highlight=False, soft_wrap=True)
+        for overlay in overlays:
+            note(f"overlay: {overlay.name} ({len(overlay.values)} nodes)")
+        if browser:
+            import webbrowser
+
+            webbrowser.open_new_tab(url)
+        note("serving until Ctrl-C")
+        # Short naps: the kernel may hand SIGINT to one of the server's threads, and
+        # then only the main thread's next bytecode raises KeyboardInterrupt; a long
+        # sleep would not be cut short (Python's signal module docs, read 2026-12-04).
         while True:
-            time.sleep(3600)
+            time.sleep(0.2)
     except KeyboardInterrupt:
         note("stopped")

@@ -24,7 +24,14 @@ from etdeploy.config import Config
 from etdeploy.devices.base import Device, ProgressCallback
 from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs
-from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, EtdeployError, InfraError, UsageError
+from etdeploy.errors import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    EtdeployError,
+    InfraError,
+    Interruption,
+    UsageError,
+)
 from etdeploy.pipeline.build import Program, build_program
 from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
 from etdeploy.pipeline.execute import (
@@ -352,7 +359,12 @@ def as_error(exc: BaseException) -> EtdeployError:
     if isinstance(exc, EtdeployError):
         return exc
     if isinstance(exc, KeyboardInterrupt):
-        return InfraError("interrupted before the run finished", "run it again to completion")
+        from etdeploy.interrupts import signal_name
+
+        return Interruption(
+            f"interrupted by {signal_name(exc)} before the run finished",
+            "run it again to completion",
+        )
     return InfraError(
         f"internal error: {type(exc).__name__}: {exc}",
         "rerun with --verbose and report the traceback",

@@ -51,10 +51,10 @@ def cached_runner(
         return x86_64.cached_bundle(kernels=kernels, backends=backends)
     plan = with_components(plan_for(abi), kernels, backends)
     key = plan_key(plan, harness_dir())
-    return _verified_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}")
+    return verified_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}")
 
 
-def _verified_bundle(directory: Path) -> RunnerBundle | None:
+def verified_bundle(directory: Path) -> RunnerBundle | None:
     """The cached bundle in `directory` when each of its files holds the bytes its
     bundle.json records (etdeploy.quarantine); None when there is none, and after
     moving a damaged one aside. A bundle from before digests were recorded gets
@@ -283,11 +283,11 @@ def cached_or_built(
     sees half a bundle."""
     root = cache_dir("runners")
     final = root / name
-    if not rebuild and (hit := _verified_bundle(final)) is not None:
+    if not rebuild and (hit := verified_bundle(final)) is not None:
         return hit
     with _build_lock(root, name, progress):
         # Another process may have finished the same build while this one waited.
-        if not rebuild and (hit := _verified_bundle(final)) is not None:
+        if not rebuild and (hit := verified_bundle(final)) is not None:
             return hit
         staging = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
         try:

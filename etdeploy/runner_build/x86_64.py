@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from etdeploy.digests import sha256_file
 from etdeploy.errors import UsageError
 from etdeploy.paths import cache_dir
 from etdeploy.runner_build.bundle import (
@@ -34,7 +35,6 @@ from etdeploy.runner_build.bundle import (
     KIND_X86_64,
     Progress,
     RunnerBundle,
-    read_bundle,
 )
 from etdeploy.runner_build.glibc_bundle import (
     PROGRAM,
@@ -92,13 +92,13 @@ def cached_bundle(
     *, kernels: Sequence[str] = (), backends: Sequence[str] = DEFAULT_BACKENDS
 ) -> RunnerBundle | None:
     """The bundle `ensure_bundle` would return, if the host runner and it are built."""
-    from etdeploy.runner_build.build import cached_runner
+    from etdeploy.runner_build.build import cached_runner, verified_bundle
 
     host = cached_runner("host", kernels=kernels, backends=backends)
     if host is None:
         return None
     toolchain = host_toolchain()
-    return read_bundle(cache_dir("runners") / _name(_key(host, toolchain)), fresh=False)
+    return verified_bundle(cache_dir("runners") / _name(_key(host, toolchain)))
 
 
 def ensure_bundle(
@@ -150,14 +150,19 @@ def _assemble(
     copied = self_contain(bundle, host.executable, toolchain, progress)
     libc = toolchain.find_library("libc.so.6")
     glibc = glibc_release(libc) if libc is not None else None
+    files = sorted(p.name for p in bundle.iterdir() if p.is_file())
+    # The host's digests describe its own files; the launcher here is another file.
+    inherited = ("files", "sha256", "build_id", "built_at")
     manifest = {
-        **{k: v for k, v in host.info.items() if k not in ("files", "build_id", "built_at")},
+        **{k: v for k, v in host.info.items() if k not in inherited},
         "schema": BUNDLE_SCHEMA,
         "abi": ABI,
         "key": key,
         "kind": KIND,
         "executable": host.executable,
-        "files": sorted(p.name for p in bundle.iterdir() if p.is_file()),
+        "files": files,
+        # What each file holds: the cached bundle is checked against it before each use.
+        "sha256": {name: sha256_file(bundle / name) for name in files},
         "program": PROGRAM,
         "loader": LOADER,
         "glibc": f"{glibc[0]}.{glibc[1]}" if glibc else "unknown",

@@ -152,7 +152,7 @@ def test_the_flags_of_one_invocation_do_not_leak_into_the_next(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["run", "digits", "-n", "0"], "'--iterations' / '-n'"),
+        (["run", "digits", "-n", "0"], "--iterations / -n must be at least 1, got 0"),
         (["run", "digits", "--itrations", "3"], "No such option: --itrations"),
         (["run", "digits", "--device"], "'--device' requires an argument"),
         (["sizecheck"], "Missing argument"),
