@@ -126,10 +126,18 @@ def test_a_piped_doctor_keeps_each_check_on_one_line(tmp_path: Path) -> None:
         assert check["detail"] in lines[0]  # the whole detail, on that line
 
 
-def test_shell_completion_can_be_installed(tmp_path: Path) -> None:
-    done = run_cli("--show-completion", "bash", cwd=tmp_path, SHELL="/bin/bash")
+def test_shell_completion_can_be_installed_and_completes_commands(tmp_path: Path) -> None:
+    # What `--install-completion` puts in ~/.bashrc asks for the script this way
+    # (the flag itself guesses the shell from the process tree, which a test
+    # runner's may not show).
+    done = run_cli(cwd=tmp_path, _ETDEPLOY_COMPLETE="source_bash")
     assert done.returncode == 0, done.stderr
     assert "complete" in done.stdout and "_ETDEPLOY_COMPLETE" in done.stdout
+    # And what the script asks when a user presses Tab after `etdeploy ru`.
+    done = run_cli(
+        cwd=tmp_path, _ETDEPLOY_COMPLETE="complete_bash", COMP_WORDS="etdeploy ru", COMP_CWORD="1"
+    )
+    assert done.returncode == 0 and done.stdout.split() == ["run", "runner"], done
 
 
 @pytest.mark.parametrize("command", [["devices"], ["doctor", "--no-devices"], ["sizecheck", "x"]])
@@ -150,21 +158,22 @@ def test_the_flags_of_one_invocation_do_not_leak_into_the_next(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "message", "hint"),
     [
-        (["run", "digits", "-n", "0"], "--iterations / -n must be at least 1, got 0"),
-        (["run", "digits", "--itrations", "3"], "No such option: --itrations"),
-        (["run", "digits", "--device"], "'--device' requires an argument"),
-        (["sizecheck"], "Missing argument"),
-        (["nosuch"], "No such command 'nosuch'"),
-        (["farm", "run", "spec.toml", "--jobs-per-device", "x"], "'--jobs-per-device'"),
+        (["run", "digits", "-n", "0"], "--iterations / -n must be at least 1, got 0",
+         "e.g. --iterations 10"),
+        (["run", "digits", "--itrations", "3"], "No such option: --itrations", "--help"),
+        (["run", "digits", "--device"], "'--device' requires an argument", "--help"),
+        (["sizecheck"], "Missing argument", "--help"),
+        (["nosuch"], "No such command 'nosuch'", "--help"),
+        (["farm", "run", "spec.toml", "--jobs-per-device", "x"], "'--jobs-per-device'", "--help"),
     ],
-)
-def test_a_usage_error_click_finds_is_one_error_line_a_hint_and_exit_2(
-    tmp_path: Path, args: list[str], message: str
+)  # fmt: skip
+def test_a_usage_error_is_one_error_line_a_hint_and_exit_2(
+    tmp_path: Path, args: list[str], message: str, hint: str
 ) -> None:
-    """typer's own checks (a range, an unknown option, a missing value) answer as
-    etdeploy's do, not with a boxed panel under the usage line."""
+    """A range etdeploy checks and typer's own checks (an unknown option, a missing
+    value) answer alike, not with a boxed panel under the usage line."""
     done = run_cli(*args, cwd=tmp_path)
     assert_one_line_error(done, 2, message)
-    assert "--help" in done.errors[1] and "╭" not in done.stderr
+    assert hint in done.errors[1] and "╭" not in done.stderr
