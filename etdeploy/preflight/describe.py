@@ -15,7 +15,7 @@ from etdeploy.devices.base import Device, DeviceInfo
 from etdeploy.errors import EtdeployError
 from etdeploy.runner import runner_failure
 from etdeploy.runner_build import RunnerBundle
-from etdeploy.runner_describe import (
+from etdeploy.runner.describe import (
     RunnerDescription,
     describe_argv,
     describe_unsupported,
