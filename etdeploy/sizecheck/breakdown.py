@@ -20,13 +20,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from etdeploy.pte.reader import (
-    FLOAT_DTYPES,
-    XNN_FLOAT_DTYPES,
-    PteLayout,
-    dtype_bytes,
-    read_pte,
-)
+from etdeploy.pte.layout import PteLayout
+from etdeploy.pte.reader import FLOAT_DTYPES, dtype_bytes, read_pte
+from etdeploy.pte.xnnpack import XNN_FLOAT_DTYPES
 from etdeploy.sizecheck.compress import PLAY_LEVEL, Measurement, measure
 
 HEADER = "header"

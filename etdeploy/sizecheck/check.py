@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import PteLayout, check_readable_file, read_pte
+from etdeploy.files import check_readable_file
+from etdeploy.pte.layout import PteLayout
+from etdeploy.pte.reader import read_pte
 from etdeploy.sizecheck.breakdown import Breakdown, build_breakdown, layout_parts
 from etdeploy.sizecheck.cache import measure_file
 from etdeploy.sizecheck.compress import (

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import check_readable_file
+from etdeploy.files import check_readable_file
 
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 # RFC 1951: a deflate back-reference reaches at most 32 KiB back.

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import check_readable_file
+from etdeploy.files import check_readable_file
 from etdeploy.sizecheck import compress
 from etdeploy.sizecheck.compress import (
     BUNDLETOOL_MEM_LEVEL,

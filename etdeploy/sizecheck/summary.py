@@ -27,7 +27,7 @@ from typing import Any
 
 from etdeploy.config import CONFIG_NAME, Config
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import check_readable_file
+from etdeploy.files import check_readable_file
 from etdeploy.sizecheck.cache import ESTIMATES
 from etdeploy.sizecheck.check import SizeReport, check_size, verdict_to_json
 from etdeploy.sizecheck.compress import BUNDLETOOL_MEM_LEVEL, GZIP_FRAMING_BYTES, PLAY_LEVEL
