@@ -271,3 +271,9 @@ def value_key(node: Any) -> Any:
         if _is_dequantize(inner) and tuple(str(a) for a in inner.args[1:6]) == grid:
             return value_key(inner)
     return ("dequantized", quantized, grid)
+
+
+def short_op(target: str) -> str:
+    # aten.layer_norm.default -> layer_norm
+    parts = target.split(".")
+    return parts[1] if len(parts) >= 3 else target
