@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
     from etdeploy.builder.lower import Lowered
+    from etdeploy.builder.quantize import QuantizationStep
 
 __all__ = [
     "EXTERNAL_WEIGHT_BACKENDS",
@@ -386,7 +387,7 @@ class _Quantization:
     # Its torch.export.save bytes: the quantized eager reference.
     saved: bytes | None
     # Each output's quantization steps (None for a float output).
-    output_steps: list[dict[str, Any] | None]
+    output_steps: list[QuantizationStep | None]
     # How it was calibrated (etdeploy.builder.calibration).
     calibration: dict[str, Any] | None
 
@@ -409,7 +410,7 @@ def _quantize(
 
 
 def _name_method_values(
-    methods: list[dict[str, Any]], spec: ModelSpec, output_steps: list[dict[str, Any] | None]
+    methods: list[dict[str, Any]], spec: ModelSpec, output_steps: list[QuantizationStep | None]
 ) -> None:
     """Each method's inputs and outputs get the model's names, inputs their dynamic
     dims and outputs their quantization steps."""

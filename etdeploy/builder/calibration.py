@@ -42,7 +42,7 @@ def calibration_unchanged(manifest: dict[str, Any]) -> bool:
     if "digest" not in calibration:
         return True
     try:
-        return calibration_digest(tuple(calibration["sources"])) == calibration["digest"]
+        return bool(calibration_digest(tuple(calibration["sources"])) == calibration["digest"])
     except EtdeployError:  # a source that is gone now
         return False
 

@@ -168,7 +168,7 @@ def value_bytes(node: Any, ranges: Mapping[Any, Any]) -> int | None:
     """Bytes of the node's value; of a dynamic size, at its largest (None: no
     upper bound). Never int() on a symbolic size: that pins it to the example's."""
     val = _tensor_val(node)
-    size = val.element_size()
+    size: int = val.element_size()
     for dim in val.shape:
         if isinstance(dim, int):
             size *= dim

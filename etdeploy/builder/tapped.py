@@ -36,15 +36,9 @@ from typing import Any
 
 import filelock
 
-from etdeploy.builder import (
-    BuildOptions,
-    cache_key,
-    calibration_batches,
-    calibration_unchanged,
-    parse_dynamic,
-    versions,
-)
+from etdeploy.builder import BuildOptions, cache_key, parse_dynamic, versions
 from etdeploy.builder.backends import Backend
+from etdeploy.builder.calibration import calibration_batches, calibration_unchanged
 from etdeploy.builder.manifest import manifest_path, write_json_atomic
 from etdeploy.builder.tap_plan import (
     FULL,
@@ -405,7 +399,9 @@ def _tap_steps(program: Any) -> dict[int, float]:
     steps: dict[int, float] = {}
     outputs = program.graph.output_node().args[0]
     for index, node in enumerate(outputs):
-        source = node.args[0] if node.op == "call_function" and node.args else None
+        if node.op != "call_function" or not node.args:
+            continue
+        source = node.args[0]
         if getattr(source, "target", None) == dequantize and isinstance(source.args[1], float):
             steps[index] = float(source.args[1])
     return steps

@@ -63,13 +63,13 @@ from etdeploy.farm.checks import (
     check_device_tables,
     check_model_ref,
     check_settings,
-    expect,
     parse_quant,
     strings,
 )
 from etdeploy.farm.exclude import excluded, parse_excludes
 from etdeploy.farm.sources import DeviceSource, check_source_names, parse_sources
 from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
+from etdeploy.settings import expect_type
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
@@ -255,7 +255,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
             raise UsageError(
                 f"{label}: unknown key farm.{key}", f"keys of [farm]: {', '.join(FARM_KEYS)}"
             )
-        expect(value, FARM_KEYS[key], f"farm.{key}", label)
+        expect_type(value, FARM_KEYS[key], f"farm.{key}", label)
 
     check_settings(farm, "farm.", label)
     sources = parse_sources(farm["sources"], label, path.parent) if "sources" in farm else ()
@@ -437,7 +437,7 @@ def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[st
                     f"a model entry takes model, {BUNDLE_KEY} and: {', '.join(JOB_SETTING_TYPES)}",
                 )
             kind = str if key in ("model", BUNDLE_KEY) else JOB_SETTING_TYPES[key]
-            expect(value, kind, f"{where}.{key}", label)
+            expect_type(value, kind, f"{where}.{key}", label)
         if "model" not in entry:
             raise UsageError(
                 f"{label}: {where}: model is required", 'add model = "file.py:factory"'
@@ -470,7 +470,7 @@ def _explicit_jobs(entry: Any, where: str, matrix: _Matrix) -> list[FarmJob]:
                 f"{label}: unknown key {where}.{key}",
                 f"keys of [[farm.job]]: {', '.join(_ENTRY_KEYS)}",
             )
-        expect(value, _ENTRY_KEYS[key], f"{where}.{key}", label)
+        expect_type(value, _ENTRY_KEYS[key], f"{where}.{key}", label)
     check_settings(entry, f"{where}.", label)
     if "model" not in entry:
         raise UsageError(f"{label}: {where}: model is required", 'add model = "file.py:factory"')

@@ -68,8 +68,8 @@ def xnnpack_constants(
             continue
         cidx = tv.ConstantBufferIdx()
         if 0 < cidx < n_data:
-            dtype = XNN_DTYPE_NAMES.get(tv.Datatype(), f"xnn_{tv.Datatype()}")
-            typed[cidx] = (dtype, tuple(int(tv.Dims(j)) for j in range(tv.DimsLength())))
+            name = XNN_DTYPE_NAMES.get(tv.Datatype(), f"xnn_{tv.Datatype()}")
+            typed[cidx] = (name, tuple(int(tv.Dims(j)) for j in range(tv.DimsLength())))
     found: list[DelegateConstant] = []
     # Entry 0 is reserved for non-constant values (runtime_schema.fbs).
     for ci in range(1, n_data):
@@ -77,6 +77,8 @@ def xnnpack_constants(
         raw_key = cd.NamedKey()
         key = raw_key.decode("utf-8") if raw_key else None
         size = int(cd.Size())
+        dtype: str | None
+        dims: tuple[int, ...] | None
         dtype, dims = typed.get(ci, (None, None))
         if key is not None:
             nd = named_by_key.get(key)

@@ -162,10 +162,13 @@ def layout_parts(layout: PteLayout) -> list[Part]:
     }
     for i, (off, size) in enumerate(layout.inline_delegate_spans):
         if size:
-            backend = backend_of_inline.get(i, "?")
+            inline_backend = backend_of_inline.get(i, "?")
             spans.append(
-                Part(f"delegate blob inline: {backend}", INLINE_DELEGATE, off, size, backend)
-            )
+                Part(
+                    f"delegate blob inline: {inline_backend}",
+                    INLINE_DELEGATE, off, size, inline_backend,
+                )
+            )  # fmt: skip
 
     seg_label: dict[int, tuple[str, str, str | None]] = {}
     if layout.constant_segment_index is not None:
