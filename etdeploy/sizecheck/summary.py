@@ -20,20 +20,26 @@ A bad value in the file is one UsageError (exit 2) naming the file and the key, 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from etdeploy.config import CONFIG_NAME, Config
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
 from etdeploy.sizecheck.cache import ESTIMATES
 from etdeploy.sizecheck.check import SizeReport, VerdictDocument, check_size, verdict_to_json
-from etdeploy.sizecheck.compress import BUNDLETOOL_MEM_LEVEL, GZIP_FRAMING_BYTES, PLAY_LEVEL
+from etdeploy.sizecheck.compress import (
+    ANALYZER_LEVEL,
+    BUNDLETOOL_MEM_LEVEL,
+    GZIP_FRAMING_BYTES,
+    PLAY_LEVEL,
+)
 from etdeploy.sizecheck.limits import (
     DEFAULT_DELIVERY,
     DELIVERIES,
+    DOWNLOAD,
     STORES,
     Limit,
     apply_overrides,
@@ -59,9 +65,17 @@ class Settings:
     config_path: Path | None
     estimate: str = "exact"  # exact | sample: how download sizes are measured
 
-    def check(self, paths: Sequence[Path], **options: Any) -> SizeReport:
-        """check_size of `paths` against these settings; `options` are check_size's
-        own (levels, any_file, budget_measure, digests, use_cache)."""
+    def check(
+        self,
+        paths: Sequence[Path],
+        *,
+        levels: Sequence[int] = (PLAY_LEVEL, ANALYZER_LEVEL),
+        any_file: bool = False,
+        budget_measure: str = DOWNLOAD,
+        digests: Mapping[Path, str] | None = None,
+        use_cache: bool = True,
+    ) -> SizeReport:
+        """check_size of `paths` against these settings; the keywords are check_size's."""
         return check_size(
             paths,
             store=self.store,
@@ -71,7 +85,11 @@ class Settings:
             extra_bytes=self.extra_bytes,
             limits=self.limits,
             estimate=self.estimate,
-            **options,
+            levels=levels,
+            any_file=any_file,
+            budget_measure=budget_measure,
+            digests=digests,
+            use_cache=use_cache,
         )
 
 
