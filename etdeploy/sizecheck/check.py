@@ -22,7 +22,7 @@ from typing import Any, TypedDict
 
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
-from etdeploy.pte.layout import PteLayout
+from etdeploy.pte.layout import MethodValue, PteLayout
 from etdeploy.pte.reader import read_pte
 from etdeploy.sizecheck.breakdown import Breakdown, build_breakdown, layout_parts
 from etdeploy.sizecheck.cache import measure_file
@@ -449,7 +449,7 @@ def _breakdown_json(b: Breakdown, top: int | None) -> dict[str, Any]:
 
 
 def _layout_json(layout: PteLayout) -> dict[str, Any]:
-    def value(v: Any) -> dict[str, Any]:
+    def value(v: MethodValue) -> dict[str, Any]:
         if v.tensor is None:
             return {"kind": v.kind}
         t = v.tensor
