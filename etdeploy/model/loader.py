@@ -225,6 +225,7 @@ def _find_factory(ref: ModelRef) -> Callable[[], Any]:
             ) from exc
         finally:
             sys.path.remove(str(path.parent))
+        # Our mark on the module object, which ModuleType does not declare.
         module._etdeploy_source = source_digest  # type: ignore[attr-defined]
         sys.modules[module_name] = module
     else:
