@@ -41,9 +41,11 @@ demo: setup
 
 LINTED := etdeploy tests benchmarks docs/hooks
 
+# mypy reads its settings (strict, what is not yet) from pyproject.toml's [tool.mypy].
 lint: setup
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 # The documentation site, strictly: a broken link, a missing anchor or any warning
 # fails. The reference pages are generated from this checkout's code by
@@ -55,6 +57,7 @@ docs: setup
 test: setup
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest -q -ra
 
@@ -62,4 +65,4 @@ bench: setup
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) build .pytest_cache
+	rm -rf $(VENV) build .pytest_cache .mypy_cache

@@ -241,7 +241,7 @@ def mcnemar_exact(b: int, c: int) -> float:
     m = b + c
     if m == 0:
         return 1.0
-    tail = sum(math.comb(m, i) for i in range(min(b, c) + 1)) / 2**m
+    tail = sum(math.comb(m, i) for i in range(min(b, c) + 1)) / (1 << m)
     return min(1.0, 2 * tail)
 
 

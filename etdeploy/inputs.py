@@ -376,5 +376,5 @@ def read_raw(path: Path, dtype: str, shape: Sequence[int]) -> np.ndarray:
             f"{path.name} has {have} bytes; {dtype}{list(shape)} needs {need}",
             f"a raw file must hold exactly {need} bytes: the tensor, contiguous, little-endian",
         )
-    raw = np.fromfile(path, dtype=NUMPY_DTYPES[dtype])
+    raw: np.ndarray = np.fromfile(path, dtype=NUMPY_DTYPES[dtype])
     return raw.reshape(shape)

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from etdeploy.errors import InputError
 
@@ -20,17 +20,50 @@ from etdeploy.errors import InputError
 _FRAMING = {"Method::execute", "Method::init", "Program::load_method"}
 
 
-def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> dict[str, Any]:
-    """The slowest operators and delegate calls of the profiled executions.
+class ProfiledEvent(TypedDict):
+    """One operator or delegate call over the profiled executions."""
 
-    Returns {"executions_ms": {...}, "events": [...top...], "delegate_calls": [...],
-    "operators": [...], "etrecord": bool}; each event has name, delegated, backend,
-    op_types, module, count, p50_ms, avg_ms, max_ms, share (of the median
-    execution); each operator total has name, backend, instances, p50_ms (the
-    instances' medians summed: one execution's time in that operator) and share.
-    """
+    name: str
+    delegated: bool
+    backend: str | None
+    op_types: list[str]
+    module: str | None
+    count: int
+    p50_ms: float
+    avg_ms: float
+    max_ms: float
+    share: float | None  # of the median execution
+
+
+class OperatorTotal(TypedDict):
+    """One operator kind over one execution."""
+
+    name: str
+    backend: str | None
+    instances: int
+    p50_ms: float  # the instances' medians summed: one execution's time in it
+    share: float | None
+
+
+class Executions(TypedDict):
+    count: int
+    median: float | None
+
+
+class ProfileSummary(TypedDict):
+    """What `run --profile` reports (etdeploy.report.result.Profile reads it)."""
+
+    executions_ms: Executions
+    events: list[ProfiledEvent]  # the slowest
+    delegate_calls: list[ProfiledEvent]
+    operators: list[OperatorTotal]
+    etrecord: bool
+
+
+def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> ProfileSummary:
+    """The slowest operators and delegate calls of the profiled executions."""
     blocks = _event_blocks(etdump, etrecord)
-    events: list[dict[str, Any]] = []
+    events: list[ProfiledEvent] = []
     execute_ms: list[float] = []
     for _block, block_events in blocks:
         for event in block_events:
@@ -52,6 +85,7 @@ def summarize_etdump(etdump: Path, etrecord: Path | None, *, top: int = 10) -> d
                     "p50_ms": float(perf.p50),
                     "avg_ms": float(perf.avg),
                     "max_ms": float(perf.max),
+                    "share": None,
                 }
             )
     median_execute = sorted(execute_ms)[len(execute_ms) // 2] if execute_ms else None
@@ -131,7 +165,7 @@ def handle_times(etdump: Path, etrecord: Path) -> HandleTimes:
 _INSTANCE = re.compile(r"\s+#\d+$")
 
 
-def operator_label(event: dict[str, Any]) -> str:
+def operator_label(event: ProfiledEvent) -> str:
     """What an event computes, as one name: a delegate's kernel kind (XNNPACK's
     own names), else the ATen operators the ETRecord maps it to, else the
     runtime's name for it."""
@@ -173,8 +207,8 @@ def modules_label(module: str | None) -> str:
 
 
 def operator_totals(
-    events: list[dict[str, Any]], median_execute: float | None
-) -> list[dict[str, Any]]:
+    events: list[ProfiledEvent], median_execute: float | None
+) -> list[OperatorTotal]:
     """Time per operator kind over one execution, largest first.
 
     A delegate call contains its kernels' events when the delegate reports them
@@ -182,7 +216,7 @@ def operator_totals(
     is counted twice. A delegate that reports no kernels is counted as its call.
     """
     with_kernels = {e["backend"] for e in events if e["delegated"]}
-    totals: dict[tuple[str, str | None], dict[str, Any]] = {}
+    totals: dict[tuple[str, str | None], OperatorTotal] = {}
     for event in events:
         if event["name"] == DELEGATE_CALL and event["backend"] in with_kernels:
             continue
@@ -190,7 +224,7 @@ def operator_totals(
             continue
         key = (operator_label(event), event["backend"])
         total = totals.setdefault(
-            key, {"name": key[0], "backend": key[1], "instances": 0, "p50_ms": 0.0}
+            key, {"name": key[0], "backend": key[1], "instances": 0, "p50_ms": 0.0, "share": None}
         )
         total["instances"] += 1
         total["p50_ms"] += event["p50_ms"]

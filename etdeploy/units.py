@@ -47,7 +47,7 @@ def parse_size(value: str | int | float, *, what: str = "size") -> int:
     scale = _UNITS[unit]
     # Exact decimal arithmetic: 1.5GB is 1_500_000_000, not a float's approximation.
     numerator = int(whole + frac) * scale
-    denominator = 10 ** len(frac)
+    denominator: int = 10 ** len(frac)
     if numerator % denominator:
         raise UsageError(f"{what}: {value!r} is not a whole number of bytes")
     return numerator // denominator

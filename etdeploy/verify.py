@@ -181,8 +181,12 @@ def measure(
 
 def top1_agreement(metrics: Sequence[OutputMetrics], names: set[str] | None = None) -> float | None:
     """The share of classifier rows (each sample's batch) whose argmax agrees."""
-    rows = [m for m in metrics if m.top1_agree is not None and (names is None or m.name in names)]
-    return sum(m.top1_agree for m in rows) / len(rows) if rows else None
+    agreed = [
+        m.top1_agree
+        for m in metrics
+        if m.top1_agree is not None and (names is None or m.name in names)
+    ]
+    return sum(agreed) / len(agreed) if agreed else None
 
 
 def verify(
@@ -282,7 +286,7 @@ def judge_stage(
         steps if comparison.rule == "steps" else (),
     )
     if isinstance(found, str) or not found:
-        reason = found or "no outputs to compare"
+        reason = found if isinstance(found, str) and found else "no outputs to compare"
         return BudgetStage(
             comparison.stage, comparison.measured, comparison.rule, "-", False, reason,
             math.inf, -math.inf, math.nan,

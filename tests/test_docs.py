@@ -22,7 +22,7 @@ from etdeploy.devices import registry
 from etdeploy.devices.simulator import SIMULATOR_SETTING_TYPES
 from etdeploy.devices.ssh.connection import SSH_SETTING_TYPES, SshSettings
 from etdeploy.errors import UsageError
-from etdeploy.farm import spec
+from etdeploy.farm import exclude, spec
 from etdeploy.sizecheck import limits
 
 REPO = Path(__file__).resolve().parent.parent
@@ -209,7 +209,7 @@ def test_farm_reference_lists_every_key_the_spec_parser_takes(tmp_path: Path) ->
     assert job == set(spec.JOB_SETTING_TYPES)
     assert keys_in(section(page, "[farm]")) | job == set(spec.FARM_KEYS)
     assert keys_in(section(page, "[[farm.job]]")) | job == set(spec._ENTRY_KEYS)
-    assert keys_in(section(page, "[[farm.exclude]]")) == set(spec._EXCLUDE_KEYS)
+    assert keys_in(section(page, "[[farm.exclude]]")) == set(exclude.EXCLUDE_KEYS)
     # What the parser itself says [farm] takes, when given a key it does not.
     with pytest.raises(UsageError) as refused:
         spec.parse_farm_spec({"farm": {"bogus": 1}}, tmp_path / "farm.toml")

@@ -17,7 +17,7 @@ from config_page import setting_type
 from pagetext import code, docstring, field_notes, source_path, table, toml_value, type_name
 
 from etdeploy import settings
-from etdeploy.farm import spec
+from etdeploy.farm import exclude, spec
 from etdeploy.farm.sources import stf
 
 HEADER = ["key", "type", "default", "what the code says of it"]
@@ -96,7 +96,7 @@ def render() -> str:
         "## [[farm.exclude]]\n",
         "A cell of the matrix is left out when it matches every key of a rule; a value is a "
         "name or a list of names.\n",
-        table(["key"], ([code(k)] for k in spec._EXCLUDE_KEYS)),
+        table(["key"], ([code(k)] for k in exclude.EXCLUDE_KEYS)),
         "## [farm.sources.stf]\n",
         f"From {source_path(stf)}. " + " ".join(docstring(stf.StfSource).split()) + "\n",
         table(HEADER, _rows(stf._SOURCE_KEYS, stf.StfSource, stf.StfFilter)),

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import filelock
 
@@ -28,6 +28,7 @@ from etdeploy.builder.artifact import (
     export_artifact,
     write_error,
 )
+from etdeploy.builder.backends import Backend
 from etdeploy.builder.calibration import (
     calibration_batches,
     calibration_digest,
@@ -51,8 +52,15 @@ from etdeploy.builder.options import (
 )
 from etdeploy.errors import UsageError
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
+from etdeploy.model.spec import ModelSpec
 from etdeploy.paths import cache_dir
 from etdeploy.quarantine import noticed_damage
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+    from etdeploy.builder.lower import Lowered
+    from etdeploy.builder.quantize import QuantizationStep
 
 __all__ = [
     "EXTERNAL_WEIGHT_BACKENDS",
@@ -205,19 +213,20 @@ def build(
         import torch  # noqa: F401
 
         with captured_library_output() as captured:
-            manifest, buffer, etrecord, quantized, warnings, external = _build_uncached(
-                ref, fingerprint, options, backend, dynamic, say, check_inputs
-            )
+            built = _build_uncached(ref, fingerprint, options, backend, dynamic, say, check_inputs)
+        manifest = built.manifest
         manifest["cache_key"] = key
         # What the entry's other files hold, so a cache hit can check them too.
-        if etrecord is not None:
-            manifest["etrecord_sha256"] = hashlib.sha256(etrecord).hexdigest()
-        if quantized is not None:
-            manifest["quantization"]["reference_sha256"] = hashlib.sha256(quantized).hexdigest()
+        if built.etrecord is not None:
+            manifest["etrecord_sha256"] = hashlib.sha256(built.etrecord).hexdigest()
+        if built.quantized is not None:
+            manifest["quantization"]["reference_sha256"] = hashlib.sha256(
+                built.quantized
+            ).hexdigest()
         say("saving the program to the build cache")
-        _store(entry, pte, manifest, buffer, etrecord, quantized, external)
+        _store(entry, pte, built)
     seconds = time.perf_counter() - started
-    return BuildResult(pte, manifest, False, seconds, [*damage, *warnings], captured.text)
+    return BuildResult(pte, manifest, False, seconds, [*damage, *built.warnings], captured.text)
 
 
 def _verified_entry(entry: Path, pte: Path, ref: ModelRef) -> dict[str, Any] | None:
@@ -274,26 +283,19 @@ def _cached_pte(ref: ModelRef, key: str) -> Path:
     return cache_dir("builds") / key[:32] / f"{ref.name}.pte"
 
 
-def _store(
-    entry: Path,
-    pte: Path,
-    manifest: dict[str, Any],
-    buffer: bytes,
-    etrecord: bytes | None,
-    quantized: bytes | None,
-    external: bytes | None = None,
-) -> None:
+def _store(entry: Path, pte: Path, built: _Built) -> None:
     """The build's files into its cache entry, whole or not at all."""
+    manifest = built.manifest
     tmp: Path | None = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
-        (tmp / pte.name).write_bytes(buffer)
-        if external is not None:
-            (tmp / manifest["data"]["name"]).write_bytes(external)
-        if etrecord is not None:
-            (tmp / manifest["etrecord"]).write_bytes(etrecord)
-        if quantized is not None:
-            quantized_program_path(tmp / pte.name).write_bytes(quantized)
+        (tmp / pte.name).write_bytes(built.program)
+        if built.external is not None:
+            (tmp / manifest["data"]["name"]).write_bytes(built.external)
+        if built.etrecord is not None:
+            (tmp / manifest["etrecord"]).write_bytes(built.etrecord)
+        if built.quantized is not None:
+            quantized_program_path(tmp / pte.name).write_bytes(built.quantized)
         write_json_atomic(manifest_path(tmp / pte.name), manifest)
         if entry.is_symlink():
             entry.unlink()
@@ -312,18 +314,30 @@ def _store(
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class _Built:
+    """An uncached build's files and what it says of them."""
+
+    manifest: dict[str, Any]
+    program: bytes
+    etrecord: bytes | None
+    # For a quantized build, the converted ExportedProgram (torch.export.save bytes).
+    quantized: bytes | None
+    warnings: list[str]
+    # With external weights, the program's data file (.ptd).
+    external: bytes | None
+
+
 def _build_uncached(
     ref: ModelRef,
     fingerprint: str,
     options: BuildOptions,
-    backend: Any,
+    backend: Backend,
     dynamic: dict[str, dict[int, tuple[int, int]]],
     say: StatusCallback,
     check_inputs: InputsCheck | None = None,
-) -> tuple[dict[str, Any], bytes, bytes | None, bytes | None, list[str], bytes | None]:
-    """The manifest, the program, its ETRecord, for a quantized build the converted
-    ExportedProgram (torch.export.save bytes), the warnings, and with external weights
-    the program's data file (.ptd)."""
+) -> _Built:
+    """Load, export, (quantize) and lower the model; the manifest records it all."""
     from etdeploy.builder.export import export_model
     from etdeploy.builder.lower import lower
 
@@ -334,8 +348,6 @@ def _build_uncached(
     check_kinds(spec.output_kinds, spec.output_names or [], f"{ref.text}: ModelSpec.output_kinds")
     if dynamic:
         spec.dynamic = dynamic
-    # The factory's own dynamic dims (ModelSpec.dynamic) are recorded like --dynamic's.
-    dynamic = spec.dynamic
     if check_inputs is not None:
         check_inputs(example_metas(spec))
     # The calibration set is checked before the export: a missing one is said
@@ -343,40 +355,89 @@ def _build_uncached(
     calibration = calibration_batches(spec, options) if options.quantize else None
     say("exporting with torch.export")
     exported = export_model(spec, ref.source_files)
-    calibration_record: dict[str, Any] | None = None
-    quantized: bytes | None = None
-    output_steps: list[dict[str, Any] | None] = []
     warnings: list[str] = []
+    quantization = _Quantization(exported, None, [], None)
     if options.quantize and calibration is not None:
-        from etdeploy.builder.quantize import output_quantization, quantize, saved
-
-        batches, calibration_record = calibration
-        say(
-            f"quantizing to {options.quantize}"
-            + (f", calibrating on {len(batches)} sample(s)" if options.quantize == "int8" else "")
-        )
-        exported = quantize(exported, options.quantize, batches)
-        quantized = saved(exported)
-        output_steps = output_quantization(exported)
-        note = calibration_warning(calibration_record)
+        quantization = _quantize(exported, options.quantize, calibration, say)
+        note = calibration_warning(quantization.calibration)
         if note:
             warnings.append(note)
-    lowered = lower(exported, backend, say, ref.name if options.external_weights else None)
+    lowered = lower(
+        quantization.exported, backend, say, ref.name if options.external_weights else None
+    )
     warning = lowered.delegation.low_share_warning(backend)
     if warning:
         warnings.append(warning)
+    # The factory's own dynamic dims (ModelSpec.dynamic) are recorded like --dynamic's.
+    _name_method_values(lowered.methods, spec, quantization.output_steps)
+    manifest = _manifest(ref, fingerprint, options, spec, backend, lowered, quantization)
+    manifest["warnings"] = warnings
+    if lowered.data is None and options.external_weights:
+        warnings.append("--external-weights: the model has no weights to write to a .ptd")
+    return _Built(
+        manifest, lowered.buffer, lowered.etrecord, quantization.saved, warnings, lowered.data
+    )
+
+
+@dataclass(frozen=True)
+class _Quantization:
+    """The program after quantization (the exported one when not quantized)."""
+
+    exported: ExportedProgram
+    # Its torch.export.save bytes: the quantized eager reference.
+    saved: bytes | None
+    # Each output's quantization steps (None for a float output).
+    output_steps: list[QuantizationStep | None]
+    # How it was calibrated (etdeploy.builder.calibration).
+    calibration: dict[str, Any] | None
+
+
+def _quantize(
+    exported: ExportedProgram,
+    mode: str,
+    calibration: tuple[list[tuple[Any, ...]], dict[str, Any]],
+    say: StatusCallback,
+) -> _Quantization:
+    from etdeploy.builder.quantize import output_quantization, quantize, saved
+
+    batches, record = calibration
+    say(
+        f"quantizing to {mode}"
+        + (f", calibrating on {len(batches)} sample(s)" if mode == "int8" else "")
+    )
+    quantized = quantize(exported, mode, batches)
+    return _Quantization(quantized, saved(quantized), output_quantization(quantized), record)
+
+
+def _name_method_values(
+    methods: list[dict[str, Any]], spec: ModelSpec, output_steps: list[QuantizationStep | None]
+) -> None:
+    """Each method's inputs and outputs get the model's names, inputs their dynamic
+    dims and outputs their quantization steps."""
     names = list(spec.input_names or [])
-    for method in lowered.methods:
+    out_names = spec.output_names or []
+    for method in methods:
         for i, meta in enumerate(method["inputs"]):
             meta["name"] = names[i] if i < len(names) else f"input_{i}"
-            dims = dynamic.get(meta["name"], {})
+            dims = spec.dynamic.get(meta["name"], {})
             meta["dynamic"] = {str(d): list(r) for d, r in dims.items()}
-        out_names = spec.output_names or []
         for i, meta in enumerate(method["outputs"]):
             meta["name"] = out_names[i] if i < len(out_names) else f"output_{i}"
             if i < len(output_steps) and output_steps[i] is not None:
                 meta["quantization"] = output_steps[i]
-    manifest = {
+
+
+def _manifest(
+    ref: ModelRef,
+    fingerprint: str,
+    options: BuildOptions,
+    spec: ModelSpec,
+    backend: Backend,
+    lowered: Lowered,
+    quantization: _Quantization,
+) -> dict[str, Any]:
+    """The build's record (.pte.json), written beside the program."""
+    manifest: dict[str, Any] = {
         "schema": SCHEMA,
         "model": {
             "ref": ref.text,
@@ -391,14 +452,16 @@ def _build_uncached(
         "delegates": lowered.delegates,
         "quantization": {
             "mode": options.quantize,
-            "calibration": calibration_record,
+            "calibration": quantization.calibration,
             "reference": quantized_program_path(Path(f"{ref.name}.pte")).name,
         }
         if options.quantize
         else None,
         # Declared by the factory (ModelSpec.output_kinds): how each output is judged.
         "output_kinds": dict(spec.output_kinds),
-        "dynamic": {n: {str(d): list(r) for d, r in dims.items()} for n, dims in dynamic.items()},
+        "dynamic": {
+            n: {str(d): list(r) for d, r in dims.items()} for n, dims in spec.dynamic.items()
+        },
         "methods": lowered.methods,
         "delegation": lowered.delegation.to_json(),
         "samples": [str(p) for p in spec.samples],
@@ -409,7 +472,7 @@ def _build_uncached(
         "size_bytes": len(lowered.buffer),
         "sha256": hashlib.sha256(lowered.buffer).hexdigest(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "warnings": warnings,
+        "warnings": [],
     }
     if lowered.data is not None:
         # The weights, written beside the .pte: what a run pushes and passes as --data_path.
@@ -418,8 +481,6 @@ def _build_uncached(
             "size_bytes": len(lowered.data),
             "sha256": hashlib.sha256(lowered.data).hexdigest(),
         }
-    elif options.external_weights:
-        warnings.append("--external-weights: the model has no weights to write to a .ptd")
     if lowered.etrecord is not None:
         manifest["etrecord"] = f"{ref.name}.etrecord"
-    return manifest, lowered.buffer, lowered.etrecord, quantized, warnings, lowered.data
+    return manifest

@@ -10,6 +10,7 @@ from typing import Any
 
 from etdeploy.builder.options import BuildOptions
 from etdeploy.errors import EtdeployError, InputError
+from etdeploy.model.spec import ModelSpec
 
 
 def calibration_digest(paths: tuple[str, ...]) -> str:
@@ -42,7 +43,7 @@ def calibration_unchanged(manifest: dict[str, Any]) -> bool:
     if "digest" not in calibration:
         return True
     try:
-        return calibration_digest(tuple(calibration["sources"])) == calibration["digest"]
+        return bool(calibration_digest(tuple(calibration["sources"])) == calibration["digest"])
     except EtdeployError:  # a source that is gone now
         return False
 
@@ -55,7 +56,7 @@ def no_calibration_error() -> InputError:
     )
 
 
-def example_metas(spec: Any) -> list[dict[str, Any]]:
+def example_metas(spec: ModelSpec) -> list[dict[str, Any]]:
     """What the model's example inputs say of each input (name, dtype, shape) and
     the dims its build makes dynamic ({dim: [min, max]}), in the form etdeploy.inputs
     reads: what samples are checked against before anything is exported."""
@@ -72,7 +73,7 @@ def example_metas(spec: Any) -> list[dict[str, Any]]:
 
 
 def calibration_batches(
-    spec: Any, options: BuildOptions
+    spec: ModelSpec, options: BuildOptions
 ) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
     import torch
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from etdeploy.builder.lower import _scalar_name
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import MethodValue, read_pte
+from etdeploy.pte.layout import MethodValue
+from etdeploy.pte.reader import read_pte
 
 
 def _value(v: MethodValue) -> str:

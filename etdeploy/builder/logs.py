@@ -80,8 +80,10 @@ class _Handler(logging.Handler):
 def _library_loggers() -> list[logging.Logger]:
     found = [logging.getLogger()]
     for name, logger in list(logging.Logger.manager.loggerDict.items()):
-        library = isinstance(logger, logging.Logger) and name.split(".")[0] in _LIBRARIES
-        if library and (logger.handlers or not logger.propagate):
+        # A PlaceHolder stands for a logger not made yet, a parent of made ones: none to hold.
+        if not isinstance(logger, logging.Logger) or name.split(".")[0] not in _LIBRARIES:
+            continue
+        if logger.handlers or not logger.propagate:
             found.append(logger)
     return found
 

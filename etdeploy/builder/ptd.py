@@ -22,7 +22,8 @@ import struct
 from pathlib import Path
 
 from etdeploy.errors import InputError
-from etdeploy.pte.reader import PteLayout, check_readable_file
+from etdeploy.files import check_readable_file
+from etdeploy.pte.layout import PteLayout
 
 FILE_IDENTIFIER = b"FT01"
 # Field slots in a table's vtable: 4 + 2 * field id.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from etdeploy.errors import InputError
 
@@ -68,7 +68,17 @@ def _dynamic_shapes_of(exported: Any) -> Any:
     return tuple(shapes) if any_dynamic else None
 
 
-def output_quantization(exported: Any) -> list[dict[str, Any] | None]:
+class QuantizationStep(TypedDict):
+    """An output's quantization grid, as a build's manifest records it."""
+
+    scale: float  # the step: a correct int8 kernel lands on the same grid point or the next
+    zero_point: int
+    qmin: int
+    qmax: int
+    dtype: str  # int8, uint8
+
+
+def output_quantization(exported: Any) -> list[QuantizationStep | None]:
     """Per output of the converted program, its quantization when the graph ends in
     a per-tensor dequantize (the output is a grid of `scale` steps), else None.
 
@@ -78,15 +88,21 @@ def output_quantization(exported: Any) -> list[dict[str, Any] | None]:
     import torch
 
     (output,) = [n for n in exported.graph.nodes if n.op == "output"]
-    found: list[dict[str, Any] | None] = []
+    found: list[QuantizationStep | None] = []
     dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
     for node in output.args[0]:
         if isinstance(node, torch.fx.Node) and node.target == dequantize:
+            # dequantize_per_tensor.default(input, scale, zero_point, quant_min, quant_max,
+            # dtype): scalars in the graph (the .tensor overload takes tensors).
             scale, zero_point, qmin, qmax, dtype = node.args[1:6]
-            if isinstance(scale, float):
+            if (
+                isinstance(scale, float)
+                and isinstance(zero_point, int)
+                and isinstance(qmin, int)
+                and isinstance(qmax, int)
+            ):
                 found.append({
-                    "scale": scale, "zero_point": int(zero_point),
-                    "qmin": int(qmin), "qmax": int(qmax),
+                    "scale": scale, "zero_point": zero_point, "qmin": qmin, "qmax": qmax,
                     "dtype": str(dtype).removeprefix("torch."),
                 })  # fmt: skip
                 continue

@@ -168,7 +168,7 @@ def value_bytes(node: Any, ranges: Mapping[Any, Any]) -> int | None:
     """Bytes of the node's value; of a dynamic size, at its largest (None: no
     upper bound). Never int() on a symbolic size: that pins it to the example's."""
     val = _tensor_val(node)
-    size = val.element_size()
+    size: int = val.element_size()
     for dim in val.shape:
         if isinstance(dim, int):
             size *= dim
@@ -271,3 +271,9 @@ def value_key(node: Any) -> Any:
         if _is_dequantize(inner) and tuple(str(a) for a in inner.args[1:6]) == grid:
             return value_key(inner)
     return ("dequantized", quantized, grid)
+
+
+def short_op(target: str) -> str:
+    # aten.layer_norm.default -> layer_norm
+    parts = target.split(".")
+    return parts[1] if len(parts) >= 3 else target

@@ -23,28 +23,22 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import operator
 import os
 import re
 import shutil
 import tempfile
 import time
 import warnings as warnings_module
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import filelock
 
-from etdeploy.builder import (
-    BuildOptions,
-    cache_key,
-    calibration_batches,
-    calibration_unchanged,
-    parse_dynamic,
-    versions,
-)
+from etdeploy.builder import BuildOptions, cache_key, parse_dynamic, versions
+from etdeploy.builder.backends import Backend
+from etdeploy.builder.calibration import calibration_batches, calibration_unchanged
 from etdeploy.builder.manifest import manifest_path, write_json_atomic
 from etdeploy.builder.tap_plan import (
     FULL,
@@ -54,11 +48,19 @@ from etdeploy.builder.tap_plan import (
     int_dims,
     named,
     select_nodes,
+    short_op,
     tapped_inputs,
     value_bytes,
 )
+from etdeploy.builder.tapped_lower import (
+    VIEW_LEFT_OUT,
+    CannotHandOut,
+    LoweredTaps,
+    is_view,
+    lower_tapped,
+)
 from etdeploy.errors import ModelError
-from etdeploy.model.loader import parse_model_ref
+from etdeploy.model.loader import ModelRef, parse_model_ref
 from etdeploy.paths import cache_dir
 
 SCHEMA = "etdeploy.tapped/1"
@@ -156,19 +158,18 @@ def build_tapped(model: str, options: BuildOptions, plan: TapPlan) -> TappedBuil
             # torch.export and the lowering emit deprecation chatter on every call.
             warnings_module.simplefilter("ignore")
             try:
-                manifest, buffer, reference = _build_uncached(ref, options, backend, plan)
-            except _CannotHandOut as refused:
+                built = _build_uncached(ref, options, backend, plan)
+            except CannotHandOut as refused:
                 # Tapped again without the views: they only rearrange a value
                 # (no rounding of their own), and a delegate computes them inside.
-                manifest, buffer, reference = _build_uncached(
-                    ref, options, backend, plan, leave_out=refused.views
-                )
+                built = _build_uncached(ref, options, backend, plan, leave_out=refused.views)
+        manifest = built.manifest
         manifest["cache_key"] = key
         manifest["base_cache_key"] = base
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
         try:
-            (tmp / pte.name).write_bytes(buffer)
-            tapped_reference_path(tmp / pte.name).write_bytes(reference)
+            (tmp / pte.name).write_bytes(built.program)
+            tapped_reference_path(tmp / pte.name).write_bytes(built.reference)
             write_json_atomic(manifest_path(tmp / pte.name), manifest)
             if entry.exists():
                 shutil.rmtree(entry)
@@ -189,15 +190,63 @@ def _read_tapped_manifest(pte: Path) -> dict[str, Any] | None:
     return data if data.get("schema") == SCHEMA else None
 
 
+@dataclass(frozen=True)
+class _TappedFiles:
+    """An uncached tapped build: its manifest, the program, and the tapped
+    ExportedProgram's bytes (torch.export.save), the eager reference of every tap."""
+
+    manifest: dict[str, Any]
+    program: bytes
+    reference: bytes
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """The nodes to tap, each with its reducer, and those left untapped and why."""
+
+    chosen: list[Any]  # torch.fx.Node
+    # Values carried into --localize-module's module (tap_plan.select_nodes).
+    context: set[str]
+    ranges: dict[Any, Any]  # the program's range constraints, by symbol
+    reducers: dict[str, str | None]
+    untapped: dict[str, str]
+    # Views tapped: what to leave out when the delegate refuses to hand them out.
+    views: dict[str, str]
+
+
+def _select(exported: Any, plan: TapPlan, leave_out: Mapping[str, str] | None) -> _Selection:
+    chosen, context = select_nodes(exported, plan)
+    ranges = dict(exported.range_constraints)
+    reducers = assign_reducers(chosen, plan.budget_bytes, ranges)
+    untapped = {
+        n.name: "of dynamic size, over --localize-budget"
+        for n in chosen
+        if reducers[n.name] is None
+    }
+    untapped.update(
+        {n.name: (leave_out or {})[n.name] for n in chosen if n.name in (leave_out or {})}
+    )
+    for name in untapped:
+        reducers[name] = None
+    views = {n.name: VIEW_LEFT_OUT for n in chosen if n.name not in untapped and is_view(n)}
+    chosen = [n for n in chosen if n.name not in untapped]
+    if not chosen:
+        raise ModelError(
+            "every value to tap is of dynamic size and over --localize-budget",
+            "raise --localize-budget, or narrow the taps with --localize-module",
+        )
+    return _Selection(chosen, context, ranges, reducers, untapped, views)
+
+
 def _build_uncached(
-    ref: Any,
+    ref: ModelRef,
     options: BuildOptions,
-    backend: Any,
+    backend: Backend,
     plan: TapPlan,
     leave_out: Mapping[str, str] | None = None,
-) -> tuple[dict[str, Any], bytes, bytes]:
-    """The manifest, the tapped program, and the tapped ExportedProgram's bytes;
-    `leave_out` names values not to tap, with the reason."""
+) -> _TappedFiles:
+    """The tapped program and its record; `leave_out` names values not to tap, with
+    the reason."""
     from executorch.devtools.intermediate_output_tap import (
         FULL_TENSOR,
         tap_intermediate_outputs_,
@@ -214,34 +263,14 @@ def _build_uncached(
         spec.dynamic = parse_dynamic(options.dynamic)
     exported = export_model(spec, ref.source_files)
     model_outputs = len(exported.graph.output_node().args[0])
-    chosen, context = select_nodes(exported, plan)
-    ranges = dict(exported.range_constraints)
-    reducers = assign_reducers(chosen, plan.budget_bytes, ranges)
-    untapped = {
-        n.name: "of dynamic size, over --localize-budget"
-        for n in chosen
-        if reducers[n.name] is None
-    }
-    untapped.update(
-        {n.name: (leave_out or {})[n.name] for n in chosen if n.name in (leave_out or {})}
-    )
-    for name in untapped:
-        reducers[name] = None
-    views = {n.name: _VIEW_LEFT_OUT for n in chosen if n.name not in untapped and _is_view(n)}
-    chosen = [n for n in chosen if n.name not in untapped]
-    if not chosen:
-        raise ModelError(
-            "every value to tap is of dynamic size and over --localize-budget",
-            "raise --localize-budget, or narrow the taps with --localize-module",
-        )
-    inputs = tapped_inputs(exported, {n.name for n in chosen})
-    full = {name for name, reducer in reducers.items() if reducer == FULL}
-    stats = {name for name, reducer in reducers.items() if reducer == STATS}
+    selection = _select(exported, plan, leave_out)
+    inputs = tapped_inputs(exported, {n.name for n in selection.chosen})
+    full = {name for name, reducer in selection.reducers.items() if reducer == FULL}
+    stats = {name for name, reducer in selection.reducers.items() if reducer == STATS}
     _, specs = tap_intermediate_outputs_(
         exported,
         [(named(full), FULL_TENSOR), (named(stats), STATS_REDUCER)],
     )
-    meta = {n.name: n for n in chosen}
     calibration: dict[str, Any] | None = None
     steps: dict[int, float] = {}
     if options.quantize:
@@ -254,45 +283,20 @@ def _build_uncached(
         _give_taps_values(exported)
         program = exported
     reference = _saved(program)
-    buffer, method, partitions, delegation, merged = _lower(program, backend, views)
-    same_as = {s.output_index: s.node_name for s in specs}
+    lowered = lower_tapped(program, backend, selection.views)
+    method = lowered.method
     out_names = list(spec.output_names or [])
     for i, value in enumerate(method["outputs"]):
         value["name"] = out_names[i] if i < min(len(out_names), model_outputs) else f"output_{i}"
     in_names = list(spec.input_names or [])
     for i, value in enumerate(method["inputs"]):
         value["name"] = in_names[i] if i < len(in_names) else f"input_{i}"
-    taps = []
-    for tap in specs:
-        node = meta[tap.node_name]
-        val = node.meta["val"]
-        partition, delegate, kernel = partitions[tap.output_index]
-        source, code = user_source(tap.stack_trace, ref.source_files)
-        method["outputs"][tap.output_index]["name"] = f"tap:{tap.node_name}"
-        taps.append(
-            TapInfo(
-                node=tap.node_name,
-                op=_short_op(tap.op_target),
-                target=tap.op_target,
-                output_index=tap.output_index,
-                reducer=FULL if tap.reducer_name == FULL_TENSOR.name else STATS,
-                fields=tuple(tap.fields),
-                shape=tuple(int_dims(val.shape)),
-                dtype=str(val.dtype).removeprefix("torch."),
-                nbytes=value_bytes(node, ranges) or 0,
-                inputs=inputs[tap.node_name],
-                partition=partition,
-                delegate=delegate,
-                kernel=kernel,
-                module=tap.module_path or None,
-                module_class=tap.module_class,
-                source=source,
-                code=code,
-                step=steps.get(tap.output_index),
-                context=tap.node_name in context,
-                same_as=same_as[merged[tap.output_index]] if tap.output_index in merged else None,
-            )
-        )
+    taps = _tap_infos(
+        specs, selection, lowered, steps=steps, inputs=inputs, source_files=ref.source_files,
+        full_reducer=FULL_TENSOR.name,
+    )  # fmt: skip
+    for tap in taps:
+        method["outputs"][tap.output_index]["name"] = f"tap:{tap.node}"
     manifest = {
         "schema": SCHEMA,
         "model": {"ref": ref.text, "kind": ref.kind, "name": spec.name,
@@ -307,16 +311,64 @@ def _build_uncached(
         "taps": [asdict(t) for t in taps],
         # Left untapped, and why: dynamic-size values over the budget (see
         # assign_reducers), views a delegate would not hand out.
-        "untapped": list(untapped),
-        "why_untapped": untapped,
+        "untapped": list(selection.untapped),
+        "why_untapped": selection.untapped,
         "methods": [method],
-        "delegation": delegation,
+        "delegation": lowered.delegation,
         "reference": tapped_reference_path(Path(f"{ref.name}.tapped.pte")).name,
-        "size_bytes": len(buffer),
-        "sha256": hashlib.sha256(buffer).hexdigest(),
+        "size_bytes": len(lowered.program),
+        "sha256": hashlib.sha256(lowered.program).hexdigest(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }  # fmt: skip
-    return manifest, buffer, reference
+    return _TappedFiles(manifest, lowered.program, reference)
+
+
+def _tap_infos(
+    specs: Sequence[Any],
+    selection: _Selection,
+    lowered: LoweredTaps,
+    *,
+    steps: Mapping[int, float],
+    inputs: Mapping[str, tuple[str, ...]],
+    source_files: Sequence[Path],
+    full_reducer: str,
+) -> list[TapInfo]:
+    """Each tap (the tap pass's TapSpecs) as the manifest records it: its node, where its
+    value was computed (partition, delegate or CPU kernel) and the source line."""
+    meta = {n.name: n for n in selection.chosen}
+    same_as = {s.output_index: s.node_name for s in specs}
+    merged = lowered.merged
+    taps = []
+    for tap in specs:
+        node = meta[tap.node_name]
+        val = node.meta["val"]
+        partition, delegate, kernel = lowered.partitions[tap.output_index]
+        source, code = user_source(tap.stack_trace, source_files)
+        taps.append(
+            TapInfo(
+                node=tap.node_name,
+                op=short_op(tap.op_target),
+                target=tap.op_target,
+                output_index=tap.output_index,
+                reducer=FULL if tap.reducer_name == full_reducer else STATS,
+                fields=tuple(tap.fields),
+                shape=tuple(int_dims(val.shape)),
+                dtype=str(val.dtype).removeprefix("torch."),
+                nbytes=value_bytes(node, selection.ranges) or 0,
+                inputs=inputs[tap.node_name],
+                partition=partition,
+                delegate=delegate,
+                kernel=kernel,
+                module=tap.module_path or None,
+                module_class=tap.module_class,
+                source=source,
+                code=code,
+                step=steps.get(tap.output_index),
+                context=tap.node_name in selection.context,
+                same_as=same_as[merged[tap.output_index]] if tap.output_index in merged else None,
+            )
+        )
+    return taps
 
 
 # -- taps through quantization and lowering -------------------------------------------------
@@ -347,7 +399,9 @@ def _tap_steps(program: Any) -> dict[int, float]:
     steps: dict[int, float] = {}
     outputs = program.graph.output_node().args[0]
     for index, node in enumerate(outputs):
-        source = node.args[0] if node.op == "call_function" and node.args else None
+        if node.op != "call_function" or not node.args:
+            continue
+        source = node.args[0]
         if getattr(source, "target", None) == dequantize and isinstance(source.args[1], float):
             steps[index] = float(source.args[1])
     return steps
@@ -359,163 +413,6 @@ def _saved(program: Any) -> bytes:
     buffer = io.BytesIO()
     torch.export.save(program, buffer)
     return buffer.getvalue()
-
-
-# Delegate ids as a user knows them.
-_BACKEND_NAMES = {"XnnpackBackend": "XNNPACK", "CoreMLBackend": "CoreML", "VulkanBackend": "Vulkan"}
-# Ops that only move a value between a delegate and the rest: look through them.
-_PASS_THROUGH = ("quantize_per_tensor", "dequantize_per_tensor", "getitem")
-
-
-class _CannotHandOut(ModelError):
-    """The delegate refused to hand a tapped value out (XNNPACK: an output that
-    is also an input of its partition); `views` are the tapped views to leave out."""
-
-    def __init__(self, error: ModelError, views: Mapping[str, str]) -> None:
-        super().__init__(error.message, error.hint, log=error.log)
-        self.views = dict(views)
-
-
-_VIEW_LEFT_OUT = (
-    "a view (it only rearranges its input's value) the delegate would not hand out; "
-    "its value is its input's, which is judged"
-)
-_VIEWS = (
-    "view", "reshape", "_unsafe_view", "permute", "transpose", "t", "squeeze", "unsqueeze",
-    "expand", "slice", "select", "flatten", "unflatten", "split", "split_with_sizes",
-    "chunk", "unbind", "narrow", "movedim", "contiguous", "clone", "dropout", "alias",
-)  # fmt: skip
-
-
-def _is_view(node: Any) -> bool:
-    return _short_op(str(node.target)) in _VIEWS
-
-
-def _lower(
-    program: Any, backend: Any, views: Mapping[str, str]
-) -> tuple[
-    bytes,
-    dict[str, Any],
-    dict[int, tuple[str, int | None, str | None]],
-    dict[str, Any],
-    dict[int, int],
-]:
-    """Lower with the build's partitioner, read where each tap's value was
-    computed, strip the taps, serialise. Also returns the taps merged into
-    another carrying the same value (output index -> the kept tap's)."""
-    from executorch.devtools.intermediate_output_tap import strip_taps_
-    from executorch.exir import to_edge_transform_and_lower
-
-    from etdeploy.builder.lower import _method_info, count_delegation
-
-    merged: dict[int, int] = {}
-    try:
-        edge = to_edge_transform_and_lower(
-            program,
-            transform_passes=[_one_tap_per_value(merged)],
-            partitioner=backend.partitioners(),
-        )
-        graph_module = edge.exported_program().graph_module
-        partitions = _partitions(graph_module)
-        delegation = count_delegation(graph_module)
-        strip_taps_(edge)
-        lowered = edge.to_executorch()
-    except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        error = ModelError(
-            f"lowering the tapped program to {backend.name} failed: {type(exc).__name__}: {first[:200]}",
-            "localise with coarser taps (--localize-module), or report it: the untapped "
-            "program lowers",
-            log=str(exc),
-        )
-        # XNNPACK's preprocess (xnnpack_preprocess.py, generate_node_to_external_map,
-        # executorch 1.5.1, read 2026-12-04) refuses a partition output that is also
-        # one of its inputs: a tapped view it computes as a pass-through.
-        if "already in the inputs" in first and views:
-            raise _CannotHandOut(error, views) from exc
-        raise error from exc
-    plan = lowered.executorch_program.execution_plan
-    return (
-        bytes(lowered.buffer), _method_info(plan[0]), partitions, delegation.to_json(), merged
-    )  # fmt: skip
-
-
-def _one_tap_per_value(merged: dict[int, int]) -> Callable[[Any], Any]:
-    """An edge pass before partitioning: every tap reads the node that computed
-    its value (not a copy of it), and of taps reading the same value (an
-    eval-mode dropout's and its input's, two dequantized copies of a quantized
-    value) only the first stays: a delegate hands each of its outputs out once
-    (XNNPACK raises on one listed twice). The others' outputs become the kept
-    tap's; `merged` records output index -> the kept tap's output index."""
-    from executorch.devtools.intermediate_output_tap import find_tap_nodes
-    from torch.fx.passes.infra.pass_base import PassResult
-
-    from etdeploy.builder.tap_plan import through_copies, value_key
-
-    def one_tap_per_value(graph_module: Any) -> Any:
-        outputs = list(graph_module.graph.output_node().args[0])
-        position = {node: i for i, node in enumerate(outputs)}
-        kept: dict[Any, Any] = {}
-        changed = False
-        for tap in find_tap_nodes(graph_module):
-            computed = through_copies(tap.args[0])
-            if computed is not tap.args[0]:
-                tap.replace_input_with(tap.args[0], computed)
-                changed = True
-            key = (value_key(computed), str(tap.args[1]))
-            if key not in kept:
-                kept[key] = tap
-                continue
-            merged[position[tap]] = position[kept[key]]
-            tap.replace_all_uses_with(kept[key])
-            graph_module.graph.erase_node(tap)
-            changed = True
-        if changed:
-            # A merged tap's dequantized copy, now unread, would still make the
-            # partition hand its quantized value out a second time.
-            graph_module.graph.eliminate_dead_code()
-            graph_module.recompile()
-        return PassResult(graph_module, changed)
-
-    return one_tap_per_value
-
-
-def _partitions(graph_module: Any) -> dict[int, tuple[str, int | None, str | None]]:
-    """Output index of each tap -> (partition, delegate index, CPU kernel)."""
-    from executorch.devtools.intermediate_output_tap import find_tap_nodes
-
-    from etdeploy.builder.lower import _op_name
-
-    delegates = [
-        n.target
-        for n in graph_module.graph.nodes
-        if n.op == "get_attr" and n.name.startswith("lowered_module")
-    ]
-    taps = set(find_tap_nodes(graph_module))
-    found: dict[int, tuple[str, int | None, str | None]] = {}
-    outputs = graph_module.graph.output_node().args[0]
-    for index, node in enumerate(outputs):
-        if node not in taps:
-            continue
-        source = node.args[0]
-        while True:
-            call = source.args[0] if source.target is operator.getitem else None
-            if call is not None and _is_delegate_call(call):
-                lowered = getattr(graph_module, call.args[0].target)
-                name = _BACKEND_NAMES.get(lowered.backend_id, lowered.backend_id)
-                found[index] = (name, delegates.index(call.args[0].target), None)
-                break
-            op = _op_name(source.target) if source.op == "call_function" else source.op
-            if op in _PASS_THROUGH and source.args:
-                source = source.args[0]
-                continue
-            found[index] = ("CPU", None, op)
-            break
-    return found
-
-
-def _is_delegate_call(node: Any) -> bool:
-    return node.op == "call_function" and "executorch_call_delegate" in str(node.target)
 
 
 # -- naming -----------------------------------------------------------------------------------
@@ -547,12 +444,6 @@ def user_source(
     if picked is None:
         return None, None
     return f"{Path(picked['file']).name}:{picked['line']}", picked["code"].strip() or None
-
-
-def _short_op(target: str) -> str:
-    # aten.layer_norm.default -> layer_norm
-    parts = target.split(".")
-    return parts[1] if len(parts) >= 3 else target
 
 
 # -- the expected values ---------------------------------------------------------------------

@@ -222,7 +222,9 @@ class _Writer:
             for k, array in enumerate(row)
         }
         with open(target, "wb") as handle:
-            np.savez(handle, **named)
+            # Keys are s<i>_<letter><k>, never savez's own allow_pickle, which is why
+            # numpy's stubs reject a ** of str keys here.
+            np.savez(handle, **named)  # type: ignore[arg-type]
         return self._listed(relative)
 
     def labels(self, relative: str, staged: Staged) -> str:

@@ -64,8 +64,8 @@ def bundle_job(
         for name, value in machine_values.items()
         if name in entries and entries[name].option.scope == MACHINE
     }
-    where = {"bundle": Path(path)}
-    return RunJob(model=manifest.model, **layered(machine, travelled, flags, where))
+    bundle_field = {"bundle": Path(path)}
+    return RunJob(model=manifest.model, **layered(machine, travelled, flags, bundle_field))
 
 
 def farm_bundle_job(path: Path, device: str, settings: Mapping[str, Any]) -> RunJob:

@@ -83,6 +83,7 @@ def with_setting_options(
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
         for p in (*arguments, *added, *(p for p in own if p not in arguments))
     ]
+    # What typer (inspect.signature) reads; a function type does not declare it.
     wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {
         **{p.name: p.annotation for p in params},

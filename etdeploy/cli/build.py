@@ -186,7 +186,11 @@ def _quantization_text(quant: dict[str, Any] | None) -> str:
 
 
 def render_build(
-    manifest: dict, target: Path, cached: bool | None, seconds: float, out: Console = console
+    manifest: dict[str, Any],
+    target: Path,
+    cached: bool | None,
+    seconds: float,
+    out: Console = console,
 ) -> None:
     from etdeploy.units import format_bytes
 
@@ -225,11 +229,11 @@ def render_build(
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
-def _describe(meta: dict) -> str:
+def _describe(meta: dict[str, Any]) -> str:
     from etdeploy.inputs import shape_text
 
     if meta.get("kind") != "tensor":
-        return meta.get("kind", "?")
+        return str(meta.get("kind", "?"))
     # "[1, 2..32]", as Python and numpy write a shape, a dynamic dim as its range.
     return f"{meta.get('name', '')}:{meta['dtype']}{shape_text(meta['shape'], meta.get('dynamic'))}"
 

@@ -69,8 +69,8 @@ def bundle_command(
     from etdeploy.units import format_bytes
 
     manifest = made.manifest
-    runners = ", ".join(f"{r.abi} ({r.kind})" for r in manifest.runners)
-    note(f"{len(manifest.samples)} sample(s), runners: {runners}")
+    runner_text = ", ".join(f"{r.abi} ({r.kind})" for r in manifest.runners)
+    note(f"{len(manifest.samples)} sample(s), runners: {runner_text}")
     console.print(
         f"bundle: {made.path} ({format_bytes(made.size_bytes)} in {len(manifest.files)} files); "
         f"run it with: etdeploy run --bundle {made.path} -d DEVICE",

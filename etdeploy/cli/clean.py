@@ -5,6 +5,7 @@ Parses and renders only; etdeploy.clean decides what goes. Starts without torch.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,7 +62,7 @@ def clean_command(
 
         config = load_config(config_path)
         target = open_device(device, config, adb_host=adb_host, adb_port=adb_port)
-        with target, err_console.status(f"cleaning {escape(target.name)}..."):
+        with contextlib.closing(target), err_console.status(f"cleaning {escape(target.name)}..."):
             report = clean_device(
                 target,
                 older_than_s=older_than_s,

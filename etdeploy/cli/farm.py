@@ -395,9 +395,9 @@ def render_merge(
         key = JobKey(str(p["model"]), p["backend"], p["quantization"], str(p["device"]))
         rows.append((key.model, key.backend, key.quantization, key.device,
                      found if found is not None else unrun[key]))  # fmt: skip
-    for key, result in by_key.items():
-        if key not in planned:
-            model, backend, quantize, device = key.split("|")
+    for joined, result in by_key.items():
+        if joined not in planned:
+            model, backend, quantize, device = joined.split("|")
             rows.append((model, backend, None if quantize == "none" else quantize, device, result))
     rows += [(c.key.model, c.key.backend, c.key.quantization, c.key.device, c)
              for c in outcome.skipped]  # fmt: skip

@@ -73,7 +73,7 @@ def run_command(
                 job.device, config, adb_host=adb_host, adb_port=adb_port,
                 lock_timeout_s=job.lock_timeout_s,
             )  # fmt: skip
-            with target:
+            with contextlib.closing(target):
                 result = run_job(
                     job,
                     target,

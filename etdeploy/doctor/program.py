@@ -123,7 +123,7 @@ def preflight_checks(
         runner = configured_runner(device_name, config)
     except EtdeployError as exc:
         return [Check("device", device_name, FAIL, exc.message, exc.hint or "")]
-    with device:
+    with contextlib.closing(device):
         try:
             info = device.info()
             bundle, why = built_runner_for(info, runner)

@@ -93,7 +93,7 @@ def plan_exploration(
     from etdeploy.builder import etrecord_path
 
     result = _one_result(result_path)
-    if result.artifact is None:
+    if result.artifact is None or result.artifact.pte is None:
         raise UsageError(
             f"{result_path} records no program (the run stopped before its build)",
             "explore the result of a run that built or took a .pte",

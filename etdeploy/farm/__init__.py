@@ -23,6 +23,7 @@ EtdeployError kinds, and the CLI renders.
 from __future__ import annotations
 
 from etdeploy.farm.attempt import JobTimeout, WorkerCrashed
+from etdeploy.farm.checks import NO_QUANT
 from etdeploy.farm.reports import FARM_DOC_NAME, exit_code, write_reports
 from etdeploy.farm.results import result_key
 from etdeploy.farm.scheduler import EventCallback, FarmEvent, FarmOutcome, run_farm
@@ -33,7 +34,6 @@ from etdeploy.farm.spec import (
     DEFAULT_RETRIES,
     FARM_KEYS,
     JOB_SETTING_TYPES,
-    NO_QUANT,
     FarmJob,
     FarmSpec,
     SkippedJob,

@@ -13,7 +13,7 @@ from typing import Any
 
 from etdeploy.config import Config
 from etdeploy.errors import UsageError
-from etdeploy.settings import expect_type as expect
+from etdeploy.settings import expect_type
 
 # How a spec spells the float build in `quantize`.
 NO_QUANT = "none"
@@ -28,7 +28,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {"job_timeout_s": (0, True), "retries"
 def strings(values: list[Any], key: str, label: str) -> list[str]:
     """A list of distinct strings."""
     for i, value in enumerate(values):
-        expect(value, str, f"{key}[{i}]", label)
+        expect_type(value, str, f"{key}[{i}]", label)
     if len(set(values)) != len(values):
         raise UsageError(f"{label}: {key} lists a value twice", f"list each once in {key}")
     return list(values)

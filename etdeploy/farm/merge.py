@@ -154,6 +154,8 @@ def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
 
     path = Path(path)
     notes = warnings if warnings is not None else []
+    log: Path | None
+    doc_path: Path | None
     if path.is_dir():
         log, doc_path = path / RESULTS_NAME, path / FARM_DOC_NAME
         if not log.is_file() and not doc_path.is_file():

@@ -61,7 +61,7 @@ from etdeploy.farm.store import (
     select_shard,
 )
 from etdeploy.farm.worker import TERMINATE_GRACE_S
-from etdeploy.report.result import Attempt
+from etdeploy.report.result import Attempt, RunResult
 
 # Worker logs and requests: OUT/work/JOB_ID/.
 WORK_DIR_NAME = "work"
@@ -243,6 +243,7 @@ class _FarmRunner:
                 if not queue:
                     return
                 job = queue.popleft()
+            result: RunResult | None
             try:
                 failure = self.unavailable.get(job.device)
                 if failure is not None:

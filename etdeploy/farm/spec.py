@@ -63,12 +63,13 @@ from etdeploy.farm.checks import (
     check_device_tables,
     check_model_ref,
     check_settings,
-    expect,
     parse_quant,
     strings,
 )
+from etdeploy.farm.exclude import excluded, parse_excludes
 from etdeploy.farm.sources import DeviceSource, check_source_names, parse_sources
 from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
+from etdeploy.settings import expect_type
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
@@ -128,7 +129,6 @@ _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "devices": list,
     **JOB_SETTING_TYPES,
 }
-_EXCLUDE_KEYS = ("model", "backend", "quantize", "device")
 _SECTIONS = ("farm", "build", "run", "verify", "devices", "limits", "sizecheck")
 
 
@@ -246,16 +246,7 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
     """The spec of a parsed TOML document; path is where it was read (relative
     model paths are relative to its folder, and errors name its file)."""
     label = path.name
-    for key in data:
-        if key not in _SECTIONS:
-            raise UsageError(
-                f"{label}: unknown section [{key}]", f"a farm spec has: {', '.join(_SECTIONS)}"
-            )
-    farm = data.get("farm")
-    if not isinstance(farm, dict):
-        raise UsageError(
-            f"{label}: no [farm] table", "add [farm] with models = [...] and devices = [...]"
-        )
+    farm = _farm_table(data, label)
     # Devices and defaults are etdeploy.toml's tables, read by its own parser.
     config = parse_config({k: v for k, v in data.items() if k != "farm"}, path)
     check_device_tables(config, label)
@@ -264,65 +255,14 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
             raise UsageError(
                 f"{label}: unknown key farm.{key}", f"keys of [farm]: {', '.join(FARM_KEYS)}"
             )
-        expect(value, FARM_KEYS[key], f"farm.{key}", label)
+        expect_type(value, FARM_KEYS[key], f"farm.{key}", label)
 
     check_settings(farm, "farm.", label)
     sources = parse_sources(farm["sources"], label, path.parent) if "sources" in farm else ()
     check_source_names(sources, config.devices, label)
-    base = _base_settings(config)
-    base.update(_job_settings(farm, "farm", label))
-    default_backend = str(config.build.get("backend", settings.defaults()["backend"]))
-    default_quant = config.build.get("quantize") or NO_QUANT
-    backends = strings(farm.get("backends", [default_backend]), "farm.backends", label)
-    quantize = strings(farm.get("quantize", [default_quant]), "farm.quantize", label)
-    devices = strings(farm.get("devices", []), "farm.devices", label)
-    for i, backend in enumerate(backends):
-        check_backend(backend, f"farm.backends[{i}]", label)
-    quants = [parse_quant(q, f"farm.quantize[{i}]", label) for i, q in enumerate(quantize)]
-    excludes = _excludes(farm.get("exclude", []), label)
-    if farm.get("models") and not devices:
-        raise UsageError(
-            f"{label}: farm.models is given but farm.devices is not", "list the devices to run on"
-        )
-
-    jobs: dict[str, FarmJob] = {}
-    skipped: dict[str, SkippedJob] = {}
-    models = farm.get("models", [])
-    for m, entry in enumerate(models):
-        where = f"farm.models[{m}]"
-        model, overrides = _model_entry(entry, where, label, path.parent)
-        variants = [(backend, quant) for backend in backends for quant in quants]
-        if BUNDLE_KEY in overrides:
-            bundle, built_for, quantized = _bundle_of(
-                overrides[BUNDLE_KEY], f"{where}.{BUNDLE_KEY}", label, path.parent
-            )
-            overrides[BUNDLE_KEY], variants = bundle, [(built_for, quantized)]
-        for backend, quant in variants:
-            for device in devices:
-                if any(_excluded(rule, model, backend, quant, device) for rule in excludes):
-                    continue
-                reason = cannot_run(backend, quant, device, config)
-                if reason is not None:
-                    cell = SkippedJob(model, backend, quant, device, reason)
-                    skipped.setdefault(cell.key, cell)
-                    continue
-                job = _make_job(
-                    model, backend, quant, device, {**base, **overrides}, where, label, config
-                )
-                jobs.setdefault(job.key, job)
-    explicit: dict[str, str] = {}
-    for j, entry in enumerate(farm.get("job", [])):
-        where = f"farm.job[{j}]"
-        for job in _explicit_jobs(
-            entry, where, label, path.parent, base, devices, default_backend, config
-        ):
-            if job.key in explicit:
-                raise UsageError(
-                    f"{label}: {where} repeats {explicit[job.key]} ({job.label})",
-                    "give each model, backend, quantization and device once",
-                )
-            explicit[job.key] = where
-            jobs[job.key] = job  # an explicit entry overrides the matrix's cell
+    matrix = _matrix(farm, config, label, path.parent)
+    jobs, skipped = _matrix_jobs(farm.get("models", []), matrix)
+    _add_explicit_jobs(farm.get("job", []), matrix, jobs)
     if not jobs:
         if skipped:
             first = next(iter(skipped.values()))
@@ -364,6 +304,110 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
     )
 
 
+def _farm_table(data: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """The spec's [farm], once every section is one a spec may have."""
+    for key in data:
+        if key not in _SECTIONS:
+            raise UsageError(
+                f"{label}: unknown section [{key}]", f"a farm spec has: {', '.join(_SECTIONS)}"
+            )
+    farm = data.get("farm")
+    if not isinstance(farm, dict):
+        raise UsageError(
+            f"{label}: no [farm] table", "add [farm] with models = [...] and devices = [...]"
+        )
+    return farm
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    """What [farm] crosses, checked, and what every job of the spec starts from."""
+
+    label: str  # the spec's file name, in every error
+    base_dir: Path  # relative model and bundle paths are relative to it
+    config: Config
+    # The spec's [run], [build] and [verify] under [farm]'s job settings.
+    base: dict[str, Any]
+    default_backend: str
+    backends: list[str]
+    quants: list[str | None]
+    devices: list[str]
+    excludes: list[dict[str, list[str]]]
+
+
+def _matrix(farm: Mapping[str, Any], config: Config, label: str, base_dir: Path) -> _Matrix:
+    base = _base_settings(config)
+    base.update(_job_settings(farm, "farm", label))
+    default_backend = str(config.build.get("backend", settings.defaults()["backend"]))
+    default_quant = config.build.get("quantize") or NO_QUANT
+    backends = strings(farm.get("backends", [default_backend]), "farm.backends", label)
+    quantize = strings(farm.get("quantize", [default_quant]), "farm.quantize", label)
+    devices = strings(farm.get("devices", []), "farm.devices", label)
+    for i, backend in enumerate(backends):
+        check_backend(backend, f"farm.backends[{i}]", label)
+    quants = [parse_quant(q, f"farm.quantize[{i}]", label) for i, q in enumerate(quantize)]
+    excludes = parse_excludes(farm.get("exclude", []), label)
+    if farm.get("models") and not devices:
+        raise UsageError(
+            f"{label}: farm.models is given but farm.devices is not", "list the devices to run on"
+        )
+    return _Matrix(
+        label, base_dir, config, base, default_backend, backends, quants, devices, excludes
+    )
+
+
+def _matrix_jobs(
+    models: list[Any], matrix: _Matrix
+) -> tuple[dict[str, FarmJob], dict[str, SkippedJob]]:
+    """Each model crossed with the backends, quantizations and devices (a bundle with
+    the one variant it was built as), less what farm.exclude drops; a cell that
+    cannot run is skipped with its reason."""
+    jobs: dict[str, FarmJob] = {}
+    skipped: dict[str, SkippedJob] = {}
+    for m, entry in enumerate(models):
+        where = f"farm.models[{m}]"
+        model, overrides = _model_entry(entry, where, matrix.label, matrix.base_dir)
+        variants = [(backend, quant) for backend in matrix.backends for quant in matrix.quants]
+        if BUNDLE_KEY in overrides:
+            bundle, built_for, quantized = _bundle_of(
+                overrides[BUNDLE_KEY], f"{where}.{BUNDLE_KEY}", matrix.label, matrix.base_dir
+            )
+            overrides[BUNDLE_KEY], variants = bundle, [(built_for, quantized)]
+        for backend, quant in variants:
+            for device in matrix.devices:
+                if any(excluded(rule, model, backend, quant, device) for rule in matrix.excludes):
+                    continue
+                reason = cannot_run(backend, quant, device, matrix.config)
+                if reason is not None:
+                    cell = SkippedJob(model, backend, quant, device, reason)
+                    skipped.setdefault(cell.key, cell)
+                    continue
+                job = _make_job(
+                    MatrixCell(model, backend, quant, device),
+                    {**matrix.base, **overrides},
+                    where,
+                    matrix,
+                )
+                jobs.setdefault(job.key, job)
+    return jobs, skipped
+
+
+def _add_explicit_jobs(entries: list[Any], matrix: _Matrix, jobs: dict[str, FarmJob]) -> None:
+    """Each [[farm.job]]'s jobs, over the matrix's cell of the same key; an entry that
+    repeats another's job is an error."""
+    explicit: dict[str, str] = {}
+    for j, entry in enumerate(entries):
+        where = f"farm.job[{j}]"
+        for job in _explicit_jobs(entry, where, matrix):
+            if job.key in explicit:
+                raise UsageError(
+                    f"{matrix.label}: {where} repeats {explicit[job.key]} ({job.label})",
+                    "give each model, backend, quantization and device once",
+                )
+            explicit[job.key] = where
+            jobs[job.key] = job  # an explicit entry overrides the matrix's cell
+
+
 def _base_settings(config: Config) -> dict[str, Any]:
     """The spec's [run], [build] and [verify] (what etdeploy.toml would give `etdeploy
     run`), as the job settings a farm job takes."""
@@ -393,7 +437,7 @@ def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[st
                     f"a model entry takes model, {BUNDLE_KEY} and: {', '.join(JOB_SETTING_TYPES)}",
                 )
             kind = str if key in ("model", BUNDLE_KEY) else JOB_SETTING_TYPES[key]
-            expect(value, kind, f"{where}.{key}", label)
+            expect_type(value, kind, f"{where}.{key}", label)
         if "model" not in entry:
             raise UsageError(
                 f"{label}: {where}: model is required", 'add model = "file.py:factory"'
@@ -413,17 +457,9 @@ def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[st
     return model, overrides
 
 
-def _explicit_jobs(
-    entry: Any,
-    where: str,
-    label: str,
-    base_dir: Path,
-    base: dict[str, Any],
-    farm_devices: list[str],
-    default_backend: str,
-    config: Config,
-) -> list[FarmJob]:
+def _explicit_jobs(entry: Any, where: str, matrix: _Matrix) -> list[FarmJob]:
     """A [[farm.job]] entry: one job per device it names (else per farm.devices)."""
+    label, base_dir = matrix.label, matrix.base_dir
     if not isinstance(entry, dict):
         raise UsageError(
             f"{label}: {where}: expected a table", "write [[farm.job]] with keys below it"
@@ -434,13 +470,13 @@ def _explicit_jobs(
                 f"{label}: unknown key {where}.{key}",
                 f"keys of [[farm.job]]: {', '.join(_ENTRY_KEYS)}",
             )
-        expect(value, _ENTRY_KEYS[key], f"{where}.{key}", label)
+        expect_type(value, _ENTRY_KEYS[key], f"{where}.{key}", label)
     check_settings(entry, f"{where}.", label)
     if "model" not in entry:
         raise UsageError(f"{label}: {where}: model is required", 'add model = "file.py:factory"')
     if "device" in entry and "devices" in entry:
         raise UsageError(f"{label}: {where}: both device and devices given", "give one of them")
-    merged = {**base, **_job_settings(entry, where, label)}
+    merged = {**matrix.base, **_job_settings(entry, where, label)}
     if BUNDLE_KEY in entry:
         bundle, backend, quant = _bundle_of(
             entry[BUNDLE_KEY], f"{where}.{BUNDLE_KEY}", label, base_dir
@@ -454,27 +490,28 @@ def _explicit_jobs(
         merged[BUNDLE_KEY] = bundle
     else:
         check_model_ref(entry["model"], f"{where}.model", label, base_dir)
-        backend = entry.get("backend", default_backend)
+        backend = entry.get("backend", matrix.default_backend)
         check_backend(backend, f"{where}.backend", label)
         quant = parse_quant(entry.get("quantize", NO_QUANT), f"{where}.quantize", label)
     if "device" in entry:
         devices = [entry["device"]]
     else:
-        devices = strings(entry.get("devices", farm_devices), f"{where}.devices", label)
+        devices = strings(entry.get("devices", matrix.devices), f"{where}.devices", label)
     if not devices:
         raise UsageError(
             f"{label}: {where}: no devices", 'give device = "NAME", or list farm.devices'
         )
     for device in devices:
         # Asked for by name: a mistake to say, not a cell to skip quietly.
-        reason = cannot_run(backend, quant, device, config)
+        reason = cannot_run(backend, quant, device, matrix.config)
         if reason is not None:
             raise UsageError(
                 f"{label}: {where}: cannot run on {device}: {reason}",
                 f"change {where}'s backend or quantize, or remove the entry",
             )
     return [
-        _make_job(entry["model"], backend, quant, d, merged, where, label, config) for d in devices
+        _make_job(MatrixCell(entry["model"], backend, quant, d), merged, where, matrix)
+        for d in devices
     ]
 
 
@@ -497,21 +534,20 @@ def _bundle_of(
     return str(path.resolve()), backend, str(quant) if quant else None
 
 
-def _make_job(
-    model: str, backend: str, quant: str | None, device: str,
-    merged: Mapping[str, Any], where: str, label: str, config: Config,
-) -> FarmJob:  # fmt: skip
+def _make_job(cell: MatrixCell, merged: Mapping[str, Any], where: str, matrix: _Matrix) -> FarmJob:
     """A job with its merged settings typed as RunJob takes them; RunJob's own
     checks run here, so a bad value fails the spec, named where it was written."""
     run_settings = {k: v for k, v in merged.items() if k not in _FARM_JOB_KEYS}
-    run_settings.update(_memory_limit(merged, device, config))
+    run_settings.update(_memory_limit(merged, cell.device, matrix.config))
     timeout = float(merged.get("job_timeout_s", DEFAULT_JOB_TIMEOUT_S))
     retries = int(merged.get("retries", DEFAULT_RETRIES))
-    job = FarmJob(model, backend, quant, device, run_settings, timeout, retries)
+    job = FarmJob(
+        cell.model, cell.backend, cell.quantize, cell.device, run_settings, timeout, retries
+    )
     try:
         job.run_job()
     except UsageError as exc:
-        raise UsageError(f"{label}: {where}: {exc.message}", exc.hint) from None
+        raise UsageError(f"{matrix.label}: {where}: {exc.message}", exc.hint) from None
     return job
 
 
@@ -530,39 +566,3 @@ def _memory_limit(merged: Mapping[str, Any], device: str, config: Config) -> dic
     if merged.get("max_memory_bytes") is not None:
         return {"max_memory_source": f"{label}: run.max_memory"}
     return {}
-
-
-def _excludes(rules: list[Any], label: str) -> list[dict[str, list[str]]]:
-    """farm.exclude rules: for each key, the values a cell must have to be dropped."""
-    parsed = []
-    for r, rule in enumerate(rules):
-        where = f"farm.exclude[{r}]"
-        if not isinstance(rule, dict) or not rule:
-            raise UsageError(
-                f"{label}: {where}: expected a table of model/backend/quantize/device",
-                'write [[farm.exclude]] with e.g. backend = "coreml" and device = "pixel8"',
-            )
-        entry: dict[str, list[str]] = {}
-        for key, value in rule.items():
-            if key not in _EXCLUDE_KEYS:
-                raise UsageError(
-                    f"{label}: unknown key {where}.{key}",
-                    f"keys of [[farm.exclude]]: {', '.join(_EXCLUDE_KEYS)}",
-                )
-            values = [value] if isinstance(value, str) else value
-            if not isinstance(values, list):
-                raise UsageError(
-                    f"{label}: {where}.{key}: expected str or list, got {value!r}",
-                    f"fix {where}.{key}",
-                )
-            entry[key] = strings(values, f"{where}.{key}", label)
-        parsed.append(entry)
-    return parsed
-
-
-def _excluded(
-    rule: Mapping[str, list[str]], model: str, backend: str, quant: str | None, device: str
-) -> bool:
-    """The cell matches every key of the rule."""
-    actual = {"model": model, "backend": backend, "quantize": quant or NO_QUANT, "device": device}
-    return all(actual[key] in values for key, values in rule.items())

@@ -22,6 +22,7 @@ The whole protocol between the farm (etdeploy.farm.attempt) and a worker:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -166,7 +167,7 @@ def worker_main(argv: Sequence[str]) -> int:
             size_config=spec.config,
             device_runner=configured_runner(device_name, config),
         )
-        with device:
+        with contextlib.closing(device):
             result = run_job(job, device, context, job_id=job_id)
     except EtdeployError as exc:
         say(f"error: {exc}")

@@ -93,16 +93,27 @@ def _count(raw: Mapping[str, Any], key: str, where: str) -> int | None:
 def _snapshot(raw: Any, where: str) -> Snapshot:
     if not isinstance(raw, Mapping):
         raise _bad(f"{where} is not an object")
-    counts = {
-        name: _count(raw, name, where)
-        for name in ("rss", "rss_anon", "rss_file", "pss", "hwm", "footprint", "program_rss",
-                     "program_pss", "files_rss", "heap_rss", "heap", "heap_mmapped")
-    }  # fmt: skip
-    owned = {
-        name: _count(raw, name, where) or 0
-        for name in ("method_allocator", "temp_allocator", "runner_io")
-    }
-    return Snapshot(**counts, **owned)
+
+    def count(name: str) -> int | None:
+        return _count(raw, name, where)
+
+    return Snapshot(
+        rss=count("rss"),
+        rss_anon=count("rss_anon"),
+        rss_file=count("rss_file"),
+        pss=count("pss"),
+        hwm=count("hwm"),
+        footprint=count("footprint"),
+        program_rss=count("program_rss"),
+        program_pss=count("program_pss"),
+        files_rss=count("files_rss"),
+        heap_rss=count("heap_rss"),
+        heap=count("heap"),
+        heap_mmapped=count("heap_mmapped"),
+        method_allocator=count("method_allocator") or 0,
+        temp_allocator=count("temp_allocator") or 0,
+        runner_io=count("runner_io") or 0,
+    )
 
 
 def parse_runner_memory(raw: Any) -> RunnerMemory | None:

@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from etdeploy.errors import ModelError, UsageError
@@ -224,6 +225,7 @@ def _find_factory(ref: ModelRef) -> Callable[[], Any]:
             ) from exc
         finally:
             sys.path.remove(str(path.parent))
+        # Our mark on the module object, which ModuleType does not declare.
         module._etdeploy_source = source_digest  # type: ignore[attr-defined]
         sys.modules[module_name] = module
     else:
@@ -240,9 +242,9 @@ def _find_factory(ref: ModelRef) -> Callable[[], Any]:
     return _factory_of(module, ref)
 
 
-def _factory_of(module: Any, ref: ModelRef) -> Callable[[], Any]:
+def _factory_of(module: ModuleType, ref: ModelRef) -> Callable[[], Any]:
     assert ref.factory is not None
-    factory = getattr(module, ref.factory, None)
+    factory: object = getattr(module, ref.factory, None)
     if factory is None:
         public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
         raise UsageError(

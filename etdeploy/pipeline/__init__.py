@@ -11,7 +11,8 @@
     execute.py     execute   the runner per sample under a deadline; outputs, timings, logs
     verify.py      verify    metrics and verdict per output, host check, the size verdict
     localize.py    localize  (--localize) the tapped twin on the device; the first operator
-    taps.py                  whose error outgrows its inputs'
+    taps.py                  whose error outgrows its inputs' (localize_runs.py: the
+                             tapped twin run on the device and eagerly)
     run.py         run_job   the stages composed into one RunResult (etdeploy.report.result)
 
 Nothing here prints: progress goes through callbacks, failures raise EtdeployError

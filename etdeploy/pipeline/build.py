@@ -127,7 +127,8 @@ class Program:
     def planned_bytes(self) -> int | None:
         if self.manifest is None or self.manifest.get("partial"):
             return None
-        return self.manifest["methods"][0].get("planned_bytes")
+        planned = self.manifest["methods"][0].get("planned_bytes")
+        return int(planned) if planned is not None else None
 
     @property
     def built_with(self) -> dict[str, str | None] | None:

@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -33,28 +30,27 @@ from etdeploy.builder import BuildOptions
 from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
 from etdeploy.builder.tapped import TapInfo, TappedBuild
 from etdeploy.devices.base import ProgressCallback
-from etdeploy.devices.lock import device_lock
 from etdeploy.errors import EtdeployError, InputError, UsageError
-from etdeploy.pipeline.build import Program, describe_program
+from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.deploy import Target
 from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.localize_runs import LocalizeContext, Values, eager_values
 from etdeploy.pipeline.origin import blame, hint_for
 from etdeploy.pipeline.origin import verdict as origin_verdict
 from etdeploy.pipeline.stage import Staged
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
 from etdeploy.pipeline.verify import Judged, is_quantized
-from etdeploy.report.result import (
+from etdeploy.report.result_localization import (
+    Amplifier,
     FirstDivergence,
     Localization,
     LocalizeAttempt,
     OperatorError,
+    Origin,
     TappedProgram,
     TapResult,
     TapTolerance,
 )
-
-# Per sample, per output of the tapped program (by output index).
-Values = list[dict[int, np.ndarray]]
 
 _WHAT = {
     "ops": "every operator",
@@ -175,26 +171,66 @@ def localize(
     quantized = is_quantized(job, program)
     assert judged.verdict.thresholds is not None
     tolerance = tap_tolerance(judged.verdict.thresholds, quantized)
-    reference = "quantized eager" if quantized else "float eager"
     # Quantization's own cost (the accuracy budget) is not the device's: only the
     # lowering and device stages are a divergence taps can localise.
     diverged = any(not s.passed for s in judged.verdict.budget if s.stage != "quantization")
     wanted = staged.quantized if staged.quantized is not None else staged.references
     chosen = rank_samples(outputs, wanted)[: 1 + job.localize_samples]
-    names = [staged.sample_names[i] for i in chosen]
-    context = _Context(job, target, program, staged, judged, chosen, job_id, say, progress)
-    options = build_options_for(job, program)
+    context = LocalizeContext(
+        job, target, program, staged, judged, chosen, job_id, say, progress, tolerance, diverged
+    )
+    attempts, found = _attempts(context)
+    conclusion = found.conclusion if found is not None else _not_localizable(attempts, job)
+    return Localization(
+        status=conclusion.status,
+        reason=conclusion.reason,
+        reference="quantized eager" if quantized else "float eager",
+        samples=context.names,
+        granularity=found.granularity if found is not None else None,
+        attempts=tuple(attempts),
+        tolerance=tolerance,
+        taps=found.rows if found is not None else (),
+        first_divergence=found.first if found is not None else None,
+        program=found.program if found is not None else None,
+        module=job.localize_module,
+        seconds=round(time.perf_counter() - started, 3),
+        origin=conclusion.origin,
+        amplifiers=conclusion.amplifiers,
+        hint=conclusion.hint,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Conclusion:
+    """What the taps say: a status, its one-line reason, and the origin when named."""
+
+    status: str
+    reason: str
+    origin: Origin | None = None
+    amplifiers: tuple[Amplifier, ...] = ()
+    hint: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    """A tapped program that reproduced the divergence (or had none to reproduce),
+    judged: every tap's row, the first divergence, and the conclusion."""
+
+    granularity: str
+    rows: tuple[TapResult, ...]
+    first: FirstDivergence | None
+    program: TappedProgram
+    conclusion: _Conclusion
+
+
+def _attempts(context: LocalizeContext) -> tuple[list[LocalizeAttempt], _Found | None]:
+    """Tapped programs from the finest granularity to the coarsest until one is built,
+    runs and reproduces the divergence; each attempt says what became of it."""
+    job = context.job
+    options = build_options_for(job, context.program)
     budget = (
         job.localize_budget_bytes if job.localize_budget_bytes is not None else DEFAULT_BUDGET_BYTES
     )
-
-    def result(status: str, reason: str, **more: Any) -> Localization:
-        return Localization(
-            status=status, reason=reason, reference=reference, samples=tuple(names),
-            tolerance=tolerance, module=job.localize_module,
-            seconds=round(time.perf_counter() - started, 3), **more,
-        )  # fmt: skip
-
     attempts: list[LocalizeAttempt] = []
     finest: list[TapInfo] | None = None
     tried: dict[str, set[str]] = {}  # granularity -> the nodes its program tapped
@@ -208,7 +244,7 @@ def localize(
                 )
                 continue
         plan = TapPlan(granularity, job.localize_module, nodes, budget)
-        say(f"building the tapped program ({_WHAT[granularity]})")
+        context.say(f"building the tapped program ({_WHAT[granularity]})")
         try:
             tapped = _build(job, options, plan)
         except EtdeployError as exc:
@@ -231,45 +267,56 @@ def localize(
             )
             continue
         tried[granularity] = {t.node for t in taps}
-        say(f"running the tapped program ({len(taps)} taps) on {target.device.name}")
-        eager = _eager_values(tapped, [staged.samples[i] for i in chosen], job.use_cache)
-        got = context.run(tapped, eager)
-        reproduced = context.reproduces(tapped, got, eager) if diverged else None
-        if reproduced is False:
-            attempts.append(
-                LocalizeAttempt(
-                    granularity, len(taps), False,
-                    "the tapped program's outputs pass the check the program failed, so these "
-                    "taps cannot show where it diverges (taps can change what a backend fuses; "
-                    "a .pte that is not what its export builds does not reproduce either)",
-                )
-            )  # fmt: skip
-            continue
-        per_sample = {
-            names[k]: judge_sample(
-                taps,
-                {t.node: tap_metrics(t, got[k][t.output_index], eager[k][t.output_index])
-                 for t in taps},
-                tolerance,
-            )
-            for k in range(len(chosen))
-        }  # fmt: skip
-        own = _own_errors(tapped, [staged.samples[i] for i in chosen], got, names, tolerance, job)
-        rows, first = tap_results(taps, per_sample, own)
-        status, reason, more = _conclusion(rows, first, diverged, judged, tolerance, job)
-        attempts.append(
-            LocalizeAttempt(
-                granularity, len(taps), reproduced,
-                "reproduced the divergence"
-                if reproduced
-                else "nothing to reproduce: the device matched its reference",
-            )
-        )  # fmt: skip
-        return result(
-            status, reason, granularity=granularity, attempts=tuple(attempts),
-            taps=tuple(rows), first_divergence=first, program=_program_info(tapped, program, taps, budget),
-            **more,
-        )  # fmt: skip
+        attempt, found = _run_tapped(context, tapped, granularity, budget)
+        attempts.append(attempt)
+        if found is not None:
+            return attempts, found
+    return attempts, None
+
+
+def _run_tapped(
+    context: LocalizeContext, tapped: TappedBuild, granularity: str, budget: int
+) -> tuple[LocalizeAttempt, _Found | None]:
+    """Run a tapped program on the device and, when it reproduces the divergence,
+    judge each tap against eager (and each operator's own error)."""
+    taps, tolerance, diverged = tapped.taps, context.tolerance, context.diverged
+    chosen, names = context.chosen, context.names
+    context.say(f"running the tapped program ({len(taps)} taps) on {context.target.device.name}")
+    samples = [context.staged.samples[i] for i in chosen]
+    eager = eager_values(tapped, samples, context.job.use_cache)
+    got = context.run(tapped, eager)
+    reproduced = context.reproduces(tapped, got, eager) if diverged else None
+    if reproduced is False:
+        return LocalizeAttempt(
+            granularity, len(taps), False,
+            "the tapped program's outputs pass the check the program failed, so these "
+            "taps cannot show where it diverges (taps can change what a backend fuses; "
+            "a .pte that is not what its export builds does not reproduce either)",
+        ), None  # fmt: skip
+    per_sample = {
+        names[k]: judge_sample(
+            taps,
+            {t.node: tap_metrics(t, got[k][t.output_index], eager[k][t.output_index])
+             for t in taps},
+            tolerance,
+        )
+        for k in range(len(chosen))
+    }  # fmt: skip
+    own = _own_errors(tapped, samples, got, names, tolerance, context.job)
+    rows, first = tap_results(taps, per_sample, own)
+    attempt = LocalizeAttempt(
+        granularity, len(taps), reproduced,
+        "reproduced the divergence"
+        if reproduced
+        else "nothing to reproduce: the device matched its reference",
+    )  # fmt: skip
+    conclusion = _conclusion(rows, first, diverged, context.judged, tolerance, context.job)
+    program = _program_info(tapped, context.program, taps, budget)
+    return attempt, _Found(granularity, tuple(rows), first, program, conclusion)
+
+
+def _not_localizable(attempts: Sequence[LocalizeAttempt], job: RunJob) -> _Conclusion:
+    """Why no operator is named when no tapped program was built, or none reproduced."""
     if not any(a.taps for a in attempts):
         # Each error once: a later granularity failing the same way, or left
         # without the finer build's partition map, adds nothing to it.
@@ -282,11 +329,9 @@ def localize(
             )
         )
         granularities = ", ".join(a.granularity for a in attempts)
-        return result(
+        return _Conclusion(
             "not_localizable",
             f"no tapped program could be built (tried {granularities}): {notes}",
-            granularity=None,
-            attempts=tuple(attempts),
         )
     suspect = (
         f"; {job.pte.name} may not be what its export builds: a tapped twin built from "
@@ -294,13 +339,11 @@ def localize(
         if job.pte is not None
         else ""
     )
-    return result(
+    return _Conclusion(
         "not_localizable",
         "not localisable by taps: no tapped program tried "
         f"({', '.join(a.granularity for a in attempts)}) reproduced the divergence; the "
         "device's outputs still depart from eager" + suspect,
-        granularity=None,
-        attempts=tuple(attempts),
     )
 
 
@@ -375,22 +418,20 @@ def _conclusion(
     judged: Judged,
     tolerance: TapTolerance,
     job: RunJob,
-) -> tuple[str, str, dict[str, Any]]:
-    """The status, the reason, and the origin's fields of the Localization: from
-    each operator's own error when it was measured, else from growth alone."""
+) -> _Conclusion:
+    """The status, the reason, and the origin of the Localization: from each
+    operator's own error when it was measured, else from growth alone."""
     # Values carried into --localize-module's module that already depart: the
     # error starts before it, which only the carried-in check can say.
     before = any(r.context and r.status != "ok" for r in rows)
     found = None if before else blame(rows, diverged)
     if found is not None:
         status, reason = origin_verdict(found, diverged)
-        return status, reason, {
-            "origin": found.origin, "amplifiers": found.amplifiers, "hint": hint_for(found),
-        }  # fmt: skip
+        return _Conclusion(status, reason, found.origin, found.amplifiers, hint_for(found))
     over = [r for r in rows if r.status != "ok"]
     if over and not diverged and _within_bounds(rows):
-        return "clean", _allowed_rounding(over), {}
-    return (*_verdict(rows, first, diverged, judged, tolerance, job.localize_module), {})
+        return _Conclusion("clean", _allowed_rounding(over))
+    return _Conclusion(*_verdict(rows, first, diverged, judged, tolerance, job.localize_module))
 
 
 def _within_bounds(rows: Sequence[TapResult]) -> bool:
@@ -472,117 +513,3 @@ def _program_info(
         untapped=tuple(tapped.manifest.get("untapped") or ()),
         why_untapped=dict(tapped.manifest.get("why_untapped") or {}),
     )
-
-
-def _eager_values(
-    tapped: TappedBuild, samples: Sequence[tuple[np.ndarray, ...]], use_cache: bool
-) -> Values:
-    """Each sample through the tapped ExportedProgram: every output by index,
-    cached per (the program's bytes, the inputs) like the other references."""
-    from etdeploy.digests import sha256_file
-    from etdeploy.pipeline.references import _cached, reference_key
-
-    path = tapped.reference_program
-    key = reference_key(sha256_file(path), samples)[:32]
-    table, _ = _cached(
-        f"tapped-{key}", lambda: (_run_tapped_eagerly(path, samples), []), use_cache=use_cache
-    )
-    return [dict(enumerate(row)) for row in table]
-
-
-def _run_tapped_eagerly(
-    path: Path, samples: Sequence[tuple[np.ndarray, ...]]
-) -> list[list[np.ndarray]]:
-    import torch
-    import torch.utils._pytree as pytree
-
-    from etdeploy.builder.tapped import load_reference
-
-    module = load_reference(path)
-    rows = []
-    with torch.no_grad():
-        for sample in samples:
-            result = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in sample))
-            leaves, _ = pytree.tree_flatten(result)
-            rows.append(
-                [
-                    t.detach().contiguous().numpy()
-                    if isinstance(t, torch.Tensor)
-                    else np.asarray(t)
-                    for t in leaves
-                ]
-            )
-    return rows
-
-
-@dataclasses.dataclass(frozen=True)
-class _Context:
-    """What running a tapped program on the device needs from the run."""
-
-    job: RunJob
-    target: Target
-    program: Program
-    staged: Staged
-    judged: Judged
-    chosen: list[int]
-    job_id: str
-    say: StatusCallback
-    progress: ProgressCallback | None
-
-    def run(self, tapped: TappedBuild, eager: Values) -> Values:
-        """The tapped program on the device, each chosen sample once: every output
-        by index. Deployed like the program itself: content-addressed, so the
-        runner and the inputs already there are not sent again."""
-        from etdeploy.pipeline.deploy import deploy, remove_quietly
-        from etdeploy.pipeline.execute import Timing, execute
-
-        program = describe_program(tapped.pte, tapped.manifest["sha256"], tapped.manifest, ())
-        indices = program.tensor_outputs
-        staged = dataclasses.replace(
-            self.staged,
-            sample_names=tuple(self.staged.sample_names[i] for i in self.chosen),
-            samples=tuple(self.staged.samples[i] for i in self.chosen),
-            # The tapped program's outputs: what upstream's runner takes its shapes from.
-            references=tuple(tuple(eager[k][i] for i in indices) for k in range(len(self.chosen))),
-        )
-        job_id = f"{self.job_id}-localize"
-        device = self.target.device
-        with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
-            deployed = deploy(
-                self.target, program, staged, job_id, self.progress, verify=self.job.verify_remote
-            )
-            try:
-                executed = execute(
-                    self.target, deployed, program, staged, self.job, Path(tmp), Timing()
-                )
-                values: Values = [
-                    {i: np.array(a) for i, a in zip(indices, row, strict=True)}
-                    for row in executed.outputs
-                ]
-            finally:
-                if not self.job.keep:
-                    remove_quietly(device, deployed.job_dir)
-        return values
-
-    def reproduces(self, tapped: TappedBuild, got: Values, eager: Values) -> bool:
-        """Do the tapped program's own outputs fail the check the untapped ones
-        failed? Against the float reference for a float build; for a quantized
-        one against the tapped quantized program's outputs, to its steps."""
-        count = tapped.model_outputs
-        mine = [[row[i] for i in range(count)] for row in got]
-        if self.staged.quantized is not None:
-            want = [[row[i] for i in range(count)] for row in eager]
-            rule, measured = "steps", "tapped device vs quantized eager"
-        else:
-            want = [list(self.staged.references[i]) for i in self.chosen]
-            rule, measured = "allclose", "tapped device vs reference"
-        verdict = self.judged.verdict
-        assert verdict.thresholds is not None
-        stage = metrics.judge_stage(
-            metrics.Comparison("device", measured, mine, want, rule),
-            [self.staged.sample_names[i] for i in self.chosen],
-            verdict.kinds,
-            verdict.thresholds,
-            self.program.output_steps,
-        )
-        return not stage.passed

@@ -220,7 +220,9 @@ def _write_table(path: Path, record: Path, outputs: Table, hits: list[bool]) -> 
         for k, value in enumerate(row):
             arrays[f"s{s}_o{k}"] = value
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    # Keys are count, example_hits and s<i>_..., never savez's own allow_pickle, which
+    # is why numpy's stubs reject a ** of str keys here.
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]
     data = buffer.getvalue()
     atomic_write(path, data)
     atomic_write(record, (hashlib.sha256(data).hexdigest() + "\n").encode())

@@ -17,7 +17,7 @@ from etdeploy.preflight.needs import (
     key_tensors,
     version_verdict,
 )
-from etdeploy.runner_describe import RunnerDescription
+from etdeploy.runner.describe import RunnerDescription
 
 # The backend id a delegate carries -> `etdeploy runner build --backends` name
 # (the ids are the BackendDetails class names in the executorch 1.5.1 wheel).

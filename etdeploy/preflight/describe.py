@@ -14,13 +14,13 @@ from pathlib import Path
 from etdeploy.devices.base import Device, DeviceInfo
 from etdeploy.errors import EtdeployError
 from etdeploy.runner import runner_failure
-from etdeploy.runner_build import RunnerBundle
-from etdeploy.runner_describe import (
+from etdeploy.runner.describe import (
     RunnerDescription,
     describe_argv,
     describe_unsupported,
     parse_describe,
 )
+from etdeploy.runner_build import RunnerBundle
 
 DESCRIBE_DEADLINE_S = 60.0
 CACHE_KIND = "runner-describe"

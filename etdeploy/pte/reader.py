@@ -27,6 +27,7 @@ import os
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,6 @@ import flatbuffers
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
 from etdeploy.pte._generated import program_generated as fb
-from etdeploy.pte._generated import xnnpack_generated as xfb
 from etdeploy.pte._generated.scalar_type_generated import ScalarType
 from etdeploy.pte.layout import (
     SCALAR_TYPE_BYTES,
@@ -50,16 +50,12 @@ from etdeploy.pte.layout import (
     Segment,
     TensorMeta,
 )
+from etdeploy.pte.xnnpack import XNN_DTYPE_BYTES, xnnpack_constants
 
 # From _program.py's _ExtendedHeader (executorch 1.5.1, read 2026-12-02).
 EXTENDED_HEADER_MAGIC = b"eh00"
 EXTENDED_HEADER_MIN_LENGTH = 24  # magic, length, program size, segment base offset
 EXTENDED_HEADER_FULL_LENGTH = 32  # ... plus segment data size
-# From backends/xnnpack/serialization/xnnpack_graph_serialize.py's XNNHeader (1.5.1).
-XNNPACK_HEADER_MAGIC = b"XH00"
-XNNPACK_HEADER_LENGTH = 30
-# ConstantDataOffset.offset holds this when the data lives in the named data map.
-_UINT64_MAX = 2**64 - 1
 
 _SCALAR_TYPE_NAMES: dict[int, str] = {
     v: k.lower() for k, v in vars(ScalarType).items() if not k.startswith("_")
@@ -68,17 +64,6 @@ FLOAT_DTYPES = frozenset({"float", "double", "half", "bfloat16"})
 _KERNEL_TYPE_NAMES: dict[int, str] = {
     v: k.lower() for k, v in vars(fb.KernelTypes).items() if not k.startswith("_")
 }
-_XNN_DTYPE_NAMES: dict[int, str] = {
-    v: k.removeprefix("xnn_datatype_")
-    for k, v in vars(xfb.XNNDatatype).items()
-    if k.startswith("xnn_datatype_")
-}
-_XNN_DTYPE_BYTES: dict[str, float] = {
-    "fp32": 4, "fp16": 2, "bf16": 2, "qint8": 1, "quint8": 1, "qint32": 4, "qcint8": 1,
-    "qcint32": 4, "qcint4": 0.5, "qdint8": 1, "qbint4": 0.5, "qpint8": 1, "int32": 4,
-    "pfp32": 4,
-}  # fmt: skip
-XNN_FLOAT_DTYPES = frozenset({"fp32", "fp16", "bf16", "pfp32"})
 
 
 # --- opening --------------------------------------------------------------------------------
@@ -238,6 +223,52 @@ def _subsegment_offsets(sub: fb.SubsegmentOffsets) -> tuple[int, tuple[int, ...]
     return sub.SegmentIndex(), tuple(int(sub.Offsets(j)) for j in range(sub.OffsetsLength()))
 
 
+@dataclass(frozen=True)
+class _ProgramData:
+    """Where the program keeps data, read before its methods: its segments, inline
+    buffers, the constant segment's and mutable segments' offsets, named data."""
+
+    segments: tuple[Segment, ...]
+    # (absolute offset, size) of each inline constant buffer and inline delegate blob.
+    constant_spans: tuple[tuple[int, int], ...]
+    inline_delegate: tuple[tuple[int, int], ...]
+    constant_segment_index: int | None
+    constant_offsets: tuple[int, ...]
+    # (segment index, offsets of its sub-spans) of each mutable data segment.
+    mutable: tuple[tuple[int, tuple[int, ...]], ...]
+    named: tuple[NamedDataEntry, ...]
+
+
+# A tensor's data is one entry however many methods use it: keyed by where it lives.
+_ConstantKey = tuple[str, int, int | str | None]
+
+
+@dataclass
+class _ConstantEntry:
+    """A tensor with data while the methods are read: the methods using it grow."""
+
+    name: str | None
+    methods: list[str]
+    meta: TensorMeta
+    stored: int
+    location: str
+    buffer_index: int
+    offset: int | None
+
+    def tensor(self) -> ConstantTensor:
+        return ConstantTensor(
+            name=self.name,
+            methods=tuple(self.methods),
+            dtype=self.meta.dtype,
+            sizes=self.meta.sizes,
+            nbytes=self.meta.nbytes,
+            stored_bytes=self.stored,
+            location=self.location,
+            buffer_index=self.buffer_index,
+            offset=self.offset,
+        )
+
+
 def _parse(
     path: Path,
     buf: mmap.mmap,
@@ -247,12 +278,69 @@ def _parse(
     program_size: int,
     segment_base: int,
 ) -> PteLayout:
-    notes: list[str] = []
     program = fb.Program.GetRootAs(buf, 0)
     root_pos = int.from_bytes(buf[0:4], "little")
     if root_pos >= program_size:
         raise ValueError("root table outside the program")
+    data = _program_data(path, program, file_size, header, segment_base)
 
+    methods: list[MethodInfo] = []
+    delegates: list[DelegateInfo] = []
+    constants: dict[_ConstantKey, _ConstantEntry] = {}
+    for pi in range(program.ExecutionPlanLength()):
+        plan = program.ExecutionPlan(pi)
+        name = fb_str(plan.Name())
+        method_delegates = _method_delegates(plan, name, data)
+        methods.append(_method_info(plan, name, method_delegates))
+        delegates.extend(method_delegates)
+        _collect_constants(plan, name, constants, data)
+
+    constant_tensors = tuple(entry.tensor() for entry in constants.values())
+    delegate_constants, notes = _delegate_constants(buf, delegates, data.named)
+    if constant_tensors and not any(t.name for t in constant_tensors):
+        notes.append(
+            "the program does not name its constant tensors (executorch stores names only for "
+            "external and mutable data); they are listed by shape and dtype"
+        )
+    segments = data.segments
+    return PteLayout(
+        path=path,
+        file_size=file_size,
+        file_identifier=ident,
+        schema_version=int(program.Version()),
+        header=header,
+        program_size=program_size,
+        segment_base_offset=segment_base,
+        segments=segments,
+        methods=tuple(methods),
+        delegates=tuple(delegates),
+        constant_buffer_count=len(data.constant_spans),
+        constant_buffer_bytes=sum(s for _, s in data.constant_spans),
+        constant_buffer_spans=data.constant_spans,
+        constant_segment_index=data.constant_segment_index,
+        constant_segment_size=(
+            segments[data.constant_segment_index].size
+            if data.constant_segment_index is not None
+            else 0
+        ),
+        mutable_segment_indices=tuple(i for i, _ in data.mutable),
+        named_data=data.named,
+        inline_delegate_spans=data.inline_delegate,
+        constant_tensors=constant_tensors,
+        delegate_constants=tuple(delegate_constants),
+        notes=tuple(notes),
+    )
+
+
+def _segments(
+    path: Path,
+    program: fb.Program,
+    file_size: int,
+    header: ExtendedHeader | None,
+    segment_base: int,
+) -> tuple[Segment, ...]:
+    """The program's segments at their absolute offsets; a segment past the end of
+    the file is a truncated file."""
     segments: list[Segment] = []
     for i in range(program.SegmentsLength()):
         s = program.Segments(i)
@@ -269,17 +357,26 @@ def _parse(
     # empty constant segment; only non-empty segments need the header to be found.
     if header is None and any(seg.size for seg in segments):
         raise bad_file(path, "corrupt: segments listed but no extended header locates them")
+    return tuple(segments)
 
+
+def _program_data(
+    path: Path,
+    program: fb.Program,
+    file_size: int,
+    header: ExtendedHeader | None,
+    segment_base: int,
+) -> _ProgramData:
+    segments = _segments(path, program, file_size, header, segment_base)
     # Inline buffers (legacy constants, and inline delegate data).
-    constant_spans: list[tuple[int, int]] = []
-    for i in range(program.ConstantBufferLength()):
-        span = _vector_span(program.ConstantBuffer(i), 4)
-        constant_spans.append(span if span else (0, 0))
-    inline_delegate: list[tuple[int, int]] = []
-    for i in range(program.BackendDelegateDataLength()):
-        span = _vector_span(program.BackendDelegateData(i), 4)
-        inline_delegate.append(span if span else (0, 0))
-
+    constant_spans = tuple(
+        _vector_span(program.ConstantBuffer(i), 4) or (0, 0)
+        for i in range(program.ConstantBufferLength())
+    )
+    inline_delegate = tuple(
+        _vector_span(program.BackendDelegateData(i), 4) or (0, 0)
+        for i in range(program.BackendDelegateDataLength())
+    )
     cseg = program.ConstantSegment()
     constant_segment_index: int | None = None
     constant_offsets: tuple[int, ...] = ()
@@ -289,143 +386,103 @@ def _parse(
             constant_segment_index = idx
             if idx >= len(segments):
                 raise ValueError("constant segment index out of range")
-    mutable: list[tuple[int, tuple[int, ...]]] = [
+    mutable = tuple(
         _subsegment_offsets(program.MutableDataSegments(i))
         for i in range(program.MutableDataSegmentsLength())
-    ]
+    )
     named: list[NamedDataEntry] = []
     for i in range(program.NamedDataLength()):
         nd = program.NamedData(i)
-        si = nd.SegmentIndex()
+        si = int(nd.SegmentIndex())
         if si >= len(segments):
             raise ValueError("named data segment index out of range")
         named.append(NamedDataEntry(fb_str(nd.Key()), si, segments[si].offset, segments[si].size))
-
-    methods: list[MethodInfo] = []
-    delegates: list[DelegateInfo] = []
-    constants: dict[tuple[str, int, int | str | None], dict[str, Any]] = {}
-    for pi in range(program.ExecutionPlanLength()):
-        plan = program.ExecutionPlan(pi)
-        name = fb_str(plan.Name())
-        inputs = tuple(method_value(plan, plan.Inputs(j)) for j in range(plan.InputsLength()))
-        outputs = tuple(method_value(plan, plan.Outputs(j)) for j in range(plan.OutputsLength()))
-        ops = []
-        for j in range(plan.OperatorsLength()):
-            op = plan.Operators(j)
-            overload = fb_str(op.Overload())
-            ops.append(fb_str(op.Name()) + (f".{overload}" if overload else ""))
-        n_instr = sum(plan.Chains(j).InstructionsLength() for j in range(plan.ChainsLength()))
-        ids = []
-        for j in range(plan.DelegatesLength()):
-            d = plan.Delegates(j)
-            backend = fb_str(d.Id())
-            ids.append(backend)
-            ref = d.Processed()
-            loc_code = ref.Location() if ref is not None else fb.DataLocation.INLINE
-            data_index = ref.Index() if ref is not None else 0
-            if loc_code == fb.DataLocation.SEGMENT:
-                if data_index >= len(segments):
-                    raise ValueError("delegate segment index out of range")
-                seg = segments[data_index]
-                offset: int | None = seg.offset
-                size = seg.size
-                location = "segment"
-            else:
-                if data_index >= len(inline_delegate):
-                    raise ValueError("inline delegate index out of range")
-                offset, size = inline_delegate[data_index]
-                location = "inline"
-            keys = tuple(fb_str(d.CompileSpecs(k).Key()) for k in range(d.CompileSpecsLength()))
-            delegates.append(
-                DelegateInfo(name, j, backend, location, data_index, offset, size, keys)
-            )
-        methods.append(
-            MethodInfo(
-                name=name,
-                inputs=inputs,
-                outputs=outputs,
-                non_const_buffer_sizes=tuple(
-                    int(plan.NonConstBufferSizes(j))
-                    for j in range(plan.NonConstBufferSizesLength())
-                ),
-                operators=tuple(ops),
-                num_values=plan.ValuesLength(),
-                num_instructions=n_instr,
-                delegate_ids=tuple(ids),
-            )
-        )
-        _collect_constants(
-            plan, name, constants, constant_segment_index, constant_offsets, constant_spans,
-            mutable, segments,
-        )  # fmt: skip
-
-    constant_tensors = tuple(
-        ConstantTensor(
-            name=c["name"],
-            methods=tuple(c["methods"]),
-            dtype=c["meta"].dtype,
-            sizes=c["meta"].sizes,
-            nbytes=c["meta"].nbytes,
-            stored_bytes=c["stored"],
-            location=c["location"],
-            buffer_index=c["buffer_index"],
-            offset=c["offset"],
-        )
-        for c in constants.values()
+    return _ProgramData(
+        segments=segments,
+        constant_spans=constant_spans,
+        inline_delegate=inline_delegate,
+        constant_segment_index=constant_segment_index,
+        constant_offsets=constant_offsets,
+        mutable=mutable,
+        named=tuple(named),
     )
+
+
+def _method_info(plan: fb.ExecutionPlan, name: str, delegates: list[DelegateInfo]) -> MethodInfo:
+    ops = []
+    for j in range(plan.OperatorsLength()):
+        op = plan.Operators(j)
+        overload = fb_str(op.Overload())
+        ops.append(fb_str(op.Name()) + (f".{overload}" if overload else ""))
+    return MethodInfo(
+        name=name,
+        inputs=tuple(method_value(plan, plan.Inputs(j)) for j in range(plan.InputsLength())),
+        outputs=tuple(method_value(plan, plan.Outputs(j)) for j in range(plan.OutputsLength())),
+        non_const_buffer_sizes=tuple(
+            int(plan.NonConstBufferSizes(j)) for j in range(plan.NonConstBufferSizesLength())
+        ),
+        operators=tuple(ops),
+        num_values=int(plan.ValuesLength()),
+        num_instructions=sum(
+            int(plan.Chains(j).InstructionsLength()) for j in range(plan.ChainsLength())
+        ),
+        delegate_ids=tuple(d.backend_id for d in delegates),
+    )
+
+
+def _method_delegates(
+    plan: fb.ExecutionPlan, method: str, data: _ProgramData
+) -> list[DelegateInfo]:
+    """Each delegate call of a method, with where its blob is (a segment or inline)."""
+    delegates: list[DelegateInfo] = []
+    for j in range(plan.DelegatesLength()):
+        d = plan.Delegates(j)
+        backend = fb_str(d.Id())
+        ref = d.Processed()
+        loc_code = ref.Location() if ref is not None else fb.DataLocation.INLINE
+        data_index = int(ref.Index()) if ref is not None else 0
+        offset: int | None
+        if loc_code == fb.DataLocation.SEGMENT:
+            if data_index >= len(data.segments):
+                raise ValueError("delegate segment index out of range")
+            seg = data.segments[data_index]
+            offset, size, location = seg.offset, seg.size, "segment"
+        else:
+            if data_index >= len(data.inline_delegate):
+                raise ValueError("inline delegate index out of range")
+            offset, size = data.inline_delegate[data_index]
+            location = "inline"
+        keys = tuple(fb_str(d.CompileSpecs(k).Key()) for k in range(d.CompileSpecsLength()))
+        delegates.append(DelegateInfo(method, j, backend, location, data_index, offset, size, keys))
+    return delegates
+
+
+def _delegate_constants(
+    buf: mmap.mmap, delegates: list[DelegateInfo], named: tuple[NamedDataEntry, ...]
+) -> tuple[list[DelegateConstant], list[str]]:
+    """The constants of every delegate blob this reader understands (XNNPACK's), and
+    a note for each non-empty blob it does not."""
     named_by_key = {n.key: n for n in named}
-    delegate_constants: list[DelegateConstant] = []
+    found: list[DelegateConstant] = []
+    notes: list[str] = []
     for d in delegates:
-        found = _xnnpack_constants(buf, d, named_by_key)
-        if found is None:
+        constants = xnnpack_constants(buf, d, named_by_key)
+        if constants is None:
             if d.size:
                 notes.append(
                     f"{d.backend_id} blob of method {d.method} is opaque to this reader; "
                     "its weights are counted in the blob's bytes"
                 )
             continue
-        delegate_constants.extend(found)
-    if constant_tensors and not any(t.name for t in constant_tensors):
-        notes.append(
-            "the program does not name its constant tensors (executorch stores names only for "
-            "external and mutable data); they are listed by shape and dtype"
-        )
-    return PteLayout(
-        path=path,
-        file_size=file_size,
-        file_identifier=ident,
-        schema_version=program.Version(),
-        header=header,
-        program_size=program_size,
-        segment_base_offset=segment_base,
-        segments=tuple(segments),
-        methods=tuple(methods),
-        delegates=tuple(delegates),
-        constant_buffer_count=len(constant_spans),
-        constant_buffer_bytes=sum(s for _, s in constant_spans),
-        constant_buffer_spans=tuple(constant_spans),
-        constant_segment_index=constant_segment_index,
-        constant_segment_size=(
-            segments[constant_segment_index].size if constant_segment_index is not None else 0
-        ),
-        mutable_segment_indices=tuple(i for i, _ in mutable),
-        named_data=tuple(named),
-        inline_delegate_spans=tuple(inline_delegate),
-        constant_tensors=constant_tensors,
-        delegate_constants=tuple(delegate_constants),
-        notes=tuple(notes),
-    )
+        found.extend(constants)
+    return found, notes
 
 
 def _collect_constants(
     plan: fb.ExecutionPlan,
     method: str,
-    out: dict[tuple[str, int, int | str | None], dict[str, Any]],
-    constant_segment_index: int | None,
-    constant_offsets: tuple[int, ...],
-    constant_spans: list[tuple[int, int]],
-    mutable: list[tuple[int, tuple[int, ...]]],
-    segments: list[Segment],
+    out: dict[_ConstantKey, _ConstantEntry],
+    data: _ProgramData,
 ) -> None:
     """Tensors with data (data_buffer_idx > 0, or external), deduplicated across methods by
     where the data is.
@@ -436,7 +493,7 @@ def _collect_constants(
         t = evalue_tensor(plan.Values(vi))
         if t is None:
             continue
-        idx = t.DataBufferIdx()
+        idx = int(t.DataBufferIdx())
         extra = t.ExtraTensorInfo()
         external = extra is not None and extra.Location() == fb.TensorDataLocation.EXTERNAL
         # External tensors index their own table, so index 0 is a real tensor there.
@@ -445,36 +502,33 @@ def _collect_constants(
         meta = _tensor_meta(t)
         name = (fb_str(extra.FullyQualifiedName()) or None) if extra is not None else None
         offset: int | None
+        key: _ConstantKey
         if external:
-            key: tuple[str, int, int | str | None] = ("external", 0, name)
-            location, offset, stored, buffer_index = "external", None, meta.nbytes, idx
+            key = ("external", 0, name)
+            location, offset, stored = "external", None, meta.nbytes
         elif t.AllocationInfo() is not None:
             which = int(extra.MutableDataSegmentsIdx()) if extra is not None else 0
-            if which >= len(mutable):
+            if which >= len(data.mutable):
                 raise ValueError("mutable data segment index out of range")
-            seg_index, offsets = mutable[which]
-            seg = segments[seg_index]
-            offset, stored = _sub_span(offsets, idx, seg)
-            key, location, buffer_index = ("mutable", which, idx), "mutable_segment", idx
-        elif constant_segment_index is not None:
-            seg = segments[constant_segment_index]
-            offset, stored = _sub_span(constant_offsets, idx, seg)
-            key, location, buffer_index = ("constant", 0, idx), "constant_segment", idx
+            seg_index, offsets = data.mutable[which]
+            offset, stored = _sub_span(offsets, idx, data.segments[seg_index])
+            key, location = ("mutable", which, idx), "mutable_segment"
+        elif data.constant_segment_index is not None:
+            seg = data.segments[data.constant_segment_index]
+            offset, stored = _sub_span(data.constant_offsets, idx, seg)
+            key, location = ("constant", 0, idx), "constant_segment"
         else:
-            if idx >= len(constant_spans):
+            if idx >= len(data.constant_spans):
                 raise ValueError("constant buffer index out of range")
-            offset, stored = constant_spans[idx]
-            key, location, buffer_index = ("inline", 0, idx), "constant_buffer", idx
+            offset, stored = data.constant_spans[idx]
+            key, location = ("inline", 0, idx), "constant_buffer"
         entry = out.get(key)
         if entry is None:
-            out[key] = {
-                "name": name, "methods": [method], "meta": meta, "stored": stored,
-                "location": location, "buffer_index": buffer_index, "offset": offset,
-            }  # fmt: skip
+            out[key] = _ConstantEntry(name, [method], meta, stored, location, idx, offset)
         else:
-            if method not in entry["methods"]:
-                entry["methods"].append(method)
-            entry["name"] = entry["name"] or name
+            if method not in entry.methods:
+                entry.methods.append(method)
+            entry.name = entry.name or name
 
 
 def _sub_span(offsets: tuple[int, ...], idx: int, seg: Segment) -> tuple[int, int]:
@@ -487,85 +541,11 @@ def _sub_span(offsets: tuple[int, ...], idx: int, seg: Segment) -> tuple[int, in
     return seg.offset + start, end - start
 
 
-def _xnnpack_constants(
-    buf: mmap.mmap, d: DelegateInfo, named_by_key: dict[str, NamedDataEntry]
-) -> list[DelegateConstant] | None:
-    """The constants an XNNPACK blob refers to; None when the blob is not XNNPACK's."""
-    if d.offset is None or d.size < XNNPACK_HEADER_LENGTH:
-        return None
-    base = d.offset
-    if bytes(buf[base + 4 : base + 8]) != XNNPACK_HEADER_MAGIC:
-        return None
-    header_len = int.from_bytes(buf[base + 8 : base + 10], "little")
-    fb_offset = int.from_bytes(buf[base + 10 : base + 14], "little")
-    fb_size = int.from_bytes(buf[base + 14 : base + 18], "little")
-    const_offset = int.from_bytes(buf[base + 18 : base + 22], "little")
-    if header_len != XNNPACK_HEADER_LENGTH or fb_offset + fb_size > d.size or fb_size < 8:
-        return None
-    if bytes(buf[base + fb_offset + 4 : base + fb_offset + 6]) != b"XN":
-        return None
-    graph = xfb.XNNGraph.GetRootAs(buf, base + fb_offset)
-    n_data = graph.ConstantDataLength()
-    typed: dict[int, tuple[str, tuple[int, ...]]] = {}
-    for i in range(graph.XvaluesLength()):
-        xv = graph.Xvalues(i)
-        table = xv.XvalueUnion()
-        if table is None:
-            continue
-        kind = xv.XvalueUnionType()
-        if kind == xfb.XValueUnion.XNNTensorValue:
-            tv = xfb.XNNTensorValue()
-            tv.Init(table.Bytes, table.Pos)
-        elif kind == xfb.XValueUnion.XNNQuantizedTensorValue:
-            qv = xfb.XNNQuantizedTensorValue()
-            qv.Init(table.Bytes, table.Pos)
-            tv = qv.TensorValue()
-            if tv is None:
-                continue
-        else:
-            continue
-        cidx = tv.ConstantBufferIdx()
-        if 0 < cidx < n_data:
-            dtype = _XNN_DTYPE_NAMES.get(tv.Datatype(), f"xnn_{tv.Datatype()}")
-            typed[cidx] = (dtype, tuple(int(tv.Dims(j)) for j in range(tv.DimsLength())))
-    found: list[DelegateConstant] = []
-    # Entry 0 is reserved for non-constant values (runtime_schema.fbs).
-    for ci in range(1, n_data):
-        cd = graph.ConstantData(ci)
-        key = fb_str(cd.NamedKey()) or None
-        size = int(cd.Size())
-        dtype, dims = typed.get(ci, (None, None))
-        if key is not None:
-            nd = named_by_key.get(key)
-            location = "named_data" if nd else "missing"
-            offset = nd.offset if nd else None
-        elif int(cd.Offset()) != _UINT64_MAX:
-            location, offset = "delegate_blob", base + const_offset + int(cd.Offset())
-        else:
-            location, offset = "missing", None
-        found.append(
-            DelegateConstant(
-                d.backend_id, d.method, d.index, key, dtype, dims, size, location, offset
-            )
-        )
-    return found
-
-
-def xnnpack_float_elements(c: DelegateConstant) -> int:
-    """Number of float elements of an XNNPACK constant (0 if it is not a float tensor)."""
-    if c.dtype not in XNN_FLOAT_DTYPES or not c.dims:
-        return 0
-    n = 1
-    for s in c.dims:
-        n *= s
-    return n
-
-
 def dtype_bytes(dtype: str) -> float:
     """Bytes per element of an ExecuTorch ScalarType or XNNPACK datatype name."""
     if dtype in SCALAR_TYPE_BYTES:
         return SCALAR_TYPE_BYTES[dtype]
-    return _XNN_DTYPE_BYTES.get(dtype, 1)
+    return XNN_DTYPE_BYTES.get(dtype, 1)
 
 
 def scalar_type_name(code: int) -> str:

@@ -9,12 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from etdeploy.pte.reader import (
-    MethodValue,
-    fb_str,
-    method_value,
-    program_root,
-)
+from etdeploy.pte.layout import MethodValue
+from etdeploy.pte.reader import fb_str, method_value, program_root
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ def group_folder(asset_dir: str, group: str) -> str:
 
 def _xml(root: ET.Element) -> bytes:
     ET.indent(root, space="    ")
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    text: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return text + b"\n"
 
 
 def _selector_element(parent: ET.Element, selector: Selector) -> None:

@@ -7,6 +7,7 @@ device has verified is unproven; a group no device fell into is untried.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -101,15 +102,9 @@ class DeliveryProof:
         }
 
 
-def _memory_gate(job: RunJob, limit: int | None) -> tuple[RunJob, tuple[str, ...]]:
-    """The group's max_memory, handed to the run when it takes one (issue 26's gate)."""
-    if limit is None:
-        return job, ()
-    if "max_memory_bytes" in {f.name for f in dataclasses.fields(job)}:
-        return dataclasses.replace(job, max_memory_bytes=limit), ()  # type: ignore[call-arg]
-    return job, (
-        f"max_memory {limit} B recorded, not enforced: this etdeploy's run has no memory gate",
-    )
+def _memory_gate(job: RunJob, limit: int | None) -> RunJob:
+    """The group's max_memory, handed to the run's memory gate (issue 26)."""
+    return job if limit is None else dataclasses.replace(job, max_memory_bytes=limit)
 
 
 def prove_device(
@@ -122,7 +117,7 @@ def prove_device(
         device = opener(name)
     except EtdeployError as exc:
         return DeviceProof(name, problem=str(exc), exit_code=exc.exit_code)
-    with device:
+    with contextlib.closing(device):
         try:
             say(f"{name}: reading its properties")
             props = read_properties(device)
@@ -135,13 +130,13 @@ def prove_device(
             return DeviceProof(name, props, selected, problem=f"variant {selected.variant} not built",
                                exit_code=EXIT_OK)  # fmt: skip
         group = release.selection.group(selected.group)
-        job, notes = _memory_gate(job_for(name, built.pte), group.max_memory_bytes)
+        job = _memory_gate(job_for(name, built.pte), group.max_memory_bytes)
         started = time.time()
         try:
             result = run_job(job, device, context)
         except Exception as exc:  # an interruption (KeyboardInterrupt) stops the whole check
             result = error_result(job, name, as_error(exc), started)
-        return DeviceProof(name, props, selected, result, exit_code=result.exit_code, notes=notes)
+        return DeviceProof(name, props, selected, result, exit_code=result.exit_code)
 
 
 def prove(

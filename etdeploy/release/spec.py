@@ -438,7 +438,7 @@ class _Reader:
         self.keys(table, APPLE_KEYS, where)
         fallback = self.string(table, "fallback", where)
         self.known_variant(fallback, variants, f"{where}.fallback")
-        rules = []
+        rules: list[AppleRule] = []
         items = table.get("rules", [])
         if not isinstance(items, list):
             raise self.fail(f"{where}.rules", "expected [[release.apple.rules]] tables", "")

@@ -332,7 +332,8 @@ def _ceil_3(value: float) -> float:
     """`value` rounded up to 3 significant digits: a tolerance that surely holds."""
     if value <= 0:
         return 0.0
-    scale = 10 ** (math.floor(math.log10(value)) - 2)
+    # An int power of ten, or a float one below 100 (typeshed: int ** int is Any).
+    scale: float = 10 ** (math.floor(math.log10(value)) - 2)
     return math.ceil(value / scale) * scale
 
 

@@ -303,10 +303,10 @@ def _verdict_block(verdict: Verdict) -> str:
             "<th>top-1</th></tr></thead><tbody>"
         )
         # A test set of thousands: its worst rows, in sample order; the JSON has every one.
-        worst = set(
+        worst_rows = set(
             sorted(range(len(metrics)), key=lambda i: -metrics[i].max_abs)[:_METRIC_ROWS_SHOWN]
         )
-        shown = [r for i, r in enumerate(metrics) if i in worst]
+        shown = [r for i, r in enumerate(metrics) if i in worst_rows]
         for r in shown:
             out.append(
                 f"<tr><td>{e(r.name)}</td><td>{e(r.sample)}</td>"

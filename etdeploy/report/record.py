@@ -58,7 +58,7 @@ class Record:
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {}
-        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+        for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value is None and field.metadata.get(OMIT_NONE):
                 continue
@@ -69,9 +69,10 @@ class Record:
     def from_json(cls: type[R], data: Mapping[str, Any]) -> R:
         if not isinstance(data, Mapping):
             raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
-        hints = _hints(cls)
+        klass: type = cls  # a class object is hashable; mypy checks type[R] against R's __hash__
+        hints = _hints(klass)
         kwargs: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for field in dataclasses.fields(cls):
             if field.name in data:
                 kwargs[field.name] = _decode(data[field.name], hints[field.name], field.name)
         return cls(**kwargs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from etdeploy.errors import UsageError
 from etdeploy.runner_build.bundle import (
@@ -34,7 +34,7 @@ def binary_abi(path: Path) -> str | None:
     except OSError:
         return None
     if header[:4] == b"\x7fELF" and len(header) >= 20:
-        byteorder = "little" if header[5] == 1 else "big"
+        byteorder: Literal["little", "big"] = "little" if header[5] == 1 else "big"
         return _ELF_MACHINES.get(int.from_bytes(header[18:20], byteorder))
     # Mach-O 64-bit (little-endian magic 0xfeedfacf), as a macOS or iOS build is.
     if header[:4] == b"\xcf\xfa\xed\xfe":

@@ -20,13 +20,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from etdeploy.pte.reader import (
-    FLOAT_DTYPES,
-    XNN_FLOAT_DTYPES,
-    PteLayout,
-    dtype_bytes,
-    read_pte,
-)
+from etdeploy.pte.layout import PteLayout
+from etdeploy.pte.reader import FLOAT_DTYPES, dtype_bytes, read_pte
+from etdeploy.pte.xnnpack import XNN_FLOAT_DTYPES
 from etdeploy.sizecheck.compress import PLAY_LEVEL, Measurement, measure
 
 HEADER = "header"
@@ -166,10 +162,13 @@ def layout_parts(layout: PteLayout) -> list[Part]:
     }
     for i, (off, size) in enumerate(layout.inline_delegate_spans):
         if size:
-            backend = backend_of_inline.get(i, "?")
+            inline_backend = backend_of_inline.get(i, "?")
             spans.append(
-                Part(f"delegate blob inline: {backend}", INLINE_DELEGATE, off, size, backend)
-            )
+                Part(
+                    f"delegate blob inline: {inline_backend}",
+                    INLINE_DELEGATE, off, size, inline_backend,
+                )
+            )  # fmt: skip
 
     seg_label: dict[int, tuple[str, str, str | None]] = {}
     if layout.constant_segment_index is not None:

@@ -203,14 +203,15 @@ def measure_file(
             raise UsageError(f"{p}: changed while being measured", "measure it again")
         if stat_identity(os.stat(p)) == stat_identity(before):
             for level in missing:
+                entry_key = key(level, measured.estimate)
                 doc = {
-                    "key": key(level, measured.estimate),
+                    "key": entry_key,
                     "raw_bytes": size,
                     "part_deflate_bytes": [d[level] for d in measured.part_deflate_bytes],
                     "error_bound": measured.bound(level),
                     "deflated_bytes": measured.deflated_bytes or 0,
                 }
-                _write_json(_entry_path(doc["key"]), doc)
+                _write_json(_entry_path(entry_key), doc)
     return _assemble(lv, bounds, size, found, measured, chunk_bytes, mem_level)
 
 

@@ -18,10 +18,12 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import PteLayout, check_readable_file, read_pte
+from etdeploy.files import check_readable_file
+from etdeploy.pte.layout import MethodValue, PteLayout
+from etdeploy.pte.reader import read_pte
 from etdeploy.sizecheck.breakdown import Breakdown, build_breakdown, layout_parts
 from etdeploy.sizecheck.cache import measure_file
 from etdeploy.sizecheck.compress import (
@@ -253,28 +255,11 @@ def check_size(
     if budget_measure not in (DOWNLOAD, RAW):
         raise UsageError(f"budget measure {budget_measure!r}", "use download or raw")
 
-    files: list[SizedFile] = []
     notes: list[str] = []
-    seen: set[Path] = set()
-    for path, parse in _expand(paths, any_file, notes):
-        try:
-            real = path.resolve()
-        except OSError:
-            real = path
-        if real in seen:
-            notes.append(f"{path} was given twice; counted once")
-            continue
-        seen.add(real)
-        digest = digests.get(path) if digests else None
-        files.append(
-            _size_one(
-                path, parse, lv, estimate=estimate, sha256=digest, use_cache=use_cache,
-                plan=plan,
-            )
-        )  # fmt: skip
-    if not files:
-        raise UsageError("the directories given hold no files", "pass a .pte or a file")
-
+    files = _size_files(
+        paths, any_file, lv, notes, estimate=estimate, digests=digests, use_cache=use_cache,
+        plan=plan,
+    )  # fmt: skip
     raw = sum(f.raw_bytes for f in files) + extra
     download = sum(f.download_bytes for f in files) + extra
     level9 = sum(f.level9_bytes or 0 for f in files) + extra if ANALYZER_LEVEL in lv else None
@@ -294,6 +279,61 @@ def check_size(
             read_on="",
         )
         verdicts.append(judge(budget_limit, raw, download, uncertainty))
+    notes.extend(_total_notes(files, extra, uncertainty, chosen))
+    return SizeReport(
+        files=tuple(files),
+        extra_bytes=extra,
+        raw_bytes=raw,
+        download_bytes=download,
+        level9_bytes=level9,
+        verdicts=tuple(verdicts),
+        limits=table,
+        notes=tuple(dict.fromkeys(notes)),
+        download_uncertainty_bytes=uncertainty,
+    )
+
+
+def _size_files(
+    paths: Sequence[str | os.PathLike[str]],
+    any_file: bool,
+    levels: tuple[int, ...],
+    notes: list[str],
+    *,
+    estimate: str,
+    digests: Mapping[Path, str] | None,
+    use_cache: bool,
+    plan: SamplePlan,
+) -> list[SizedFile]:
+    """Each file given or found in a directory given, once (a file given twice is noted)."""
+    files: list[SizedFile] = []
+    seen: set[Path] = set()
+    for path, parse in _expand(paths, any_file, notes):
+        try:
+            real = path.resolve()
+        except OSError:
+            real = path
+        if real in seen:
+            notes.append(f"{path} was given twice; counted once")
+            continue
+        seen.add(real)
+        digest = digests.get(path) if digests else None
+        files.append(
+            _size_one(
+                path, parse, levels, estimate=estimate, sha256=digest, use_cache=use_cache,
+                plan=plan,
+            )
+        )  # fmt: skip
+    if not files:
+        raise UsageError("the directories given hold no files", "pass a .pte or a file")
+    return files
+
+
+def _total_notes(
+    files: Sequence[SizedFile], extra: int, uncertainty: int, chosen: Iterable[Limit]
+) -> list[str]:
+    """What a reader of the totals should know: how files and --extra add up, how far a
+    sampled figure may be off, and the chosen limits' caveats."""
+    notes: list[str] = []
     if len(files) > 1:
         notes.append(
             f"download size sums each file's own gzip ({len(files)} files), as Play gzips each "
@@ -314,17 +354,7 @@ def check_size(
     for limit in chosen:
         if limit.note:
             notes.append(limit_note(limit))
-    return SizeReport(
-        files=tuple(files),
-        extra_bytes=extra,
-        raw_bytes=raw,
-        download_bytes=download,
-        level9_bytes=level9,
-        verdicts=tuple(verdicts),
-        limits=table,
-        notes=tuple(dict.fromkeys(notes)),
-        download_uncertainty_bytes=uncertainty,
-    )
+    return notes
 
 
 def limit_note(limit: Limit) -> str:
@@ -332,7 +362,29 @@ def limit_note(limit: Limit) -> str:
     return f"{limit.label}: {limit.note}"
 
 
-def verdict_to_json(v: Verdict) -> dict[str, Any]:
+class VerdictDocument(TypedDict):
+    """One limit's verdict as the JSON reports (sizecheck --json, a run's size block)
+    carry it; sizes in bytes, limits decimal."""
+
+    key: str  # "play.base", "appstore.app", ..., "budget"
+    store: str  # "play" | "appstore" | "budget"
+    label: str  # "Play base module"
+    limit_bytes: int
+    inclusive: bool  # whether exactly limit_bytes fits (App Store app: no)
+    measure: str  # "download" | "raw": which total is judged
+    severity: str  # "limit" | "conditional" | "warning"
+    measured_bytes: int
+    uncertainty_bytes: int  # a sampled download's bound; judged at its top
+    headroom_bytes: int  # bytes that could be added and still fit; < 0 over
+    excess_bytes: int  # bytes to cut to fit; 0 when it fits
+    status: str  # "fits" | "over" | "warning"
+    text: str  # "fits, 487.2 MB headroom" / "over by 1.20 MB"
+    source: str  # where the figure was read (URL) or set
+    read_on: str  # the date it was read; "" for a budget
+    note: str | None
+
+
+def verdict_to_json(v: Verdict) -> VerdictDocument:
     """One verdict for JSON: the limit (key, label, bytes, what it measures, source, date read),
     the measured bytes, the bound of a sampled estimate (0 when exact), status, signed
     headroom (negative when over), excess (0 when it fits) and the sentence the table shows.
@@ -397,7 +449,7 @@ def _breakdown_json(b: Breakdown, top: int | None) -> dict[str, Any]:
 
 
 def _layout_json(layout: PteLayout) -> dict[str, Any]:
-    def value(v: Any) -> dict[str, Any]:
+    def value(v: MethodValue) -> dict[str, Any]:
         if v.tensor is None:
             return {"kind": v.kind}
         t = v.tensor

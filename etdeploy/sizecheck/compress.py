@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import check_readable_file
+from etdeploy.files import check_readable_file
 
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 # RFC 1951: a deflate back-reference reaches at most 32 KiB back.
@@ -209,7 +209,10 @@ def measure(
                 fut.cancel()
     if size == 0:
         # An empty deflate stream is one empty final block (2 bytes), as gzip writes it.
-        part_sizes = [dict.fromkeys(lv, len(zlib.compress(b"", 6, -15))) for _ in bounds]
+        # (A compressobj: zlib.compress takes wbits only from Python 3.11.)
+        stream = zlib.compressobj(6, zlib.DEFLATED, -15)
+        empty = len(stream.compress(b"") + stream.flush())
+        part_sizes = [dict.fromkeys(lv, empty) for _ in bounds]
     totals = {level: sum(ps[level] for ps in part_sizes) for level in lv}
     return Measurement(
         raw_bytes=size,

@@ -36,12 +36,12 @@ import math
 import os
 import random
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import check_readable_file
+from etdeploy.files import check_readable_file
 from etdeploy.sizecheck import compress
 from etdeploy.sizecheck.compress import (
     BUNDLETOOL_MEM_LEVEL,
@@ -242,119 +242,173 @@ def sample_measure(
     size = check_readable_file(p).st_size
     lv = check_levels(levels)
     plan.check()
-    spans = [(off, off + n, kind) for off, n, kind in sorted(parts) if n > 0]
-    cursor = 0
-    for start, end, _ in spans:
-        if start != cursor:
-            raise UsageError(f"{p}: parts do not tile the file at byte {cursor}")
-        cursor = end
-    if cursor != size:
-        raise UsageError(f"{p}: parts cover {cursor} of {size} bytes")
+    spans = _tiling_spans(p, size, parts)
     if not spans:  # an empty file: nothing to sample
         return compress.measure(p, levels=lv, mem_level=mem_level, workers=workers)
-
-    by_kind: dict[str, list[int]] = {}
-    for i, (_, _, kind) in enumerate(spans):
-        by_kind.setdefault(kind, []).append(i)
-    kinds = [
-        _Kind(name, tuple(ix), tuple((spans[i][0], spans[i][1]) for i in ix))
-        for name, ix in by_kind.items()
-    ]
+    kinds = _kinds(spans)
     n_workers = workers or default_workers()
-    part_sizes: list[dict[int, int] | None] = [None] * len(spans)
-    estimates: dict[str, _KindEstimate] = {}
-    deflated = 0
-    chunks = 0
-
-    def wanted(kind: _Kind, scale: int) -> int | None:
-        """Chunks to draw from `kind`, or None to deflate it whole."""
-        n = max(plan.min_samples, math.ceil(kind.total * plan.fraction / plan.chunk_bytes))
-        n *= scale
-        return None if n * plan.chunk_bytes > kind.total * plan.max_fraction else n
-
     try:
         fd = os.open(p, os.O_RDONLY)
     except OSError as exc:
         raise UsageError(f"{p}: cannot be read: {exc.strerror}", "check the path") from None
     with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="sample") as pool:
         try:
-            # Kinds too small to sample: every byte, in the chunks compress.measure uses.
-            exact_jobs = []
-            for kind in kinds:
-                if wanted(kind, 1) is not None:
-                    continue
-                for i, (start, end) in zip(kind.parts, kind.spans, strict=True):
-                    for off in range(start, end, DEFAULT_CHUNK_BYTES):
-                        n = min(DEFAULT_CHUNK_BYTES, end - off)
-                        exact_jobs.append(
-                            (i, pool.submit(_chunk_sizes, fd, p, off, n, lv, mem_level))
-                        )
-            for i, fut in exact_jobs:
-                got = fut.result().whole
-                acc = part_sizes[i] or dict.fromkeys(lv, 0)
-                part_sizes[i] = {level: acc[level] + got[level] for level in lv}
-            deflated += sum(e - s for k in kinds if wanted(k, 1) is None for s, e in k.spans)
-            chunks += len(exact_jobs)
-
-            # Draw from every kind big enough; while the bound is wider than the target, draw
-            # twice as many chunks again from the kinds that make most of its spread.
-            scale = 1
-            redraw = [k for k in kinds if wanted(k, 1) is not None]
-            while redraw:
-                for kind in redraw:
-                    n = wanted(kind, scale)
-                    assert n is not None
-                    rng = random.Random(f"{plan.seed}/{kind.name}/{scale}")
-                    where = _positions(kind, n, plan.chunk_bytes, rng)
-                    # Chunk ends are measured on SPLIT_SAMPLES chunks spread over the kind.
-                    every = max(1, len(where) // SPLIT_SAMPLES)
-                    futs = [
-                        pool.submit(_chunk_sizes, fd, p, off, length, lv, mem_level, i % every == 0)
-                        for i, (off, length) in enumerate(where)
-                    ]
-                    est = _estimate_kind(kind, [f.result() for f in futs], lv)
-                    estimates[kind.name] = est
-                    deflated += est.sampled_bytes  # every draw's work, not only the last
-                    chunks += est.chunks
-                bound = _bound(estimates, part_sizes, kinds, lv, plan)
-                if max(bound.values()) <= plan.target_bound:
-                    break
-                scale *= 2
-                spread = {k.name: max(estimates[k.name].variance.values()) for k in redraw}
-                widest = max(spread.values())
-                # No spread: the bound is the chunk-end term, which more chunks do not narrow.
-                redraw = [
-                    k
-                    for k in redraw
-                    if widest > 0 and spread[k.name] >= widest / 4 and wanted(k, scale) is not None
-                ]
+            sampling = _Sampling(p, fd, pool, lv, mem_level, plan, [None] * len(spans))
+            sampling.deflate_small_kinds(kinds)
+            sampling.draw(kinds)
         finally:
             os.close(fd)
-    for kind in kinds:
-        est = estimates.get(kind.name)
-        if est is None:
-            continue
-        for i, (start, end) in zip(kind.parts, kind.spans, strict=True):
-            part_sizes[i] = {
-                level: round((end - start) * est.compressed[level] / kind.total) for level in lv
-            }
-    final = [ps if ps is not None else dict.fromkeys(lv, 0) for ps in part_sizes]
-    totals = {level: sum(ps[level] for ps in final) for level in lv}
-    bound = _bound(estimates, final, kinds, lv, plan) if estimates else dict.fromkeys(lv, 0.0)
-    return Measurement(
-        raw_bytes=size,
-        levels=lv,
-        deflate_bytes=totals,
-        part_bounds=tuple((s, e) for s, e, _ in spans),
-        part_deflate_bytes=tuple(final),
-        chunk_bytes=plan.chunk_bytes,
-        chunks=chunks,
-        workers=n_workers,
-        mem_level=mem_level,
-        estimate=SAMPLED if estimates else compress.EXACT,
-        error_bound=bound,
-        deflated_bytes=deflated,
-    )
+    return sampling.measurement(kinds, spans, size, n_workers)
+
+
+def _tiling_spans(
+    path: Path, size: int, parts: Sequence[tuple[int, int, str]]
+) -> list[tuple[int, int, str]]:
+    """The non-empty parts as (start, end, kind) in file order; they must tile the file."""
+    spans = [(off, off + n, kind) for off, n, kind in sorted(parts) if n > 0]
+    cursor = 0
+    for start, end, _ in spans:
+        if start != cursor:
+            raise UsageError(f"{path}: parts do not tile the file at byte {cursor}")
+        cursor = end
+    if cursor != size:
+        raise UsageError(f"{path}: parts cover {cursor} of {size} bytes")
+    return spans
+
+
+def _kinds(spans: Sequence[tuple[int, int, str]]) -> list[_Kind]:
+    """The spans grouped by kind, in the order each kind first appears."""
+    by_kind: dict[str, list[int]] = {}
+    for i, (_, _, name) in enumerate(spans):
+        by_kind.setdefault(name, []).append(i)
+    return [
+        _Kind(name, tuple(ix), tuple((spans[i][0], spans[i][1]) for i in ix))
+        for name, ix in by_kind.items()
+    ]
+
+
+@dataclass
+class _Sampling:
+    """One sampled measurement under way: the open file, the pool deflating its chunks,
+    each part's deflated bytes once known, each sampled kind's estimate, and the work done."""
+
+    path: Path
+    fd: int
+    pool: ThreadPoolExecutor
+    levels: tuple[int, ...]
+    mem_level: int
+    plan: SamplePlan
+    part_sizes: list[dict[int, int] | None]
+    estimates: dict[str, _KindEstimate] = field(default_factory=dict)
+    deflated: int = 0
+    chunks: int = 0
+
+    def wanted(self, kind: _Kind, scale: int) -> int | None:
+        """Chunks to draw from `kind`, or None to deflate it whole."""
+        plan = self.plan
+        n = max(plan.min_samples, math.ceil(kind.total * plan.fraction / plan.chunk_bytes))
+        n *= scale
+        return None if n * plan.chunk_bytes > kind.total * plan.max_fraction else n
+
+    def deflate_small_kinds(self, kinds: Sequence[_Kind]) -> None:
+        """Kinds too small to sample: every byte, in the chunks compress.measure uses."""
+        lv = self.levels
+        exact_jobs: list[tuple[int, Future[_Sample]]] = []
+        for kind in kinds:
+            if self.wanted(kind, 1) is not None:
+                continue
+            for i, (start, end) in zip(kind.parts, kind.spans, strict=True):
+                for off in range(start, end, DEFAULT_CHUNK_BYTES):
+                    n = min(DEFAULT_CHUNK_BYTES, end - off)
+                    exact_jobs.append(
+                        (
+                            i,
+                            self.pool.submit(
+                                _chunk_sizes, self.fd, self.path, off, n, lv, self.mem_level
+                            ),
+                        )
+                    )
+        for i, fut in exact_jobs:
+            got = fut.result().whole
+            acc = self.part_sizes[i] or dict.fromkeys(lv, 0)
+            self.part_sizes[i] = {level: acc[level] + got[level] for level in lv}
+        self.deflated += sum(e - s for k in kinds if self.wanted(k, 1) is None for s, e in k.spans)
+        self.chunks += len(exact_jobs)
+
+    def draw(self, kinds: Sequence[_Kind]) -> None:
+        """Draw from every kind big enough; while the bound is wider than the target, draw
+        twice as many chunks again from the kinds that make most of its spread."""
+        scale = 1
+        redraw = [k for k in kinds if self.wanted(k, 1) is not None]
+        while redraw:
+            for kind in redraw:
+                self._estimate(kind, scale)
+            bound = _bound(self.estimates, self.part_sizes, kinds, self.levels, self.plan)
+            if max(bound.values()) <= self.plan.target_bound:
+                break
+            scale *= 2
+            spread = {k.name: max(self.estimates[k.name].variance.values()) for k in redraw}
+            widest = max(spread.values())
+            # No spread: the bound is the chunk-end term, which more chunks do not narrow.
+            redraw = [
+                k
+                for k in redraw
+                if widest > 0 and spread[k.name] >= widest / 4 and self.wanted(k, scale) is not None
+            ]
+
+    def _estimate(self, kind: _Kind, scale: int) -> None:
+        n = self.wanted(kind, scale)
+        assert n is not None
+        rng = random.Random(f"{self.plan.seed}/{kind.name}/{scale}")
+        where = _positions(kind, n, self.plan.chunk_bytes, rng)
+        # Chunk ends are measured on SPLIT_SAMPLES chunks spread over the kind.
+        every = max(1, len(where) // SPLIT_SAMPLES)
+        futs = [
+            self.pool.submit(
+                _chunk_sizes, self.fd, self.path, off, length, self.levels, self.mem_level,
+                i % every == 0,
+            )
+            for i, (off, length) in enumerate(where)
+        ]  # fmt: skip
+        est = _estimate_kind(kind, [f.result() for f in futs], self.levels)
+        self.estimates[kind.name] = est
+        self.deflated += est.sampled_bytes  # every draw's work, not only the last
+        self.chunks += est.chunks
+
+    def measurement(
+        self, kinds: Sequence[_Kind], spans: Sequence[tuple[int, int, str]], size: int, workers: int
+    ) -> Measurement:
+        """The sampled kinds' estimates spread over their parts, with the bound."""
+        lv = self.levels
+        for kind in kinds:
+            est = self.estimates.get(kind.name)
+            if est is None:
+                continue
+            for i, (start, end) in zip(kind.parts, kind.spans, strict=True):
+                self.part_sizes[i] = {
+                    level: round((end - start) * est.compressed[level] / kind.total) for level in lv
+                }
+        final = [ps if ps is not None else dict.fromkeys(lv, 0) for ps in self.part_sizes]
+        totals = {level: sum(ps[level] for ps in final) for level in lv}
+        bound = (
+            _bound(self.estimates, final, kinds, lv, self.plan)
+            if self.estimates
+            else dict.fromkeys(lv, 0.0)
+        )
+        return Measurement(
+            raw_bytes=size,
+            levels=lv,
+            deflate_bytes=totals,
+            part_bounds=tuple((s, e) for s, e, _ in spans),
+            part_deflate_bytes=tuple(final),
+            chunk_bytes=self.plan.chunk_bytes,
+            chunks=self.chunks,
+            workers=workers,
+            mem_level=self.mem_level,
+            estimate=SAMPLED if self.estimates else compress.EXACT,
+            error_bound=bound,
+            deflated_bytes=self.deflated,
+        )
 
 
 def _bound(

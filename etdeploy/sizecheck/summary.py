@@ -20,20 +20,26 @@ A bad value in the file is one UsageError (exit 2) naming the file and the key, 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from etdeploy.config import CONFIG_NAME, Config
 from etdeploy.errors import UsageError
-from etdeploy.pte.reader import check_readable_file
+from etdeploy.files import check_readable_file
 from etdeploy.sizecheck.cache import ESTIMATES
-from etdeploy.sizecheck.check import SizeReport, check_size, verdict_to_json
-from etdeploy.sizecheck.compress import BUNDLETOOL_MEM_LEVEL, GZIP_FRAMING_BYTES, PLAY_LEVEL
+from etdeploy.sizecheck.check import SizeReport, VerdictDocument, check_size, verdict_to_json
+from etdeploy.sizecheck.compress import (
+    ANALYZER_LEVEL,
+    BUNDLETOOL_MEM_LEVEL,
+    GZIP_FRAMING_BYTES,
+    PLAY_LEVEL,
+)
 from etdeploy.sizecheck.limits import (
     DEFAULT_DELIVERY,
     DELIVERIES,
+    DOWNLOAD,
     STORES,
     Limit,
     apply_overrides,
@@ -59,9 +65,17 @@ class Settings:
     config_path: Path | None
     estimate: str = "exact"  # exact | sample: how download sizes are measured
 
-    def check(self, paths: Sequence[Path], **options: Any) -> SizeReport:
-        """check_size of `paths` against these settings; `options` are check_size's
-        own (levels, any_file, budget_measure, digests, use_cache)."""
+    def check(
+        self,
+        paths: Sequence[Path],
+        *,
+        levels: Sequence[int] = (PLAY_LEVEL, ANALYZER_LEVEL),
+        any_file: bool = False,
+        budget_measure: str = DOWNLOAD,
+        digests: Mapping[Path, str] | None = None,
+        use_cache: bool = True,
+    ) -> SizeReport:
+        """check_size of `paths` against these settings; the keywords are check_size's."""
         return check_size(
             paths,
             store=self.store,
@@ -71,34 +85,39 @@ class Settings:
             extra_bytes=self.extra_bytes,
             limits=self.limits,
             estimate=self.estimate,
-            **options,
+            levels=levels,
+            any_file=any_file,
+            budget_measure=budget_measure,
+            digests=digests,
+            use_cache=use_cache,
         )
 
 
-def resolve_settings(
-    config: Config | None = None,
-    *,
-    store: str | None = None,
-    deliveries: Sequence[str] | None = None,
-    budget: str | int | None = None,
-    extra: str | int | None = None,
-    estimate: str | None = None,
-) -> Settings:
-    """Flags (the keyword arguments; None or empty when not given) over the config's
-    [sizecheck] and [limits] over the built-in defaults.
+@dataclass(frozen=True)
+class _FileSettings:
+    """etdeploy.toml's [sizecheck], checked: what each key says, None where absent."""
 
-    When --store is given and the deliveries come from the file, only the file's deliveries
-    of that store are kept; when --delivery is given without --store, every store is allowed.
-    """
-    config = config or Config()
+    label: str  # the file's name, in every error about it
+    store: str | None
+    deliveries: list[str] | None
+    budget_bytes: int | None
+    extra_bytes: int
+    estimate: str
+
+
+def _bad(label: str, key: str, message: str, hint: str) -> UsageError:
+    return UsageError(f"{label}: sizecheck.{key}: {message}", hint)
+
+
+def _file_settings(config: Config) -> _FileSettings:
+    """The [sizecheck] section checked whole, even where a flag overrides a value: a typo
+    in it should not wait for the day the flag is left off."""
     label = config.path.name if config.path else CONFIG_NAME
     section = config.sizecheck
 
     def bad(key: str, message: str, hint: str) -> UsageError:
-        return UsageError(f"{label}: sizecheck.{key}: {message}", hint)
+        return _bad(label, key, message, hint)
 
-    # The file is checked whole, even where a flag overrides a value: a typo in it should
-    # not wait for the day the flag is left off.
     file_store = section.get("store")
     if file_store is not None and file_store not in (*STORES, "all"):
         raise bad("store", f"{file_store!r} is not a store", "use play, appstore or all")
@@ -122,47 +141,50 @@ def resolve_settings(
     file_estimate = section.get("estimate", "exact")
     if file_estimate not in ESTIMATES:
         raise bad("estimate", f"{file_estimate!r} is not an estimate", 'use "exact" or "sample"')
+    return _FileSettings(label, file_store, listed, file_budget, file_extra, file_estimate)
+
+
+def resolve_settings(
+    config: Config | None = None,
+    *,
+    store: str | None = None,
+    deliveries: Sequence[str] | None = None,
+    budget: str | int | None = None,
+    extra: str | int | None = None,
+    estimate: str | None = None,
+) -> Settings:
+    """Flags (the keyword arguments; None or empty when not given) over the config's
+    [sizecheck] and [limits] over the built-in defaults.
+
+    When --store is given and the deliveries come from the file, only the file's deliveries
+    of that store are kept; when --delivery is given without --store, every store is allowed.
+    """
+    config = config or Config()
+    in_file = _file_settings(config)
     if estimate is not None and estimate not in ESTIMATES:
         raise UsageError(
             f"--estimate {estimate!r}: not an estimate",
             "use --estimate exact (every byte, the default) or --estimate sample (multi-GB files)",
         )
-
     if store is not None:
         chosen_store = store
-    elif file_store is not None and not deliveries:
-        chosen_store = file_store
+    elif in_file.store is not None and not deliveries:
+        chosen_store = in_file.store
     else:
         chosen_store = "all"
-    stores = stores_for(chosen_store)
+    chosen = _chosen_deliveries(in_file, deliveries, store, chosen_store)
 
-    chosen: list[str] = []
-    if deliveries:
-        chosen = list(dict.fromkeys(deliveries))  # checked by select_limits below
-    elif listed is not None:
-        for name in listed:
-            owner = DELIVERIES[name][0]
-            if owner not in stores and store is None:
-                raise bad(
-                    "deliveries",
-                    f"{name} is a {owner} delivery, but sizecheck.store is {chosen_store}",
-                    f'set sizecheck.store = "{owner}" or "all"',
-                )
-        chosen = list(dict.fromkeys(d for d in listed if DELIVERIES[d][0] in stores))
-    if not chosen:
-        chosen = [DEFAULT_DELIVERY[s] for s in stores]
-
-    budget_bytes, budget_source = file_budget, f"{label} [sizecheck] budget"
+    budget_bytes, budget_source = in_file.budget_bytes, f"{in_file.label} [sizecheck] budget"
     if budget is not None:
         budget_bytes, budget_source = parse_size(budget, what="--budget"), "--budget"
-    extra_bytes = parse_size(extra, what="--extra") if extra is not None else file_extra
+    extra_bytes = parse_size(extra, what="--extra") if extra is not None else in_file.extra_bytes
 
     table = default_limits()
     if config.limits:
         try:
             table = apply_overrides(table, config.limits)
         except UsageError as exc:  # already names limits.<key>; add the file
-            raise UsageError(f"{label}: {exc.message}", exc.hint) from None
+            raise UsageError(f"{in_file.label}: {exc.message}", exc.hint) from None
     select_limits(table, chosen_store, chosen)  # --delivery names and their stores
 
     return Settings(
@@ -173,8 +195,60 @@ def resolve_settings(
         extra_bytes=extra_bytes,
         limits=table,
         config_path=config.path,
-        estimate=estimate or file_estimate,
+        estimate=estimate or in_file.estimate,
     )
+
+
+def _chosen_deliveries(
+    in_file: _FileSettings, deliveries: Sequence[str] | None, store: str | None, chosen_store: str
+) -> list[str]:
+    """--delivery, else the file's deliveries of the chosen stores, else each store's
+    default; a file's delivery of a store the file itself excludes is an error."""
+    stores = stores_for(chosen_store)
+    if deliveries:
+        return list(dict.fromkeys(deliveries))  # checked by select_limits
+    chosen: list[str] = []
+    if in_file.deliveries is not None:
+        for name in in_file.deliveries:
+            owner = DELIVERIES[name][0]
+            if owner not in stores and store is None:
+                raise _bad(
+                    in_file.label,
+                    "deliveries",
+                    f"{name} is a {owner} delivery, but sizecheck.store is {chosen_store}",
+                    f'set sizecheck.store = "{owner}" or "all"',
+                )
+        chosen = list(dict.fromkeys(d for d in in_file.deliveries if DELIVERIES[d][0] in stores))
+    return chosen or [DEFAULT_DELIVERY[s] for s in stores]
+
+
+class _SummaryRequired(TypedDict):
+    schema: str  # "etdeploy.size-summary/1"
+    path: str  # the .pte as given
+    raw_bytes: int  # the program's size on disk (.pte + .ptd)
+    download_bytes: int  # gzip -6 estimate of it (bundletool's figure)
+    extra_bytes: int  # [sizecheck] extra: the rest of the app
+    total_raw_bytes: int  # raw_bytes + extra_bytes: what raw limits judge
+    total_download_bytes: int  # download_bytes + extra_bytes: what Play judges
+    estimate: str  # how download_bytes is computed, after its method
+    method: str  # "exact", or "sampled ±0.12%" (sample.py)
+    error_bound: float  # relative half-width of a sampled figure; 0 exact
+    download_uncertainty_bytes: int  # download_bytes * error_bound, rounded up
+    cached: bool  # read from the cache of earlier measurements
+    store: str  # "play" | "appstore" | "all"
+    deliveries: list[str]  # e.g. ["base", "app"]
+    budget_bytes: int | None  # [sizecheck] budget, when set
+    verdicts: list[VerdictDocument]  # per limit, in table order; the budget last
+    passed: bool  # no verdict is "over" (a warning passes)
+    config: str | None  # the etdeploy.toml applied, if any
+    notes: list[str]  # caveats for a reader (e.g. older 200 MB figure)
+
+
+class SizeSummaryDocument(_SummaryRequired, total=False):
+    """The size verdict of a program as a run or farm result carries it (JSON-ready;
+    all sizes in bytes, limits decimal)."""
+
+    data_path: str  # its .ptd as given; absent without one
 
 
 def summary_for_result(
@@ -185,12 +259,12 @@ def summary_for_result(
     estimate: str | None = None,
     data: str | os.PathLike[str] | None = None,
     data_sha256: str | None = None,
-) -> dict[str, Any]:
+) -> SizeSummaryDocument:
     """The size verdict of one .pte (and its .ptd) for a run or farm result: the delivery
-    set, budget, extra
-    and limit overrides of `config` (the loaded etdeploy.toml, `etdeploy.config.load_config()`;
-    None or an empty Config: Play base module and App Store app, no budget, no extra), the
-    same verdicts `etdeploy sizecheck PTE` gives with that file and no flags.
+    set, budget, extra and limit overrides of `config` (the loaded etdeploy.toml,
+    `etdeploy.config.load_config()`; None or an empty Config: Play base module and App
+    Store app, no budget, no extra), the same verdicts `etdeploy sizecheck PTE` gives with
+    that file and no flags.
 
     Torch-free. Only the level-6 deflate is measured (level 9 decides no verdict), in
     parallel chunks: milliseconds for a small program, about as long as `gzip -6` split
@@ -203,53 +277,8 @@ def summary_for_result(
 
     `data` is the program's external data (.ptd, `build --external-weights`), shipped with
     it: both files are measured (each once per content; `data_sha256` as `sha256`), and the
-    program's figures below are their sums, as `etdeploy sizecheck model.pte model.ptd`
-    judges them.
-
-    Returns (JSON-ready; all sizes in bytes, limits decimal):
-
-        {
-          "schema": "etdeploy.size-summary/1",
-          "path": str,                    # the .pte as given
-          "data_path": str,               # its .ptd as given; absent without one
-          "raw_bytes": int,               # the program's size on disk (.pte + .ptd)
-          "download_bytes": int,          # gzip -6 estimate of it (bundletool's figure)
-          "extra_bytes": int,             # [sizecheck] extra: the rest of the app
-          "total_raw_bytes": int,         # raw_bytes + extra_bytes: what raw limits judge
-          "total_download_bytes": int,    # download_bytes + extra_bytes: what Play judges
-          "estimate": str,                # how download_bytes is computed, after its method
-          "method": str,                  # "exact", or "sampled ±0.12%" (sample.py)
-          "error_bound": float,           # relative half-width of a sampled figure; 0 exact
-          "download_uncertainty_bytes": int,  # download_bytes * error_bound, rounded up
-          "cached": bool,                 # read from the cache of earlier measurements
-          "store": str,                   # "play" | "appstore" | "all"
-          "deliveries": [str, ...],       # e.g. ["base", "app"]
-          "budget_bytes": int | None,     # [sizecheck] budget, when set
-          "verdicts": [                   # per limit, in table order; the budget last
-            {
-              "key": str,                 # "play.base", "appstore.app", ..., "budget"
-              "store": str,               # "play" | "appstore" | "budget"
-              "label": str,               # "Play base module"
-              "limit_bytes": int,
-              "inclusive": bool,          # whether exactly limit_bytes fits (App Store app: no)
-              "measure": str,             # "download" | "raw": which total is judged
-              "severity": str,            # "limit" | "conditional" | "warning"
-              "measured_bytes": int,
-              "uncertainty_bytes": int,   # a sampled download's bound; judged at its top
-              "headroom_bytes": int,      # bytes that could be added and still fit; < 0 over
-              "excess_bytes": int,        # bytes to cut to fit; 0 when it fits
-              "status": str,              # "fits" | "over" | "warning"
-              "text": str,                # "fits, 487.2 MB headroom" / "over by 1.20 MB"
-              "source": str,              # where the figure was read (URL) or set
-              "read_on": str,             # the date it was read; "" for a budget
-              "note": str | None,
-            },
-            ...
-          ],
-          "passed": bool,                 # no verdict is "over" (a warning passes)
-          "config": str | None,           # the etdeploy.toml applied, if any
-          "notes": [str, ...],            # caveats for a reader (e.g. older 200 MB figure)
-        }
+    program's figures are their sums, as `etdeploy sizecheck model.pte model.ptd` judges
+    them.
 
     Raises UsageError (exit 2) when `pte` is not a readable .pte file or etdeploy.toml has
     a bad [sizecheck] or [limits] value.
@@ -268,13 +297,9 @@ def summary_for_result(
     report = settings.check(paths, levels=(PLAY_LEVEL,), digests=digests or None)
     files = report.files
     download = sum(f.download_bytes for f in files)
-    summary: dict[str, Any] = {
+    summary: SizeSummaryDocument = {
         "schema": SUMMARY_SCHEMA,
         "path": str(path),
-    }
-    if data is not None:
-        summary["data_path"] = str(data)
-    return summary | {
         "raw_bytes": sum(f.raw_bytes for f in files),
         "download_bytes": download,
         "extra_bytes": report.extra_bytes,
@@ -302,3 +327,6 @@ def summary_for_result(
         "config": str(settings.config_path) if settings.config_path else None,
         "notes": list(report.notes),
     }
+    if data is not None:
+        summary["data_path"] = str(data)
+    return summary

@@ -268,7 +268,7 @@ def test_a_truncated_pte_is_bad_input(tmp_path: Path) -> None:
 def test_a_missing_operator_at_load_is_a_runner_failure_naming_and_explaining_it(
     tmp_path: Path,
 ) -> None:
-    # etdeploy's runner is refused before pushing (tests/test_preflight.py); with
+    # etdeploy's runner is refused before pushing (tests/preflight/test_preflight.py); with
     # upstream's (no --describe, so no preflight) the runtime's own refusal at
     # load is what the user sees, translated.
     from etdeploy.runner_build import ensure_runner

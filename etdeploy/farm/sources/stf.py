@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 from etdeploy.config import DeviceConfig
 from etdeploy.errors import DeviceError, EtdeployError, InfraError, UsageError
+from etdeploy.settings import expect_type
 
 KIND = "stf"
 API = "/api/v1"
@@ -140,7 +141,7 @@ class StfSource:
             if key not in _SOURCE_KEYS:
                 raise UsageError(f"{label}: unknown key {where}.{key}",
                                  f"keys of [{where}]: {', '.join(_SOURCE_KEYS)}")  # fmt: skip
-            _expect(value, _SOURCE_KEYS[key], f"{where}.{key}", label)
+            expect_type(value, _SOURCE_KEYS[key], f"{where}.{key}", label)
         url = table.get("url")
         if not url:
             raise UsageError(
@@ -211,12 +212,6 @@ class StfSource:
         return DeviceConfig(name=name, transport="adb", settings=table)
 
 
-def _expect(value: Any, expected: type | tuple[type, ...], key: str, label: str) -> None:
-    from etdeploy.farm.checks import expect
-
-    expect(value, expected, key, label)
-
-
 def _filter(
     table: Mapping[str, Any], where: str, label: str, base: StfFilter | None = None
 ) -> StfFilter:
@@ -224,7 +219,7 @@ def _filter(
         if key not in _FILTER_KEYS:
             raise UsageError(f"{label}: unknown key {where}.{key}",
                              f"a device filter takes: {', '.join(_FILTER_KEYS)}")  # fmt: skip
-        _expect(value, _FILTER_KEYS[key], f"{where}.{key}", label)
+        expect_type(value, _FILTER_KEYS[key], f"{where}.{key}", label)
     values = {**(vars(base) if base else {}), **{k: v for k, v in table.items()}}
     return StfFilter(**values)
 

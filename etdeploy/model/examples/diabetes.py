@@ -12,9 +12,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from etdeploy.model.spec import ModelSpec
 from etdeploy.paths import cache_dir
+
+if TYPE_CHECKING:  # imported where used: the examples load without torch
+    import numpy as np
+    import torch
 
 SEED = 20261204
 EPOCHS = 300
@@ -23,7 +28,7 @@ HELD_OUT = 88  # a fifth of the 442 patients, never seen in training
 VERSION = 1
 
 
-def _model():  # -> torch.nn.Module
+def _model() -> torch.nn.Module:
     from torch import nn
 
     return nn.Sequential(
@@ -31,7 +36,7 @@ def _model():  # -> torch.nn.Module
     )
 
 
-def _data():
+def _data() -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
     from sklearn.datasets import load_diabetes
 

@@ -10,9 +10,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from etdeploy.model.spec import ModelSpec
 from etdeploy.paths import cache_dir
+
+if TYPE_CHECKING:  # imported where used: the examples load without torch
+    import numpy as np
+    import torch
 
 SEED = 20261202
 EPOCHS = 12
@@ -23,7 +28,7 @@ CALIBRATION = 64  # training images an int8 build calibrates on
 VERSION = 2
 
 
-def _model():  # -> torch.nn.Module
+def _model() -> torch.nn.Module:
     import torch
     from torch import nn
 
@@ -40,12 +45,13 @@ def _model():  # -> torch.nn.Module
         def forward(self, image: torch.Tensor) -> torch.Tensor:
             x = torch.relu(self.conv1(image))
             x = torch.relu(self.conv2(x))
-            return self.fc(x.flatten(1))
+            scores: torch.Tensor = self.fc(x.flatten(1))
+            return scores
 
     return DigitsNet()
 
 
-def _data():
+def _data() -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
     from sklearn.datasets import load_digits
 

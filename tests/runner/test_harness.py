@@ -1,11 +1,7 @@
-"""The runner contract (etdeploy/runner.py) and the C++ runner that speaks it.
-
-The first half reads text: argv building, log lines behind ExecuTorch's and
-logcat's prefixes, the result document, failure messages. The second half runs
-the real runner, built from android_harness/ against the installed executorch,
-on .pte files lowered here with torch.export and to_edge_transform_and_lower,
-and compares its outputs with executorch's Python runtime and eager torch.
-"""
+"""The C++ runner (android_harness/) speaks the contract (etdeploy/runner/): built
+against the installed executorch, run on .pte files lowered here with torch.export
+and to_edge_transform_and_lower, its outputs compared with executorch's Python
+runtime and eager torch."""
 
 from __future__ import annotations
 
@@ -21,14 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from etdeploy.errors import EXIT_INFRA, RunnerError, UsageError
 from etdeploy.runner import (
-    RESULT_SCHEMA,
     EtError,
     RunnerFailure,
     RunnerInvocation,
     SampleFiles,
-    find_et_error,
     output_files,
     parse_log,
     parse_result_json,
@@ -37,218 +30,6 @@ from etdeploy.runner import (
     runner_failure,
 )
 from etdeploy.runner_build import RunnerBundle, ensure_runner
-
-# --- argv ------------------------------------------------------------------------
-
-
-def test_argv_for_our_runner_carries_every_flag() -> None:
-    invocation = RunnerInvocation(
-        model_path="/data/local/tmp/m.pte",
-        input_paths=("/d/in-0.bin", "/d/in-1.bin"),
-        output_base="/d/out",
-        num_executions=5,
-        warmup=2,
-        method="forward",
-        etdump_path="/d/run.etdump",
-        cpu_threads=4,
-        result_json_path="/d/result.json",
-    )
-    assert runner_argv("/d/etdeploy_runner", invocation) == [
-        "/d/etdeploy_runner",
-        "--model_path=/data/local/tmp/m.pte",
-        "--inputs=/d/in-0.bin,/d/in-1.bin",
-        "--output_file=/d/out",
-        "--num_executions=5",
-        "--method_name=forward",
-        "--etdump_path=/d/run.etdump",
-        "--cpu_threads=4",
-        "--warmup=2",
-        "--result_json=/d/result.json",
-    ]
-
-
-def test_argv_for_upstream_folds_warmup_into_executions_and_omits_our_flags() -> None:
-    invocation = RunnerInvocation(
-        model_path="m.pte",
-        num_executions=5,
-        warmup=2,
-        result_json_path="r.json",
-        flavor="upstream",
-        measure_memory=True,
-    )
-    argv = runner_argv("executor_runner", invocation)
-    assert "--num_executions=7" in argv
-    assert not any(a.startswith(("--warmup", "--result_json", "--memory")) for a in argv)
-
-
-def test_our_runner_is_asked_to_measure_memory_for_the_call_that_times() -> None:
-    measured = RunnerInvocation(model_path="m.pte", result_json_path="r.json", measure_memory=True)
-    assert runner_argv("r", measured)[-1] == "--memory"
-    assert "--memory" not in runner_argv("r", RunnerInvocation(model_path="m.pte"))
-
-
-def test_invocation_refuses_what_the_runner_cannot_take() -> None:
-    with pytest.raises(UsageError, match="comma"):
-        RunnerInvocation(model_path="m.pte", input_paths=("a,b.bin",))
-    with pytest.raises(UsageError, match="num_executions"):
-        RunnerInvocation(model_path="m.pte", num_executions=0)
-    with pytest.raises(UsageError, match="flavor"):
-        RunnerInvocation(model_path="m.pte", flavor="gflags")
-
-
-def test_argv_adds_each_later_sample_after_a_next_sample_marker() -> None:
-    invocation = RunnerInvocation(
-        model_path="m.pte",
-        input_paths=("/d/a.bin",),
-        output_base="/d/s0-out",
-        result_json_path="/d/s0.json",
-        next_samples=(
-            SampleFiles(("/d/b.bin",), "/d/s1-out", "/d/s1.json"),
-            SampleFiles(("/d/c.bin",), "/d/s2-out", "/d/s2.json", input_shapes=((3, 5),)),
-        ),
-    )
-    argv = runner_argv("etdeploy_runner", invocation)
-    assert argv[argv.index("--next_sample") :] == [
-        "--next_sample", "--inputs=/d/b.bin", "--output_file=/d/s1-out", "--result_json=/d/s1.json",
-        "--next_sample", "--inputs=/d/c.bin", "--input_shapes=3x5", "--output_file=/d/s2-out",
-        "--result_json=/d/s2.json",
-    ]  # fmt: skip
-    # Upstream's runner loads the program once per sample: it takes one per call.
-    with pytest.raises(UsageError, match="more than one sample"):
-        RunnerInvocation(
-            model_path="m.pte", flavor="upstream", next_samples=invocation.next_samples
-        )
-    with pytest.raises(UsageError, match="comma"):
-        RunnerInvocation(model_path="m.pte", next_samples=(SampleFiles(("a,b",), "o", "r"),))
-
-
-def test_output_files_are_base_dash_index_dot_bin() -> None:
-    assert output_files("/d/out", [0, 2]) == ["/d/out-0.bin", "/d/out-2.bin"]
-
-
-# --- log lines -------------------------------------------------------------------
-
-UPSTREAM_STYLE_LOG = """\
-I 00:00:00.000512 executorch:executor_runner.cpp:171] Resetting threadpool with num threads = 4
-I 00:00:00.001843 executorch:executor_runner.cpp:240] Model file m.pte is loaded.
-some unrelated line: Iteration counts are fun
-I 00:00:00.004102 executorch:executor_runner.cpp:330] Model loaded in 2.251000 ms.
-I 00:00:00.004512 executorch:executor_runner.cpp:420] Iteration 1 of 3: 0.410000 ms
-I 00:00:00.004912 executorch:executor_runner.cpp:420] Iteration 2 of 3: 0.400000 ms
-12-02 10:00:00.000  4242  4242 I ExecuTorch: Iteration 3 of 3: 3.9e-01 ms
-I 00:00:00.005312 executorch:executor_runner.cpp:431] Model executed successfully 3 time(s) in 1.200000 ms.
-"""
-
-
-def test_parse_log_reads_timing_lines_behind_et_and_logcat_prefixes_among_noise() -> None:
-    log = parse_log(UPSTREAM_STYLE_LOG)
-    assert log.load_ms == pytest.approx(2.251)
-    assert log.iterations_ms == pytest.approx((0.41, 0.40, 0.39))
-    assert log.iterations_announced == 3
-    assert log.executed_count == 3
-    assert log.executed_total_ms == pytest.approx(1.2)
-    assert log.completed
-
-
-def test_parse_log_counts_an_iteration_seen_twice_once() -> None:
-    # stdout and logcat can both carry the same line.
-    doubled = "Iteration 1 of 2: 1.0 ms\nIteration 1 of 2: 1.0 ms\r\nIteration 2 of 2: 2.0 ms\r\n"
-    assert parse_log(doubled).iterations_ms == (1.0, 2.0)
-
-
-def test_result_from_log_drops_upstream_warmups_and_refuses_an_unfinished_log() -> None:
-    invocation = RunnerInvocation(model_path="m.pte", num_executions=2, warmup=1, flavor="upstream")
-    result = result_from_log(UPSTREAM_STYLE_LOG, invocation)
-    assert result.iterations_ms == pytest.approx((0.40, 0.39))
-    assert result.outputs == ()
-    unfinished = "Model loaded in 1.0 ms.\nIteration 1 of 3: 0.4 ms\n"
-    with pytest.raises(RunnerError, match="1 of 3 iterations"):
-        result_from_log(unfinished, invocation)
-
-
-# --- result json -----------------------------------------------------------------
-
-
-def test_parse_result_json_refuses_another_schema_and_inconsistent_counts() -> None:
-    with pytest.raises(RunnerError, match="schema"):
-        parse_result_json(json.dumps({"schema": "other/1", "iterations_ms": []}))
-    with pytest.raises(RunnerError, match="num_executions"):
-        parse_result_json(
-            json.dumps({"schema": RESULT_SCHEMA, "num_executions": 3, "iterations_ms": [1.0]})
-        )
-    with pytest.raises(RunnerError, match="not JSON"):
-        parse_result_json("{truncated")
-
-
-# --- failures --------------------------------------------------------------------
-
-
-def test_find_et_error_names_upstream_hex_statuses() -> None:
-    text = (
-        "E 00:00:00.000670 executorch:method.cpp:822] Missing operator: [0] my::op.out\n"
-        "F 00:00:00.000700 executorch:executor_runner.cpp:350] "
-        "In function main(), assert failed (method.ok()): "
-        "Loading of method forward failed with status 0x14\n"
-    )
-    assert find_et_error(text) == EtError("OperatorMissing", 0x14)
-    failure = runner_failure(-6, "", text)
-    assert "OperatorMissing (0x14)" in failure.message
-    assert failure.missing_operators == ("my::op.out",)
-    assert failure.exit_code == EXIT_INFRA
-
-
-def test_every_error_code_of_the_installed_runtime_is_named_and_explained() -> None:
-    """The table against runtime/core/error.h as the installed wheel ships it."""
-    import re
-
-    from etdeploy.runner import ET_ERROR_INFO
-    from etdeploy.runner_build import executorch_package_dir
-
-    header = (executorch_package_dir() / "include/executorch/runtime/core/error.h").read_text()
-    enum = header[
-        header.index("enum class Error") : header.index("};", header.index("enum class Error"))
-    ]
-    declared = {
-        int(code, 0): name for name, code in re.findall(r"(\w+) = (0x[0-9a-fA-F]+|\d+),", enum)
-    }
-    assert declared and {c: i.name for c, i in ET_ERROR_INFO.items()} == declared
-    for code, info in ET_ERROR_INFO.items():
-        assert code == 0 or (info.cause and info.hint), info
-
-
-def test_a_bare_hex_status_is_translated_to_its_name_cause_and_hint() -> None:
-    # Upstream's runner prints only the code.
-    text = "F executorch:executor_runner.cpp:301] Could not prepare inputs: 0x12\n"
-    failure = runner_failure(-6, "", text)
-    assert failure.et_error == EtError("InvalidArgument", 0x12)
-    assert "InvalidArgument (0x12)" in failure.message
-    assert "likely cause: an argument was rejected" in failure.message
-    assert failure.hint is not None and "dynamic dims" in failure.hint
-    assert failure.et_error.to_json()["cause"] == failure.et_error.cause
-
-
-def test_describe_output_is_read_and_a_runner_without_it_is_recognised() -> None:
-    from etdeploy.runner_describe import describe_unsupported, parse_describe
-
-    with pytest.raises(RunnerError, match="schema"):
-        parse_describe(json.dumps({"schema": "etdeploy.runner_result/1"}))
-    with pytest.raises(RunnerError, match="not JSON"):
-        parse_describe("{cut")
-    # Ours before --describe existed, and upstream's gflags.
-    assert describe_unsupported("", "error: unknown flag --describe (see --help)\n")
-    assert describe_unsupported("", "ERROR: unknown command line flag 'describe'\n")
-    assert not describe_unsupported("", "error: unknown flag --descriptor (see --help)\n")
-
-
-def test_runner_failure_says_timeout_and_signal() -> None:
-    timed_out = runner_failure(None, "Iteration 1 of 9: 5.0 ms\n", "", timed_out=True)
-    assert timed_out.message == "runner timed out after 1 iteration(s)"
-    killed = runner_failure(137, "", "")
-    assert killed.message == "runner was killed by SIGKILL"
-    assert isinstance(killed, RunnerError)
-
-
-# --- the real runner ---------------------------------------------------------------
 
 RUN_TIMEOUT_S = 120
 
@@ -773,7 +554,7 @@ def test_describe_lists_the_kernel_registry_the_backends_and_the_build(
 ) -> None:
     from importlib import metadata
 
-    from etdeploy.runner_describe import parse_describe
+    from etdeploy.runner.describe import parse_describe
 
     done = run_runner(runner_bundle, "--describe")
     assert done.returncode == 0, done.stderr

@@ -86,7 +86,8 @@ def parse_describe(text: str | bytes | dict[str, Any]) -> RunnerDescription:
     if not isinstance(raw, dict) or raw.get("schema") != DESCRIBE_SCHEMA:
         schema = raw.get("schema") if isinstance(raw, dict) else None
         raise _bad_description(f"schema is {schema!r}, expected {DESCRIBE_SCHEMA!r}")
-    bundle = raw.get("bundle") if isinstance(raw.get("bundle"), dict) else {}
+    found_bundle = raw.get("bundle")
+    bundle = found_bundle if isinstance(found_bundle, dict) else {}
     entries = raw.get("kernels")
     backends = raw.get("backends")
     if not isinstance(entries, list) or not isinstance(backends, list):

@@ -28,7 +28,7 @@ from etdeploy.runner_build import (
     harness_dir,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 HOST_IS_X86_64_LINUX = platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
 # readelf, the .so names and the loader's exit status 127 are Linux's.
 linux_only = pytest.mark.skipif(platform.system() != "Linux", reason="ELF/ld.so specifics")
@@ -218,7 +218,7 @@ def test_unknown_abi_is_a_usage_error() -> None:
 def test_x86_64_with_an_ndk_set_up_is_the_ndk_build(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # Without one it is the host build with its glibc (tests/test_runner_build_x86_64.py).
+    # Without one it is the host build with its glibc (tests/runner_build/test_x86_64.py).
     monkeypatch.setenv("ANDROID_NDK", str(tmp_path / "ndk"))
     monkeypatch.setenv("EXECUTORCH_ANDROID_PREFIX", str(tmp_path / "et-android"))
     with pytest.raises(UsageError, match=r"android\.toolchain\.cmake"):

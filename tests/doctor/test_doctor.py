@@ -232,7 +232,7 @@ def llm_pte() -> Path:
     """A program calling ExecuTorch's LLM custom op llama::custom_sdpa."""
     from etdeploy.builder import BuildOptions, build
 
-    model = f"{Path(__file__).parent / 'data' / 'models' / 'llm_sdpa.py'}:build"
+    model = f"{Path(__file__).resolve().parent.parent / 'data' / 'models' / 'llm_sdpa.py'}:build"
     return build(model, BuildOptions(backend="xnnpack")).pte
 
 

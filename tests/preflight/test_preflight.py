@@ -43,7 +43,7 @@ def run_document(job: RunJob, device: Any) -> dict[str, Any]:
     return run_job(job, device).to_json()
 
 
-MODELS = Path(__file__).parent / "data" / "models"
+MODELS = Path(__file__).resolve().parent.parent / "data" / "models"
 CUSTOM_OP = f"{MODELS / 'custom_op.py'}:build"
 CUSTOM_OP_3D = f"{MODELS / 'custom_op.py'}:build_3d"
 LLM_SDPA = f"{MODELS / 'llm_sdpa.py'}:build"
