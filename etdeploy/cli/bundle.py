@@ -46,8 +46,9 @@ def bundle_command(
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
     settings: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
-    """Make a job bundle: everything `etdeploy run --bundle DIR` needs on a machine
-    without torch or executorch.
+    """Make a job bundle: what `etdeploy run --bundle DIR` needs, torch not included.
+
+    A machine without torch or executorch runs it.
 
     The program (and its .ptd), a prebuilt runner per --abi, the staged samples,
     the reference outputs (float eager; quantized eager for a quantized build; the

@@ -43,8 +43,10 @@ def clean_command(
     lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
     config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
 ) -> None:  # fmt: skip
-    """Remove what etdeploy keeps and can make again: builds, runners, references and
-    measurements here, or runners, programs, inputs and job dirs on a device.
+    """Remove what etdeploy keeps and can make again, here or on a device.
+
+    Here: builds, runners, references and measurements. On a device (--device):
+    runners, programs, inputs and job dirs.
 
     With no cap everything goes; --older-than and --max-size keep what was used lately.
     """

@@ -34,8 +34,10 @@ def explore_command(
     port: int = typer.Option(0, "--port", min=0, max=65535, metavar="N", help="The port to serve on (default: a free one)."),
     browser: bool = typer.Option(True, "--browser/--no-browser", help="Open the page in the default browser."),
 ) -> None:  # fmt: skip
-    r"""Open the program's graph in Google's Model Explorer, with the run's per-node
-    error vs eager (--localize) and device time (--profile) as node data.
+    r"""Open the program's graph in Google's Model Explorer with the run's node data.
+
+    Each node shows its error vs eager (from --localize) and its device time (from
+    --profile).
 
     Needs the explore extra: pip install 'etdeploy\[explore]'. Serves until Ctrl-C.
     """

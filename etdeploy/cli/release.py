@@ -62,9 +62,10 @@ def release_build_command(
     no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild every variant even when cached."),
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="selection", schema="etdeploy.release-selection/1")),
 ) -> None:  # fmt: skip
-    """Build every variant, size each against its delivery's limits, and write the Play
-    AI pack (device_targeting_config.xml, #group_ folders), the Apple asset packs and
-    selection.json to DIR: whole, or nothing at all.
+    """Build every variant, size it for its delivery, and write the store packages to DIR.
+
+    The Play AI pack (device_targeting_config.xml, #group_ folders), the Apple asset
+    packs and selection.json: whole, or nothing at all.
 
     Exit 0 when written, 2 for a bad spec, a variant that cannot be built here (without
     --skip-unavailable) or one over its delivery's limit.
@@ -137,8 +138,10 @@ def release_check_command(
     adb_port: int = typer.Option(None, "--adb-port", metavar="PORT", help="The adb server's port."),
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="delivery proof", schema="etdeploy.release-check/1")),
 ) -> None:  # fmt: skip
-    """Read each device's properties, choose the variant the store would deliver to it,
-    and verify that variant there as `run` does (real inputs, eager reference, budget).
+    """Verify on each device the variant the store would deliver to it.
+
+    Each device's properties choose its variant as the store would; the variant is
+    verified there as `run` does (real inputs, eager reference, budget).
 
     Exit 0 when every device's variant passes, 1 when one fails its check, 3 when a
     device or its runner fails, 2 for bad input. Variants no device verified are listed

@@ -39,6 +39,14 @@ def test_version_prints_etdeploys_and_exits_0(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.strip() == f"etdeploy {etdeploy.__version__}"
 
 
+def test_each_command_is_summed_up_in_one_line_of_its_groups_listing() -> None:
+    # The listing shows a docstring's first paragraph as written: a line break in
+    # it breaks the row mid-sentence.
+    for name, command in commands():
+        summary = (command.help or "").strip().split("\n\n")[0]
+        assert summary and "\n" not in summary, (name, summary)
+
+
 def test_each_short_flag_means_one_long_flag_in_every_command() -> None:
     meaning: dict[str, set[str]] = {}
     for _name, command in commands():
