@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,6 +42,8 @@ RECORD_FORMAT = "etdeploy-digest/1"
 RACY_MARGIN_S = 2
 # What a probe prints between the file's stat and its record.
 _RECORD_MARK = "--etdeploy-record--"
+# What ends each probe's answer in a batch of them, with its exit status.
+_PROBE_END = "--etdeploy-probe-end--"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _FRACTION = re.compile(r"\.(\d+)")
 
@@ -100,6 +103,56 @@ def probe_script(workdir: str, target: str, flavour: StatFlavour, *, with_mode: 
         f"echo {_RECORD_MARK}; cat {record} 2>/dev/null && touch {record} 2>/dev/null; true; "
         "else echo absent; fi"
     )
+
+
+def probes_script(
+    workdir: str,
+    targets: Sequence[str],
+    flavour: StatFlavour,
+    *,
+    with_mode: bool,
+    directories: Sequence[str] = (),
+) -> str:
+    """One round trip before pushing several files: `directories` made, then each
+    target's probe_script in a subshell of its own (its `exit` ends only its own),
+    each answer followed by an end line carrying its status (split_probes)."""
+    parts = [f"mkdir -p {' '.join(shlex.quote(d) for d in directories)} || exit 1"]
+    parts = parts if directories else []
+    for target in targets:
+        probe = probe_script(workdir, target, flavour, with_mode=with_mode)
+        parts.append(f'( {probe} ); echo "{_PROBE_END} $?"')
+    return "; ".join(parts) or "true"
+
+
+class ProbeFailed(ValueError):
+    """A probe of a batch exited non-zero (its mkdir or rm failed on the device)."""
+
+    def __init__(self, target: str, status: int, answer: str) -> None:
+        last = answer.strip().splitlines()[-1:] or [""]
+        super().__init__(f"preparing {target} failed on the device (exit {status}): {last[0]}")
+        self.answer = answer
+
+
+def read_probes(output: str, targets: Sequence[str], *, with_mode: bool) -> list[Probe | None]:
+    """probes_script's answer: what each target's probe found (None: absent), in
+    order. A probe that failed is a ProbeFailed; an answer that cannot be read, or
+    that does not hold one answer per target, a ValueError."""
+    answers: list[tuple[int, str]] = []
+    lines: list[str] = []
+    for line in output.splitlines():
+        if line.startswith(_PROBE_END):
+            answers.append((int(line[len(_PROBE_END) :].strip()), "\n".join(lines)))
+            lines = []
+        else:
+            lines.append(line)
+    if len(answers) != len(targets):
+        raise ValueError(f"expected {len(targets)} probe answers: {output[:200]!r}")
+    found = []
+    for target, (status, answer) in zip(targets, answers, strict=True):
+        if status != 0:
+            raise ProbeFailed(target, status, answer)
+        found.append(parse_probe(answer, with_mode=with_mode))
+    return found
 
 
 @dataclass(frozen=True)

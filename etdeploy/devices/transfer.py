@@ -134,6 +134,15 @@ def parse_sha256_line(output: str) -> str:
 
 
 @dataclass(frozen=True)
+class Push:
+    """One file of a push_many(): where it goes on the device, and its mode there."""
+
+    local: Path
+    remote: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
 class RemoteFile:
     """What a push finds at its destination."""
 
