@@ -1,0 +1,60 @@
+"""An .npz of many small arrays, read at once: a test set's samples and their references.
+
+numpy's NpzFile reads a member per lookup (it opens the member, parses its header with
+ast.literal_eval, then reads the array): ~0.1 ms each, 0.08 s of every run of a bundle
+of 360 samples with their references. read_npz reads the archive in one pass; the header
+numpy itself writes for a plain dtype in C order is parsed here, and any other member
+(Fortran order, a structured or object dtype) goes through numpy.lib.format.read_array.
+The .npy format: a magic string, a version, the header's length (2 bytes in version
+1.0, 4 in 2.0 and 3.0) and a dict literal padded to a multiple of 64 bytes
+(numpy/lib/format.py, numpy 2.x, read 2026-12-04).
+
+The arrays are read-only views of each member's bytes; no pickles are loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+
+import numpy as np
+
+_MAGIC = b"\x93NUMPY"
+# The header numpy writes for a plain dtype, C order (object arrays are left to numpy).
+_HEADER = re.compile(
+    rb"\{'descr': '([<>|=][a-zA-NP-Z][0-9]*)', 'fortran_order': False, "
+    rb"'shape': \(((?:[0-9]+, ?)*[0-9]*)\), \} *\n?"
+)
+
+
+def read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Every array of the .npz at `path` by its name. A file that is not an .npz, or a
+    member that is not an array numpy wrote, is a ValueError; a missing file an OSError."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return {
+                info.filename.removesuffix(".npy"): _array(archive, info)
+                for info in archive.infolist()
+            }
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"not an .npz: {exc}") from None
+
+
+def _array(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
+    data = archive.read(info)
+    if data[:6] != _MAGIC or len(data) < 10:
+        raise ValueError(f"{info.filename} is not an array numpy wrote")
+    width = 2 if data[6] == 1 else 4
+    size = int.from_bytes(data[8 : 8 + width], "little")
+    start = 8 + width + size
+    match = _HEADER.fullmatch(data[8 + width : start])
+    if match is None:
+        with archive.open(info) as member:
+            return np.lib.format.read_array(member, allow_pickle=False)
+    shape = tuple(int(d) for d in match.group(2).split(b",") if d.strip())
+    dtype = np.dtype(match.group(1).decode())
+    count = 1
+    for d in shape:
+        count *= d
+    return np.frombuffer(data, dtype, count=count, offset=start).reshape(shape)
