@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 from etdeploy.devices.process import RunClock, check_env_names
-from etdeploy.devices.records import StatFlavour
+from etdeploy.devices.records import StatFlavour, probe_batches, probes_script, read_probes
 from etdeploy.devices.transfer import (
     BackgroundDigest,
     Download,
@@ -63,7 +63,7 @@ from etdeploy.devices.transfer import (
     local_partial,
 )
 from etdeploy.devices.workdir import Listing, listing_script, parse_listing
-from etdeploy.errors import UsageError
+from etdeploy.errors import DeviceError, UsageError
 
 # ProgressCallback is part of push's signature.
 __all__ = [
@@ -430,6 +430,28 @@ class DeviceBase(abc.ABC):
         for directory in directories:
             self.makedirs(directory)
         return [self._prepare_push(target) for target in targets]
+
+    def _probed(
+        self, targets: Sequence[str], directories: Sequence[str], *, with_mode: bool, hint: str
+    ) -> list[RemoteFile | None]:
+        """_prepare_pushes by records.probes_script through _helper: one round trip for
+        as many files as a script may name (the directories made in the first);
+        `hint` says what the device needs when its answer cannot be read."""
+        found: list[RemoteFile | None] = []
+        for i, batch in enumerate(probe_batches(self.workdir, targets)):
+            script = probes_script(self.workdir, batch, self.stat_flavour, with_mode=with_mode,
+                                   directories=() if i else directories)  # fmt: skip
+            about = batch[0] if len(batch) == 1 else f"{len(batch)} files"
+            output = self._helper(script, f"preparing {about}")
+            try:
+                probes = read_probes(output, batch, with_mode=with_mode)
+            except ValueError as exc:
+                raise DeviceError(
+                    f"cannot read what {self.name} says about {about}", hint,
+                    device=self.name, command=script, log=output[-4000:],
+                ) from exc  # fmt: skip
+            found += [None if p is None else RemoteFile(p.size, p.mode, p.recorded) for p in probes]
+        return found
 
     def _verify(self, target: str, found: RemoteFile) -> str | None:
         """The sha256 of the file at target, read on the device (no record trusted)."""

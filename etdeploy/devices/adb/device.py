@@ -36,7 +36,7 @@ from etdeploy.devices.adb.server import AdbError
 from etdeploy.devices.adb.wire import PhoneLink, RemoteStat
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports, killed_if_interrupted
-from etdeploy.devices.records import ProbeFailed, probes_script, read_probes, record_command
+from etdeploy.devices.records import record_command
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,
@@ -177,26 +177,9 @@ class AdbDevice(DeviceBase):
     def _prepare_pushes(
         self, targets: Sequence[str], directories: Sequence[str]
     ) -> list[RemoteFile | None]:
-        """One shell call for every file: make the directories and each file's parent,
-        drop partials earlier cut transfers left, and read each file's mode, stat and
-        digest record."""
-        script = probes_script(WORKDIR, targets, "gnu", with_mode=True, directories=directories)
-        what = f"preparing {targets[0]}" if len(targets) == 1 else f"preparing {len(targets)} files"
-        output = self._link.check(script, what)
-        try:
-            found = read_probes(output, targets, with_mode=True)
-        except ProbeFailed as exc:
-            raise DeviceError(str(exc), "see the log; is the work dir writable?",
-                              device=self.name, command=script, log=exc.answer) from None  # fmt: skip
-        except ValueError as exc:
-            raise DeviceError(
-                f"cannot read what the device says about {what.removeprefix('preparing ')}",
-                "is toybox's stat on the device? Android 8 and later ship it",
-                device=self.name,
-                command=script,
-                log=output,
-            ) from exc
-        return [None if f is None else RemoteFile(f.size, f.mode, f.recorded) for f in found]
+        # One shell call: the directories, no stale partials, each file's mode, stat and record.
+        hint = "is toybox's stat on the device? Android 8 and later ship it"
+        return self._probed(targets, directories, with_mode=True, hint=hint)
 
     def _verify(self, target: str, found: RemoteFile) -> str | None:
         return self._hash(target, found.size or 0)

@@ -19,13 +19,7 @@ import paramiko
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports
-from etdeploy.devices.records import (
-    ProbeFailed,
-    StatFlavour,
-    probes_script,
-    read_probes,
-    record_command,
-)
+from etdeploy.devices.records import StatFlavour, record_command
 from etdeploy.devices.ssh.connection import SshConnection, SshSettings, resolve_target
 from etdeploy.devices.ssh.wire import HostLink, server_refused
 from etdeploy.devices.transfer import (
@@ -195,24 +189,8 @@ class SshDevice(DeviceBase):
         self, targets: Sequence[str], directories: Sequence[str]
     ) -> list[RemoteFile | None]:
         # One round trip: the directories, no stale partials, each file's stat and record.
-        script = probes_script(
-            self.workdir, targets, self.stat_flavour, with_mode=False, directories=directories
-        )
-        what = f"preparing {targets[0]}" if len(targets) == 1 else f"preparing {len(targets)} files"
-        output = self._link.checked(script, what)
-        try:
-            found = read_probes(output, targets, with_mode=False)
-        except ProbeFailed as exc:
-            raise DeviceError(str(exc), "see the log; is the work dir writable?",
-                              device=self.name, command=script, log=exc.answer) from None  # fmt: skip
-        except ValueError as exc:
-            raise DeviceError(
-                f"cannot read what {self.target.display} says about {what.removeprefix('preparing ')}",
-                "stat (GNU or BSD) must be on the remote PATH",
-                device=self.name,
-                command=script,
-            ) from exc
-        return [None if f is None else RemoteFile(f.size, None, f.recorded) for f in found]
+        hint = "stat (GNU or BSD) must be on the remote PATH"
+        return self._probed(targets, directories, with_mode=False, hint=hint)
 
     def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
         return self.helper(script, what, deadline_s=deadline_s)
