@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,7 +37,9 @@ from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.pipeline.stage import Staged
 from etdeploy.preflight.describe import remote_runner_dir
-from etdeploy.runner_build import RunnerBundle
+
+if TYPE_CHECKING:
+    from etdeploy.runner_build import RunnerBundle
 
 
 @dataclass(frozen=True)
@@ -67,18 +70,21 @@ def target_for(
     or the self-contained arm64 bundle). A runner built for another ABI is refused
     here, before anything is pushed."""
     from etdeploy.devices.registry import check_runner_abi
-    from etdeploy.runner_build import runner_for_device, runner_from_path
 
     info = device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     explicit = job.runner or configured
     if explicit is not None:
+        from etdeploy.runner_build import runner_from_path
+
         bundle = runner_from_path(Path(explicit))
     elif carried:
         from etdeploy.bundle.load import carried_runner
 
         bundle = carried_runner(carried, info)
     else:
+        from etdeploy.runner_build import runner_for_device  # imports the runner build
+
         bundle = runner_for_device(info, say)
     check_runner_abi(info, bundle.abi)
     return Target(device, info, bundle)

@@ -336,14 +336,25 @@ def throughput_of(sample_ms: Sequence[float]) -> Throughput | None:
     at a time) and the offline throughput (samples per second of execution)."""
     if len(sample_ms) < 2:
         return None
-    ordered = np.sort(np.asarray(sample_ms))
-    total_s = float(ordered.sum()) / 1000
+    ordered = sorted(sample_ms)
+    total_s = math.fsum(ordered) / 1000
     return Throughput(
         samples=len(ordered),
         samples_per_s=len(ordered) / total_s if total_s > 0 else math.inf,
-        p50_ms=float(np.percentile(ordered, 50)),
-        p90_ms=float(np.percentile(ordered, 90)),
+        p50_ms=percentile(ordered, 50),
+        p90_ms=percentile(ordered, 90),
     )
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """numpy.percentile's default ("linear": numpy/lib/_function_base_impl.py, _lerp,
+    numpy 2.x, read 2026-12-04) of sorted values, computed alike to the last bit,
+    without numpy.percentile importing numpy.ma (~0.01 s of a run)."""
+    at = (len(ordered) - 1) * (q / 100)
+    below = math.floor(at)
+    low, high = ordered[below], ordered[min(below + 1, len(ordered) - 1)]
+    t, step = at - below, high - low
+    return high - step * (1 - t) if t >= 0.5 else low + step * t
 
 
 def keep_etdump(path: Path, job_id: str) -> Path:
