@@ -11,13 +11,19 @@ the order their help lists them.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from etdeploy.cli import _app
+from etdeploy.cli import _startup
+
+# Before typer, rich and etdeploy's records are imported: their dataclasses are made then.
+_startup.cache_dataclass_code()
+
+from etdeploy.cli import _app  # noqa: E402  isort: skip
 
 # Each command's module, in the order the help lists them.
 MODULES = (
@@ -46,8 +52,17 @@ def modules_for(argv: Sequence[str]) -> Sequence[str]:
     return (module,) if module in MODULES else MODULES
 
 
+# The cyclic GC's first generation: collected every 5,000 container allocations instead of
+# CPython's 700 (3.13 took 2,000). Start-up makes ~100,000 objects that live as long as
+# the process (modules, classes, functions); walking them ~100 times cost ~0.02 s.
+GC_GEN0 = 5_000
+
+
 def main() -> None:
+    gc.set_threshold(GC_GEN0, *gc.get_threshold()[1:])
     load_commands(modules_for(sys.argv[1:]))
+    # What start-up made is never garbage: the collector stops walking it (gc.freeze).
+    gc.freeze()
     _app.main()
 
 

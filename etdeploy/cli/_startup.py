@@ -1,9 +1,22 @@
 """What starting the CLI costs, kept to what the command at hand uses.
 
 A warm `etdeploy run` of a prebuilt bundle takes a few hundred milliseconds of device
-work; typer's own start-up was as much again. Two parts of typer 0.29 (typer/core.py,
-typer/_coercion.py, typer/_adapters.py, read 2026-12-04) cost a run without doing
-anything for it, so each waits here until it is used:
+work; starting Python code was as much again.
+
+The records of a run (etdeploy.report, the settings, the devices...) are frozen
+dataclasses, ~160 of them with typer's and rich's: `dataclasses` writes each one's
+__init__, __eq__, __hash__, __repr__ and frozen __setattr__ as source text and
+compiles it when the class is made, ~0.1 s of every start-up (CPython 3.11
+Lib/dataclasses.py, _create_fn, read 2026-12-04). What it compiles is the same text
+every time, so cache_dataclass_code keeps the compiled code by the text's digest (as
+Python keeps a module's bytecode in __pycache__): the next start compiles nothing it
+compiled before. The cache is one file per interpreter (its bytecode magic number),
+written whole under a temporary name and checked by its sha256 when read; a damaged
+or foreign one is ignored and written again.
+
+Two parts of typer 0.29 (typer/core.py, typer/_coercion.py, typer/_adapters.py, read
+2026-12-04) cost a run without doing anything for it, so each waits here until it
+is used:
 
 - typer.rich_utils (rich's markdown, pygments, traceback: ~0.1 s to import) prints
   help and usage errors only; etdeploy's patches to it (one-line usage errors,
@@ -18,23 +31,93 @@ anything for it, so each waits here until it is used:
   value gets typer's own message; a Path gets typer's own checks, on its text as
   typer checks it). Every other option keeps typer's coercion.
 
-Both are no-ops on a typer without the parts they replace.
+Each is a no-op where what it replaces is not there.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import hashlib
 import importlib.util
+import marshal
 import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 from typing import Any
 
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+# Entries kept at most: the CLI's own classes are ~1,000 functions; a cache that grew
+# past this (a model's own dataclasses) starts again from what one run compiled.
+_CODE_CACHE_MAX = 8192
+
+
+def cache_dataclass_code() -> None:
+    """Compile what `dataclasses` writes once per interpreter, not once per start (see
+    the module docstring): `dataclasses.exec` is the builtin with a cache in front."""
+    import dataclasses
+
+    if "exec" in vars(dataclasses):
+        return  # already in place
+    path = _code_cache_path()
+    known = _read_code_cache(path)
+    compiled: dict[bytes, CodeType] = {}
+
+    def cached_exec(source: object, globals: Any = None, locals: Any = None, /) -> None:
+        if isinstance(source, str):
+            key = hashlib.blake2b(source.encode(), digest_size=16).digest()
+            code = known.get(key) or compiled.get(key)
+            if code is None:
+                # As exec(source) in dataclasses compiles it: no __future__ flags there.
+                code = compile(source, "<string>", "exec", dont_inherit=True)
+                compiled[key] = code
+            source = code
+        exec(source, globals, locals)
+
+    dataclasses.exec = cached_exec  # type: ignore[attr-defined]
+    atexit.register(_write_code_cache, path, known, compiled)
+
+
+def _code_cache_path() -> Path:
+    from etdeploy.paths import cache_dir
+
+    magic = importlib.util.MAGIC_NUMBER.hex()
+    return cache_dir("startup") / f"dataclass-code-{sys.implementation.cache_tag}-{magic}.bin"
+
+
+def _read_code_cache(path: Path) -> dict[bytes, CodeType]:
+    """The cache's code by key; empty when it is missing, damaged or not a cache."""
+    try:
+        data = path.read_bytes()
+        if hashlib.sha256(data[32:]).digest() != data[:32]:
+            return {}
+        found = marshal.loads(data[32:])
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, bytes) and isinstance(v, CodeType)}
+
+
+def _write_code_cache(
+    path: Path, known: dict[bytes, CodeType], compiled: dict[bytes, CodeType]
+) -> None:
+    if not compiled:
+        return
+    merged = {**known, **compiled} if len(known) + len(compiled) <= _CODE_CACHE_MAX else compiled
+    data = marshal.dumps(merged)
+    from etdeploy.atomic import atomic_write
+
+    # A cache that cannot be written costs the next start its compiling, nothing else.
+    with contextlib.suppress(OSError):
+        atomic_write(path, hashlib.sha256(data).digest() + data)
 
 
 class _AfterImport:

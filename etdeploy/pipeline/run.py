@@ -52,7 +52,6 @@ from etdeploy.report.result import (
     ErrorInfo,
     InputsInfo,
     JobInfo,
-    Localization,
     Memory,
     Preflight,
     Profile,
@@ -64,6 +63,8 @@ from etdeploy.runner_build import RunnerBundle
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from etdeploy.report.result import Localization
 
 
 @dataclass(frozen=True)
