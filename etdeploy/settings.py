@@ -19,6 +19,7 @@ config file (`from_tables`), the flags (`from_flags`). A value is checked once, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -445,12 +446,20 @@ S = TypeVar("S", bound=RunSettings)
 
 def declared(cls: type[RunSettings] = RunSettings) -> Iterator[Declared]:
     """Every field of `cls` that carries an Option, in declaration order."""
+    return iter(_declared(cls))
+
+
+@functools.cache
+def _declared(cls: type[RunSettings]) -> tuple[Declared, ...]:
+    # Worked out once a class: resolving its hints evaluates every annotation's text.
     hints = typing.get_type_hints(cls)
+    found = []
     for f in dataclasses.fields(cls):
         option = f.metadata.get("option")
         if isinstance(option, Option):
             default = f.default if f.default is not dataclasses.MISSING else None
-            yield Declared(f.name, option, hints[f.name], default)
+            found.append(Declared(f.name, option, hints[f.name], default))
+    return tuple(found)
 
 
 def by_key(section: str) -> dict[str, Declared]:

@@ -283,14 +283,21 @@ def _batch_top1(
 ) -> float | None:
     """Top-1 agreement over every row of every classifier-shaped output (a batch
     of N rows counts N times)."""
-    hits = total = 0
+    # The outputs of one shape are compared together (a test set: one argmax each side).
+    groups: dict[tuple[int, tuple[int, ...]], tuple[list[np.ndarray], list[np.ndarray]]] = {}
     for got, want in zip(outputs, references, strict=True):
         for o, (a, e) in enumerate(zip(got, want, strict=True)):
             name = output_names[o] if o < len(output_names) else f"output_{o}"
             if guess_kind(a.shape) != "classifier" or (names is not None and name not in names):
                 continue
-            hits += int(np.sum(np.argmax(a, axis=1) == np.argmax(e, axis=1)))
-            total += a.shape[0]
+            group = groups.setdefault((o, tuple(a.shape)), ([], []))
+            group[0].append(a)
+            group[1].append(e)
+    hits = total = 0
+    for got_rows, want_rows in groups.values():
+        a, e = np.stack(got_rows), np.stack(want_rows)
+        hits += int(np.sum(np.argmax(a, axis=2) == np.argmax(e, axis=2)))
+        total += a.shape[0] * a.shape[1]
     return hits / total if total else None
 
 

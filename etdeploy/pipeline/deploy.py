@@ -63,15 +63,17 @@ def target_for(
     say: StatusCallback,
     carried: Sequence[RunnerBundle] = (),
     configured: Path | None = None,
+    *,
+    info: DeviceInfo | None = None,
 ) -> Target:
     """--runner, else the device's configured runner, else the one a job bundle
     carries for it (`carried`; etdeploy.bundle.load.carried_runner), else the one
     etdeploy builds for it (runner_build.runner_choice: the host build, the NDK build,
     or the self-contained arm64 bundle). A runner built for another ABI is refused
-    here, before anything is pushed."""
+    here, before anything is pushed. `info`: device.info(), when the caller has it."""
     from etdeploy.devices.registry import check_runner_abi
 
-    info = device.info()
+    info = info or device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     explicit = job.runner or configured
     if explicit is not None:
@@ -190,9 +192,19 @@ def samples_list(
     A file's contents are never rewritten on the way (a stand-in phone's sandbox, a
     work dir reached through another mount point), relative names are shorter, and
     every job's file is the same, so it is sent once."""
+    relative: dict[str, str] = {}  # the packed file's path, once for every sample
+
+    def named(path: str) -> str:
+        where, at, offset = path.rpartition("@")
+        if not at or not offset.isdigit():
+            where, at, offset = path, "", ""
+        if where not in relative:
+            relative[where] = posixpath.relpath(where, jdir)
+        return f"{relative[where]}{at}{offset}"
+
     rest = [
         contract.SampleFiles(
-            input_paths=tuple(posixpath.relpath(i, jdir) for i in inputs[s]),
+            input_paths=tuple(named(i) for i in inputs[s]),
             output_base="", result_json_path="",
             input_shapes=shapes_if_dynamic(program, staged.samples[s]),
         )

@@ -172,7 +172,7 @@ def _batch_outputs(
     for record in report.tensor_outputs():
         dtype = np.dtype(record.dtype or "")
         shape = tuple(record.shape or ())
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)
         start, size = record.offset, count * dtype.itemsize
         if data is None or start is None or start + size > data.size:
             raise _disagree(

@@ -13,12 +13,14 @@ phone from a broken model.
 
 from __future__ import annotations
 
+import contextvars
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from etdeploy.config import Config
 from etdeploy.devices.base import Device, ProgressCallback
@@ -41,7 +43,7 @@ from etdeploy.pipeline.memory import memory_of, with_memory
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import Staged, stage
 from etdeploy.pipeline.task import check_task
-from etdeploy.pipeline.verify import Judged, judge
+from etdeploy.pipeline.verify import Judged, judge, size_verdict
 from etdeploy.preflight import PreflightReport, preflight
 from etdeploy.quarantine import noticed_damage
 from etdeploy.report.result import (
@@ -65,6 +67,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from etdeploy.report.result import Localization
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -119,20 +124,25 @@ def _run_job(
     started = time.time()
     job_id = job_id or new_job_id()
 
+    # What the device is (a round trip or two; over SSH the connection too) is asked
+    # while the program and samples are read here; target_for then has it.
+    asked = Ahead(device.info)
     program, staged, host_outputs, carried = _prepared(job, say)
-    target = target_for(job, device, say, carried, context.device_runner)
+    target = target_for(job, device, say, carried, context.device_runner, info=asked.result())
     say(f"checking that the runner for {target.info.name} can run the program")
     # --verify-remote: hash what the device holds instead of trusting its records.
     checked = preflight(
         device, target.bundle, program.pte, program.manifest, status=say, verify=job.verify_remote
     )
+    # The size verdict needs nothing the device returns: worked out while it runs.
+    size = Ahead(size_verdict, program, context.size_config)
     deployed, executed, points, lock, etdump = _on_device(
         job, job_id, target, program, staged, context
     )
     profile, profile_warnings = _profile(etdump, program, say)
     judged = judge(
-        job, program, staged, executed.outputs,
-        host_outputs=host_outputs, size_config=context.size_config, job_id=job_id,
+        job, program, staged, executed.outputs, host_outputs=host_outputs,
+        size_config=context.size_config, job_id=job_id, size=size.result(),
     )  # fmt: skip
     localization, localize_warnings = None, ()
     if job.localize:
@@ -154,6 +164,33 @@ def _run_job(
         )
     )  # fmt: skip
     return with_memory(result, memory_of(program, executed), points, job)
+
+
+class Ahead(Generic[T]):
+    """fn(*args) started now on a thread of its own, in this context (a cache's damage
+    noticed there reaches the run's warnings, etdeploy.quarantine); result() waits for
+    it and returns what it returned or raises what it raised."""
+
+    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(self._call, fn, *args), name="etdeploy-ahead", daemon=True
+        )
+        self._thread.start()
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # handed to the caller in result()
+            self._error = exc
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
 
 
 def _prepared(
