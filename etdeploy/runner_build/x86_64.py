@@ -150,14 +150,24 @@ def _assemble(
     copied = self_contain(bundle, host.executable, toolchain, progress)
     libc = toolchain.find_library("libc.so.6")
     glibc = glibc_release(libc) if libc is not None else None
+    files = sorted(p.name for p in bundle.iterdir() if p.is_file())
     manifest = {
-        **{k: v for k, v in host.info.items() if k not in ("files", "build_id", "built_at")},
+        # Not the host's digests: the program here is patched (self_contain), and a
+        # record of the host's bytes failed the cache check of every later run.
+        **{
+            k: v
+            for k, v in host.info.items()
+            if k not in ("files", "build_id", "built_at", "sha256")
+        },
         "schema": BUNDLE_SCHEMA,
         "abi": ABI,
         "key": key,
         "kind": KIND,
         "executable": host.executable,
-        "files": sorted(p.name for p in bundle.iterdir() if p.is_file()),
+        "files": files,
+        "sha256": {
+            name: hashlib.sha256((bundle / name).read_bytes()).hexdigest() for name in files
+        },
         "program": PROGRAM,
         "loader": LOADER,
         "glibc": f"{glibc[0]}.{glibc[1]}" if glibc else "unknown",
