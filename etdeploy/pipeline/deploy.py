@@ -220,7 +220,7 @@ def shapes_if_dynamic(
     program: Program, sample: tuple[np.ndarray, ...]
 ) -> tuple[tuple[int, ...], ...] | None:
     """The sample's shapes when any differs from the program's (a dynamic dim)."""
-    shapes = tuple(tuple(int(d) for d in array.shape) for array in sample)
+    shapes = tuple(array.shape for array in sample)  # numpy's shapes: tuples of ints
     planned = tuple(value.shape for value in program.inputs)
     return None if shapes == planned else shapes
 

@@ -151,7 +151,10 @@ def _batched_call(
             log,
             f"the runner reported {len(reports)} of {len(deployed.inputs)} samples",
         )
-    data = np.memmap(pulled[0], dtype=np.uint8, mode="r") if pulled[0].stat().st_size else None
+    # A plain array over the mapping (np.asarray drops the memmap subclass): a thousand
+    # outputs' views then cost no memmap bookkeeping each, in the views or in verify.
+    mapped = np.memmap(pulled[0], dtype=np.uint8, mode="r") if pulled[0].stat().st_size else None
+    data = np.asarray(mapped) if mapped is not None else None
     runs = [
         SampleRun(_batch_outputs(target, out, log, name, report, data), report, log)
         for name, report in zip(staged.sample_names, reports, strict=True)
@@ -165,7 +168,7 @@ def _batch_outputs(
     log: str,
     name: str,
     report: contract.RunnerResult,
-    data: np.memmap | None,
+    data: np.ndarray | None,
 ) -> tuple[np.ndarray, ...]:
     """A sample's tensor outputs as views of the batch data file (nothing copied)."""
     arrays = []
