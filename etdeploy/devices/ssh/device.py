@@ -252,6 +252,8 @@ class SshDevice(DeviceBase):
     # -- processes ---------------------------------------------------------------
 
     def _run(self, command: Command) -> RunOutput:
+        # What the command writes comes back by SFTP: its session opens meanwhile.
+        self._connection.prefetch_sftp()
         parts: list[str] = []
         if command.cwd is not None:
             parts.append(f"cd {shlex.quote(self.resolve(command.cwd))} || exit {CWD_FAILED};")
