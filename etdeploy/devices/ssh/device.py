@@ -77,6 +77,11 @@ class SshDevice(DeviceBase):
     def facts(self) -> dict[str, str]:
         """uname and home directory of the remote, read once per device object."""
         if self._facts is None:
+            # Connected, the sessions a job uses next start while this one answers:
+            # a command's (start_command_session) and the SFTP session.
+            self._connection.client()
+            self._link.start_command_session()
+            self._connection.prefetch_sftp()
             out = self._link.checked(
                 'printf "sysname=%s\\n" "$(uname -s)"; printf "machine=%s\\n" "$(uname -m)"; '
                 'printf "release=%s\\n" "$(uname -r)"; printf "home=%s\\n" "$HOME"; '
