@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import filelock
 import paramiko
 
 from etdeploy.errors import DeviceError, EtdeployError, TransportError, UsageError
@@ -281,6 +280,8 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         if self.policy != "accept-new":
             raise UnknownHostKey(hostname, key)
         self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        import filelock  # only to record a new host's key
+
         lock = filelock.FileLock(str(self.known_hosts) + ".etdeploy.lock")
         with lock:
             if self.known_hosts.exists():
