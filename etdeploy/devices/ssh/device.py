@@ -82,13 +82,16 @@ class SshDevice(DeviceBase):
             self._connection.client()
             self._link.start_command_session()
             self._connection.prefetch_sftp()
+            # One uname for three facts: the symbols chosen are written in -a's order,
+            # sysname release machine (POSIX.1-2017 uname, STDOUT; GNU and BSD alike,
+            # read 2026-12-04), none of them with a space in it.
             out = self._link.checked(
-                'printf "sysname=%s\\n" "$(uname -s)"; printf "machine=%s\\n" "$(uname -m)"; '
-                'printf "release=%s\\n" "$(uname -r)"; printf "home=%s\\n" "$HOME"; '
+                'set -- $(uname -srm); printf "sysname=%s\\nrelease=%s\\nmachine=%s\\n" '
+                '"$1" "$2" "$3"; printf "home=%s\\n" "$HOME"; '
                 'printf "user=%s\\n" "${USER:-$(id -un)}"; '
                 'if [ -n "$HOME" ] && [ -d "$HOME" ] && [ -w "$HOME" ]; then '
                 'printf "home_writable=1\\n"; fi; '
-                'if [ "$(uname -s)" = Darwin ]; then '
+                'if [ "$1" = Darwin ]; then '
                 'printf "product_version=%s\\n" "$(sw_vers -productVersion 2>/dev/null)"; '
                 'printf "model=%s\\n" "$(sysctl -n hw.model 2>/dev/null)"; fi',
                 "reading uname",
