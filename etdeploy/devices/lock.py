@@ -47,7 +47,7 @@ def device_lock(device: Device, timeout_s: float | None = None) -> Iterator[floa
     wait for another job was (seconds). timeout_s None: the device's lock_timeout_s."""
     timeout = device.lock_timeout_s if timeout_s is None else timeout_s
     started = time.monotonic()
-    with _held(lock_path(device), timeout) as held:
+    with held_lock(lock_path(device), timeout) as held:
         if not held:
             raise DeviceError(
                 f"device is busy: another etdeploy job held it for {timeout:.0f} s",
@@ -58,9 +58,10 @@ def device_lock(device: Device, timeout_s: float | None = None) -> Iterator[floa
 
 
 @contextlib.contextmanager
-def _held(path: Path, timeout: float) -> Iterator[bool]:
-    """flock(2) on `path` for the block, waiting up to `timeout` seconds (negative:
-    for ever); yields False when the wait ran out."""
+def held_lock(path: Path, timeout: float) -> Iterator[bool]:
+    """flock(2) on `path` for the block (filelock's lock where there is no flock),
+    waiting up to `timeout` seconds (negative: for ever, 0: one try); yields False
+    when the wait ran out."""
     try:
         import fcntl
     except ImportError:  # no flock here: filelock's lock for this platform

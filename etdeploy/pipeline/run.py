@@ -13,15 +13,14 @@ phone from a broken model.
 
 from __future__ import annotations
 
-import contextvars
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING
 
+from etdeploy.ahead import Ahead
 from etdeploy.config import Config
 from etdeploy.devices.base import Device, ProgressCallback
 from etdeploy.devices.lock import device_lock
@@ -67,9 +66,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from etdeploy.report.result import Localization
-
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -164,33 +160,6 @@ def _run_job(
         )
     )  # fmt: skip
     return with_memory(result, memory_of(program, executed), points, job)
-
-
-class Ahead(Generic[T]):
-    """fn(*args) started now on a thread of its own, in this context (a cache's damage
-    noticed there reaches the run's warnings, etdeploy.quarantine); result() waits for
-    it and returns what it returned or raises what it raised."""
-
-    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(self._call, fn, *args), name="etdeploy-ahead", daemon=True
-        )
-        self._thread.start()
-
-    def _call(self, fn: Callable[..., T], *args: Any) -> None:
-        try:
-            self._value = fn(*args)
-        except BaseException as exc:  # handed to the caller in result()
-            self._error = exc
-
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
 
 
 def _prepared(
