@@ -1,53 +1,47 @@
-"""What a user would script instead of `etdeploy run --bundle`, for bench_bundle.py:
-the runner and the program already on the phone (a warm run sends nothing either),
+"""What a user would script instead of `etdeploy run --bundle JOB -d PHONE`, for
+bench_bundle.py (issue 27): the runner and the program already on the phone (a warm run
+sends neither),
 
-    adb shell RUNNER ...             the runner call, the same argv etdeploy makes
-    adb pull BATCH.bin BATCH.json    its outputs and its per-sample documents
-    numpy                            each output against the bundle's float reference
+    adb push job.tar          the bundle's samples packed in one file, and a samples list
+    adb shell ...             unpack, the runner over every sample in one call, outputs tarred
+    adb pull out.tar          the outputs' bytes and their per-sample documents
+    numpy                     each output against the bundle's float reference (allclose,
+                              atol=rtol=1e-4, etdeploy's float default), top-1 against labels
 
-and an exit code: 0 when every output is within atol=rtol=1e-4 (etdeploy's float
-default), 1 otherwise. No etdeploy import: only the standard library and numpy.
+(script_many_samples.py's steps, on the bundle's own files), and an exit code: 0 when
+every output is within the tolerance, 1 otherwise. No etdeploy import: only the
+standard library, numpy and that script.
 
-    python benchmarks/scripted_bundle_run.py ADB SERIAL PORT BUNDLE BATCH_BASE -- RUNNER ARGS...
+    python benchmarks/scripted_bundle_run.py PORT:SERIAL:DIR RUNNER PTE BUNDLE [RUNNER FLAGS...]
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+from script_many_samples import outputs, pack, run_job
 
 ATOL = RTOL = 1e-4
 
 
 def main(argv: list[str]) -> int:
-    adb, serial, port, bundle, batch = argv[:5]
-    command = argv[argv.index("--") + 1 :]
-    base = [adb, "-P", port, "-s", serial]
-    subprocess.run([*base, "shell", " ".join(command)], check=True, capture_output=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        local = Path(tmp)
-        subprocess.run(
-            [*base, "pull", f"{batch}.bin", f"{batch}.json", str(local)],
-            check=True,
-            capture_output=True,
-        )
-        data = (local / Path(batch).name).with_suffix(".bin").read_bytes()
-        documents = json.loads((local / Path(batch).name).with_suffix(".json").read_text())
-    references = np.load(Path(bundle) / "references" / "float.npz")
-    ok = True
-    for s, sample in enumerate(documents["samples"]):
-        for k, output in enumerate(o for o in sample["outputs"] if o.get("offset") is not None):
-            dtype = np.dtype(output["dtype"])
-            count = int(np.prod(output["shape"]))
-            start = output["offset"]
-            got = np.frombuffer(data, dtype, count, start).reshape(output["shape"])
-            ok &= bool(np.allclose(got, references[f"s{s}_o{k}"], atol=ATOL, rtol=RTOL))
-    print("PASS" if ok else "FAIL")
+    target, runner, pte, bundle_dir = argv[:4]
+    bundle = Path(bundle_dir)
+    with np.load(bundle / "inputs.npz") as archive:
+        count = sum(1 for key in archive.files if key.endswith("_i0"))
+        inputs = [archive[f"s{s}_i0"].tobytes() for s in range(count)]
+    got = outputs(run_job("adb", target, runner, pte, pack(inputs), argv[4:]))
+    references = np.load(bundle / "references" / "float.npz")
+    labels = np.load(bundle / "labels.npz")["y"] if (bundle / "labels.npz").exists() else None
+    ok, correct = len(got) == count, 0
+    for s, sample in enumerate(got):
+        for k, array in enumerate(sample):
+            ok &= bool(np.allclose(array, references[f"s{s}_o{k}"], atol=ATOL, rtol=RTOL))
+        if labels is not None:
+            correct += int(sample[0].argmax() == labels[s])
+    print(f"{'PASS' if ok else 'FAIL'}: {len(got)} samples, top-1 {correct / max(1, len(got)):.2%}")
     return 0 if ok else 1
 
 

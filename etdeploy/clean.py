@@ -245,23 +245,15 @@ def _usage(path: Path) -> tuple[int, float]:
 def _unless_busy(path: Path) -> Iterator[bool]:
     """Hold the lock a writer of `path` holds (PATH.lock beside it, or .lock inside
     it), if there is one; yields False when another process has it."""
-    import filelock
+    from etdeploy.devices.lock import held_lock
 
     candidates = [path.with_name(path.name + ".lock"), path / ".lock"]
     held = next((c for c in candidates if c.is_file()), None)
     if held is None:
         yield True
         return
-    lock = filelock.FileLock(str(held))
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        lock.release()
+    with held_lock(held, 0) as free:
+        yield free
 
 
 def _remove_local(path: Path) -> None:

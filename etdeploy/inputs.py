@@ -171,7 +171,9 @@ def load_array_sample(path: Path, input_names: Sequence[str]) -> Sample:
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
-            arrays: tuple[np.ndarray, ...] = (np.load(path, allow_pickle=False),)
+            from etdeploy.npz import read_npy
+
+            arrays: tuple[np.ndarray, ...] = (read_npy(path),)
         elif suffix == ".npz":
             with np.load(path, allow_pickle=False) as archive:
                 keys = list(archive.keys())

@@ -446,12 +446,25 @@ S = TypeVar("S", bound=RunSettings)
 
 def declared(cls: type[RunSettings] = RunSettings) -> Iterator[Declared]:
     """Every field of `cls` that carries an Option, in declaration order."""
+    found = _DECLARED.get(cls)
+    if found is None:
+        # Worked out once a class: resolving its hints evaluates every annotation's text.
+        found = _DECLARED[cls] = _declared(cls)
+    return iter(found)
+
+
+_DECLARED: dict[type[RunSettings], tuple[Declared, ...]] = {}
+
+
+def _declared(cls: type[RunSettings]) -> tuple[Declared, ...]:
     hints = typing.get_type_hints(cls)
+    found = []
     for f in dataclasses.fields(cls):
         option = f.metadata.get("option")
         if isinstance(option, Option):
             default = f.default if f.default is not dataclasses.MISSING else None
-            yield Declared(f.name, option, hints[f.name], default)
+            found.append(Declared(f.name, option, hints[f.name], default))
+    return tuple(found)
 
 
 def by_key(section: str) -> dict[str, Declared]:

@@ -147,36 +147,81 @@ def measure(
 ) -> list[OutputMetrics] | str:
     """outputs[s][o] against references[s][o]: the metrics, or why they cannot be
     compared (a missing output, a shape that differs). `steps[o]` is output o's
-    quantization step, when its error is to be counted in steps."""
-    metrics: list[OutputMetrics] = []
+    quantization step, when its error is to be counted in steps. The samples whose
+    output o has one shape are measured together (_measure_rows: a test set of a
+    thousand samples costs a few array operations, not a thousand)."""
+    groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for s, (got, want) in enumerate(zip(outputs, references, strict=True)):
         if len(got) != len(want):
             return f"sample {sample_names[s]}: {len(got)} outputs, reference has {len(want)}"
         for o, (a, e) in enumerate(zip(got, want, strict=True)):
-            name = output_names[o] if o < len(output_names) else f"output_{o}"
             if tuple(a.shape) != tuple(e.shape):
+                name = output_names[o] if o < len(output_names) else f"output_{o}"
                 return f"output {name} of sample {sample_names[s]}: shape {list(a.shape)}, reference {list(e.shape)}"
-            top1_agree = top5_agree = None
-            if guess_kind(a.shape) == "classifier":
-                top_a, top_e = np.argsort(-a, axis=1), np.argsort(-e, axis=1)
-                top1_agree = bool(np.all(top_a[:, 0] == top_e[:, 0]))
-                k = min(5, a.shape[1])
-                top5_agree = all(set(top_a[i, :k]) == set(top_e[i, :k]) for i in range(a.shape[0]))
-            found = compare(a, e, tol)
-            step = steps[o] if o < len(steps) else None
-            metrics.append(
-                OutputMetrics(
-                    output=o,
-                    name=name,
-                    sample=sample_names[s],
-                    shape=tuple(int(d) for d in a.shape),
-                    **found,
-                    top1_agree=top1_agree,
-                    top5_agree=top5_agree,
-                    steps=found["max_abs"] / step if step else None,
-                )
-            )
-    return metrics
+            groups.setdefault((o, tuple(int(d) for d in a.shape)), []).append(s)
+    found: dict[tuple[int, int], OutputMetrics] = {}
+    for (o, shape), samples in groups.items():
+        name = output_names[o] if o < len(output_names) else f"output_{o}"
+        step = steps[o] if o < len(steps) else None
+        rows = _measure_rows(
+            np.stack([outputs[s][o] for s in samples]),
+            np.stack([references[s][o] for s in samples]),
+            tol,
+        )
+        for s, row in zip(samples, rows, strict=True):
+            found[(s, o)] = OutputMetrics(
+                output=o, name=name, sample=sample_names[s], shape=shape, **row,
+                steps=row["max_abs"] / step if step else None,
+            )  # fmt: skip
+    return [found[key] for key in sorted(found)]
+
+
+def _measure_rows(got: np.ndarray, want: np.ndarray, tol: Tolerance) -> list[dict[str, Any]]:
+    """compare() and the top-k agreement of each row got[i] against want[i] (one
+    sample's output each), computed for all rows at once."""
+    a = got.astype(np.float64).reshape(len(got), -1)
+    e = want.astype(np.float64).reshape(len(want), -1)
+    size = a.shape[1]
+    diff = np.abs(a - e)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(np.abs(e) > 0, diff / np.abs(e), np.where(diff > 0, np.inf, 0.0))
+    noise = np.sum((a - e) ** 2, axis=1)
+    signal = np.sum(e**2, axis=1)
+    # Row by row as compare() computes them (BLAS dot products round as a whole-array
+    # reduction does not): the same cosine to the last bit.
+    dots = [float(np.dot(x, y)) for x, y in zip(a, e, strict=True)]
+    norms = [math.sqrt(np.dot(x, x)) * math.sqrt(np.dot(y, y)) for x, y in zip(a, e, strict=True)]
+    close = np.all(diff <= tol.atol + tol.rtol * np.abs(e), axis=1) & np.all(np.isfinite(a), axis=1)
+    closes = close.tolist()
+    empty = np.zeros(len(a))
+    max_abs = (diff.max(axis=1) if size else empty).tolist()
+    max_rel = (rel.max(axis=1) if size else empty).tolist()
+    mean_abs = (diff.mean(axis=1) if size else empty).tolist()
+    top1: list[bool | None] = [None] * len(a)
+    top5: list[bool | None] = [None] * len(a)
+    if guess_kind(got.shape[1:]) == "classifier":
+        top_a, top_e = np.argsort(-got, axis=2), np.argsort(-want, axis=2)
+        top1 = [bool(x) for x in np.all(top_a[:, :, 0] == top_e[:, :, 0], axis=1)]
+        k = min(5, got.shape[2])
+        # Distinct indices: the same set of k is the same k sorted.
+        same = np.sort(top_a[:, :, :k], axis=2) == np.sort(top_e[:, :, :k], axis=2)
+        top5 = [bool(x) for x in np.all(same, axis=(1, 2))]
+    rows = []
+    for i, (n, sig, norm, dot) in enumerate(
+        zip(noise.tolist(), signal.tolist(), norms, dots, strict=True)
+    ):
+        sqnr = math.inf if n == 0 else (10 * math.log10(sig / n) if sig > 0 else -math.inf)
+        rows.append({
+            "max_abs": max_abs[i],
+            "max_rel": max_rel[i],
+            "mean_abs": mean_abs[i],
+            "sqnr_db": sqnr,
+            "cosine": dot / norm if norm > 0 else (1.0 if n == 0 else 0.0),
+            "allclose": closes[i],
+            "top1_agree": top1[i],
+            "top5_agree": top5[i],
+        })  # fmt: skip
+    return rows
 
 
 def top1_agreement(metrics: Sequence[OutputMetrics], names: set[str] | None = None) -> float | None:
@@ -242,14 +287,21 @@ def _batch_top1(
 ) -> float | None:
     """Top-1 agreement over every row of every classifier-shaped output (a batch
     of N rows counts N times)."""
-    hits = total = 0
+    # The outputs of one shape are compared together (a test set: one argmax each side).
+    groups: dict[tuple[int, tuple[int, ...]], tuple[list[np.ndarray], list[np.ndarray]]] = {}
     for got, want in zip(outputs, references, strict=True):
         for o, (a, e) in enumerate(zip(got, want, strict=True)):
             name = output_names[o] if o < len(output_names) else f"output_{o}"
             if guess_kind(a.shape) != "classifier" or (names is not None and name not in names):
                 continue
-            hits += int(np.sum(np.argmax(a, axis=1) == np.argmax(e, axis=1)))
-            total += a.shape[0]
+            group = groups.setdefault((o, tuple(a.shape)), ([], []))
+            group[0].append(a)
+            group[1].append(e)
+    hits = total = 0
+    for got_rows, want_rows in groups.values():
+        a, e = np.stack(got_rows), np.stack(want_rows)
+        hits += int(np.sum(np.argmax(a, axis=2) == np.argmax(e, axis=2)))
+        total += a.shape[0] * a.shape[1]
     return hits / total if total else None
 
 

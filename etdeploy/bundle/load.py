@@ -145,17 +145,21 @@ def _table(
     bundle: JobBundle, relative: str, letter: str, samples: int, width: int | None
 ) -> tuple[tuple[np.ndarray, ...], ...]:
     """An .npz of s<S>_<letter><K> arrays as rows; `width` arrays a row (None: as many
-    as the file holds for that sample)."""
+    as the file holds for that sample). Read in one pass (etdeploy.npz)."""
+    from etdeploy.npz import read_npz
+
     path = bundle.file(relative)
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            keys = set(archive.files)
-            rows = []
-            for s in range(samples):
-                count = width
-                if count is None:
-                    count = sum(1 for key in keys if key.startswith(f"s{s}_{letter}"))
-                rows.append(tuple(archive[f"s{s}_{letter}{k}"] for k in range(count)))
+        arrays = read_npz(path)
+        counts: dict[str, int] = {}
+        for key in arrays:
+            sample, _, rest = key.partition("_")
+            if rest.startswith(letter):
+                counts[sample] = counts.get(sample, 0) + 1
+        rows = []
+        for s in range(samples):
+            count = width if width is not None else counts.get(f"s{s}", 0)
+            rows.append(tuple(arrays[f"s{s}_{letter}{k}"] for k in range(count)))
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"{bundle.path.name}: cannot read {relative}: {exc}", _HINT) from None
     return tuple(rows)

@@ -12,16 +12,19 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-import click
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 import etdeploy
+from etdeploy.cli._startup import after_import, defer_option_coercion
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_INFRA, EtdeployError, InfraError, UsageError
 from etdeploy.interrupts import exit_code_of, signal_name, terminate_as_interrupt
+
+if TYPE_CHECKING:
+    import click
 
 # Without a terminal (a CI log, `| tee`) rich would wrap and cut at 80 columns,
 # truncating the very numbers etdeploy exists to report ("1.25e-…"). Tables take
@@ -72,11 +75,11 @@ def _usage_error(exc: click.ClickException) -> None:
     exc.exit_code = EXIT_BAD_INPUT
 
 
-def _one_line_usage_errors() -> None:
+def _one_line_usage_errors(rich_utils: Any) -> None:
     """typer shows click's usage errors through rich_utils.rich_format_error (typer
-    0.29 core._main, read 2026-12-04): route them to _usage_error."""
-    from typer import rich_utils
-
+    0.29 core._main, read 2026-12-04): route them to _usage_error. Applied when typer
+    imports rich_utils (etdeploy.cli._startup): a run that prints neither help nor a
+    usage error never imports it."""
     if hasattr(rich_utils, "rich_format_error"):
         rich_utils.rich_format_error = _usage_error
 
@@ -137,7 +140,8 @@ class _Console(Console):
 # Results go to stdout; progress, warnings and errors to stderr so `--json -` pipes.
 console: Console = _Console()
 err_console: Console = _Console(stderr=True)
-_one_line_usage_errors()
+after_import("typer.rich_utils", _one_line_usage_errors)
+defer_option_coercion()
 
 _state = {"verbose": False, "quiet": False}
 

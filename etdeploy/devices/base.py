@@ -15,9 +15,14 @@ Contract (design.md):
   under the real name. Returns how many bytes were sent (0 on a skip). What is
   there is known from the device's digest record while the file's stat is as
   recorded (devices/records.py), else hashed there; `verify=True` hashes always.
+  push_many(files, directories=...): the same for several files, what is at every
+  destination read in one exchange (and the directories made in it) where the
+  transport can: a warm run's files cost one round trip, not one each.
 - pull(remote, local), pull_files(pairs): to temporary local names, then renamed.
 - run(argv, deadline): exit code, stdout, stderr, elapsed; the process is killed
-  when the deadline passes.
+  when the deadline passes. `device_log=False`: the device's own log (Android's
+  logcat) is not read for it (a command that writes everything to stdout and
+  stderr, as etdeploy's runner does).
 - listing(): every file in the work dir with its size and mtime; makedirs(path);
   remove(*paths): files or directories, with their digest records.
 - close(): release connections.
@@ -46,18 +51,19 @@ from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 from etdeploy.devices.process import RunClock, check_env_names
-from etdeploy.devices.records import StatFlavour
+from etdeploy.devices.records import StatFlavour, probe_batches, probes_script, read_probes
 from etdeploy.devices.transfer import (
     BackgroundDigest,
     Download,
     ProgressCallback,
+    Push,
     RemoteFile,
     TransferProgress,
     Upload,
     local_partial,
 )
 from etdeploy.devices.workdir import Listing, listing_script, parse_listing
-from etdeploy.errors import UsageError
+from etdeploy.errors import DeviceError, UsageError
 
 # ProgressCallback is part of push's signature.
 __all__ = [
@@ -66,6 +72,7 @@ __all__ = [
     "DeviceBase",
     "DeviceInfo",
     "ProgressCallback",
+    "Push",
     "PushResult",
     "RunOutput",
     "job_dir",
@@ -151,6 +158,18 @@ class Device(Protocol):
         what is there instead of trusting its digest record (--verify-remote)."""
         ...
 
+    def push_many(
+        self,
+        files: Sequence[Push],
+        *,
+        directories: Sequence[str] = (),
+        progress: ProgressCallback | None = None,
+        verify: bool = False,
+    ) -> list[PushResult]:
+        """push() of each file, and `directories` made, what is at every destination
+        read in one exchange where the transport can."""
+        ...
+
     def pull(
         self, remote: str, local: Path, *, progress: ProgressCallback | None = None
     ) -> Path: ...
@@ -165,6 +184,7 @@ class Device(Protocol):
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         idle_timeout_s: float | None = None,
+        device_log: bool = True,
     ) -> RunOutput:
         """Run argv on the device; kill it when deadline_s (seconds from now) passes.
 
@@ -199,6 +219,8 @@ class Command:
     cwd: str | None
     env: Mapping[str, str]
     idle_timeout_s: float | None
+    # Read the device's own log for it (Android's logcat), where the transport has one.
+    device_log: bool = True
 
     def clock(self) -> RunClock:
         """Start the deadline and idle timeout now."""
@@ -322,29 +344,52 @@ class DeviceBase(abc.ABC):
         """Skip a file the device already has (same size, then the same sha256 by its
         trusted record or by hashing it there), else write it under a temporary name
         and rename it into place."""
-        local = Path(local)
-        if not local.is_file():
-            raise UsageError(f"no such file to push: {local}", "build or stage it first")
-        target = self.resolve(remote)
-        size = local.stat().st_size
-        report = TransferProgress(progress, target, size)
+        (result,) = self.push_many([Push(Path(local), remote, mode)], progress=progress,
+                                   verify=verify)  # fmt: skip
+        return result
+
+    def push_many(
+        self,
+        files: Sequence[Push],
+        *,
+        directories: Sequence[str] = (),
+        progress: ProgressCallback | None = None,
+        verify: bool = False,
+    ) -> list[PushResult]:
+        """push() of each file, and `directories` made: what is at every destination
+        is read in one exchange where the transport can (_prepare_pushes), while the
+        local digests are computed; then each file that differs is sent."""
+        for file in files:
+            if not file.local.is_file():
+                raise UsageError(f"no such file to push: {file.local}", "build or stage it first")
         with self._transfer_lock:
-            # The local digest is computed while the device looks at its end.
-            digest = BackgroundDigest(local)
-            found = self._prepare_push(target)
-            # Sizes first: a differing size needs no hashing on either side.
-            if found is not None and found.size in (None, size):
-                wanted = digest.result()
-                if found.sha256 is not None and not verify:
-                    there = found.sha256
-                else:
-                    there = self._verify(target, found)
-                if there == wanted:
-                    self._keep(target, found, wanted, mode)
+            # The local digests are computed while the device looks at its end.
+            digests = [BackgroundDigest(file.local) for file in files]
+            targets = [self.resolve(file.remote) for file in files]
+            found = self._prepare_pushes(targets, [self.resolve(d) for d in directories])
+            results: list[PushResult] = []
+            for file, target, there, digest in zip(files, targets, found, digests, strict=True):
+                size = file.local.stat().st_size
+                report = TransferProgress(progress, target, size)
+                if there is not None and self._holds(target, there, size, digest, verify):
+                    self._keep(target, there, digest.result(), file.mode)
                     report.update(size)
-                    return PushResult(target, 0, True)
-            sent = self._upload(Upload(local, target, size, mode, report, digest))
-        return PushResult(target, sent, False)
+                    results.append(PushResult(target, 0, True))
+                    continue
+                sent = self._upload(Upload(file.local, target, size, file.mode, report, digest))
+                results.append(PushResult(target, sent, False))
+        return results
+
+    def _holds(
+        self, target: str, found: RemoteFile, size: int, digest: BackgroundDigest, verify: bool
+    ) -> bool:
+        """Whether the file found at target holds the local bytes: by its trusted
+        record, else (or with `verify`) by hashing it there."""
+        # Sizes first: a differing size needs no hashing on either side.
+        if found.size not in (None, size):
+            return False
+        there = found.sha256 if found.sha256 is not None and not verify else None
+        return (there or self._verify(target, found)) == digest.result()
 
     def pull(self, remote: str, local: Path, *, progress: ProgressCallback | None = None) -> Path:
         """Bring a file back under a temporary local name, then rename it."""
@@ -377,6 +422,37 @@ class DeviceBase(abc.ABC):
         """Make target's directory, drop partials earlier cut pushes of it left, and
         say what is there now (None: nothing)."""
 
+    def _prepare_pushes(
+        self, targets: Sequence[str], directories: Sequence[str]
+    ) -> list[RemoteFile | None]:
+        """Make `directories`, then _prepare_push each target; a transport that can
+        do it all in one exchange does so instead."""
+        for directory in directories:
+            self.makedirs(directory)
+        return [self._prepare_push(target) for target in targets]
+
+    def _probed(
+        self, targets: Sequence[str], directories: Sequence[str], *, with_mode: bool, hint: str
+    ) -> list[RemoteFile | None]:
+        """_prepare_pushes by records.probes_script through _helper: one round trip for
+        as many files as a script may name (the directories made in the first);
+        `hint` says what the device needs when its answer cannot be read."""
+        found: list[RemoteFile | None] = []
+        for i, batch in enumerate(probe_batches(self.workdir, targets)):
+            script = probes_script(self.workdir, batch, self.stat_flavour, with_mode=with_mode,
+                                   directories=() if i else directories)  # fmt: skip
+            about = batch[0] if len(batch) == 1 else f"{len(batch)} files"
+            output = self._helper(script, f"preparing {about}")
+            try:
+                probes = read_probes(output, batch, with_mode=with_mode)
+            except ValueError as exc:
+                raise DeviceError(
+                    f"cannot read what {self.name} says about {about}", hint,
+                    device=self.name, command=script, log=output[-4000:],
+                ) from exc  # fmt: skip
+            found += [None if p is None else RemoteFile(p.size, p.mode, p.recorded) for p in probes]
+        return found
+
     def _verify(self, target: str, found: RemoteFile) -> str | None:
         """The sha256 of the file at target, read on the device (no record trusted)."""
         return self.sha256(target)
@@ -405,12 +481,15 @@ class DeviceBase(abc.ABC):
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         idle_timeout_s: float | None = None,
+        device_log: bool = True,
     ) -> RunOutput:
         """Device.run: argv must not be empty, env's names must be a shell's."""
         if not argv:
             raise UsageError("nothing to run: empty argv", "pass the command and its arguments")
         check_env_names(env or {})
-        return self._run(Command(tuple(argv), deadline_s, cwd, dict(env or {}), idle_timeout_s))
+        return self._run(
+            Command(tuple(argv), deadline_s, cwd, dict(env or {}), idle_timeout_s, device_log)
+        )
 
     @abc.abstractmethod
     def _run(self, command: Command) -> RunOutput:

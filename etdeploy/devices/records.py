@@ -31,16 +31,23 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from etdeploy.devices.transfer import prepare_command
+from etdeploy.devices.transfer import partial_prefix
 
 RECORD_DIR = ".etdeploy-digests"
 RECORD_FORMAT = "etdeploy-digest/1"
 RACY_MARGIN_S = 2
-# What a probe prints between the file's stat and its record.
-_RECORD_MARK = "--etdeploy-record--"
+# How long one probe script may grow. A request to the adb server is at most 65535
+# bytes (its length is four hex digits: AOSP packages/modules/adb OVERVIEW.TXT, read
+# 2026-12-04) and the shell service's name carries the script; half of that leaves
+# room for the rest of the request. More files than fit go in several probes.
+PROBE_SCRIPT_MAX = 32 * 1024
+# What a probe prints before the identity lines, and before the records.
+_IDENTITY_MARK = "--etdeploy-identities--"
+_RECORDS_MARK = "--etdeploy-records--"
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _FRACTION = re.compile(r"\.(\d+)")
 
@@ -87,19 +94,58 @@ def record_command(workdir: str, target: str, digest: str, flavour: StatFlavour)
     )
 
 
-def probe_script(workdir: str, target: str, flavour: StatFlavour, *, with_mode: bool) -> str:
-    """One round trip before a push: make target's directory, drop the partials cut
-    pushes of it left, and, when it exists, print `present`, its [mode and] identity
-    line, and its record (touched: the record's mtime is when it was last wanted).
-    Prints `absent` when it does not exist."""
-    quoted = shlex.quote(target)
-    record = shlex.quote(record_path(workdir, target))
-    return prepare_command(target) + (
-        f"if [ -f {quoted} ]; then echo present; "
-        f"{identity_command(target, flavour, with_mode=with_mode)} || exit 1; "
-        f"echo {_RECORD_MARK}; cat {record} 2>/dev/null && touch {record} 2>/dev/null; true; "
-        "else echo absent; fi"
+def probes_script(
+    workdir: str,
+    targets: Sequence[str],
+    flavour: StatFlavour,
+    *,
+    with_mode: bool,
+    directories: Sequence[str] = (),
+) -> str:
+    """One round trip before pushing files, in four processes however many there are:
+    make `directories` and each target's directory; drop what cut pushes of each
+    target left (found by the shell's own glob: no process when there are none); say
+    `present` or `absent` for each target; then one `stat` of the present ones (their
+    [mode and] identity lines, in order), every target's record after a line of its
+    own (read by the shell itself: a record names its file by a path a stand-in
+    device may have rewritten, so records are told apart by their order), and one
+    `touch` of them all (a record's mtime says when its file was last wanted).
+    read_probes reads the answer."""
+    q = shlex.quote
+    parents = sorted({*directories, *(t.rpartition("/")[0] or "/" for t in targets)})
+    script = f"mkdir -p {' '.join(q(d) for d in parents)} || exit 1; " if parents else ""
+    if not targets:
+        return script + "true"
+    fmt = _IDENTITY_FORMAT[flavour]
+    if with_mode:
+        fmt = ("%a " if flavour == "gnu" else "%Lp ") + fmt
+    flag = "-c" if flavour == "gnu" else "-f"
+    stale = " ".join(q(partial_prefix(t)) + "*" for t in targets)
+    records = " ".join(q(record_path(workdir, t)) for t in targets)
+    return script + (
+        f'for f in {stale}; do [ -e "$f" ] && {{ rm -f "$f" || exit 1; }}; done; set --; '
+        f"for t in {' '.join(q(t) for t in targets)}; do "
+        'if [ -f "$t" ]; then echo present; set -- "$@" "$t"; else echo absent; fi; done; '
+        f'echo {_IDENTITY_MARK}; [ $# -eq 0 ] || stat {flag} {q(fmt)} "$@" || exit 1; '
+        f"for r in {records}; do echo {_RECORDS_MARK}; "
+        '[ -f "$r" ] && while IFS= read -r l; do echo "$l"; done < "$r"; done 2>/dev/null; '
+        f"touch -c {records} 2>/dev/null; true"
     )
+
+
+def probe_batches(workdir: str, targets: Sequence[str]) -> list[list[str]]:
+    """`targets` in runs whose probes_script stays within PROBE_SCRIPT_MAX."""
+    batches: list[list[str]] = [[]]
+    size = 0
+    for target in targets:
+        # The target, its partials' glob and its record, twice (the cat and the touch).
+        cost = 2 * len(shlex.quote(record_path(workdir, target))) + 3 * len(target) + 64
+        if batches[-1] and size + cost > PROBE_SCRIPT_MAX - 1024:
+            batches.append([])
+            size = 0
+        batches[-1].append(target)
+        size += cost
+    return batches
 
 
 @dataclass(frozen=True)
@@ -113,23 +159,49 @@ class Probe:
     recorded: str | None
 
 
-def parse_probe(output: str, *, with_mode: bool) -> Probe | None:
-    """The probe's answer; None when the file is absent. A line it cannot read is a
-    ValueError (the caller names the device and the command)."""
+def read_probes(output: str, targets: Sequence[str], *, with_mode: bool) -> list[Probe | None]:
+    """probes_script's answer: what is at each target (None: nothing), in order. An
+    answer that cannot be read is a ValueError (the caller names the device and the
+    command)."""
+    if not targets:
+        return []
     lines = output.splitlines()
-    if not lines or lines[0].strip() == "absent":
-        return None
-    if lines[0].strip() != "present" or len(lines) < 2:
+    try:
+        identities_at, records_at = lines.index(_IDENTITY_MARK), lines.index(_RECORDS_MARK)
+    except ValueError:
+        raise ValueError(f"unexpected probe output: {output[:200]!r}") from None
+    said, identities = lines[:identities_at], iter(lines[identities_at + 1 : records_at])
+    records = _records(lines[records_at:])
+    if (
+        len(said) != len(targets)
+        or said.count("present") != records_at - identities_at - 1
+        or len(records) != len(targets)
+    ):
         raise ValueError(f"unexpected probe output: {output[:200]!r}")
-    stat_line = lines[1].strip()
-    mode: int | None = None
-    if with_mode:
-        mode_text, _, stat_line = stat_line.partition(" ")
-        mode = int(mode_text, 8)
-    size_text = stat_line.split(" ", 1)[0]
-    size = int(size_text)
-    record = lines[3:] if len(lines) > 2 and lines[2] == _RECORD_MARK else []
-    return Probe(size, mode, stat_line, _trusted_digest(record, stat_line))
+    found: list[Probe | None] = []
+    for state, record in zip(said, records, strict=True):
+        if state != "present":
+            found.append(None)
+            continue
+        line = next(identities).strip()
+        mode: int | None = None
+        if with_mode:
+            mode_text, _, line = line.partition(" ")
+            mode = int(mode_text, 8)
+        size = int(line.split(" ", 1)[0])
+        found.append(Probe(size, mode, line, _trusted_digest(record, line)))
+    return found
+
+
+def _records(lines: Sequence[str]) -> list[list[str]]:
+    """Each target's record (empty: none), as the lines after each records mark."""
+    records: list[list[str]] = []
+    for line in lines:
+        if line == _RECORDS_MARK:
+            records.append([])
+        elif records:
+            records[-1].append(line)
+    return records
 
 
 def _trusted_digest(record: list[str], identity: str) -> str | None:

@@ -20,12 +20,12 @@ import os
 import re
 import shlex
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from etdeploy.ahead import Ahead
 from etdeploy.digests import file_sha256
 
 # Called with (path being transferred, bytes done, bytes total).
@@ -134,6 +134,15 @@ def parse_sha256_line(output: str) -> str:
 
 
 @dataclass(frozen=True)
+class Push:
+    """One file of a push_many(): where it goes on the device, and its mode there."""
+
+    local: Path
+    remote: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
 class RemoteFile:
     """What a push finds at its destination."""
 
@@ -145,31 +154,13 @@ class RemoteFile:
     sha256: str | None = None
 
 
-class BackgroundDigest:
+class BackgroundDigest(Ahead[str]):
     """A local file's sha256, computed on a thread (hashlib releases the GIL) while
     the caller looks at the remote end; result() waits for it. An unchanged file is
     recognised by its stat record (etdeploy.digests) and not read at all."""
 
     def __init__(self, path: Path) -> None:
-        self._value: str | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(path,), name="etdeploy-sha256", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, path: Path) -> None:
-        try:
-            self._value = file_sha256(path)
-        except BaseException as exc:  # handed to the caller in result()
-            self._error = exc
-
-    def result(self) -> str:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
+        super().__init__(file_sha256, path, name="etdeploy-sha256")
 
 
 @dataclass

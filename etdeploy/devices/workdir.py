@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from etdeploy.atomic import atomic_write
 from etdeploy.devices.records import RECORD_DIR, StatFlavour, record_path
 from etdeploy.devices.transfer import MACHINE_TAG, PARTIAL_MARKER, parse_owner
 from etdeploy.errors import EtdeployError
@@ -147,9 +146,15 @@ class JobDirs:
         if not job_id or "/" in job_id or job_id.startswith("."):
             raise ValueError(f"not a job id: {job_id!r}")
         path = job_dir(self.device, job_id)
-        # A note that cannot be written costs a leftover directory, never the run.
+        # A note that cannot be written costs a leftover directory, never the run. Renamed
+        # into place, not synced: it must outlive this process (a kill), and a power cut
+        # that loses it leaves a directory `etdeploy clean --device` removes (~3 ms a run).
         with contextlib.suppress(OSError):
-            atomic_write(self._note(job_id), (path + "\n").encode())
+            note = self._note(job_id)
+            note.parent.mkdir(parents=True, exist_ok=True)
+            partial = note.with_name(f".{note.name}.{os.getpid()}")
+            partial.write_text(path + "\n")
+            os.replace(partial, note)
         return path
 
     def end(self, job_id: str, *, keep: bool = False) -> None:

@@ -466,15 +466,16 @@ def _checked_pair(
     .ptd it recorded, or a program it built with its weights inside. Otherwise (a --pte
     built elsewhere, a --data given) the program's delegate and constant tables are read
     for the names it needs, and the .ptd's keys for the names it holds."""
-    from etdeploy.builder.ptd import check_pair, program_data_keys
-    from etdeploy.pte.reader import read_pte
-
     recorded = (manifest or {}).get("data")
     built = manifest is not None and not manifest.get("partial")
     if data is not None and isinstance(recorded, dict) and recorded.get("sha256") == data.sha256:
         return data
     if data is None and built and recorded is None:
         return None
+    # Only now: the builder's module and the full reader cost a warm run ~15 ms to import.
+    from etdeploy.builder.ptd import check_pair, program_data_keys
+    from etdeploy.pte.reader import read_pte
+
     try:
         layout = read_pte(pte)
     except EtdeployError as exc:

@@ -5,10 +5,15 @@ Every file goes under a content-addressed name (runners/, programs/, inputs/),
 so an unchanged file is never sent twice (a program whose code changed but not
 its weights sends the small .pte only: the .ptd keeps its name); the job's own
 directory holds only what this run writes, and is removed after it unless --keep.
+Every file is pushed in one Device.push_many, which makes the job's directory too:
+on a warm run that is one round trip to the device.
 
 The samples' inputs travel as one packed file for our runner (each sample's
 inputs a byte range of it: one push and one digest check for a thousand samples),
-and as a file per input for upstream's runner, which reads whole files.
+with the list of the samples after the call's first (its --samples_file, named by
+its content as well: it names the inputs relative to the job's directory, so it is
+the same file for every job), and as a file per input for upstream's runner, which
+reads whole files.
 """
 
 from __future__ import annotations
@@ -16,21 +21,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import posixpath
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from etdeploy import runner as contract
-from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, PushResult, job_dir
+from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, Push, job_dir
 from etdeploy.errors import EtdeployError
 from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.pipeline.stage import Staged
 from etdeploy.preflight.describe import remote_runner_dir
-from etdeploy.runner_build import RunnerBundle
+
+if TYPE_CHECKING:
+    from etdeploy.runner_build import RunnerBundle
 
 
 @dataclass(frozen=True)
@@ -54,25 +63,30 @@ def target_for(
     say: StatusCallback,
     carried: Sequence[RunnerBundle] = (),
     configured: Path | None = None,
+    *,
+    info: DeviceInfo | None = None,
 ) -> Target:
     """--runner, else the device's configured runner, else the one a job bundle
     carries for it (`carried`; etdeploy.bundle.load.carried_runner), else the one
     etdeploy builds for it (runner_build.runner_choice: the host build, the NDK build,
     or the self-contained arm64 bundle). A runner built for another ABI is refused
-    here, before anything is pushed."""
+    here, before anything is pushed. `info`: device.info(), when the caller has it."""
     from etdeploy.devices.registry import check_runner_abi
-    from etdeploy.runner_build import runner_for_device, runner_from_path
 
-    info = device.info()
+    info = info or device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     explicit = job.runner or configured
     if explicit is not None:
+        from etdeploy.runner_build import runner_from_path
+
         bundle = runner_from_path(Path(explicit))
     elif carried:
         from etdeploy.bundle.load import carried_runner
 
         bundle = carried_runner(carried, info)
     else:
+        from etdeploy.runner_build import runner_for_device  # imports the runner build
+
         bundle = runner_for_device(info, say)
     check_runner_abi(info, bundle.abi)
     return Target(device, info, bundle)
@@ -86,6 +100,10 @@ class Deployed:
     # Per sample, per method input: a file on the device, or FILE@OFFSET in the packed one.
     inputs: tuple[tuple[str, ...], ...]
     job_dir: str
+    # Our runner's --samples_file: the samples after the first (None: there are none,
+    # or the runner is upstream's).
+    samples_file: str | None
+
     bytes_sent: int
     files_sent: int
     files_skipped: int
@@ -108,37 +126,28 @@ def deploy(
     device, bundle = target.device, target.bundle
     base = device.workdir.rstrip("/")
     runners = remote_runner_dir(device, bundle)  # where preflight may have put it already
-    inputs_dir = f"{base}/inputs"
     jdir = job_dir(device, job_id)
-    for directory in (runners, f"{base}/programs", inputs_dir, jdir):
-        device.makedirs(directory)
-    pushes: list[PushResult] = []
-    for path in bundle.files:
-        mode = 0o755 if path.name == bundle.executable else 0o644
-        pushes.append(
-            device.push(path, f"{runners}/{path.name}", progress=progress, mode=mode, verify=verify)
-        )
+    files = [
+        Push(path, f"{runners}/{path.name}", 0o755 if path.name == bundle.executable else 0o644)
+        for path in bundle.files
+    ]
     remote_pte = f"{base}/programs/{program.sha256[:24]}.pte"
-    pushes.append(device.push(program.pte, remote_pte, progress=progress, verify=verify))
+    files.append(Push(program.pte, remote_pte))
     remote_data = None
     if program.data is not None:
         remote_data = f"{base}/programs/{program.data.sha256[:24]}.ptd"
-        pushes.append(device.push(program.data.path, remote_data, progress=progress, verify=verify))
-    if target.batched:
-        packed, offsets = packed_inputs(staged.samples)
-        remote = f"{inputs_dir}/{packed.name}"
-        pushes.append(device.push(packed, remote, progress=progress, verify=verify))
-        inputs = tuple(
-            tuple(contract.packed_input(remote, offset) for offset in row) for row in offsets
-        )
-    else:
-        inputs = _one_file_each(device, staged.samples, inputs_dir, pushes, progress, verify)
+        files.append(Push(program.data.path, remote_data))
+    inputs, samples_file, input_files = _inputs(target, program, staged, f"{base}/inputs", jdir)
+    pushes = device.push_many(
+        [*files, *input_files], directories=(jdir,), progress=progress, verify=verify
+    )
     return Deployed(
         runner=f"{runners}/{bundle.executable}",
         pte=remote_pte,
         data=remote_data,
         inputs=inputs,
         job_dir=jdir,
+        samples_file=samples_file,
         bytes_sent=sum(p.bytes_sent for p in pushes),
         files_sent=sum(not p.skipped for p in pushes),
         files_skipped=sum(p.skipped for p in pushes),
@@ -146,25 +155,74 @@ def deploy(
     )
 
 
-def _one_file_each(
-    device: Device,
-    samples: Sequence[tuple[np.ndarray, ...]],
-    inputs_dir: str,
-    pushes: list[PushResult],
-    progress: ProgressCallback | None,
-    verify: bool,
-) -> tuple[tuple[str, ...], ...]:
-    """Each input its own content-addressed file (what upstream's runner reads)."""
-    remote_inputs: list[tuple[str, ...]] = []
-    for sample in samples:
-        row = []
-        for array in sample:
-            local = staged_input_file(array)
-            remote = f"{inputs_dir}/{local.name}"
-            pushes.append(device.push(local, remote, progress=progress, verify=verify))
-            row.append(remote)
-        remote_inputs.append(tuple(row))
-    return tuple(remote_inputs)
+def _inputs(
+    target: Target, program: Program, staged: Staged, inputs_dir: str, jdir: str
+) -> tuple[tuple[tuple[str, ...], ...], str | None, list[Push]]:
+    """Where each sample's inputs will be on the device, our runner's samples file,
+    and the files that put them there."""
+    if not target.batched:
+        # Each input its own content-addressed file (what upstream's runner reads).
+        files: dict[str, Push] = {}
+        rows = []
+        for sample in staged.samples:
+            row = []
+            for array in sample:
+                local = staged_input_file(array)
+                remote = f"{inputs_dir}/{local.name}"
+                files.setdefault(remote, Push(local, remote))
+                row.append(remote)
+            rows.append(tuple(row))
+        return tuple(rows), None, list(files.values())
+    packed, offsets = packed_inputs(staged.samples)
+    remote = f"{inputs_dir}/{packed.name}"
+    inputs = tuple(tuple(contract.packed_input(remote, o) for o in row) for row in offsets)
+    pushes = [Push(packed, remote)]
+    listing = samples_list(program, staged, inputs, jdir)
+    if listing is None:
+        return inputs, None, pushes
+    remote_listing = f"{inputs_dir}/{listing.name}"
+    return inputs, remote_listing, [*pushes, Push(listing, remote_listing)]
+
+
+def samples_list(
+    program: Program, staged: Staged, inputs: Sequence[tuple[str, ...]], jdir: str
+) -> Path | None:
+    """Our runner's samples file for the samples after the first (None: there are
+    none): their inputs named relative to the job's directory, where the runner runs.
+    A file's contents are never rewritten on the way (a stand-in phone's sandbox, a
+    work dir reached through another mount point), relative names are shorter, and
+    every job's file is the same, so it is sent once."""
+    relative: dict[str, str] = {}  # the packed file's path, once for every sample
+
+    def named(path: str) -> str:
+        where, at, offset = path.rpartition("@")
+        if not at or not offset.isdigit():
+            where, at, offset = path, "", ""
+        if where not in relative:
+            relative[where] = posixpath.relpath(where, jdir)
+        return f"{relative[where]}{at}{offset}"
+
+    rest = [
+        contract.SampleFiles(
+            input_paths=tuple(named(i) for i in inputs[s]),
+            output_base="", result_json_path="",
+            input_shapes=shapes_if_dynamic(program, staged.samples[s]),
+        )
+        for s in range(1, len(inputs))
+    ]  # fmt: skip
+    if not rest:
+        return None
+    text = contract.samples_file_text(rest).encode()
+    return _cached_input(hashlib.sha256(text).hexdigest(), [text], ".tsv")
+
+
+def shapes_if_dynamic(
+    program: Program, sample: tuple[np.ndarray, ...]
+) -> tuple[tuple[int, ...], ...] | None:
+    """The sample's shapes when any differs from the program's (a dynamic dim)."""
+    shapes = tuple(array.shape for array in sample)  # numpy's shapes: tuples of ints
+    planned = tuple(value.shape for value in program.inputs)
+    return None if shapes == planned else shapes
 
 
 def packed_inputs(
@@ -199,7 +257,7 @@ def staged_input_file(array: np.ndarray) -> Path:
     return _cached_input(hashlib.sha256(data).hexdigest(), [data])
 
 
-def _cached_input(digest: str, chunks: Sequence[bytes]) -> Path:
+def _cached_input(digest: str, chunks: Sequence[bytes], suffix: str = ".bin") -> Path:
     """The staged file of these bytes (sha256 `digest`), named by its first 32 digits.
     One already there is used only when it holds exactly these bytes
     (etdeploy.quarantine): a damaged or linked one is moved aside and written again."""
@@ -207,7 +265,7 @@ def _cached_input(digest: str, chunks: Sequence[bytes]) -> Path:
     from etdeploy.quarantine import file_damage, quarantine
 
     name = digest[:32]
-    path = cache_dir("staged-inputs") / f"{name}.bin"
+    path = cache_dir("staged-inputs") / f"{name}{suffix}"
     if os.path.lexists(path):
         damage = file_damage(path, digest)
         if damage is None:

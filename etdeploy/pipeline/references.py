@@ -229,12 +229,14 @@ def _write_table(path: Path, record: Path, outputs: Table, hits: list[bool]) -> 
 
 
 def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
-    with np.load(path, allow_pickle=False) as archive:
-        count = int(archive["count"])
-        outputs = [
-            [archive[f"s{s}_o{k}"] for k in range(int(archive[f"s{s}_n"]))] for s in range(count)
-        ]
-        return outputs, [bool(x) for x in archive["example_hits"]]
+    from etdeploy.npz import read_npz  # one pass over a thousand samples' outputs
+
+    archive = read_npz(path)
+    count = int(archive["count"])
+    outputs = [
+        [archive[f"s{s}_o{k}"] for k in range(int(archive[f"s{s}_n"]))] for s in range(count)
+    ]
+    return outputs, [bool(x) for x in archive["example_hits"]]
 
 
 def _run_quantized(program: Path, samples: Sequence[tuple[np.ndarray, ...]]) -> Table:

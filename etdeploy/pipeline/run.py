@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from etdeploy.ahead import Ahead
 from etdeploy.config import Config
 from etdeploy.devices.base import Device, ProgressCallback
 from etdeploy.devices.lock import device_lock
@@ -48,7 +49,7 @@ from etdeploy.pipeline.memory import memory_of, with_memory
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import Staged, stage
 from etdeploy.pipeline.task import check_task
-from etdeploy.pipeline.verify import Judged, judge
+from etdeploy.pipeline.verify import Judged, judge, size_verdict
 from etdeploy.preflight import PreflightReport, preflight
 from etdeploy.quarantine import noticed_damage
 from etdeploy.report.result import (
@@ -59,7 +60,6 @@ from etdeploy.report.result import (
     ErrorInfo,
     InputsInfo,
     JobInfo,
-    Localization,
     Memory,
     Preflight,
     Profile,
@@ -71,6 +71,8 @@ from etdeploy.runner_build import RunnerBundle
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from etdeploy.report.result import Localization
 
 
 @dataclass(frozen=True)
@@ -125,20 +127,25 @@ def _run_job(
     started = time.time()
     job_id = job_id or new_job_id()
 
+    # What the device is (a round trip or two; over SSH the connection too) is asked
+    # while the program and samples are read here; target_for then has it.
+    asked = Ahead(device.info)
     program, staged, host_outputs, carried = _prepared(job, say)
-    target = target_for(job, device, say, carried, context.device_runner)
+    target = target_for(job, device, say, carried, context.device_runner, info=asked.result())
     say(f"checking that the runner for {target.info.name} can run the program")
     # --verify-remote: hash what the device holds instead of trusting its records.
     checked = preflight(
         device, target.bundle, program.pte, program.manifest, status=say, verify=job.verify_remote
     )
+    # The size verdict needs nothing the device returns: worked out while it runs.
+    size = Ahead(size_verdict, program, context.size_config)
     deployed, executed, points, lock, etdump = _on_device(
         job, job_id, target, program, staged, context
     )
     profile, profile_warnings = _profile(etdump, program, say)
     judged = judge(
-        job, program, staged, executed.outputs,
-        host_outputs=host_outputs, size_config=context.size_config, job_id=job_id,
+        job, program, staged, executed.outputs, host_outputs=host_outputs,
+        size_config=context.size_config, job_id=job_id, size=size.result(),
     )  # fmt: skip
     localization, localize_warnings = None, ()
     if job.localize:

@@ -86,7 +86,10 @@ def judge(
     host_outputs: Sequence[Sequence[np.ndarray]] | None = None,
     size_config: Config | None = None,
     job_id: str = "",
+    size: SizeSummary | None = None,
 ) -> Judged:
+    """The verdicts of one run. `size`: the store-size verdict when the caller has it
+    already (size_verdict, which needs nothing the device returns), else computed here."""
     thresholds = thresholds_for(job)
     names = program.output_names
     declared = {**program.declared_kinds, **job.declared_kinds()}  # checked at staging
@@ -145,7 +148,7 @@ def judge(
             + ": its kind-specific metrics are reported, not required; declare it with "
             "--output-kind NAME=KIND or ModelSpec.output_kinds"
         )
-    size = size_verdict(program, size_config)
+    size = size or size_verdict(program, size_config)
     task = task_accuracy(job, program, staged, outputs, job_id or "run")
     return Judged(verdict, host, size, tuple(warnings), task)
 

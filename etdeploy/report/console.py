@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,7 +19,6 @@ from rich.table import Table
 
 from etdeploy.report.console_memory import failure_lines, render_memory, render_shapes
 from etdeploy.report.result import (
-    Localization,
     OutputMetrics,
     PairedDifference,
     RunResult,
@@ -27,6 +27,9 @@ from etdeploy.report.result import (
     Verdict,
 )
 from etdeploy.units import format_bytes, format_ms
+
+if TYPE_CHECKING:
+    from etdeploy.report.result import Localization
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -80,7 +81,13 @@ class Record:
 
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    try:
+        return typing.get_type_hints(cls)
+    except NameError:
+        # A name its module imports when first asked for (etdeploy.lazy): ask for them.
+        module = sys.modules[cls.__module__]
+        lazy = {name: getattr(module, name) for name in getattr(module, "LAZY_NAMES", ())}
+        return typing.get_type_hints(cls, localns=lazy)
 
 
 def _encode(value: Any) -> Any:

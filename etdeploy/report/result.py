@@ -19,8 +19,9 @@ every start.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+from etdeploy.lazy import lazy_exports
 from etdeploy.report.record import Record, omitted_if_none
 from etdeploy.report.result_accuracy import (  # noqa: F401 - re-exported
     Disagreement,
@@ -28,20 +29,6 @@ from etdeploy.report.result_accuracy import (  # noqa: F401 - re-exported
     TaskAccuracy,
     TaskScore,
     Throughput,
-)
-from etdeploy.report.result_localization import (  # noqa: F401 - re-exported
-    AMPLIFIER_CAUSES,
-    TAP_STATUSES,
-    Amplifier,
-    FirstDivergence,
-    Localization,
-    LocalizeAttempt,
-    OperatorError,
-    Origin,
-    TapMetrics,
-    TappedProgram,
-    TapResult,
-    TapTolerance,
 )
 from etdeploy.report.result_memory import (  # noqa: F401 - re-exported
     Memory,
@@ -68,6 +55,32 @@ from etdeploy.report.result_verdict import (  # noqa: F401 - re-exported
     Thresholds,
     Verdict,
 )
+
+if TYPE_CHECKING:
+    from etdeploy.report.result_localization import (  # noqa: F401 - re-exported
+        AMPLIFIER_CAUSES,
+        TAP_STATUSES,
+        Amplifier,
+        FirstDivergence,
+        Localization,
+        LocalizeAttempt,
+        OperatorError,
+        Origin,
+        TapMetrics,
+        TappedProgram,
+        TapResult,
+        TapTolerance,
+    )
+
+# The localization's twenty records are read only by a run that localized: imported
+# when first named (etdeploy.lazy), not by every run (~0.005 s).
+LAZY_NAMES = dict.fromkeys(
+    ("AMPLIFIER_CAUSES", "TAP_STATUSES", "Amplifier", "FirstDivergence", "Localization",
+     "LocalizeAttempt", "OperatorError", "Origin", "TapMetrics", "TappedProgram", "TapResult",
+     "TapTolerance"),
+    "etdeploy.report.result_localization",
+)  # fmt: skip
+__getattr__ = lazy_exports(__name__, LAZY_NAMES)
 
 RESULT_SCHEMA_ID = "etdeploy.result/2"
 # /2 (2026-12-04): a budget stage's `metrics` keep its worst samples per output (the

@@ -20,37 +20,59 @@ costs a stat and a small JSON read.
     external.py   a runner etdeploy did not build (--runner)
 """
 
-from etdeploy.runner_build.build import cached_runner, ensure_runner
-from etdeploy.runner_build.bundle import (
-    ABIS,
-    BUNDLE_MANIFEST,
-    BUNDLE_SCHEMA,
-    EXECUTABLE,
-    KIND_ARM64,
-    KIND_EXTERNAL,
-    KIND_HOST,
-    KIND_NDK,
-    KINDS,
-    Progress,
-    RunnerBundle,
-)
-from etdeploy.runner_build.choice import RunnerChoice, runner_choice, runner_for_device
-from etdeploy.runner_build.external import binary_abi, external_runner, runner_from_path
-from etdeploy.runner_build.plans import (
-    BACKENDS,
-    DEFAULT_BACKENDS,
-    KERNEL_LIBRARIES,
-    bundle_key,
-    ndk_configured,
-)
-from etdeploy.runner_build.toolchain import (
-    executorch_package_dir,
-    executorch_version,
-    find_tool,
-    harness_dir,
-    host_abi,
-)
-from etdeploy.runner_build.x86_64 import KIND as KIND_X86_64
+from typing import TYPE_CHECKING
+
+from etdeploy.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from etdeploy.runner_build.build import cached_runner, ensure_runner
+    from etdeploy.runner_build.bundle import (
+        ABIS,
+        BUNDLE_MANIFEST,
+        BUNDLE_SCHEMA,
+        EXECUTABLE,
+        KIND_ARM64,
+        KIND_EXTERNAL,
+        KIND_HOST,
+        KIND_NDK,
+        KINDS,
+        Progress,
+        RunnerBundle,
+    )
+    from etdeploy.runner_build.choice import RunnerChoice, runner_choice, runner_for_device
+    from etdeploy.runner_build.external import binary_abi, external_runner, runner_from_path
+    from etdeploy.runner_build.plans import (
+        BACKENDS,
+        DEFAULT_BACKENDS,
+        KERNEL_LIBRARIES,
+        bundle_key,
+        ndk_configured,
+    )
+    from etdeploy.runner_build.toolchain import (
+        executorch_package_dir,
+        executorch_version,
+        find_tool,
+        harness_dir,
+        host_abi,
+    )
+    from etdeploy.runner_build.x86_64 import KIND as KIND_X86_64
+
+# Each name's module: importing the package imports none of them (etdeploy.lazy).
+_AT = "etdeploy.runner_build."
+_EXPORTS = {
+    **dict.fromkeys(("cached_runner", "ensure_runner"), _AT + "build"),
+    **dict.fromkeys(("ABIS", "BUNDLE_MANIFEST", "BUNDLE_SCHEMA", "EXECUTABLE", "KIND_ARM64",
+                     "KIND_EXTERNAL", "KIND_HOST", "KIND_NDK", "KINDS", "Progress",
+                     "RunnerBundle"), _AT + "bundle"),
+    **dict.fromkeys(("RunnerChoice", "runner_choice", "runner_for_device"), _AT + "choice"),
+    **dict.fromkeys(("binary_abi", "external_runner", "runner_from_path"), _AT + "external"),
+    **dict.fromkeys(("BACKENDS", "DEFAULT_BACKENDS", "KERNEL_LIBRARIES", "bundle_key",
+                     "ndk_configured"), _AT + "plans"),
+    **dict.fromkeys(("executorch_package_dir", "executorch_version", "find_tool", "harness_dir",
+                     "host_abi"), _AT + "toolchain"),
+    "KIND_X86_64": _AT + "x86_64:KIND",
+}  # fmt: skip
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "ABIS", "BACKENDS", "BUNDLE_MANIFEST", "BUNDLE_SCHEMA", "DEFAULT_BACKENDS", "EXECUTABLE",

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
-from etdeploy.runner_build.build import ensure_runner
 from etdeploy.runner_build.bundle import KIND_ARM64, KIND_HOST, KIND_NDK, Progress, RunnerBundle
 from etdeploy.runner_build.plans import ndk_configured
 from etdeploy.runner_build.toolchain import host_abi
@@ -67,6 +66,9 @@ def runner_choice(info: DeviceInfo) -> RunnerChoice:
 
 def runner_for_device(info: DeviceInfo, progress: Progress | None = None) -> RunnerBundle:
     """The bundle `runner_choice` names for the device, built if the cache lacks it."""
+    # Here, not above: the build and its locks are imported by those who build.
+    from etdeploy.runner_build.build import ensure_runner
+
     choice = runner_choice(info)
     if progress is not None:
         progress(f"runner for {info.name}: {choice.reason}")

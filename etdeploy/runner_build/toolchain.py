@@ -3,7 +3,6 @@ package, CMake and Ninja, the compiler, this machine's ABI."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -54,6 +53,8 @@ def harness_dir() -> Path:
 
 def _installed_source_tree() -> Path | None:
     # pip writes direct_url.json for installs from a local directory (PEP 610).
+    import importlib.metadata  # here: ~0.01 s to import, and only a build needs it
+
     try:
         text = importlib.metadata.distribution("etdeploy").read_text("direct_url.json")
     except importlib.metadata.PackageNotFoundError:
@@ -83,6 +84,8 @@ def executorch_package_dir() -> Path:
 
 
 def executorch_version() -> str:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("executorch")
     except importlib.metadata.PackageNotFoundError as exc:

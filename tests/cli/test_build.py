@@ -145,8 +145,10 @@ def test_a_cold_build_says_each_stage_with_its_time_when_piped(
     done = etdeploy("build", "digits", cwd=tmp_path, ETDEPLOY_CACHE_DIR=str(fresh_cache))
     assert done.returncode == 0, done.stderr
     stages = [PROGRESS_LINE.sub("", line) for line in done.progress]
-    # Importing torch alone outlasts the one-second threshold of a piped line.
-    assert "digits for xnnpack: importing torch" in stages
+    # Exporting and lowering outlast the one-second threshold of a piped line (importing
+    # torch takes about that long: said or not, it comes first).
+    assert {"digits for xnnpack: exporting with torch.export",
+            "digits for xnnpack: lowering to xnnpack"} <= set(stages)  # fmt: skip
     order = ["importing torch", "loading digits", "exporting with torch.export",
              "lowering to xnnpack", "planning memory (to_executorch)", "serialising the program",
              "saving the program to the build cache"]  # fmt: skip

@@ -52,7 +52,7 @@ def test_the_protocol_is_the_transports_core_and_optional_abilities_are_services
     }
     assert members == {
         "name", "transport", "lock_timeout_s", "info", "lock_key", "workdir",
-        "push", "pull", "pull_files", "run", "listing", "makedirs", "remove", "close",
+        "push", "push_many", "pull", "pull_files", "run", "listing", "makedirs", "remove", "close",
     }  # fmt: skip
     # Mutable state and configuration are not the transport's.
     for gone in ("verify_remote", "runner_path", "lock", "stored_files", "remove_stored"):

@@ -136,7 +136,7 @@ def test_devices_starts_without_torch_or_executorch(phones: AdbTestbed, tmp_path
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["devices"]  # it did list, not just start
     loaded = set(modules_file.read_text().split())
-    assert "etdeploy.devices.registry" in loaded and "adbutils" in loaded
+    assert "etdeploy.devices.registry" in loaded and "etdeploy.devices.adb.server" in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("torch", "executorch")}
 
 

@@ -91,3 +91,16 @@ def test_the_launcher_loads_nothing_from_the_system(bundle: RunnerBundle) -> Non
     after = [Path(path).resolve().parent for path in loaded[first:]]
     assert after and all(parent == bundle.directory.resolve() for parent in after), loaded
     assert any(Path(path).name == "libc.so.6" for path in loaded[first:])
+
+
+def test_a_cached_bundle_passes_its_check_and_is_not_made_again(bundle: RunnerBundle) -> None:
+    """Its bundle.json records its own files' digests (its program is patched, so the
+    host build's would fail the cache check and remake it on every run)."""
+    from etdeploy.digests import file_sha256
+    from etdeploy.quarantine import noticed_damage
+
+    recorded = bundle.info["sha256"]
+    assert recorded == {p.name: file_sha256(p) for p in bundle.files}
+    with noticed_damage() as damage:
+        again = ensure_runner("x86_64")
+    assert damage == [] and again.info["build_id"] == bundle.info["build_id"]

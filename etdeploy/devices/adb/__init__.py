@@ -1,14 +1,15 @@
 """Android phones over ADB: files by the sync protocol, commands by shell v2.
 
 Everything goes through an adb server (adb's own smart-socket protocol, spoken
-by adbutils), never through the `adb` command line:
+by server.py), never through the `adb` command line:
 
+- server.py: the smart-socket protocol's client (host requests, a connection
+  switched to a phone's service).
 - connection.py, the server: ANDROID_ADB_SERVER_HOST/PORT unless settings say
   otherwise, as adb does. When nothing answers on a local host, `adb -P PORT
-  start-server` starts one with the adb binary adbutils ships. A running server
-  is never killed: one too old for this client is a DeviceError that says so.
-  (adbutils' own connection would run a bare `adb start-server` on 5037 whenever
-  a connect fails; the connection class there does not.)
+  start-server` starts one with the adb binary adbutils ships (the only use of
+  adbutils). A running server is never killed: one too old for this client is a
+  DeviceError that says so; nothing is started on 5037 behind the user's back.
 - phones.py: which phones the server has and which one a --device name means.
 - wire.py, one phone's services: shell v2 (else v1 with an exit marker) and the
   sync protocol (STA2/SND2/RCV2 when the phone has them, else v1).

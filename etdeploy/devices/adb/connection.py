@@ -1,6 +1,7 @@
-"""Reaching the adb server: where it is (AdbSettings), connecting to it without
-adbutils' fallback of starting one on 5037, starting one on a local port when
-none answers, and turning adbutils and socket failures into InfraError kinds.
+"""Reaching the adb server: where it is (AdbSettings), connecting to it (server.py's
+client; nothing is started on 5037 behind the user's back), starting one on a local
+port when none answers, and turning protocol and socket failures into InfraError
+kinds.
 
 A running server is never killed: one too old for this client is a DeviceError
 that says so.
@@ -8,7 +9,6 @@ that says so.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import socket
@@ -18,9 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import adbutils
-from adbutils.errors import AdbConnectionError, AdbError, AdbTimeout
-
+from etdeploy.devices.adb.server import AdbConnectionError, AdbError, AdbTimeout, ServerClient
 from etdeploy.errors import DeviceError, InfraError, TransportError, UsageError
 
 # adb's default server port and the variables its client reads (adb --help,
@@ -30,8 +28,9 @@ DEFAULT_ADB_PORT = 5037
 ENV_HOST = "ANDROID_ADB_SERVER_HOST"
 ENV_PORT = "ANDROID_ADB_SERVER_PORT"
 ENV_SERIAL = "ANDROID_SERIAL"
-# adbutils 2.12 speaks to servers from protocol version 39 on (its open_transport
-# notes servers 39 and 40 as tested; 41 is platform-tools 29 and later), read 2026-12-02.
+# The oldest server etdeploy was tested against: protocol 39 is platform-tools 26
+# (2017; adbutils 2.12's open_transport notes 39 and 40 as tested, read 2026-12-02).
+# Everything server.py asks (host:transport, host-serial, shell,v2, sync) is older.
 MIN_SERVER_VERSION = 39
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 # What a serial is made of: USB serials (letters and digits), emulator-5554,
@@ -125,63 +124,17 @@ class AdbSettings:
         return f"{self.host}:{self.port}"
 
 
-class ServerConnection(adbutils.AdbConnection):
-    """adbutils' connection without its fallback of starting a server on 5037."""
-
-    def __init__(self, host: str, port: int, connect_timeout_s: float) -> None:
-        self._target = (host, port)
-        self._connect_timeout_s = connect_timeout_s
-        super().__init__(host, port)
-
-    def _safe_connect(self) -> socket.socket:
-        return self._create_socket()
-
-    def close(self) -> None:
-        # adbutils' close() half-closes and sleeps 10 ms; a plain close is enough
-        # for the server to end the stream, and runs on every request.
-        with contextlib.suppress(AdbError, OSError):
-            self.conn.close()
-
-    def _create_socket(self) -> socket.socket:
-        try:
-            sock = socket.create_connection(self._target, timeout=self._connect_timeout_s)
-        except TimeoutError:
-            raise AdbTimeout(
-                f"connecting to the adb server at {self._target[0]}:{self._target[1]} timed out"
-            ) from None
-        except OSError as exc:
-            raise AdbConnectionError(f"cannot connect to the adb server: {exc}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
-
-
-class ServerClient(adbutils.AdbClient):
-    """An AdbClient for one explicit server, with tight timeouts."""
+class Server(ServerClient):
+    """The configured server: the protocol client and the settings it was made from."""
 
     def __init__(self, settings: AdbSettings) -> None:
-        super().__init__(settings.host, settings.port, socket_timeout=settings.connect_timeout_s)
+        super().__init__(settings.host, settings.port, settings.connect_timeout_s)
         self.settings = settings
-        self._version: int | None = None
-
-    def make_connection(self, timeout: float | None = None) -> adbutils.AdbConnection:
-        connection = ServerConnection(
-            self.settings.host, self.settings.port, self.settings.connect_timeout_s
-        )
-        connection.conn.settimeout(timeout or self.settings.connect_timeout_s)
-        return connection
-
-    def server_version(self) -> int:
-        # adbutils asks for the version before every transport; it does not change
-        # while the server runs.
-        if self._version is None:
-            with self.make_connection() as c:
-                c.send_command("host:version")
-                c.check_okay()
-                self._version = int(c.read_string_block(), 16)
-        return self._version
 
 
 def start_local_server(settings: AdbSettings) -> None:
+    import adbutils  # the adb binary it ships; imported only to start a server
+
     binary = adbutils.adb_path()
     env = {**os.environ, ENV_PORT: str(settings.port)}
     # Output to a file, not a pipe: the server it forks must not hold our pipe open.
@@ -213,9 +166,9 @@ def start_local_server(settings: AdbSettings) -> None:
         )
 
 
-def connect_server(settings: AdbSettings) -> ServerClient:
+def connect_server(settings: AdbSettings) -> Server:
     """A client for the configured server, starting a local one if none answers."""
-    client = ServerClient(settings)
+    client = Server(settings)
     try:
         version = client.server_version()
     except AdbConnectionError:
@@ -256,7 +209,7 @@ def connect_server(settings: AdbSettings) -> ServerClient:
 def infra_error(
     exc: BaseException, what: str, *, device: str | None = None, command: str | None = None
 ) -> InfraError:
-    """An adbutils or socket failure as the InfraError kind a caller can act on."""
+    """A protocol or socket failure as the InfraError kind a caller can act on."""
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, (AdbTimeout, socket.timeout)):
         return TransportError(

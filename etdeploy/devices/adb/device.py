@@ -10,7 +10,10 @@
   shell a process-group leader, so a deadline or an idle timeout kills the whole
   group from a second shell.
 - Logs: after each run, `logcat -d -s ExecuTorch` from the run's start (the
-  device's clock), which is where ExecuTorch's runner logs on Android.
+  device's clock), which is where ExecuTorch's runner logs on Android; not for a
+  command run with device_log=False (etdeploy's runner writes to stdout and stderr:
+  android_harness/build_android.sh builds it with the posix PAL), which saves the
+  two round trips of reading the clock and the log.
 """
 
 from __future__ import annotations
@@ -22,8 +25,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
-from adbutils.errors import AdbError
-
 from etdeploy.devices.adb.connection import AdbSettings, connect_server, infra_error
 from etdeploy.devices.adb.phones import (
     describe_attached,
@@ -31,10 +32,11 @@ from etdeploy.devices.adb.phones import (
     list_attached,
     resolve_serial,
 )
+from etdeploy.devices.adb.server import AdbError
 from etdeploy.devices.adb.wire import PhoneLink, RemoteStat
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports, killed_if_interrupted
-from etdeploy.devices.records import parse_probe, probe_script, record_command
+from etdeploy.devices.records import record_command
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,
@@ -170,24 +172,14 @@ class AdbDevice(DeviceBase):
         return digest
 
     def _prepare_push(self, target: str) -> RemoteFile | None:
-        """One shell call: make the parent, drop partials an earlier cut transfer left,
-        and read the file's mode, stat and digest record."""
-        head, _, tail = target.rpartition("/")
-        script = probe_script(WORKDIR, target, "gnu", with_mode=True)
-        output = self._link.check(script, f"preparing {head} for {tail}")
-        try:
-            found = parse_probe(output, with_mode=True)
-        except ValueError as exc:
-            raise DeviceError(
-                f"cannot read what the device says about {target}",
-                "is toybox's stat on the device? Android 8 and later ship it",
-                device=self.name,
-                command=script,
-                log=output,
-            ) from exc
-        if found is None:
-            return None
-        return RemoteFile(size=found.size, mode=found.mode, sha256=found.recorded)
+        return self._prepare_pushes([target], [])[0]
+
+    def _prepare_pushes(
+        self, targets: Sequence[str], directories: Sequence[str]
+    ) -> list[RemoteFile | None]:
+        # One shell call: the directories, no stale partials, each file's mode, stat and record.
+        hint = "is toybox's stat on the device? Android 8 and later ship it"
+        return self._probed(targets, directories, with_mode=True, hint=hint)
 
     def _verify(self, target: str, found: RemoteFile) -> str | None:
         return self._hash(target, found.size or 0)
@@ -291,7 +283,8 @@ class AdbDevice(DeviceBase):
         # before it can (devices/workdir.py, the sweep).
         pidfile = f"{WORKDIR}/{PIDS_DIR}/{owner_tag()}-{uuid.uuid4().hex[:12]}.pid"
         script = self._wrap(command, pidfile)
-        log_since = self._device_time() if self.capture_logcat else 0.0
+        device_log = self.capture_logcat and command.device_log
+        log_since = self._device_time() if device_log else 0.0
         with killed_if_interrupted(lambda: self._kill(pidfile)):
             result = self._link.shell(
                 script,
@@ -317,7 +310,7 @@ class AdbDevice(DeviceBase):
             elapsed_s=result.elapsed_s,
             timed_out=result.timed_out,
             idle=result.idle,
-            device_log=self._logcat(log_since) if self.capture_logcat else "",
+            device_log=self._logcat(log_since) if device_log else "",
         )
 
     def logcat_command(self, since_device_time: float) -> str:

@@ -12,8 +12,6 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from adbutils.errors import AdbError
-
 from etdeploy.devices.adb.connection import (
     ENV_SERIAL,
     AdbSettings,
@@ -21,6 +19,7 @@ from etdeploy.devices.adb.connection import (
     connect_server,
     infra_error,
 )
+from etdeploy.devices.adb.server import AdbError
 from etdeploy.devices.adb.wire import PhoneLink
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import InfraError, UsageError

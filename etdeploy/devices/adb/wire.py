@@ -23,10 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import adbutils
-from adbutils.errors import AdbError
-
-from etdeploy.devices.adb.connection import AdbSettings, ServerClient, infra_error
+from etdeploy.devices.adb.connection import AdbSettings, Server, infra_error
+from etdeploy.devices.adb.server import AdbError, ServerSocket, read_exact
 from etdeploy.devices.process import BoundedOutput, RunClock
 from etdeploy.devices.transfer import TransferProgress, Writable
 from etdeploy.errors import DeviceError, EtdeployError, TransportError, UsageError
@@ -87,48 +85,27 @@ def parse_getprop(text: str) -> dict[str, str]:
     return props
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    parts: list[bytes] = []
-    have = 0
-    while have < n:
-        chunk = sock.recv(min(n - have, 1 << 20))
-        if not chunk:
-            raise EOFError(f"connection closed after {have} of {n} bytes")
-        parts.append(chunk)
-        have += len(chunk)
-    return b"".join(parts)
-
-
 class PhoneLink:
     """One phone behind one server: opens services on it, runs commands, moves files.
     `name` is the device's name, for the errors."""
 
-    def __init__(self, client: ServerClient, serial: str, name: str | None = None) -> None:
+    def __init__(self, client: Server, serial: str, name: str | None = None) -> None:
         self.client = client
         self.serial = serial
         self.name = name or serial
-        self._device = adbutils.AdbDevice(client, serial=serial)
         self._features: frozenset[str] | None = None
 
     @property
     def settings(self) -> AdbSettings:
         return self.client.settings
 
-    def open(self, service: str, timeout: float) -> adbutils.AdbConnection:
+    def open(self, service: str, timeout: float) -> ServerSocket:
         """A connection already switched to `service` on the phone."""
-        connection = self._device.open_transport(timeout=timeout)
-        try:
-            connection.send_command(service)
-            connection.check_okay()
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+        return self.client.open_service(self.serial, service, timeout)
 
     def host_query(self, what: str) -> str:
         # host-serial:SERIAL:<what>, answered by the server itself.
-        with self._device.open_transport(what, timeout=self.settings.connect_timeout_s) as c:
-            return c.read_string_block()
+        return self.client.serial_query(self.serial, what)
 
     def state(self) -> str:
         try:
@@ -170,7 +147,7 @@ class PhoneLink:
             connection = self.open(service, timeout=self.settings.connect_timeout_s)
         except (AdbError, OSError, EOFError) as exc:
             raise infra_error(exc, "starting a shell", device=self.name, command=command) from exc
-        sock = connection.conn
+        sock = connection.sock
         sock.settimeout(_POLL_S)
         buffer = bytearray()
         stdout = BoundedOutput()
@@ -279,12 +256,12 @@ class PhoneLink:
 
     # -- sync ---------------------------------------------------------------------------
 
-    def _sync(self, what: str, command: str) -> adbutils.AdbConnection:
+    def _sync(self, what: str, command: str) -> ServerSocket:
         try:
             connection = self.open("sync:", timeout=self.settings.transfer_idle_timeout_s)
         except (AdbError, OSError, EOFError) as exc:
             raise infra_error(exc, what, device=self.name, command=command) from exc
-        connection.conn.settimeout(self.settings.transfer_idle_timeout_s)
+        connection.sock.settimeout(self.settings.transfer_idle_timeout_s)
         return connection
 
     @staticmethod
@@ -303,15 +280,15 @@ class PhoneLink:
         v2 = "stat_v2" in self.features
         connection = self._sync(f"reading {remote}", f"stat {remote}")
         try:
-            sock = connection.conn
+            sock = connection.sock
             self._request(sock, b"STA2" if v2 else b"STAT", remote)
             if v2:
-                fields = _STAT_V2.unpack(recv_exact(sock, _STAT_V2.size))
+                fields = _STAT_V2.unpack(read_exact(sock, _STAT_V2.size))
                 error, mode, size, mtime = fields[1], fields[4], fields[8], fields[10]
                 if error:
                     return None
             else:
-                _id, mode, size, mtime = _STAT_V1.unpack(recv_exact(sock, _STAT_V1.size))
+                _id, mode, size, mtime = _STAT_V1.unpack(read_exact(sock, _STAT_V1.size))
                 if mode == 0:
                     return None
             sock.sendall(_SYNC_HEADER.pack(b"QUIT", 0))
@@ -337,7 +314,7 @@ class PhoneLink:
         command = f"push {local} {remote}"
         v2 = "sendrecv_v2" in self.features
         connection = self._sync(f"pushing {local.name}", command)
-        sock = connection.conn
+        sock = connection.sock
         size = progress.total
         block = bytearray(_CHUNKS_PER_SEND * (8 + SYNC_DATA_MAX))
         try:
@@ -418,11 +395,11 @@ class PhoneLink:
             return None
 
     def _read_status(self, sock: socket.socket, local: Path, partial: str, remote: str) -> None:
-        kind, length = _SYNC_HEADER.unpack(recv_exact(sock, _SYNC_HEADER.size))
+        kind, length = _SYNC_HEADER.unpack(read_exact(sock, _SYNC_HEADER.size))
         if kind == b"OKAY":
             return
         message = (
-            recv_exact(sock, length).decode(errors="replace") if kind == b"FAIL" else repr(kind)
+            read_exact(sock, length).decode(errors="replace") if kind == b"FAIL" else repr(kind)
         )
         with contextlib.suppress(EtdeployError):
             self.check(f"rm -f {shlex.quote(partial)}", "removing a partial file", deadline_s=10)
@@ -454,7 +431,7 @@ class PhoneLink:
         the device's FAIL reply, a DeviceError naming it."""
         v2 = "sendrecv_v2" in self.features
         connection = self._sync(f"pulling {files[0][0]}", command)
-        sock = connection.conn
+        sock = connection.sock
         remote, progress = files[0][0], files[0][2]
         try:
             for remote, local, progress in files:
@@ -493,11 +470,11 @@ class PhoneLink:
         progress: TransferProgress,
     ) -> None:
         while True:
-            kind, length = _SYNC_HEADER.unpack(recv_exact(sock, _SYNC_HEADER.size))
+            kind, length = _SYNC_HEADER.unpack(read_exact(sock, _SYNC_HEADER.size))
             if kind == b"DONE":
                 return
             if kind == b"FAIL":
-                message = recv_exact(sock, length).decode(errors="replace")
+                message = read_exact(sock, length).decode(errors="replace")
                 raise DeviceError(
                     f"the device cannot send {remote}: {message}",
                     "check the path",
@@ -511,5 +488,5 @@ class PhoneLink:
                     device=self.name,
                     command=command,
                 )
-            out.write(recv_exact(sock, length))
+            out.write(read_exact(sock, length))
             progress.update(progress.done + length)

@@ -12,7 +12,11 @@
   decision by the digest record, else remote sha256sum or shasum).
 """
 
-from etdeploy.devices.ssh.connection import (
+from etdeploy.devices.ssh._import import import_paramiko
+
+import_paramiko()  # before any module here imports it: without invoke (see _import.py)
+
+from etdeploy.devices.ssh.connection import (  # noqa: E402  isort: skip
     DEFAULT_SSH_PORT,
     SSH_SETTING_TYPES,
     HostKeyPolicy,
@@ -24,7 +28,7 @@ from etdeploy.devices.ssh.connection import (
     openssh_fingerprint,
     resolve_target,
 )
-from etdeploy.devices.ssh.device import SshDevice
+from etdeploy.devices.ssh.device import SshDevice  # noqa: E402  isort: skip
 
 __all__ = [
     "DEFAULT_SSH_PORT",

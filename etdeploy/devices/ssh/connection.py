@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import filelock
 import paramiko
 
-from etdeploy.errors import DeviceError, TransportError, UsageError
+from etdeploy.errors import DeviceError, EtdeployError, TransportError, UsageError
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 
@@ -281,6 +280,8 @@ class KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
         if self.policy != "accept-new":
             raise UnknownHostKey(hostname, key)
         self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        import filelock  # only to record a new host's key
+
         lock = filelock.FileLock(str(self.known_hosts) + ".etdeploy.lock")
         with lock:
             if self.known_hosts.exists():
@@ -310,6 +311,9 @@ class SshConnection:
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
+        # Held while an SFTP session opens (~0.2 s where the login shell sources rc
+        # files), not the connection's lock: commands go on meanwhile (prefetch_sftp).
+        self._sftp_lock = threading.Lock()
         #: How many times a connection was opened (a reconnect adds one).
         self.connects = 0
 
@@ -450,21 +454,41 @@ class SshConnection:
 
     def sftp(self) -> paramiko.SFTPClient:
         """The connection's SFTP session, opened on first use."""
-        with self._lock:
+        with self._sftp_lock:
+            sftp = self._sftp
+            if sftp is not None and self.alive():
+                return sftp
             client = self.client()
-            if self._sftp is None:
-                try:
-                    self._sftp = client.open_sftp()
-                except (paramiko.SSHException, EOFError, OSError) as exc:
-                    self.drop()
-                    raise TransportError(
-                        f"cannot open an SFTP session on {self.target.display}: {exc}",
-                        "the host's sshd needs the sftp subsystem enabled",
-                        device=self.name,
-                        retryable=True,
-                    ) from exc
-                self._sftp.get_channel().settimeout(self.settings.io_timeout_s)
-            return self._sftp
+            try:
+                sftp = client.open_sftp()
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                with self._lock:
+                    if self._client is client:  # not a connection opened since
+                        self.drop()
+                raise TransportError(
+                    f"cannot open an SFTP session on {self.target.display}: {exc}",
+                    "the host's sshd needs the sftp subsystem enabled",
+                    device=self.name,
+                    retryable=True,
+                ) from exc
+            sftp.get_channel().settimeout(self.settings.io_timeout_s)
+            with self._lock:
+                if self._client is client:
+                    self._sftp = sftp
+            return sftp
+
+    def prefetch_sftp(self) -> None:
+        """Open the SFTP session on a thread of its own, if it is not open: a run's
+        outputs are pulled through it right after the command that is starting."""
+        if self._sftp is not None or self._sftp_lock.locked():
+            return
+
+        def open_quietly() -> None:
+            # A failure here is met again, and reported, by the pull that needs it.
+            with contextlib.suppress(EtdeployError):
+                self.sftp()
+
+        threading.Thread(target=open_quietly, name="etdeploy-sftp", daemon=True).start()
 
     def lost(self, exc: BaseException, what: str) -> TransportError:
         """The connection is gone: forget it (the next call reconnects) and say so."""

@@ -19,7 +19,7 @@ import paramiko
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports
-from etdeploy.devices.records import StatFlavour, parse_probe, probe_script, record_command
+from etdeploy.devices.records import StatFlavour, record_command
 from etdeploy.devices.ssh.connection import SshConnection, SshSettings, resolve_target
 from etdeploy.devices.ssh.wire import HostLink, server_refused
 from etdeploy.devices.transfer import (
@@ -77,13 +77,21 @@ class SshDevice(DeviceBase):
     def facts(self) -> dict[str, str]:
         """uname and home directory of the remote, read once per device object."""
         if self._facts is None:
+            # Connected, the sessions a job uses next start while this one answers:
+            # a command's (start_command_session) and the SFTP session.
+            self._connection.client()
+            self._link.start_command_session()
+            self._connection.prefetch_sftp()
+            # One uname for three facts: the symbols chosen are written in -a's order,
+            # sysname release machine (POSIX.1-2017 uname, STDOUT; GNU and BSD alike,
+            # read 2026-12-04), none of them with a space in it.
             out = self._link.checked(
-                'printf "sysname=%s\\n" "$(uname -s)"; printf "machine=%s\\n" "$(uname -m)"; '
-                'printf "release=%s\\n" "$(uname -r)"; printf "home=%s\\n" "$HOME"; '
+                'set -- $(uname -srm); printf "sysname=%s\\nrelease=%s\\nmachine=%s\\n" '
+                '"$1" "$2" "$3"; printf "home=%s\\n" "$HOME"; '
                 'printf "user=%s\\n" "${USER:-$(id -un)}"; '
                 'if [ -n "$HOME" ] && [ -d "$HOME" ] && [ -w "$HOME" ]; then '
                 'printf "home_writable=1\\n"; fi; '
-                'if [ "$(uname -s)" = Darwin ]; then '
+                'if [ "$1" = Darwin ]; then '
                 'printf "product_version=%s\\n" "$(sw_vers -productVersion 2>/dev/null)"; '
                 'printf "model=%s\\n" "$(sysctl -n hw.model 2>/dev/null)"; fi',
                 "reading uname",
@@ -183,21 +191,14 @@ class SshDevice(DeviceBase):
         return "gnu" if self.os_name == "linux" else "bsd"
 
     def _prepare_push(self, target: str) -> RemoteFile | None:
-        # One round trip: the directory, no stale partials, the file's stat and record.
-        script = probe_script(self.workdir, target, self.stat_flavour, with_mode=False)
-        output = self._link.checked(script, f"preparing {target}")
-        try:
-            found = parse_probe(output, with_mode=False)
-        except ValueError as exc:
-            raise DeviceError(
-                f"cannot read what {self.target.display} says about {target}",
-                "stat (GNU or BSD) must be on the remote PATH",
-                device=self.name,
-                command=script,
-            ) from exc
-        if found is None:
-            return None
-        return RemoteFile(size=found.size, mode=None, sha256=found.recorded)
+        return self._prepare_pushes([target], [])[0]
+
+    def _prepare_pushes(
+        self, targets: Sequence[str], directories: Sequence[str]
+    ) -> list[RemoteFile | None]:
+        # One round trip: the directories, no stale partials, each file's stat and record.
+        hint = "stat (GNU or BSD) must be on the remote PATH"
+        return self._probed(targets, directories, with_mode=False, hint=hint)
 
     def _helper(self, script: str, what: str, *, deadline_s: float = 120.0) -> str:
         return self.helper(script, what, deadline_s=deadline_s)
@@ -259,6 +260,8 @@ class SshDevice(DeviceBase):
     # -- processes ---------------------------------------------------------------
 
     def _run(self, command: Command) -> RunOutput:
+        # What the command writes comes back by SFTP: its session opens meanwhile.
+        self._connection.prefetch_sftp()
         parts: list[str] = []
         if command.cwd is not None:
             parts.append(f"cd {shlex.quote(self.resolve(command.cwd))} || exit {CWD_FAILED};")

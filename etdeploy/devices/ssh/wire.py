@@ -2,7 +2,9 @@
 
 Commands run under a small POSIX sh wrapper that reports its pid and process group
 on the first stdout line, so a command past its deadline can be killed as a group
-from a second channel. The wrapper stays the command's parent (no `exec`): a
+from a second channel. A session costs the host a login shell (its rc files: 0.1 s
+and more), so the next command's session can be started ahead (start_command_session:
+a shell that waits for its script on stdin), while other work goes on. The wrapper stays the command's parent (no `exec`): a
 command killed by a signal reaches sshd as exit-signal, which paramiko reports as
 -1, while the wrapper turns it into the shell's status 128+N, as adb's shell does. stdout and stderr are drained by two threads, so a command
 writing megabytes to both never blocks on a full window.
@@ -52,6 +54,8 @@ _TRANSFER_CHUNK = 1 << 20
 _SFTP_WRITE_HEADROOM = 128
 # How often a running command is checked against its deadline and idle timeout.
 _POLL_S = 0.1
+# A session started ahead: its shell runs, as $0 its token, the script it is sent.
+_LAUNCHER = 'eval "$(cat)"'
 
 
 def server_refused(exc: BaseException) -> bool:
@@ -67,6 +71,19 @@ def server_refused(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+@dataclass
+class _Started:
+    """A command session started ahead, waiting for its script on stdin."""
+
+    channel: paramiko.Channel
+    transport: paramiko.Transport
+    token: str
+
+
+def _new_token() -> str:
+    return f"{_TOKEN_PREFIX}{uuid.uuid4().hex[:16]}"
 
 
 @dataclass
@@ -153,6 +170,53 @@ class HostLink:
         self.target = connection.target
         # Short helper scripts (probes, records, hashes) share one session.
         self.helper = HelperShell(connection)
+        self._started: _Started | None = None
+        self._starting = threading.Lock()
+
+    def start_command_session(self) -> None:
+        """Start the next command's session on a thread: its login shell starts now,
+        and execute() sends it its script when there is one. A session that cannot be
+        started is opened again by execute(), which reports what fails."""
+
+        def start() -> None:
+            with self._starting:
+                if self._started is not None:
+                    return
+                with contextlib.suppress(EtdeployError, paramiko.SSHException, EOFError, OSError):
+                    transport = self.connection.client().get_transport()
+                    if transport is None:
+                        return
+                    token = _new_token()
+                    channel = transport.open_session(
+                        timeout=self.connection.settings.connect_timeout_s
+                    )
+                    channel.exec_command(f"/bin/sh -c {shlex.quote(_LAUNCHER)} {token}")
+                    self._started = _Started(channel, transport, token)
+
+        threading.Thread(target=start, name="etdeploy-ssh-session", daemon=True).start()
+
+    def _session(self, transport: paramiko.Transport, script: str) -> tuple[paramiko.Channel, str]:
+        """A channel running `script` under its wrapper, and its token: the session
+        started ahead when it is still there, else a new one."""
+        with self._starting:  # one being started is worth waiting for
+            started, self._started = self._started, None
+        wrapped = _wrapper(script)
+        if started is not None:
+            channel = started.channel
+            if started.transport is transport and not channel.closed:
+                try:
+                    channel.sendall(wrapped.encode())
+                    channel.shutdown_write()
+                    return channel, started.token
+                except (paramiko.SSHException, EOFError, OSError):
+                    pass  # nothing of the script ran: start it in a session of its own
+            with contextlib.suppress(Exception):
+                channel.close()
+        token = _new_token()
+        channel = transport.open_session(timeout=self.connection.settings.connect_timeout_s)
+        channel.exec_command(f"/bin/sh -c {shlex.quote(wrapped)} {token}")
+        channel.shutdown_write()
+        return channel, token
 
     # -- commands ---------------------------------------------------------------
 
@@ -204,14 +268,11 @@ class HostLink:
         """Run a POSIX sh script remotely; drain both streams; kill the group on timeout."""
         transport = self.connection.client().get_transport()
         clock = RunClock(deadline_s, idle_timeout_s)
-        # The wrapper's $0: its command line (and its login shell's) carry it, so the
-        # kill finds them even before the wrapper has said its pid.
-        token = f"{_TOKEN_PREFIX}{uuid.uuid4().hex[:16]}"
+        # The wrapper's $0 is its token: its command line (and its login shell's) carry
+        # it, so the kill finds them even before the wrapper has said its pid.
         try:
             assert transport is not None
-            channel = transport.open_session(timeout=self.connection.settings.connect_timeout_s)
-            channel.exec_command(f"/bin/sh -c {shlex.quote(_wrapper(script))} {token}")
-            channel.shutdown_write()
+            channel, token = self._session(transport, script)
         except (paramiko.SSHException, EOFError, OSError, AssertionError) as exc:
             raise self.connection.lost(exc, "command start") from exc
 

@@ -423,7 +423,7 @@ def _none_free(name: str, wanted: StfFilter, devices: list[dict[str, Any]],
 
 def connect_adb(source: StfSource, remote: str, name: str) -> None:
     """`adb connect REMOTE` on the jobs' adb server, then wait until it is online."""
-    from adbutils.errors import AdbError
+    from etdeploy.devices.adb.server import AdbError
 
     command = f"adb connect {remote}"
     client = source.adb_client()
@@ -457,7 +457,7 @@ def connect_adb(source: StfSource, remote: str, name: str) -> None:
 def release_device(source: StfSource, client: StfClient | None, claim: StfClaim) -> list[str]:
     """Disconnect adb, end remote debugging, give the phone back. Every step is
     tried; what failed comes back as notes (the claim still ends at its timeout)."""
-    from adbutils.errors import AdbError
+    from etdeploy.devices.adb.server import AdbError
 
     notes: list[str] = []
     if claim.remote:
