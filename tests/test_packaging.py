@@ -63,10 +63,13 @@ def test_make_setup_pins_the_tested_pair_which_the_ranges_admit() -> None:
             if line.strip() and not line.startswith("#")
         ]
     )
-    assert {name: str(r.specifier) for name, r in pins.items()} == {
-        "torch": f"=={TESTED_PAIR[0]}",
-        "executorch": f"=={TESTED_PAIR[1]}",
-    }
+    pinned = {name: str(r.specifier) for name, r in pins.items()}
+    assert pinned["torch"] == f"=={TESTED_PAIR[0]}"
+    assert pinned["executorch"] == f"=={TESTED_PAIR[1]}"
+    # Everything else pinned there is a checker make test runs, never a runtime dependency.
+    runtime = requirements(PROJECT["dependencies"])
+    assert set(pinned) - {"torch", "executorch"} <= {"ruff", "mypy"}
+    assert not set(pinned) & set(runtime)
     build = requirements(PROJECT["optional-dependencies"]["build"])
     assert build["torch"].specifier.contains(TESTED_PAIR[0])
     assert build["executorch"].specifier.contains(TESTED_PAIR[1])

@@ -108,7 +108,7 @@ def test_flags_lie_over_the_file_which_lies_over_the_defaults(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ({"iterations": 0}, "--iterations must be at least 1, got 0"),
+        ({"iterations": 0}, "--iterations / -n must be at least 1, got 0"),
         ({"warmup": -1}, "--warmup must be 0 or more, got -1"),
         ({"deadline_s": 0.0}, "--deadline must be positive, got 0"),
         ({"min_top1": 1.5}, "--min-top1 must be between 0 and 1, got 1.5"),
@@ -141,7 +141,7 @@ def test_a_farm_value_out_of_range_names_where_it_is_written(tmp_path: Path) -> 
 def test_zero_iterations_on_the_command_line_is_one_error_line_and_exit_2() -> None:
     done = CliRunner().invoke(app, ["run", "digits", "-n", "0"])
     assert done.exit_code == 2
-    assert "--iterations must be at least 1, got 0" in done.output
+    assert "--iterations / -n must be at least 1, got 0" in done.output
     assert "Traceback" not in done.output
 
 
