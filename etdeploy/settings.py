@@ -321,7 +321,7 @@ class RunSettings:
         for entry in declared(type(self)):
             value = getattr(self, entry.name)
             if entry.flag is not None:
-                entry.check_range(value, entry.flag)
+                entry.check_range(value, entry.spelled)
         self.declared_kinds()  # a malformed --output-kind fails here
 
     def declared_kinds(self) -> dict[str, str]:
@@ -361,6 +361,11 @@ class Declared:
     @property
     def flag(self) -> str | None:
         return self.option.flags[0] if self.option.flags else None
+
+    @property
+    def spelled(self) -> str:
+        """How an error names the setting: every spelling of its flag (--iterations / -n)."""
+        return " / ".join(self.option.flags) or self.name
 
     @property
     def value_type(self) -> Any:
@@ -530,7 +535,7 @@ def from_flags(given: Mapping[str, Any], cls: type[RunSettings] = RunSettings) -
             continue
         if entry.option.inverted:
             value = not value
-        values[entry.name] = entry.from_given(value, " / ".join(entry.option.flags) or entry.name)
+        values[entry.name] = entry.from_given(value, entry.spelled)
     return values
 
 
