@@ -19,6 +19,7 @@ from pathlib import Path
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import (
     BoundedOutput,
+    ExitWaiter,
     OutputPump,
     killed_if_interrupted,
     wait_until_ended,
@@ -222,13 +223,6 @@ class LocalDevice(DeviceBase):
         for pump in pumps:
             pump.start()
 
-        def ended(timeout: float) -> bool:
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return False
-            return True
-
         def kill() -> None:
             # The runner's whole session goes, whatever it spawned.
             if process.poll() is None:
@@ -236,7 +230,7 @@ class LocalDevice(DeviceBase):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
 
-        with killed_if_interrupted(kill):
+        with killed_if_interrupted(kill), ExitWaiter(process) as ended:
             timed_out = wait_until_ended(ended, clock, poll_s=_POLL_S)
         kill()
         for pump in pumps:
