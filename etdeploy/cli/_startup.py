@@ -11,7 +11,7 @@ Lib/dataclasses.py, _create_fn, read 2026-12-04). What it compiles is the same t
 every time, so cache_dataclass_code keeps the compiled code by the text's digest (as
 Python keeps a module's bytecode in __pycache__): the next start compiles nothing it
 compiled before. The cache is one file per interpreter (its bytecode magic number),
-written whole under a temporary name and checked by its sha256 when read; a damaged
+written whole under a temporary name and checked by its CRC-32 when read; a damaged
 or foreign one is ignored and written again.
 
 Two parts of typer 0.29 (typer/core.py, typer/_coercion.py, typer/_adapters.py, read
@@ -43,6 +43,7 @@ import importlib.util
 import marshal
 import re
 import sys
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
@@ -67,24 +68,35 @@ def cache_dataclass_code() -> None:
     if "exec" in vars(dataclasses):
         return  # already in place
     path = _code_cache_path()
+    # Each entry stays marshalled until a class asks for it: the cache holds every
+    # command's classes (and a build's), a run uses about half of them.
     known = _read_code_cache(path)
-    compiled: dict[bytes, CodeType] = {}
+    compiled: dict[bytes, bytes] = {}
 
     def cached_exec(
         source: str | bytes | CodeType, globals: Any = None, locals: Any = None, /
     ) -> None:
         if isinstance(source, str):
             key = hashlib.blake2b(source.encode(), digest_size=16).digest()
-            code = known.get(key) or compiled.get(key)
+            stored = known.get(key)
+            code = _code_of(stored) if stored is not None else None
             if code is None:
                 # As exec(source) in dataclasses compiles it: no __future__ flags there.
                 code = compile(source, "<string>", "exec", dont_inherit=True)
-                compiled[key] = code
+                compiled[key] = marshal.dumps(code)
             source = code
         exec(source, globals, locals)
 
     dataclasses.exec = cached_exec  # type: ignore[attr-defined]
     atexit.register(_write_code_cache, path, known, compiled)
+
+
+def _code_of(stored: bytes) -> CodeType | None:
+    with contextlib.suppress(ValueError, EOFError, TypeError):
+        code = marshal.loads(stored)
+        if isinstance(code, CodeType):
+            return code
+    return None
 
 
 def _code_cache_path() -> Path:
@@ -94,23 +106,24 @@ def _code_cache_path() -> Path:
     return cache_dir("startup") / f"dataclass-code-{sys.implementation.cache_tag}-{magic}.bin"
 
 
-def _read_code_cache(path: Path) -> dict[bytes, CodeType]:
-    """The cache's code by key; empty when it is missing, damaged or not a cache."""
+def _read_code_cache(path: Path) -> dict[bytes, bytes]:
+    """The cache's marshalled code by key; empty when it is missing, damaged or not a
+    cache. A CRC-32 finds damage (a torn or flipped file): the cache sits in the user's
+    own directory, as their __pycache__ does, so it guards against accidents, not
+    against someone who can write there."""
     try:
         data = path.read_bytes()
-        if hashlib.sha256(data[32:]).digest() != data[:32]:
+        if len(data) < 4 or zlib.crc32(data[4:]).to_bytes(4, "big") != data[:4]:
             return {}
-        found = marshal.loads(data[32:])
+        found = marshal.loads(data[4:])
     except (OSError, ValueError, EOFError, TypeError):
         return {}
     if not isinstance(found, dict):
         return {}
-    return {k: v for k, v in found.items() if isinstance(k, bytes) and isinstance(v, CodeType)}
+    return {k: v for k, v in found.items() if isinstance(k, bytes) and isinstance(v, bytes)}
 
 
-def _write_code_cache(
-    path: Path, known: dict[bytes, CodeType], compiled: dict[bytes, CodeType]
-) -> None:
+def _write_code_cache(path: Path, known: dict[bytes, bytes], compiled: dict[bytes, bytes]) -> None:
     if not compiled:
         return
     merged = {**known, **compiled} if len(known) + len(compiled) <= _CODE_CACHE_MAX else compiled
@@ -119,7 +132,7 @@ def _write_code_cache(
 
     # A cache that cannot be written costs the next start its compiling, nothing else.
     with contextlib.suppress(OSError):
-        atomic_write(path, hashlib.sha256(data).digest() + data)
+        atomic_write(path, zlib.crc32(data).to_bytes(4, "big") + data)
 
 
 class _AfterImport:
