@@ -176,6 +176,38 @@ def measure(
     return [found[key] for key in sorted(found)]
 
 
+class Measurements:
+    """measure(), each comparison worked out once for one run's judging.
+
+    The end-to-end verdict and the budget's device stage compare the same outputs
+    with the same references (the same tolerances, no steps) for every float run:
+    a thousand samples' metrics are worth working out once. A comparison is the
+    same one when its outputs and references are the very same objects (kept here,
+    so neither can be freed and its id reused) and its names, tolerances and
+    steps are equal.
+    """
+
+    def __init__(self) -> None:
+        self._done: list[tuple[object, object, tuple[Any, ...], list[OutputMetrics] | str]] = []
+
+    def measure(
+        self,
+        outputs: Sequence[Sequence[np.ndarray]],
+        references: Sequence[Sequence[np.ndarray]],
+        sample_names: Sequence[str],
+        output_names: Sequence[str],
+        tol: Tolerance,
+        steps: Sequence[float | None] = (),
+    ) -> list[OutputMetrics] | str:
+        key = (tuple(sample_names), tuple(output_names), tol.atol, tol.rtol, tuple(steps))
+        for got, want, known, found in self._done:
+            if got is outputs and want is references and known == key:
+                return found
+        found = measure(outputs, references, sample_names, output_names, tol, steps)
+        self._done.append((outputs, references, key, found))
+        return found
+
+
 def _measure_rows(got: np.ndarray, want: np.ndarray, tol: Tolerance) -> list[dict[str, Any]]:
     """compare() and the top-k agreement of each row got[i] against want[i] (one
     sample's output each), computed for all rows at once."""
@@ -242,9 +274,12 @@ def verify(
     tol: Tolerance,
     *,
     on_noise: bool = False,
+    measured: Measurements | None = None,
 ) -> Verdict:
     """One comparison judged alone: allclose, or (quantized) SQNR and top-1."""
-    found = measure(outputs, references, sample_names, output_names, tol)
+    found = (measured or Measurements()).measure(
+        outputs, references, sample_names, output_names, tol
+    )
     if isinstance(found, str):
         return Verdict(False, found, on_noise=on_noise)
     if not found:
@@ -325,11 +360,12 @@ def judge_stage(
     kinds: Sequence[OutputKind],
     thresholds: Thresholds,
     steps: Sequence[float | None],
+    measured: Measurements | None = None,
 ) -> BudgetStage:
     """One stage of the budget, judged by its rule."""
     names = [k.name for k in kinds]
     tol = Tolerance(atol=thresholds.atol, rtol=thresholds.rtol)
-    found = measure(
+    found = (measured or Measurements()).measure(
         comparison.got,
         comparison.want,
         sample_names,

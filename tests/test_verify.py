@@ -9,10 +9,12 @@ import numpy as np
 from etdeploy.verify import (
     DEFAULT_THRESHOLDS,
     Comparison,
+    Measurements,
     Tolerance,
     budget_verdict,
     compare,
     judge_stage,
+    measure,
     output_kinds,
     verify,
 )
@@ -152,3 +154,22 @@ def test_the_verdict_names_the_stage_that_broke_its_limit() -> None:
     assert not verdict.passed and verdict.failed_stage is device
     assert verdict.reason.startswith("the device departs from the quantized program")
     assert [s.stage for s in verdict.budget] == ["quantization", "device"]
+
+
+def test_one_run_measures_a_comparison_once_and_a_different_one_again() -> None:
+    rng = np.random.default_rng(0)
+    want = [[rng.standard_normal((1, 10)).astype(np.float32)] for _ in range(4)]
+    got = [[w[0] + np.float32(1e-3)] for w in want]
+    names, outputs = [f"s{i}" for i in range(4)], ["logits"]
+    measured = Measurements()
+    first = measured.measure(got, want, names, outputs, Tolerance())
+    assert measured.measure(got, want, names, outputs, Tolerance()) is first
+    # Equal values in other objects, other tolerances or steps: measured afresh, and
+    # what is measured is what measure() alone says.
+    copy = [[a.copy() for a in row] for row in got]
+    again = measured.measure(copy, want, names, outputs, Tolerance())
+    assert again is not first and again == first
+    loose = measured.measure(got, want, names, outputs, Tolerance(atol=1.0))
+    assert loose == measure(got, want, names, outputs, Tolerance(atol=1.0)) and loose != first
+    stepped = measured.measure(got, want, names, outputs, Tolerance(), [0.5])
+    assert isinstance(stepped, list) and stepped[0].steps is not None

@@ -96,6 +96,8 @@ def judge(
     shapes = [r.shape for r in staged.references[0]] if staged.references else []
     kinds = metrics.output_kinds(names, shapes, declared) if len(shapes) == len(names) else ()
 
+    measured = metrics.Measurements()
+
     def compare(
         got: Sequence[Sequence[np.ndarray]], want: Sequence[Sequence[np.ndarray]]
     ) -> Verdict:
@@ -106,6 +108,7 @@ def judge(
             names,
             tolerance_for(job, program),
             on_noise=staged.on_noise,
+            measured=measured,
         )
 
     end_to_end = compare(outputs, staged.references)
@@ -122,7 +125,7 @@ def judge(
         list(staged.quantized_steps) if staged.quantized_steps is not None else program.output_steps
     )
     stages = [
-        metrics.judge_stage(c, staged.sample_names, kinds, thresholds, steps)
+        metrics.judge_stage(c, staged.sample_names, kinds, thresholds, steps, measured)
         for c in budget_chain(job, program, staged, outputs, host_outputs, reference)
     ]
     verdict = metrics.budget_verdict(stages, end_to_end, kinds, thresholds, reference)
