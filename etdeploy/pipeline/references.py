@@ -167,13 +167,13 @@ def _cached(
     """A reference table from the cache, or computed and written there (atomically),
     with its sha256 beside it (NAME.sha256): a table whose bytes are not the ones
     recorded is quarantined (etdeploy.quarantine) and computed again."""
-    import filelock
-
+    from etdeploy.devices.lock import held_lock
     from etdeploy.paths import cache_dir
 
     path = cache_dir("references") / f"{name}.npz"
     record = path.with_suffix(".sha256")
-    with filelock.FileLock(f"{path}.lock"):
+    # flock(2), as filelock takes it on POSIX: the same lock as runs that used filelock.
+    with held_lock(Path(f"{path}.lock"), -1):
         if use_cache:
             found = _read_verified(path, record)
             if found is not None:
