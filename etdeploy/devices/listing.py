@@ -209,14 +209,39 @@ def survey_devices(
     adb devices name). When no server answers on this host one is started there,
     as `adb devices` does; on another host nothing is started and the row says so.
     """
-    label = config_label(config)
     default_adb = adb_settings(
         adb_host=adb_host,
         adb_port=adb_port,
         where="--adb-host/--adb-port",
         connect_timeout_s=PROBE_TIMEOUT_S,
     )
-    # Configured adb devices: their settings, or the error in them.
+    adb_configs = _configured_adb(config, adb_host, adb_port)
+    servers: dict[tuple[str, int], AdbSettings] = {
+        (default_adb.host, default_adb.port): default_adb
+    }
+    for settings in adb_configs.values():
+        if not isinstance(settings, UsageError):
+            servers.setdefault((settings.host, settings.port), settings)
+    listed, probes = _ask_in_parallel(config, servers)
+    listings = {key: listing for key, (listing, _started) in listed.items()}
+    adb_servers = [
+        AdbServerState(
+            server=f"{host}:{port}",
+            answered=not isinstance(listing, EtdeployError),
+            started=started,
+            phones=0 if isinstance(listing, EtdeployError) else len(listing),
+        )
+        for (host, port), (listing, started) in listed.items()
+    ]
+    return DeviceSurvey(_survey_rows(config, adb_configs, listings, probes), adb_servers)
+
+
+def _configured_adb(
+    config: Config, adb_host: str | None, adb_port: int | None
+) -> dict[str, AdbSettings | UsageError]:
+    """Each configured adb device's settings (connect timeouts capped at PROBE_TIMEOUT_S),
+    or the error in them."""
+    label = config_label(config)
     adb_configs: dict[str, AdbSettings | UsageError] = {}
     for name, dc in config.devices.items():
         if dc.transport != "adb":
@@ -231,15 +256,19 @@ def survey_devices(
             )
         except UsageError as exc:
             adb_configs[name] = in_config(exc, label, where)
-    servers: dict[tuple[str, int], AdbSettings] = {
-        (default_adb.host, default_adb.port): default_adb
-    }
-    for settings in adb_configs.values():
-        if not isinstance(settings, UsageError):
-            servers.setdefault((settings.host, settings.port), settings)
-    others = [dc for dc in config.devices.values() if dc.transport != "adb"]
+    return adb_configs
 
-    # Servers and hosts are asked in parallel, so one slow host costs its own timeout only.
+
+_Listed = tuple[list[DeviceInfo] | EtdeployError, bool]
+
+
+def _ask_in_parallel(
+    config: Config, servers: dict[tuple[str, int], AdbSettings]
+) -> tuple[dict[tuple[str, int], _Listed], dict[str, DeviceRow]]:
+    """Each adb server's listing (and whether etdeploy started it), and each configured
+    device of another transport probed: in parallel, so one slow host costs its own
+    timeout only."""
+    others = [dc for dc in config.devices.values() if dc.transport != "adb"]
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="etdeploy-probe") as pool:
         listing_futures = {
             key: pool.submit(_list_server_noting_start, s) for key, s in servers.items()
@@ -247,17 +276,17 @@ def survey_devices(
         probe_futures = {dc.name: pool.submit(_probe, dc, config) for dc in others}
         listed = {key: f.result() for key, f in listing_futures.items()}
         probes = {name: f.result() for name, f in probe_futures.items()}
-    listings = {key: listing for key, (listing, _started) in listed.items()}
-    adb_servers = [
-        AdbServerState(
-            server=f"{host}:{port}",
-            answered=not isinstance(listing, EtdeployError),
-            started=started,
-            phones=0 if isinstance(listing, EtdeployError) else len(listing),
-        )
-        for (host, port), (listing, started) in listed.items()
-    ]
+    return listed, probes
 
+
+def _survey_rows(
+    config: Config,
+    adb_configs: dict[str, AdbSettings | UsageError],
+    listings: dict[tuple[str, int], list[DeviceInfo] | EtdeployError],
+    probes: dict[str, DeviceRow],
+) -> list[DeviceRow]:
+    """This machine, each configured device in order, then the phones no configured
+    name covers."""
     rows: list[DeviceRow] = []
     if LOCAL not in config.devices:
         from etdeploy.devices.local import LocalDevice
@@ -291,7 +320,7 @@ def survey_devices(
         for info in sorted(listing, key=lambda i: i.serial):
             if (host, port, info.serial) not in covered:
                 rows.append(_attached_row(info, info.serial, configured=False, via=via))
-    return DeviceSurvey(rows, adb_servers)
+    return rows
 
 
 def _configured_adb_row(

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import BinaryIO
 
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
@@ -166,6 +167,50 @@ def measure(
     in_flight_cap = max_in_flight or n_workers + 2
     cuts = sorted({b for b in boundaries if 0 < b < size} | {0, size})
     bounds = tuple(itertools.pairwise(cuts)) if size else ((0, 0),)
+    try:
+        fh = open(p, "rb", buffering=0)  # noqa: SIM115  closed below; read in big blocks
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot be read: {exc.strerror}", "check the path") from None
+    with fh:
+        part_sizes, chunks = _deflate_parts(
+            fh, p, size, bounds, lv, chunk_bytes, n_workers, in_flight_cap, mem_level
+        )
+    if size == 0:
+        # An empty deflate stream is one empty final block (2 bytes), as gzip writes it.
+        # (A compressobj: zlib.compress takes wbits only from Python 3.11.)
+        stream = zlib.compressobj(6, zlib.DEFLATED, -15)
+        empty = len(stream.compress(b"") + stream.flush())
+        part_sizes = [dict.fromkeys(lv, empty) for _ in bounds]
+    totals = {level: sum(ps[level] for ps in part_sizes) for level in lv}
+    return Measurement(
+        raw_bytes=size,
+        levels=lv,
+        deflate_bytes=totals,
+        part_bounds=bounds,
+        part_deflate_bytes=tuple(part_sizes),
+        chunk_bytes=chunk_bytes,
+        chunks=chunks,
+        workers=n_workers,
+        mem_level=mem_level,
+        estimate=EXACT,
+        error_bound=dict.fromkeys(lv, 0.0),
+        deflated_bytes=size,
+    )
+
+
+def _deflate_parts(
+    fh: BinaryIO,
+    p: Path,
+    size: int,
+    bounds: tuple[tuple[int, int], ...],
+    lv: tuple[int, ...],
+    chunk_bytes: int,
+    n_workers: int,
+    in_flight_cap: int,
+    mem_level: int,
+) -> tuple[list[dict[int, int]], int]:
+    """Each part's deflated bytes per level, and the chunks it took: the file read in
+    order, its chunks deflated on `n_workers` threads, at most `in_flight_cap` held."""
     part_sizes: list[dict[int, int]] = [dict.fromkeys(lv, 0) for _ in bounds]
     chunks = 0
     pending: deque[Future[tuple[int, dict[int, int]]]] = deque()
@@ -175,11 +220,7 @@ def measure(
         for level, n in sizes.items():
             part_sizes[part][level] += n
 
-    try:
-        fh = open(p, "rb", buffering=0)  # noqa: SIM115  closed below; read in big blocks
-    except OSError as exc:
-        raise UsageError(f"{p}: cannot be read: {exc.strerror}", "check the path") from None
-    with fh, ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="deflate") as pool:
+    with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="deflate") as pool:
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
         tail = b""
@@ -207,27 +248,7 @@ def measure(
         finally:
             for fut in pending:
                 fut.cancel()
-    if size == 0:
-        # An empty deflate stream is one empty final block (2 bytes), as gzip writes it.
-        # (A compressobj: zlib.compress takes wbits only from Python 3.11.)
-        stream = zlib.compressobj(6, zlib.DEFLATED, -15)
-        empty = len(stream.compress(b"") + stream.flush())
-        part_sizes = [dict.fromkeys(lv, empty) for _ in bounds]
-    totals = {level: sum(ps[level] for ps in part_sizes) for level in lv}
-    return Measurement(
-        raw_bytes=size,
-        levels=lv,
-        deflate_bytes=totals,
-        part_bounds=bounds,
-        part_deflate_bytes=tuple(part_sizes),
-        chunk_bytes=chunk_bytes,
-        chunks=chunks,
-        workers=n_workers,
-        mem_level=mem_level,
-        estimate=EXACT,
-        error_bound=dict.fromkeys(lv, 0.0),
-        deflated_bytes=size,
-    )
+    return part_sizes, chunks
 
 
 def gzip_size(

@@ -180,30 +180,13 @@ class PhoneLink:
                     stdout.append(data)
                     continue
                 buffer += data
-                while len(buffer) >= _SHELL_PACKET.size:
-                    kind, length = _SHELL_PACKET.unpack_from(buffer)
-                    end = _SHELL_PACKET.size + length
-                    if len(buffer) < end:
-                        break
-                    payload = bytes(buffer[_SHELL_PACKET.size : end])
-                    del buffer[:end]
-                    if kind == _SHELL_STDOUT:
-                        stdout.append(payload)
-                    elif kind == _SHELL_STDERR:
-                        stderr.append(payload)
-                    elif kind == _SHELL_EXIT and payload:
-                        exit_code = payload[0]
+                exit_code = _take_v2_packets(buffer, stdout, stderr)
         finally:
             connection.close()
         out_bytes = stdout.data()
         if not v2:
-            found = out_bytes.rfind(marker.encode())
-            match = re.match(rb"(\d+)", out_bytes[found + len(marker) :]) if found >= 0 else None
-            if match:
-                exit_code = int(match.group(1))
-                out_bytes = out_bytes[:found]
-            elif not timed_out:
-                lost = True
+            out_bytes, exit_code = _v1_exit(out_bytes, marker)
+            lost = lost or (exit_code is None and not timed_out)
         return ShellResult(
             exit_code=-1 if exit_code is None else exit_code,
             stdout=out_bytes,
@@ -490,3 +473,33 @@ class PhoneLink:
                 )
             out.write(read_exact(sock, length))
             progress.update(progress.done + length)
+
+
+def _take_v2_packets(buffer: bytearray, stdout: BoundedOutput, stderr: BoundedOutput) -> int | None:
+    """Move the whole shell-v2 packets at the head of `buffer` to stdout and stderr (a
+    partial one stays for the next read); the exit code once its packet has come."""
+    exit_code = None
+    while len(buffer) >= _SHELL_PACKET.size:
+        kind, length = _SHELL_PACKET.unpack_from(buffer)
+        end = _SHELL_PACKET.size + length
+        if len(buffer) < end:
+            break
+        payload = bytes(buffer[_SHELL_PACKET.size : end])
+        del buffer[:end]
+        if kind == _SHELL_STDOUT:
+            stdout.append(payload)
+        elif kind == _SHELL_STDERR:
+            stderr.append(payload)
+        elif kind == _SHELL_EXIT and payload:
+            exit_code = payload[0]
+    return exit_code
+
+
+def _v1_exit(out: bytes, marker: str) -> tuple[bytes, int | None]:
+    """A v1 shell's output without the exit marker, and the status the marker carries
+    (None: the command never reached it)."""
+    found = out.rfind(marker.encode())
+    match = re.match(rb"(\d+)", out[found + len(marker) :]) if found >= 0 else None
+    if match is None:
+        return out, None
+    return out[:found], int(match.group(1))

@@ -338,6 +338,34 @@ class SshConnection:
 
     def _open_client(self) -> paramiko.SSHClient:
         target = self.target
+        client = self._new_client()
+        try:
+            client.connect(
+                target.hostname,
+                port=target.port,
+                username=target.user,
+                key_filename=list(target.key_filenames) or None,
+                timeout=self.settings.connect_timeout_s,
+                banner_timeout=self.settings.banner_timeout_s,
+                auth_timeout=self.settings.auth_timeout_s,
+                channel_timeout=self.settings.connect_timeout_s,
+                allow_agent=self.settings.allow_agent,
+                # OpenSSH tries ~/.ssh/id_* only when no identity was named.
+                look_for_keys=not target.key_filenames,
+                transport_factory=_transport_preferring_aead,
+            )
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            client.close()
+            raise self._connect_error(exc) from exc
+        transport = client.get_transport()
+        if transport is not None and self.settings.keepalive_s > 0:
+            transport.set_keepalive(max(1, int(self.settings.keepalive_s)))
+        return client
+
+    def _new_client(self) -> paramiko.SSHClient:
+        """A client with the host keys it trusts and the policy for others; the keys it
+        is to offer checked to exist."""
+        target = self.target
         client = paramiko.SSHClient()
         for path in target.known_hosts:
             if path.is_file():
@@ -358,34 +386,22 @@ class SshConnection:
                     f"ssh key {key} does not exist",
                     f"fix key_filename / IdentityFile for host {target.alias}",
                 )
-        try:
-            client.connect(
-                target.hostname,
-                port=target.port,
-                username=target.user,
-                key_filename=list(target.key_filenames) or None,
-                timeout=self.settings.connect_timeout_s,
-                banner_timeout=self.settings.banner_timeout_s,
-                auth_timeout=self.settings.auth_timeout_s,
-                channel_timeout=self.settings.connect_timeout_s,
-                allow_agent=self.settings.allow_agent,
-                # OpenSSH tries ~/.ssh/id_* only when no identity was named.
-                look_for_keys=not target.key_filenames,
-                transport_factory=_transport_preferring_aead,
-            )
-        except UnknownHostKey as exc:
-            client.close()
-            raise DeviceError(
+        return client
+
+    def _connect_error(self, exc: BaseException) -> EtdeployError:
+        """What a failed connect means, with what to do about it."""
+        target = self.target
+        if isinstance(exc, UnknownHostKey):
+            return DeviceError(
                 f"host key for {exc.hostname} is not in {target.known_hosts[0]} "
                 f"({exc.key.get_name()} {openssh_fingerprint(exc.key)})",
                 f"check the fingerprint, then run `ssh-keyscan -p {target.port} "
                 f"{target.hostname} >> {target.known_hosts[0]}`, or set "
                 'host_key_policy = "accept-new"',
                 device=self.name,
-            ) from exc
-        except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise DeviceError(
+            )
+        if isinstance(exc, paramiko.BadHostKeyException):
+            return DeviceError(
                 f"host key for {target.host_key_name} has CHANGED: the server sent "
                 f"{exc.key.get_name()} {openssh_fingerprint(exc.key)}, known_hosts has "
                 f"{exc.expected_key.get_name()} {openssh_fingerprint(exc.expected_key)}",
@@ -393,52 +409,42 @@ class SshConnection:
                 f"'{target.host_key_name}' -f {target.known_hosts[0]}` and connect again; "
                 "otherwise someone may be intercepting the connection",
                 device=self.name,
-            ) from exc
-        except paramiko.PasswordRequiredException as exc:
-            client.close()
-            raise DeviceError(
+            )
+        if isinstance(exc, paramiko.PasswordRequiredException):
+            return DeviceError(
                 f"ssh key {', '.join(target.key_filenames) or '(default)'} is encrypted",
                 "load it into ssh-agent (`ssh-add KEY`) and keep allow_agent on",
                 device=self.name,
-            ) from exc
-        except paramiko.AuthenticationException as exc:
-            client.close()
+            )
+        if isinstance(exc, paramiko.AuthenticationException):
             tried = ", ".join(target.key_filenames) or "ssh-agent and ~/.ssh/id_* keys"
-            raise DeviceError(
+            return DeviceError(
                 f"authentication failed for {target.user}@{target.hostname}:{target.port} "
                 f"(tried key {tried})",
                 f"authorise the key on the host (`ssh-copy-id -i KEY.pub -p {target.port} "
                 f"{target.user}@{target.hostname}`) or set key_filename to one it accepts",
                 device=self.name,
-            ) from exc
-        except TimeoutError as exc:
-            client.close()
-            raise DeviceError(
+            )
+        if isinstance(exc, TimeoutError):
+            return DeviceError(
                 f"timed out connecting to {target.hostname}:{target.port}",
                 "check the host is up and reachable, or raise connect_timeout_s",
                 device=self.name,
                 retryable=True,
-            ) from exc
-        except paramiko.ssh_exception.NoValidConnectionsError as exc:
-            client.close()
-            raise DeviceError(
+            )
+        if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+            return DeviceError(
                 f"cannot connect to {target.hostname}:{target.port}: connection refused",
                 "check that sshd runs there and listens on that port",
                 device=self.name,
                 retryable=True,
-            ) from exc
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            client.close()
-            raise TransportError(
-                f"ssh connection to {target.hostname}:{target.port} failed: {exc}",
-                "check the host and port; a retry may succeed",
-                device=self.name,
-                retryable=True,
-            ) from exc
-        transport = client.get_transport()
-        if transport is not None and self.settings.keepalive_s > 0:
-            transport.set_keepalive(max(1, int(self.settings.keepalive_s)))
-        return client
+            )
+        return TransportError(
+            f"ssh connection to {target.hostname}:{target.port} failed: {exc}",
+            "check the host and port; a retry may succeed",
+            device=self.name,
+            retryable=True,
+        )
 
     def drop(self) -> None:
         """Forget the connection (after a failure, or on close)."""
