@@ -34,8 +34,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import filelock
-
 from etdeploy.builder import BuildOptions, cache_key, parse_dynamic, versions
 from etdeploy.builder.backends import Backend
 from etdeploy.builder.calibration import calibration_batches, calibration_unchanged
@@ -59,6 +57,7 @@ from etdeploy.builder.tapped_lower import (
     is_view,
     lower_tapped,
 )
+from etdeploy.devices.lock import held_lock
 from etdeploy.errors import ModelError
 from etdeploy.model.loader import ModelRef, parse_model_ref
 from etdeploy.paths import cache_dir
@@ -150,7 +149,7 @@ def build_tapped(model: str, options: BuildOptions, plan: TapPlan) -> TappedBuil
     ).hexdigest()
     entry = cache_dir("builds") / f"tapped-{key[:32]}"
     pte = entry / f"{ref.name}.tapped.pte"
-    with filelock.FileLock(str(entry) + ".lock"):
+    with held_lock(Path(str(entry) + ".lock"), -1):  # as build() locks its entries
         cached = _read_tapped_manifest(pte) if options.use_cache and pte.is_file() else None
         if cached is not None and calibration_unchanged(cached):
             return TappedBuild(pte, cached, True, time.perf_counter() - started)

@@ -180,9 +180,11 @@ def _server_listens(settings: AdbSettings) -> bool:
         return False
 
 
-def _list_server_noting_start(
-    settings: AdbSettings,
-) -> tuple[list[DeviceInfo] | EtdeployError, bool]:
+# A server's listing (or why there is none), and whether etdeploy started the server.
+_Listed = tuple[list[DeviceInfo] | EtdeployError, bool]
+
+
+def _list_server_noting_start(settings: AdbSettings) -> _Listed:
     listened = _server_listens(settings)
     listing = _list_server(settings)
     return listing, not listened and not isinstance(listing, EtdeployError)
@@ -257,9 +259,6 @@ def _configured_adb(
         except UsageError as exc:
             adb_configs[name] = in_config(exc, label, where)
     return adb_configs
-
-
-_Listed = tuple[list[DeviceInfo] | EtdeployError, bool]
 
 
 def _ask_in_parallel(
