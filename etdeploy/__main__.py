@@ -1,3 +1,3 @@
-from etdeploy.cli import main
+from etdeploy.cli import entry
 
-main()
+entry()

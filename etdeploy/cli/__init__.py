@@ -66,6 +66,18 @@ def main() -> None:
     _app.main()
 
 
+def entry() -> None:
+    """The console script and `python -m etdeploy`: main(), then the process ends
+    without the interpreter's teardown (etdeploy.cli._exit)."""
+    from etdeploy.cli._exit import end_process
+
+    try:
+        main()
+    except SystemExit as exc:
+        end_process(exc.code)
+    end_process(0)
+
+
 def __getattr__(name: str) -> Any:
     if name == "app":
         load_commands()
@@ -73,4 +85,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "entry", "main"]
