@@ -49,6 +49,7 @@ from etdeploy.builder.options import (
 )
 from etdeploy.devices.lock import held_lock
 from etdeploy.errors import UsageError
+from etdeploy.extras import installed_version
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.model.spec import ModelSpec
 from etdeploy.paths import cache_dir
@@ -93,26 +94,6 @@ def versions() -> dict[str, str]:
         "torch": installed_version("torch"),
         "executorch": installed_version("executorch"),
     }
-
-
-def installed_version(package: str) -> str:
-    """The installed version of `package`, as importlib.metadata.version gives it, read
-    from the name of its .dist-info directory beside the package (the wheel spec's
-    NAME-VERSION.dist-info, which pip names from the same Version field): a directory
-    listing instead of parsing torch's METADATA (tens of ms on every warm run, which needs
-    the version only for the cache key). Falls back to importlib.metadata when the layout
-    is not that one (an editable or egg install)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)  # locates it without importing it
-    if spec is not None and spec.submodule_search_locations:
-        site = Path(next(iter(spec.submodule_search_locations))).parent
-        found = sorted(site.glob(f"{package}-*.dist-info"))
-        if len(found) == 1:
-            return found[0].name.removeprefix(f"{package}-").removesuffix(".dist-info")
-    from importlib import metadata  # ~0.01 s to import: only where the layout differs
-
-    return metadata.version(package)
 
 
 def parse_dynamic(items: tuple[str, ...]) -> dict[str, dict[int, tuple[int, int]]]:

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import filelock
-
 from etdeploy.errors import RunnerError
 from etdeploy.paths import cache_dir
 from etdeploy.runner_build.bundle import (
@@ -214,6 +212,8 @@ def _build(plan: Plan, harness: Path, key: str, staging: Path, progress: Progres
 
 @contextlib.contextmanager
 def _build_lock(root: Path, name: str, progress: Progress) -> Iterator[None]:
+    import filelock  # here: a warm run finds its runner cached and never locks (~5 ms)
+
     lock = filelock.FileLock(str(root / f".{name}.lock"))
     try:
         lock.acquire(timeout=0)
