@@ -4,7 +4,6 @@ the real name."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -33,8 +32,10 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def write_json(doc: Any, path: Path) -> None:
-    """`doc` as indented JSON, written atomically."""
-    atomic_write(Path(path), (json.dumps(doc, indent=2, default=str) + "\n").encode("utf-8"))
+    """`doc` as JSON indented at its outer levels (etdeploy.jsontext), written atomically."""
+    from etdeploy.jsontext import dumps
+
+    atomic_write(Path(path), dumps(doc).encode("utf-8"))
 
 
 def atomic_copy_all(pairs: Sequence[tuple[Path, Path]]) -> None:

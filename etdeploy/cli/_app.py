@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 import os
 import sys
@@ -299,7 +298,9 @@ def check_json_target(target: str | None) -> None:
 
 def emit_json(document: Any, target: str) -> None:
     """`--json -`: the document alone on stdout; `--json PATH`: written atomically."""
-    text = json.dumps(document, indent=2, default=str) + "\n"
+    from etdeploy.jsontext import dumps
+
+    text = dumps(document)
     if target == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
