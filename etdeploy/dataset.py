@@ -15,6 +15,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,21 +170,29 @@ def read_labels_file(path: Path, sample_names: Sequence[str], names: Sequence[st
         return Labels(values, path.name, tuple(names))
     rows = _csv_rows(path)
     by_name = dict(rows)
-    missing = [n for n in sample_names if n not in by_name and Path(n).stem not in by_name]
+    # A row may name a sample by its file's stem; os.path, not Path: a thousand names.
+    stems = [os.path.splitext(os.path.basename(n))[0] for n in sample_names]
+    missing = [
+        n
+        for n, stem in zip(sample_names, stems, strict=True)
+        if n not in by_name and stem not in by_name
+    ]
     if missing:
         raise InputError(
             f"{path.name} has no label for sample {missing[0]!r} "
             f"({len(missing)} of {len(sample_names)} samples unlabelled)",
             "one row per sample: its file name (without the extension) and its label",
         )
-    extra = set(by_name) - set(sample_names) - {Path(n).stem for n in sample_names}
+    extra = set(by_name) - set(sample_names) - set(stems)
     if extra:
         raise InputError(
             f"{path.name} labels {len(extra)} sample(s) that are not among the inputs, "
             f"e.g. {sorted(extra)[0]!r}",
             "label exactly the samples given with --inputs",
         )
-    texts = [by_name.get(n, by_name.get(Path(n).stem, "")) for n in sample_names]
+    texts = [
+        by_name.get(n, by_name.get(stem, "")) for n, stem in zip(sample_names, stems, strict=True)
+    ]
     return Labels(_label_values(texts, names, path.name), path.name, tuple(names))
 
 

@@ -16,6 +16,7 @@ little-endian, exactly the method input's size (the runner refuses any other).
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +117,14 @@ def expand_sample_paths(paths: Sequence[Path | str]) -> list[Path]:
             continue
         path = Path(text)
         if path.is_dir():
-            found = sorted(
-                p for p in path.iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES and p.is_file()
-            )
+            # scandir: an entry knows whether it is a file without a stat of its own.
+            with os.scandir(path) as entries:
+                found = [
+                    path / entry.name
+                    for entry in sorted(entries, key=lambda e: e.name)
+                    if os.path.splitext(entry.name)[1].lower() in SAMPLE_SUFFIXES
+                    and entry.is_file()
+                ]
             if not found:
                 raise InputError(
                     f"no input files in {path}", f"put {', '.join(SAMPLE_SUFFIXES)} files there"
