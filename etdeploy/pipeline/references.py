@@ -31,10 +31,12 @@ Table = list[list[np.ndarray]]
 
 
 def reference_key(model_fingerprint: str, samples: Sequence[tuple[np.ndarray, ...]]) -> str:
+    from etdeploy.inputs import dtype_name
+
     digest = hashlib.sha256(model_fingerprint.encode())
     for sample in samples:
         for array in sample:
-            digest.update(f"{array.dtype}{array.shape}".encode())
+            digest.update(f"{dtype_name(array.dtype)}{array.shape}".encode())
             digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
 

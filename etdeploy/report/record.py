@@ -59,11 +59,11 @@ class Record:
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if value is None and field.metadata.get(OMIT_NONE):
+        for name, omit_none in _json_fields(type(self)):
+            value = getattr(self, name)
+            if value is None and omit_none:
                 continue
-            out[field.name] = _encode(value)
+            out[name] = _encode(value)
         return out
 
     @classmethod
@@ -90,7 +90,20 @@ def _hints(cls: type) -> dict[str, Any]:
         return typing.get_type_hints(cls, localns=lazy)
 
 
+@functools.cache
+def _json_fields(cls: type) -> tuple[tuple[str, bool], ...]:
+    """Each field's name and whether it is left out when None: worked out once a class
+    (dataclasses.fields builds its tuple on every call; a result has a thousand records)."""
+    return tuple((f.name, bool(f.metadata.get(OMIT_NONE))) for f in dataclasses.fields(cls))
+
+
+# What _encode returns as it is, looked up by exact type before anything else.
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def _encode(value: Any) -> Any:
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, Record):
         return value.to_json()
     if isinstance(value, float):
