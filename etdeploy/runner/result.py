@@ -80,24 +80,25 @@ def _bad_document(problem: str) -> RunnerError:
 
 
 def _record(raw: Any, where: str) -> TensorRecord:
-    if not isinstance(raw, dict) or not isinstance(raw.get("index"), int):
+    # Exact types (what json.loads makes), read once each: a batch has two a sample.
+    if type(raw) is not dict or type(raw.get("index")) is not int:
         raise _bad_document(f"{where} has no integer index")
-    shape = raw.get("shape")
-    dim_order = raw.get("dim_order")
-    if shape is not None and not (
-        isinstance(shape, list) and all(isinstance(d, int) for d in shape)
-    ):
+    get = raw.get
+    shape = get("shape")
+    if shape is not None and (type(shape) is not list or not all(type(d) is int for d in shape)):
         raise _bad_document(f"{where} has a shape that is not a list of integers")
+    dim_order = get("dim_order")
+    offset = get("offset")
     return TensorRecord(
-        index=raw["index"],
-        tag=str(raw.get("tag", "Tensor")),
-        dtype=raw.get("dtype"),
-        shape=tuple(shape) if shape is not None else None,
-        dim_order=tuple(dim_order) if isinstance(dim_order, list) else None,
-        nbytes=raw.get("nbytes"),
-        file=raw.get("file"),
-        value=raw.get("value"),
-        offset=raw.get("offset") if isinstance(raw.get("offset"), int) else None,
+        raw["index"],
+        str(get("tag", "Tensor")),
+        get("dtype"),
+        tuple(shape) if shape is not None else None,
+        tuple(dim_order) if type(dim_order) is list else None,
+        get("nbytes"),
+        get("file"),
+        get("value"),
+        offset if type(offset) is int else None,
     )
 
 
