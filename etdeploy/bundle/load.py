@@ -144,25 +144,15 @@ def _host_outputs(bundle: JobBundle, outputs: int) -> tuple[tuple[np.ndarray, ..
 def _table(
     bundle: JobBundle, relative: str, letter: str, samples: int, width: int | None
 ) -> tuple[tuple[np.ndarray, ...], ...]:
-    """An .npz of s<S>_<letter><K> arrays as rows; `width` arrays a row (None: as many
-    as the file holds for that sample). Read in one pass (etdeploy.npz)."""
+    """A table's rows (etdeploy.bundle.tables); `width` arrays a row (None: as many
+    as the file holds). Read in one pass (etdeploy.npz)."""
+    from etdeploy.bundle.tables import table_rows
     from etdeploy.npz import read_npz
 
-    path = bundle.file(relative)
     try:
-        arrays = read_npz(path)
-        counts: dict[str, int] = {}
-        for key in arrays:
-            sample, _, rest = key.partition("_")
-            if rest.startswith(letter):
-                counts[sample] = counts.get(sample, 0) + 1
-        rows = []
-        for s in range(samples):
-            count = width if width is not None else counts.get(f"s{s}", 0)
-            rows.append(tuple(arrays[f"s{s}_{letter}{k}"] for k in range(count)))
+        return table_rows(read_npz(bundle.file(relative)), letter, samples, width)
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"{bundle.path.name}: cannot read {relative}: {exc}", _HINT) from None
-    return tuple(rows)
 
 
 def bundle_runners(bundle: JobBundle) -> tuple[RunnerBundle, ...]:

@@ -213,18 +213,15 @@ class _Writer:
         return self._listed(relative) if listed else relative
 
     def arrays(self, relative: str, table: Table, letter: str) -> str:
-        """A table as .npz: s<S>_<letter><K> per sample S and array K."""
+        """A table as .npz (etdeploy.bundle.tables: stacked when its rows are alike)."""
+        from etdeploy.bundle.tables import table_arrays
+
         target = self.root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        named = {
-            f"s{s}_{letter}{k}": np.ascontiguousarray(array)
-            for s, row in enumerate(table)
-            for k, array in enumerate(row)
-        }
         with open(target, "wb") as handle:
-            # Keys are s<i>_<letter><k>, never savez's own allow_pickle, which is why
-            # numpy's stubs reject a ** of str keys here.
-            np.savez(handle, **named)  # type: ignore[arg-type]
+            # Keys are <letter><k> or s<i>_<letter><k>, never savez's own allow_pickle,
+            # which is why numpy's stubs reject a ** of str keys here.
+            np.savez(handle, **table_arrays(table, letter))  # type: ignore[arg-type]
         return self._listed(relative)
 
     def labels(self, relative: str, staged: Staged) -> str:

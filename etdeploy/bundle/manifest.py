@@ -3,8 +3,9 @@
     JOB/bundle.json                  this manifest (BUNDLE_SCHEMA)
     JOB/program/MODEL.pte            the program, its build manifest (.pte.json), its .ptd
     JOB/runners/ABI-KIND/            a runner bundle per ABI, as runner_build made it
-    JOB/inputs.npz                   the staged samples: s<S>_i<K>, in the method's order
-    JOB/references/float.npz         the float eager outputs: s<S>_o<K>
+    JOB/inputs.npz                   the staged samples: i<K>, input K of every sample
+                                     stacked (s<S>_i<K> a sample's, when shapes differ)
+    JOB/references/float.npz         the float eager outputs: o<K> (or s<S>_o<K>)
     JOB/references/quantized.npz     for a quantized build, the quantized eager outputs
     JOB/references/host.npz          with --host-check, executorch's Python runtime's
     JOB/labels.npz                   the samples' labels (y), their class names, where they
@@ -25,7 +26,9 @@ from typing import Any
 from etdeploy.errors import UsageError
 
 BUNDLE_FILE = "bundle.json"
-BUNDLE_SCHEMA = "etdeploy.job_bundle/1"
+BUNDLE_SCHEMA = "etdeploy.job_bundle/2"
+# /1 kept every array a sample's own (s<S>_i<K>); /2 stacks a static model's (tables.py).
+READABLE_SCHEMAS = ("etdeploy.job_bundle/1", BUNDLE_SCHEMA)
 PROGRAM_DIR = "program"
 RUNNERS_DIR = "runners"
 INPUTS_FILE = "inputs.npz"
@@ -122,7 +125,7 @@ class BundleManifest:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], where: Path) -> BundleManifest:
-        if doc.get("schema") != BUNDLE_SCHEMA:
+        if doc.get("schema") not in READABLE_SCHEMAS:
             raise UsageError(
                 f"{where} is not a job bundle this etdeploy reads "
                 f"(schema {doc.get('schema')!r}, expected {BUNDLE_SCHEMA})",

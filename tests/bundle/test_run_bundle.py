@@ -5,6 +5,7 @@ a bundle cannot take are told apart."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,9 @@ def test_a_planted_regression_in_the_references_fails_the_device_stage(
     bundle = copy_bundle(digits_bundle, tmp_path / "job")
 
     def drift(arrays: dict[str, np.ndarray]) -> None:
-        arrays["s3_o0"] = arrays["s3_o0"] + np.float32(0.05)
+        drifted = arrays["o0"].copy()  # output 0 of every sample, stacked
+        drifted[3] += np.float32(0.05)
+        arrays["o0"] = drifted
 
     rewrite_table(bundle, "references/float.npz", drift)
     done = run("--bundle", bundle, "--json", tmp_path / "r.json")
@@ -139,3 +142,30 @@ def test_an_int8_bundle_carries_the_quantized_reference_and_keeps_both_budget_st
     a, b = result(tmp_path / "full.json"), result(tmp_path / "bundle.json")
     assert [s["stage"] for s in b["verdict"]["budget"]] == ["quantization", "device"]
     assert b["verdict"] == a["verdict"] and b["artifact"]["quantization"] == "int8"
+
+
+def test_a_bundle_of_the_first_schema_one_array_a_sample_still_runs(
+    digits_bundle: Path, tmp_path: Path
+) -> None:
+    """Schema /1 kept each sample's arrays apart (s<S>_i<K>); a farm host may still hold one."""
+    bundle = copy_bundle(digits_bundle, tmp_path / "job")
+
+    def one_a_sample(letter: str) -> Callable[[dict[str, np.ndarray]], None]:
+        def split(arrays: dict[str, np.ndarray]) -> None:
+            for key in [k for k in arrays if k.startswith(letter)]:
+                stacked = arrays.pop(key)
+                for s, row in enumerate(stacked):
+                    arrays[f"s{s}_{key}"] = row
+
+        return split
+
+    rewrite_table(bundle, "inputs.npz", one_a_sample("i"))
+    rewrite_table(bundle, "references/float.npz", one_a_sample("o"))
+    manifest = bundle / "bundle.json"
+    manifest.write_text(
+        manifest.read_text().replace("etdeploy.job_bundle/2", "etdeploy.job_bundle/1")
+    )
+    ready = prepare(open_bundle(bundle))
+    assert len(ready.staged.samples) == 360
+    assert ready.staged.samples[3][0].shape == (1, 1, 8, 8)
+    assert ready.staged.references[3][0].shape == (1, 10)
