@@ -12,6 +12,7 @@ will not ship.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -203,13 +204,68 @@ def budget_chain(
 def size_verdict(program: Program, config: Config | None) -> SizeSummary:
     """The store-size verdict for the delivery set in etdeploy.toml (sizecheck), of the
     .pte and its .ptd together: measured once per content, then read back by its sha256
-    (known since build)."""
+    (known since build). The verdict itself is kept too, by everything it depends on
+    (size_verdict_key): a warm run reads it without importing sizecheck or the .pte
+    reader (~0.015 s of every run)."""
+    import json
+
+    from etdeploy.paths import cache_dir
+
+    cached = cache_dir("size-verdicts") / f"{size_verdict_key(program, config)}.json"
+    try:
+        return SizeSummary.from_json(json.loads(cached.read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # not there yet, or unreadable: worked out again below
     from etdeploy.sizecheck import summary_for_result
 
     data = program.data
-    return SizeSummary.from_json(
-        summary_for_result(
-            program.pte, config, sha256=program.sha256,
-            data=data.path if data else None, data_sha256=data.sha256 if data else None,
-        )
+    document = summary_for_result(
+        program.pte, config, sha256=program.sha256,
+        data=data.path if data else None, data_sha256=data.sha256 if data else None,
     )  # fmt: skip
+    from etdeploy.atomic import atomic_write
+
+    with contextlib.suppress(OSError, TypeError, ValueError):  # costs the next run a check
+        atomic_write(cached, json.dumps(document).encode())
+    return SizeSummary.from_json(document)
+
+
+def size_verdict_key(program: Program, config: Config | None) -> str:
+    """What a size verdict depends on: the files (where they are and their bytes, by
+    sha256), etdeploy.toml's [sizecheck] and [limits] and where it is, and the code
+    that judges (etdeploy's version, and each sizecheck module's size and mtime, so an
+    edited source tree judges again)."""
+    import hashlib
+    import json
+
+    import etdeploy
+
+    data = program.data
+    parts = [
+        etdeploy.__version__,
+        _sizecheck_stamp(),
+        str(program.pte), program.sha256,
+        str(data.path) if data else None, data.sha256 if data else None,
+        str(config.path) if config and config.path else None,
+        config.sizecheck if config else None,
+        config.limits if config else None,
+    ]  # fmt: skip
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _sizecheck_stamp() -> list[tuple[str, int, int]]:
+    """Each module of etdeploy.sizecheck (its limits table among them) by name, size
+    and mtime, found without importing the package."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("etdeploy.sizecheck")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    with os.scandir(next(iter(spec.submodule_search_locations))) as entries:
+        return sorted(
+            (e.name, e.stat().st_size, e.stat().st_mtime_ns)
+            for e in entries
+            if e.name.endswith(".py")
+        )
