@@ -135,8 +135,9 @@ def _run_job(
     say(f"checking that the runner for {target.info.name} can run the program")
     # --verify-remote: hash what the device holds instead of trusting its records.
     checked = preflight(
-        device, target.bundle, program.pte, program.manifest, status=say, verify=job.verify_remote
-    )
+        device, target.bundle, program.pte, program.manifest, status=say,
+        verify=job.verify_remote, sha256=program.sha256,
+    )  # fmt: skip
     # The size verdict needs nothing the device returns: worked out while it runs.
     size = Ahead(size_verdict, program, context.size_config)
     deployed, executed, points, lock, etdump = _on_device(

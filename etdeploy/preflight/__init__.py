@@ -71,11 +71,13 @@ def check(
     *,
     status: Status | None = None,
     verify: bool = False,
+    sha256: str | None = None,
 ) -> PreflightReport:
     """The comparison, whatever its outcome (doctor shows it; `preflight` raises on it).
-    `verify`: a runner pushed to describe itself is hashed on the device (--verify-remote)."""
+    `verify`: a runner pushed to describe itself is hashed on the device (--verify-remote).
+    `sha256`, the program's when known: what it needs is read back by it (needs.py)."""
     started = time.perf_counter()
-    needs = program_needs(pte, manifest)
+    needs = program_needs(pte, manifest, sha256=sha256)
     asked = describe_runner(device, bundle, status=status, verify=verify)
     if asked.description is None:
         return PreflightReport(
@@ -98,12 +100,13 @@ def preflight(
     *,
     status: Status | None = None,
     verify: bool = False,
+    sha256: str | None = None,
 ) -> PreflightReport:
     """The preflight stage: between staging and deploy, before anything of the
     program is pushed. Returns the report (passed, or skipped with a note, its
     warnings for the result); raises PreflightError (exit 2) when the runner
     lacks an operator or backend the program needs."""
-    report = check(device, bundle, pte, manifest, status=status, verify=verify)
+    report = check(device, bundle, pte, manifest, status=status, verify=verify, sha256=sha256)
     if report.status == "failed":
         raise report.error()
     return report

@@ -98,8 +98,51 @@ def key_tensors(key: str) -> tuple[str, ...]:
     return tuple(described)
 
 
-def program_needs(pte: Path, manifest: Mapping[str, Any] | None = None) -> ProgramNeeds:
-    """What `pte` needs from a runtime, torch-free; InputError if it is not a program."""
+def program_needs(
+    pte: Path, manifest: Mapping[str, Any] | None = None, *, sha256: str | None = None
+) -> ProgramNeeds:
+    """What `pte` needs from a runtime, torch-free; InputError if it is not a program.
+    With the program's `sha256`, what its instructions call is kept in the cache by it
+    (_calls_of): a warm run reads a small JSON instead of walking the program."""
+    identifier, schema, operators, backends = _calls_of(pte, sha256)
+    built = ((manifest or {}).get("versions") or {}).get("executorch")
+    return ProgramNeeds(
+        pte=Path(pte),
+        file_identifier=identifier,
+        schema_version=schema,
+        operators=tuple(OperatorNeed(name, tuple(m), tuple(k)) for name, m, k in operators),
+        backends={name: tuple(m) for name, m in backends.items()},
+        executorch_version=str(built) if built else None,
+    )
+
+
+# The program-needs cache's schema: bump it when what _calls_of keeps changes.
+NEEDS_SCHEMA = "etdeploy.program-needs/1"
+_Calls = tuple[str, int, list[tuple[str, list[str], list[str]]], dict[str, list[str]]]
+
+
+def _calls_of(pte: Path, sha256: str | None) -> _Calls:
+    """The program's file identifier, schema version, each operator it calls (with the
+    methods calling it and their kernel keys) and each backend it delegates to (with
+    the methods that do): from the cache by `sha256`, else read from the program."""
+    import json
+
+    from etdeploy.paths import cache_dir
+
+    cached = cache_dir("program-needs") / f"{sha256}.json" if sha256 else None
+    if cached is not None:
+        try:
+            doc = json.loads(cached.read_bytes())
+            if doc["schema"] == NEEDS_SCHEMA:
+                operators = [(str(n), list(m), list(k)) for n, m, k in doc["operators"]]
+                return (
+                    doc["file_identifier"],
+                    int(doc["schema_version"]),
+                    operators,
+                    dict(doc["backends"]),
+                )
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not kept yet, or unreadable: read from the program below
     from etdeploy.pte.calls import read_program_calls
 
     try:
@@ -111,20 +154,25 @@ def program_needs(pte: Path, manifest: Mapping[str, Any] | None = None) -> Progr
     for call in calls.calls:
         methods.setdefault(call.operator, {})[call.method] = None
         keys.setdefault(call.operator, {})[kernel_key(call.tensors)] = None
-    backends: dict[str, dict[str, None]] = {}
+    delegating: dict[str, dict[str, None]] = {}
     for method, backend in calls.delegates:
-        backends.setdefault(backend, {})[method] = None
-    built = ((manifest or {}).get("versions") or {}).get("executorch")
-    return ProgramNeeds(
-        pte=Path(pte),
-        file_identifier=calls.file_identifier,
-        schema_version=calls.schema_version,
-        operators=tuple(
-            OperatorNeed(name, tuple(methods[name]), tuple(keys[name])) for name in methods
-        ),
-        backends={name: tuple(m) for name, m in backends.items()},
-        executorch_version=str(built) if built else None,
+        delegating.setdefault(backend, {})[method] = None
+    found: _Calls = (
+        calls.file_identifier,
+        calls.schema_version,
+        [(name, list(methods[name]), list(keys[name])) for name in methods],
+        {name: list(m) for name, m in delegating.items()},
     )
+    if cached is not None:
+        import contextlib
+
+        from etdeploy.atomic import atomic_write
+
+        document = {"schema": NEEDS_SCHEMA, "file_identifier": found[0],
+                    "schema_version": found[1], "operators": found[2], "backends": found[3]}  # fmt: skip
+        with contextlib.suppress(OSError):  # costs the next run a read of the program
+            atomic_write(cached, json.dumps(document).encode())
+    return found
 
 
 # -- the version pairing ------------------------------------------------------------------
