@@ -29,16 +29,18 @@ ATOL = RTOL = 1e-4
 def main(argv: list[str]) -> int:
     target, runner, pte, bundle_dir = argv[:4]
     bundle = Path(bundle_dir)
+    # A static model's bundle stacks each input and output over the samples (i0, o<k>).
     with np.load(bundle / "inputs.npz") as archive:
-        count = sum(1 for key in archive.files if key.endswith("_i0"))
-        inputs = [archive[f"s{s}_i0"].tobytes() for s in range(count)]
+        inputs = [row.tobytes() for row in archive["i0"]]
+    count = len(inputs)
     got = outputs(run_job("adb", target, runner, pte, pack(inputs), argv[4:]))
-    references = np.load(bundle / "references" / "float.npz")
+    with np.load(bundle / "references" / "float.npz") as archive:
+        references = {key: archive[key] for key in archive.files}
     labels = np.load(bundle / "labels.npz")["y"] if (bundle / "labels.npz").exists() else None
     ok, correct = len(got) == count, 0
     for s, sample in enumerate(got):
         for k, array in enumerate(sample):
-            ok &= bool(np.allclose(array, references[f"s{s}_o{k}"], atol=ATOL, rtol=RTOL))
+            ok &= bool(np.allclose(array, references[f"o{k}"][s], atol=ATOL, rtol=RTOL))
         if labels is not None:
             correct += int(sample[0].argmax() == labels[s])
     print(f"{'PASS' if ok else 'FAIL'}: {len(got)} samples, top-1 {correct / max(1, len(got)):.2%}")
