@@ -1,3 +1,3 @@
-from etdeploy.cli import entry
+from etdeploy.launch import main
 
-entry()
+main()

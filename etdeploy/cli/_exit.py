@@ -26,7 +26,7 @@ import threading
 _EXIT_FLUSH_FAILED = 120
 
 
-def exit_code_of(code: object) -> int:
+def exit_code_of(code: str | int | None) -> int:
     """What sys.exit(code) ends the process with: None is 0, an int itself, anything
     else is printed to stderr and is 1."""
     if code is None:
@@ -48,7 +48,7 @@ def _flushed() -> bool:
     return ok
 
 
-def end_process(code: object) -> None:
+def end_process(code: str | int | None) -> None:
     """Exit with `code` as sys.exit would, skipping the interpreter's teardown."""
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     if any(not t.daemon for t in others):
