@@ -59,7 +59,8 @@ class Record:
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {}
-        for name, omit_none in _json_fields(type(self)):
+        klass: type = type(self)  # hashable as a class (see from_json)
+        for name, omit_none in _json_fields(klass):
             value = getattr(self, name)
             if value is None and omit_none:
                 continue
