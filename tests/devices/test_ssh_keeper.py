@@ -379,3 +379,22 @@ def test_a_keeper_asked_to_leave_goes_at_once(sshd: SshServer, tmp_path: Path) -
     KeeperLink(settings, settings.host).shutdown()
     assert wait_until(lambda: not process_is_running(pid), 5)
     assert not paths_of(settings).socket.exists() and not paths_of(settings).pid.exists()
+
+
+def test_a_keeper_whose_link_hangs_is_replaced_by_the_next_command(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    with CuttingProxy(sshd.port) as proxy:
+        known = tmp_path / "known_hosts_proxy"
+        known.write_text(sshd.known_hosts_line(port=proxy.port))
+        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        pid = int(command(settings)["pid"])
+        time.sleep(1.2)  # past the time a connection that answered is trusted unasked
+        proxy.stall(0)  # the link hangs without closing: nothing more gets through
+        started = time.monotonic()
+        again = command(settings)
+        # Asked for an answer it never gave (connect_timeout_s), the keeper left.
+        assert int(again["pid"]) != pid and again["connects"] == 1
+        assert time.monotonic() - started < settings.connect_timeout_s + 5
+        assert wait_until(lambda: not process_is_running(pid), 5)
+        proxy.down()

@@ -233,6 +233,11 @@ class SshConnection:
         transport = client.get_transport()
         return transport is not None and transport.is_active()
 
+    def current_transport(self) -> paramiko.Transport | None:
+        """The open connection's transport, if there is one; never (re)connects."""
+        client = self._client
+        return client.get_transport() if client is not None else None
+
     def client(self) -> paramiko.SSHClient:
         """The live connection, opened (again) when there is none."""
         with self._lock:

@@ -58,6 +58,11 @@ _WATCH_S = 0.1
 # After the connection died: how long requests in flight get to send their answers
 # (each fails fast on the dead connection).
 _DRAIN_S = 2.0
+# What a hello is answered with when the connection has stopped answering: nothing.
+_GONE: dict[str, Any] = {}
+_UNTRACKED = ("hello", "stats", "shutdown")
+# A connection that answered this recently is not asked again when a client arrives.
+_PROVEN_S = 1.0
 
 
 class Keeper:
@@ -76,6 +81,11 @@ class Keeper:
         self._clients = 0
         self._last_left = time.monotonic()
         self._closing = False
+        # The cancel events of the requests running now (set: their client is gone).
+        self._running: set[threading.Event] = set()
+        self._proven = time.monotonic()
+        self._probe_lock = threading.Lock()
+        self._gave_up = ""
 
     def warm(self) -> None:
         """Start what the first command uses, while its process is still starting."""
@@ -87,6 +97,61 @@ class Keeper:
                 self.link.helper_run(":", deadline_s=30)
 
         threading.Thread(target=open_helper, name="keeper-helper", daemon=True).start()
+
+    def running(self, cancel: threading.Event) -> None:
+        with self._lock:
+            self._running.add(cancel)
+
+    def finished(self, cancel: threading.Event, *, proven: bool) -> None:
+        with self._lock:
+            self._running.discard(cancel)
+            if proven:
+                self._proven = time.monotonic()
+
+    def healthy(self) -> bool:
+        """Whether the connection still answers, asked (bounded) when nobody is using
+        it and it has not shown it lately, or a request outlived its client; one that
+        does not answer makes the keeper leave.
+
+        A link that hangs without closing (a stalled route, a suspended host) is not
+        seen by paramiko: its keepalives want no reply (Transport.set_keepalive,
+        paramiko 5.1). A command connecting for itself would not care; one using a
+        keeper would hang on it. So a client arriving at an idle keeper has the
+        connection asked for an answer first, as OpenSSH's ServerAliveInterval asks
+        with keepalive@openssh.com, which a server answers even when it refuses it
+        (ssh_config(5), read 2026-12-05)."""
+        if self.stop_requested.is_set():
+            return False
+        with self._probe_lock:
+            with self._lock:
+                live = any(not cancel.is_set() for cancel in self._running)
+                # A request still running after its client left is one the link may
+                # be holding up: asked after, whatever else is going on.
+                abandoned = any(cancel.is_set() for cancel in self._running)
+                recent = time.monotonic() - self._proven < _PROVEN_S
+            if (live or recent) and not abandoned:
+                return True
+            if self._answers(self.link.connection.settings.connect_timeout_s):
+                with self._lock:
+                    self._proven = time.monotonic()
+                return True
+        self._gave_up = "the connection stopped answering"
+        self.stop_requested.set()
+        return False
+
+    def _answers(self, timeout_s: float) -> bool:
+        transport = self.link.connection.current_transport()
+        if transport is None or not transport.is_active():
+            return False
+        answered = threading.Event()
+
+        def ask() -> None:
+            with contextlib.suppress(Exception):
+                transport.global_request("keepalive@openssh.com", wait=True)
+                answered.set()
+
+        threading.Thread(target=ask, name="keeper-probe", daemon=True).start()
+        return answered.wait(timeout_s)
 
     def serve(self) -> str:
         """Serve until idle, asked to stop, or the connection is gone; why it ended."""
@@ -135,7 +200,7 @@ class Keeper:
                     # Under the lock: no client is accepted from here on.
                     self._closing = True
                     return "idle"
-        return "asked to stop"
+        return self._gave_up or "asked to stop"
 
     def _close(self, reason: str) -> None:
         with self._lock:
@@ -207,12 +272,19 @@ class ClientSession:
 
     def _handle(self, message: dict[str, Any], cancel: threading.Event) -> None:
         reply: dict[str, Any]
+        # What uses the connection (not a hello, which may be what asks after it).
+        tracked = message.get("op") not in _UNTRACKED
+        if tracked:
+            self.keeper.running(cancel)
+        proven = False
         try:
             reply = {"ok": self._dispatch(message, cancel)}
+            proven = True
         except Cancelled:
             reply = {"cancelled": True}
         except EtdeployError as exc:
             reply = {"error": error_to_wire(exc)}
+            proven = not isinstance(exc, TransportError)
         except Exception as exc:
             traceback.print_exc()
             failed = TransportError(
@@ -222,12 +294,22 @@ class ClientSession:
                 retryable=True,
             )
             reply = {"error": error_to_wire(failed)}
+        finally:
+            if tracked:
+                self.keeper.finished(cancel, proven=proven)
+        if reply.get("ok") is _GONE:
+            # No answer: the client finds no keeper and starts another.
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+            return
         self.send(reply)
 
     def _dispatch(self, message: dict[str, Any], cancel: threading.Event) -> Any:
         op = message.get("op")
         link = self.link
         if op == "hello":
+            if not self.keeper.healthy():
+                return _GONE
             return {"pid": os.getpid(), "protocol": PROTOCOL, "target": target_to_wire(link.target)}
         if op == "stats":
             return {**link.counters(), "pid": os.getpid()}

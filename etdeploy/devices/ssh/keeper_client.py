@@ -57,8 +57,10 @@ from etdeploy.errors import EtdeployError, TransportError
 # its next chunk. Past it the socket is closed, which the keeper reads as a cancel.
 _CANCEL_WAIT_S = {"execute": 20.0}
 _CANCEL_WAIT_DEFAULT_S = 5.0
-# A keeper answers its hello at once; one that does not is not used.
-_HELLO_TIMEOUT_S = 5.0
+# A keeper answers its hello at once, or after asking its idle connection for an
+# answer (bounded by connect_timeout_s, keeper.Keeper.healthy); one that does not
+# answer by then is not used.
+_HELLO_MARGIN_S = 5.0
 # Python's start and the keeper's imports, on top of the connect's own timeouts.
 _START_MARGIN_S = 30.0
 
@@ -134,7 +136,7 @@ class KeeperLink:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         channel = _Channel(sock)
         try:
-            sock.settimeout(_HELLO_TIMEOUT_S)
+            sock.settimeout(self.settings.connect_timeout_s + _HELLO_MARGIN_S)
             sock.connect(str(paths.socket))
             send(sock, {"op": "hello"})
             answer = channel.reader.read()
