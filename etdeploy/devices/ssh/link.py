@@ -8,6 +8,8 @@ paramiko. With persist_s = 0 it is wire.HostLink in this process, as before keep
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Protocol
 
 from etdeploy.devices.ssh.results import Completed, HelperResult
@@ -58,7 +60,8 @@ def direct_link(settings: SshSettings, name: str) -> SshLink:
 
 def open_link(settings: SshSettings, name: str) -> SshLink:
     """A keeper's client when the settings keep the connection, else the direct link."""
-    if settings.persist_s > 0:
+    # A keeper needs a Unix socket and fork(); without them (Windows) none is kept.
+    if settings.persist_s > 0 and hasattr(socket, "AF_UNIX") and hasattr(os, "fork"):
         from etdeploy.devices.ssh.keeper_client import KeeperLink
 
         return KeeperLink(settings, name)

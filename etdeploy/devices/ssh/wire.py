@@ -334,6 +334,25 @@ class HostLink:
             for pump in pumps:
                 pump.join(timeout=5)
             channel.close()
+        return Completed(
+            exit_code=self._exit_code(channel, pumps, clock, timed_out),
+            stdout=stdout.data(),
+            stderr=stderr.data(),
+            elapsed_s=clock.elapsed_s,
+            timed_out=timed_out,
+            pid=header.pid,
+            pgid=header.pgid,
+            idle=timed_out and clock.idle,
+        )
+
+    def _exit_code(
+        self,
+        channel: paramiko.Channel,
+        pumps: list[OutputPump[bytes]],
+        clock: RunClock,
+        timed_out: bool,
+    ) -> int:
+        """The ended command's status (-1: none came); a lost connection raised."""
         exit_code = -1
         if not timed_out:
             if channel.status_event.wait(timeout=max(1.0, clock.deadline - time.monotonic())):
@@ -346,16 +365,7 @@ class HostLink:
             raise self.connection.lost(errors[0], "a command")
         if not self.connection.alive() and not timed_out and exit_code == -1:
             raise self.connection.lost(EOFError("channel closed without exit status"), "a command")
-        return Completed(
-            exit_code=exit_code,
-            stdout=stdout.data(),
-            stderr=stderr.data(),
-            elapsed_s=clock.elapsed_s,
-            timed_out=timed_out,
-            pid=header.pid,
-            pgid=header.pgid,
-            idle=timed_out and clock.idle,
-        )
+        return exit_code
 
     def helper_run(self, script: str, *, deadline_s: float) -> HelperResult:
         """Run a helper script in the helper shell (helper.py): no session of its own."""
