@@ -115,11 +115,11 @@ class Keeper:
 
         A link that hangs without closing (a stalled route, a suspended host) is not
         seen by paramiko: its keepalives want no reply (Transport.set_keepalive,
-        paramiko 5.1). A command connecting for itself would not care; one using a
-        keeper would hang on it. So a client arriving at an idle keeper has the
-        connection asked for an answer first, as OpenSSH's ServerAliveInterval asks
-        with keepalive@openssh.com, which a server answers even when it refuses it
-        (ssh_config(5), read 2026-12-05)."""
+        paramiko 5.1, read 2026-12-05). A command connecting for itself would not
+        care; one using a keeper would hang on it. So a client arriving at an idle
+        keeper has the connection asked for an answer first, as OpenSSH's
+        ServerAliveInterval asks with keepalive@openssh.com, which a server answers
+        even when it refuses it (ssh_config(5), read 2026-12-05)."""
         if self.stop_requested.is_set():
             return False
         with self._probe_lock:
