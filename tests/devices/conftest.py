@@ -1,13 +1,17 @@
 """Shared by the registry and `etdeploy devices` tests: one real adb server with
-three loopback phones, and a real sshd. Nothing here is autouse."""
+three loopback phones, and a real sshd. Nothing here is autouse but the guard that
+no ssh keeper (etdeploy/devices/ssh/keeper.py) started here outlives the session."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 
 import pytest
 
 from tests.support.adb_server import AdbTestbed, adb_testbed
+from tests.support.processes import processes_naming
 from tests.support.sshd import SshServer, start_sshd
 
 # Two phones of one model (a friendly name that is ambiguous) and a tablet (one
@@ -37,3 +41,14 @@ def phones(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdbTestbed]:
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     with start_sshd(tmp_path_factory.mktemp("sshd")) as server:
         yield server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_keeper_outlives_the_session() -> Iterator[None]:
+    """Keepers leave when their sshd stops or persist_s after their last command; any
+    left when the session ends (their directory is this session's cache's) are killed."""
+    from etdeploy.devices.ssh.keeper_ipc import keeper_dir
+
+    yield
+    for pid in processes_naming("etdeploy.devices.ssh.keeper", str(keeper_dir())):
+        os.kill(pid, signal.SIGKILL)

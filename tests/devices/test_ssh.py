@@ -670,10 +670,13 @@ def test_settings_from_a_device_table_are_typed() -> None:
     settings = SshSettings.from_mapping(
         {"host": "mac", "port": 2222, "connect_timeout_s": 3, "host_key_policy": "accept-new"}
     )
+    # A device from etdeploy.toml keeps its connection a minute (a keeper, keeper.py);
+    # settings made in code connect in-process unless they ask for one.
     assert settings == SshSettings(
-        host="mac", port=2222, connect_timeout_s=3.0, host_key_policy="accept-new"
+        host="mac", port=2222, connect_timeout_s=3.0, host_key_policy="accept-new", persist_s=60.0
     )
     assert isinstance(settings.connect_timeout_s, float)
+    assert SshSettings(host="mac").persist_s == 0
 
 
 @pytest.mark.parametrize(
@@ -722,7 +725,7 @@ def test_paramiko_comes_without_invoke_and_match_exec_still_runs(tmp_path: Path)
     config = tmp_path / "ssh_config"
     config.write_text('Match exec "test -d /"\n  User matched\n')
     code = (
-        "import sys\nimport etdeploy.devices.ssh\nimport paramiko\n"
+        "import sys\nimport etdeploy.devices.ssh.connection\nimport paramiko\n"
         "print('invoke' in sys.modules)\n"
         f"print(paramiko.SSHConfig.from_path({str(config)!r}).lookup('h').get('user'))\n"
         "print('invoke' in sys.modules)\n"

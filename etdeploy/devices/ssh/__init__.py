@@ -8,27 +8,49 @@
   SSH packet and prefetched reads.
 - helper.py: one long-lived shell for the short helper scripts (probes, digest
   records, hashes), so they do not each pay for a session.
+- keeper.py, keeper_client.py, keeper_ipc.py: the connection and its sessions kept
+  in a background process between commands (persist_s), and its client.
 - device.py, SshDevice: the Device on top (uname facts, the work dir, the push
   decision by the digest record, else remote sha256sum or shasum).
 """
 
-from etdeploy.devices.ssh._import import import_paramiko
+from typing import TYPE_CHECKING
 
-import_paramiko()  # before any module here imports it: without invoke (see _import.py)
+from etdeploy.lazy import lazy_exports
 
-from etdeploy.devices.ssh.connection import (  # noqa: E402  isort: skip
-    DEFAULT_SSH_PORT,
-    SSH_SETTING_TYPES,
-    HostKeyPolicy,
-    KnownHostsPolicy,
-    SshSettings,
-    SshTarget,
-    UnknownHostKey,
-    check_setting_types,
-    openssh_fingerprint,
-    resolve_target,
-)
-from etdeploy.devices.ssh.device import SshDevice  # noqa: E402  isort: skip
+# Imported when first asked for: the settings and the keeper's client need no
+# paramiko, and a command a keeper serves never imports it.
+_EXPORTS = {
+    "DEFAULT_SSH_PORT": "etdeploy.devices.ssh.settings",
+    "SSH_SETTING_TYPES": "etdeploy.devices.ssh.settings",
+    "HostKeyPolicy": "etdeploy.devices.ssh.settings",
+    "SshSettings": "etdeploy.devices.ssh.settings",
+    "SshTarget": "etdeploy.devices.ssh.settings",
+    "check_setting_types": "etdeploy.devices.ssh.settings",
+    "KnownHostsPolicy": "etdeploy.devices.ssh.connection",
+    "UnknownHostKey": "etdeploy.devices.ssh.connection",
+    "openssh_fingerprint": "etdeploy.devices.ssh.connection",
+    "resolve_target": "etdeploy.devices.ssh.connection",
+    "SshDevice": "etdeploy.devices.ssh.device",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from etdeploy.devices.ssh.connection import (
+        KnownHostsPolicy,
+        UnknownHostKey,
+        openssh_fingerprint,
+        resolve_target,
+    )
+    from etdeploy.devices.ssh.device import SshDevice
+    from etdeploy.devices.ssh.settings import (
+        DEFAULT_SSH_PORT,
+        SSH_SETTING_TYPES,
+        HostKeyPolicy,
+        SshSettings,
+        SshTarget,
+        check_setting_types,
+    )
 
 __all__ = [
     "DEFAULT_SSH_PORT",

@@ -39,3 +39,8 @@ def import_paramiko() -> None:
                     del sys.modules["invoke"]
     if held and getattr(paramiko.config, "invoke", False) is None:
         paramiko.config.invoke = _InvokeOnDemand()  # type: ignore[attr-defined]
+
+
+import_paramiko()
+
+import paramiko as paramiko  # noqa: E402  the module, for `from _import import paramiko`

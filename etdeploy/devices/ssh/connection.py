@@ -22,23 +22,39 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import cast
 
-import paramiko
-
+# paramiko without invoke (_import.py)
+from etdeploy.devices.ssh._import import paramiko
+from etdeploy.devices.ssh.settings import (  # the settings, also importable from here
+    DEFAULT_SSH_PORT,
+    SSH_SETTING_TYPES,
+    HostKeyPolicy,
+    SshSettings,
+    SshTarget,
+    check_setting_types,
+)
 from etdeploy.errors import DeviceError, EtdeployError, TransportError, UsageError
 
-HostKeyPolicy = Literal["strict", "accept-new"]
+__all__ = [
+    "DEFAULT_SSH_PORT",
+    "SSH_SETTING_TYPES",
+    "HostKeyPolicy",
+    "KnownHostsPolicy",
+    "SshConnection",
+    "SshSettings",
+    "SshTarget",
+    "UnknownHostKey",
+    "check_setting_types",
+    "openssh_fingerprint",
+    "resolve_target",
+]
 
 # paramiko's transport thread logs a failed connection at ERROR with its traceback
 # (Transport.run, paramiko 5.1), which Python's last-resort handler prints to
 # stderr under etdeploy's one-line error; the error this module raises says it.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-DEFAULT_SSH_PORT = 22
 
 
 def _transport_preferring_aead(sock: object, **kwargs: object) -> paramiko.Transport:
@@ -81,115 +97,6 @@ def _channel_request(channel: paramiko.Channel, message: paramiko.Message) -> No
         return
     message.packet.seek(start)
     paramiko.Channel._handle_request(channel, message)  # type: ignore[attr-defined]
-
-
-@dataclass(frozen=True)
-class SshSettings:
-    """How to reach one SSH host. Unset fields fall back to ~/.ssh/config, then defaults."""
-
-    host: str
-    user: str | None = None
-    port: int | None = None
-    key_filename: str | None = None
-    # Default: UserKnownHostsFile from ssh_config, else ~/.ssh/known_hosts.
-    known_hosts: str | None = None
-    host_key_policy: HostKeyPolicy = "strict"
-    connect_timeout_s: float = 10.0
-    banner_timeout_s: float = 15.0
-    auth_timeout_s: float = 15.0
-    keepalive_s: float = 15.0
-    # Default: ~/etdeploy on the remote, or /tmp/etdeploy-$USER without a usable home.
-    workdir: str | None = None
-    # Default: ~/.ssh/config (absent is fine).
-    ssh_config: str | None = None
-    allow_agent: bool = True
-    # Longest silence tolerated on an SFTP request before the transfer is given up.
-    io_timeout_s: float = 60.0
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "ssh") -> SshSettings:
-        """Typed settings from an etdeploy.toml device table; a bad value names its key."""
-        unknown = sorted(set(values) - set(SSH_SETTING_TYPES))
-        if unknown:
-            raise UsageError(
-                f"{where}: unknown key {unknown[0]!r}",
-                f"ssh devices take: {', '.join(SSH_SETTING_TYPES)}",
-            )
-        if "host" not in values:
-            raise UsageError(f"{where}: host is required", 'add host = "my-mac.local"')
-        checked = check_setting_types(values, SSH_SETTING_TYPES, where)
-        policy = checked.get("host_key_policy", "strict")
-        if policy not in ("strict", "accept-new"):
-            raise UsageError(
-                f'{where}.host_key_policy: expected "strict" or "accept-new", got {policy!r}',
-                "strict checks known_hosts; accept-new records a new host's key",
-            )
-        return cls(**checked)
-
-
-# What each setting must be, as read from TOML (ints are accepted for seconds).
-SSH_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
-    "host": str,
-    "user": str,
-    "port": int,
-    "key_filename": str,
-    "known_hosts": str,
-    "host_key_policy": str,
-    "connect_timeout_s": (int, float),
-    "banner_timeout_s": (int, float),
-    "auth_timeout_s": (int, float),
-    "keepalive_s": (int, float),
-    "workdir": str,
-    "ssh_config": str,
-    "allow_agent": bool,
-    "io_timeout_s": (int, float),
-}
-
-
-def check_setting_types(
-    values: Mapping[str, Any], types: Mapping[str, type | tuple[type, ...]], where: str
-) -> dict[str, Any]:
-    """values with each one checked against types; an error names the key."""
-    checked: dict[str, Any] = {}
-    for key, value in values.items():
-        expected = types[key]
-        allowed = expected if isinstance(expected, tuple) else (expected,)
-        # bool is an int in Python, but `port = true` is a mistake, not port 1.
-        if isinstance(value, bool) and bool not in allowed:
-            ok = False
-        else:
-            ok = isinstance(value, allowed)
-        if not ok:
-            names = " or ".join(t.__name__ for t in allowed)
-            raise UsageError(
-                f"{where}.{key}: expected {names}, got {value!r}",
-                f"fix {key} in etdeploy.toml",
-            )
-        checked[key] = float(value) if float in allowed and not isinstance(value, bool) else value
-    return checked
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    """Settings resolved against ssh_config: what is actually dialled."""
-
-    alias: str
-    hostname: str
-    port: int
-    user: str
-    key_filenames: tuple[str, ...]
-    known_hosts: tuple[Path, ...]
-
-    @property
-    def host_key_name(self) -> str:
-        """The name OpenSSH files this host under in known_hosts."""
-        if self.port == DEFAULT_SSH_PORT:
-            return self.hostname
-        return f"[{self.hostname}]:{self.port}"
-
-    @property
-    def display(self) -> str:
-        return f"{self.user}@{self.hostname}:{self.port}"
 
 
 def _expand_local(path: str) -> str:
@@ -316,6 +223,8 @@ class SshConnection:
         self._sftp_lock = threading.Lock()
         #: How many times a connection was opened (a reconnect adds one).
         self.connects = 0
+        #: How many SFTP sessions were opened.
+        self.sftp_sessions = 0
 
     def alive(self) -> bool:
         client = self._client
@@ -323,6 +232,11 @@ class SshConnection:
             return False
         transport = client.get_transport()
         return transport is not None and transport.is_active()
+
+    def current_transport(self) -> paramiko.Transport | None:
+        """The open connection's transport, if there is one; never (re)connects."""
+        client = self._client
+        return client.get_transport() if client is not None else None
 
     def client(self) -> paramiko.SSHClient:
         """The live connection, opened (again) when there is none."""
@@ -466,6 +380,7 @@ class SshConnection:
                 return sftp
             client = self.client()
             try:
+                self.sftp_sessions += 1
                 sftp = client.open_sftp()
             except (paramiko.SSHException, EOFError, OSError) as exc:
                 with self._lock:

@@ -15,13 +15,11 @@ import posixpath
 import shlex
 from collections.abc import Sequence
 
-import paramiko
-
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.process import CWD_FAILED, env_exports
 from etdeploy.devices.records import StatFlavour, record_command
-from etdeploy.devices.ssh.connection import SshConnection, SshSettings, resolve_target
-from etdeploy.devices.ssh.wire import HostLink, server_refused
+from etdeploy.devices.ssh.link import SshLink, open_link
+from etdeploy.devices.ssh.settings import SshSettings, SshTarget
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,
@@ -48,21 +46,30 @@ class SshDevice(DeviceBase):
     ) -> None:
         super().__init__(name or settings.host, lock_timeout_s=lock_timeout_s)
         self.settings = settings
-        self.target = resolve_target(settings)
-        self._connection = SshConnection(settings, self.target, self.name)
-        self._link = HostLink(self._connection)
+        # persist_s > 0: through the host's keeper (keeper.py), else in this process.
+        self._link: SshLink = open_link(settings, self.name)
         self._facts: dict[str, str] | None = None
         self._workdir: str | None = None
 
     @property
+    def target(self) -> SshTarget:
+        """The settings resolved against ssh_config: what is dialled."""
+        return self._link.target
+
+    def counters(self) -> dict[str, int]:
+        """What the link opened: connects, helper_sessions, command_sessions,
+        sftp_sessions (a keeper's, with its pid, when one serves)."""
+        return self._link.counters()
+
+    @property
     def connects(self) -> int:
         """How many times a connection was opened (a reconnect adds one)."""
-        return self._connection.connects
+        return self.counters()["connects"]
 
     @property
     def helper_sessions(self) -> int:
         """How many sessions the helper scripts used (helper.py: one, unless one failed)."""
-        return self._link.helper.sessions
+        return self.counters()["helper_sessions"]
 
     def helper(self, script: str, what: str, *, deadline_s: float = 60) -> str:
         """Run a short POSIX sh script on the host in the helper shell; its stdout,
@@ -70,7 +77,7 @@ class SshDevice(DeviceBase):
         return self._link.checked(script, what, deadline_s=deadline_s)
 
     def close(self) -> None:
-        self._connection.close()
+        self._link.close()
 
     # -- identity ---------------------------------------------------------------
 
@@ -79,9 +86,9 @@ class SshDevice(DeviceBase):
         if self._facts is None:
             # Connected, the sessions a job uses next start while this one answers:
             # a command's (start_command_session) and the SFTP session.
-            self._connection.client()
+            self._link.connect()
             self._link.start_command_session()
-            self._connection.prefetch_sftp()
+            self._link.prefetch_sftp()
             # One uname for three facts: the symbols chosen are written in -a's order,
             # sysname release machine (POSIX.1-2017 uname, STDOUT; GNU and BSD alike,
             # read 2026-12-04), none of them with a space in it.
@@ -228,19 +235,7 @@ class SshDevice(DeviceBase):
         self._link.download(download)
 
     def exists(self, remote: str) -> bool:
-        path = self.resolve(remote)
-        sftp = self._connection.sftp()
-        try:
-            sftp.stat(path)
-        except FileNotFoundError:
-            return False
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            if not server_refused(exc):
-                raise self._connection.lost(exc, f"stat of {path}") from exc
-            raise DeviceError(
-                f"cannot stat {path} on {self.target.display}: {exc}", None, device=self.name
-            ) from exc
-        return True
+        return self._link.exists(self.resolve(remote))
 
     def makedirs(self, remote: str) -> None:
         path = self.resolve(remote)
@@ -261,7 +256,7 @@ class SshDevice(DeviceBase):
 
     def _run(self, command: Command) -> RunOutput:
         # What the command writes comes back by SFTP: its session opens meanwhile.
-        self._connection.prefetch_sftp()
+        self._link.prefetch_sftp()
         parts: list[str] = []
         if command.cwd is not None:
             parts.append(f"cd {shlex.quote(self.resolve(command.cwd))} || exit {CWD_FAILED};")

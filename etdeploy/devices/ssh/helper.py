@@ -23,23 +23,12 @@ import threading
 import time
 import uuid
 
-import paramiko
-
 from etdeploy.devices.process import BoundedOutput
+
+# paramiko without invoke (_import.py)
+from etdeploy.devices.ssh._import import paramiko
 from etdeploy.devices.ssh.connection import SshConnection
-
-
-class HelperResult:
-    """What a helper script did: its status (None: stopped at its deadline) and output."""
-
-    def __init__(self, exit_code: int | None, stdout: bytes, stderr: bytes) -> None:
-        self.exit_code = exit_code
-        self.stdout = stdout
-        self.stderr = stderr
-
-    @property
-    def timed_out(self) -> bool:
-        return self.exit_code is None
+from etdeploy.devices.ssh.results import HelperResult
 
 
 class HelperShell:

@@ -26,8 +26,6 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import paramiko
-
 from etdeploy.devices.process import (
     BoundedOutput,
     OutputPump,
@@ -35,8 +33,12 @@ from etdeploy.devices.process import (
     killed_if_interrupted,
     wait_until_ended,
 )
+
+# paramiko without invoke (_import.py)
+from etdeploy.devices.ssh._import import paramiko
 from etdeploy.devices.ssh.connection import SshConnection
-from etdeploy.devices.ssh.helper import HelperResult, HelperShell
+from etdeploy.devices.ssh.helper import HelperShell
+from etdeploy.devices.ssh.results import Cancelled, Completed, HelperResult, checked_output
 from etdeploy.devices.transfer import HASH_CHUNK, Download, Upload, copy_stream
 from etdeploy.errors import DeviceError, EtdeployError, TransportError
 
@@ -84,19 +86,6 @@ class _Started:
 
 def _new_token() -> str:
     return f"{_TOKEN_PREFIX}{uuid.uuid4().hex[:16]}"
-
-
-@dataclass
-class Completed:
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    elapsed_s: float
-    timed_out: bool
-    pid: int | None
-    pgid: int | None
-    # With timed_out: stopped for its silence (idle_timeout_s), not at its deadline.
-    idle: bool = False
 
 
 def token_kill(token: str, tool: str = "pkill -KILL") -> str:
@@ -172,6 +161,27 @@ class HostLink:
         self.helper = HelperShell(connection)
         self._started: _Started | None = None
         self._starting = threading.Lock()
+        #: How many command sessions were opened (started ahead or not).
+        self.command_sessions = 0
+
+    def connect(self) -> None:
+        """Open the connection now (a failure is the connect error)."""
+        self.connection.client()
+
+    def prefetch_sftp(self) -> None:
+        self.connection.prefetch_sftp()
+
+    def counters(self) -> dict[str, int]:
+        """What this link opened: connections, helper, command and SFTP sessions."""
+        return {
+            "connects": self.connection.connects,
+            "helper_sessions": self.helper.sessions,
+            "command_sessions": self.command_sessions,
+            "sftp_sessions": self.connection.sftp_sessions,
+        }
+
+    def close(self) -> None:
+        self.connection.close()
 
     def start_command_session(self) -> None:
         """Start the next command's session on a thread: its login shell starts now,
@@ -190,6 +200,7 @@ class HostLink:
                     channel = transport.open_session(
                         timeout=self.connection.settings.connect_timeout_s
                     )
+                    self.command_sessions += 1
                     channel.exec_command(f"/bin/sh -c {shlex.quote(_LAUNCHER)} {token}")
                     self._started = _Started(channel, transport, token)
 
@@ -214,6 +225,7 @@ class HostLink:
                 channel.close()
         token = _new_token()
         channel = transport.open_session(timeout=self.connection.settings.connect_timeout_s)
+        self.command_sessions += 1
         channel.exec_command(f"/bin/sh -c {shlex.quote(wrapped)} {token}")
         channel.shutdown_write()
         return channel, token
@@ -264,8 +276,11 @@ class HostLink:
         deadline_s: float,
         idle_timeout_s: float | None = None,
         kill_on_timeout: bool = True,
+        cancel: threading.Event | None = None,
     ) -> Completed:
-        """Run a POSIX sh script remotely; drain both streams; kill the group on timeout."""
+        """Run a POSIX sh script remotely; drain both streams; kill the group on timeout.
+        `cancel` set (by a keeper whose client went away) stops it as an interruption
+        does: the group is killed and Cancelled raised."""
         transport = self.connection.client().get_transport()
         clock = RunClock(deadline_s, idle_timeout_s)
         # The wrapper's $0 is its token: its command line (and its login shell's) carry
@@ -293,6 +308,8 @@ class HostLink:
             pump.start()
 
         def ended(timeout: float) -> bool:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("the command's caller went away")
             pumps[0].join(timeout=timeout)
             if not pumps[0].is_alive():
                 pumps[1].join(timeout=timeout)
@@ -317,6 +334,25 @@ class HostLink:
             for pump in pumps:
                 pump.join(timeout=5)
             channel.close()
+        return Completed(
+            exit_code=self._exit_code(channel, pumps, clock, timed_out),
+            stdout=stdout.data(),
+            stderr=stderr.data(),
+            elapsed_s=clock.elapsed_s,
+            timed_out=timed_out,
+            pid=header.pid,
+            pgid=header.pgid,
+            idle=timed_out and clock.idle,
+        )
+
+    def _exit_code(
+        self,
+        channel: paramiko.Channel,
+        pumps: list[OutputPump[bytes]],
+        clock: RunClock,
+        timed_out: bool,
+    ) -> int:
+        """The ended command's status (-1: none came); a lost connection raised."""
         exit_code = -1
         if not timed_out:
             if channel.status_event.wait(timeout=max(1.0, clock.deadline - time.monotonic())):
@@ -329,16 +365,7 @@ class HostLink:
             raise self.connection.lost(errors[0], "a command")
         if not self.connection.alive() and not timed_out and exit_code == -1:
             raise self.connection.lost(EOFError("channel closed without exit status"), "a command")
-        return Completed(
-            exit_code=exit_code,
-            stdout=stdout.data(),
-            stderr=stderr.data(),
-            elapsed_s=clock.elapsed_s,
-            timed_out=timed_out,
-            pid=header.pid,
-            pgid=header.pgid,
-            idle=timed_out and clock.idle,
-        )
+        return exit_code
 
     def helper_run(self, script: str, *, deadline_s: float) -> HelperResult:
         """Run a helper script in the helper shell (helper.py): no session of its own."""
@@ -347,18 +374,7 @@ class HostLink:
     def checked(self, script: str, what: str, *, deadline_s: float = 60) -> str:
         """Run a short helper script; its stdout, or a DeviceError."""
         done = self.helper_run(script, deadline_s=deadline_s)
-        if done.timed_out or done.exit_code != 0:
-            detail = done.stderr.decode(errors="replace").strip().splitlines()
-            reason = detail[-1] if detail else f"exit status {done.exit_code}"
-            if done.timed_out:
-                reason = f"no answer within {deadline_s:.0f} s"
-            raise DeviceError(
-                f"{what} failed on {self.target.display}: {reason}",
-                "check the remote account can do this by hand over ssh",
-                device=self.name,
-                command=script,
-            )
-        return done.stdout.decode(errors="replace")
+        return checked_output(done, script, what, deadline_s, self.target, self.name)
 
     # -- files ------------------------------------------------------------------
 
@@ -431,6 +447,21 @@ class HostLink:
         if self.connection.alive():
             with contextlib.suppress(Exception):
                 self.connection.sftp().remove(partial)
+
+    def exists(self, path: str) -> bool:
+        """Whether path exists on the host (SFTP stat)."""
+        sftp = self.connection.sftp()
+        try:
+            sftp.stat(path)
+        except FileNotFoundError:
+            return False
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            if not server_refused(exc):
+                raise self.connection.lost(exc, f"stat of {path}") from exc
+            raise DeviceError(
+                f"cannot stat {path} on {self.target.display}: {exc}", None, device=self.name
+            ) from exc
+        return True
 
     def download(self, download: Download) -> None:
         """Write the remote download.source to download.partial by SFTP."""
