@@ -35,9 +35,10 @@ from etdeploy.warm.client import IDLE_ENV, IDLE_S, identity, read_message, send_
 PRELOAD = (
     "etdeploy.cli", "etdeploy.cli.run", "etdeploy.pipeline.run", "etdeploy.pipeline.execute",
     "etdeploy.pipeline.verify", "etdeploy.pipeline.task", "etdeploy.pipeline.memory",
-    "etdeploy.bundle.load", "etdeploy.devices.local", "etdeploy.devices.adb", "etdeploy.devices.ssh",
-    "etdeploy.report.console", "etdeploy.runner_build.choice", "etdeploy.runner_build.build",
-    "etdeploy.accuracy", "etdeploy.dataset", "etdeploy.npz",
+    "etdeploy.bundle.load", "etdeploy.devices.local", "etdeploy.devices.adb",
+    "etdeploy.devices.ssh.device", "etdeploy.devices.ssh.keeper_client",
+    "etdeploy.devices.ssh.connection", "etdeploy.report.console", "etdeploy.runner_build.choice",
+    "etdeploy.runner_build.build", "etdeploy.accuracy", "etdeploy.dataset", "etdeploy.npz",
 )  # fmt: skip
 
 
