@@ -240,6 +240,8 @@ class ClientSession:
         self._send_lock = threading.Lock()
         self._cancel: threading.Event | None = None
         self._worker: threading.Thread | None = None
+        # Whether this client ran a command (its session is then used up).
+        self.executed = False
 
     def run(self) -> None:
         reader = LineReader(self.sock)
@@ -265,6 +267,8 @@ class ClientSession:
                 self._cancel.set()
             if self._worker is not None:
                 self._worker.join()
+            if self.executed and self.link.connection.alive():
+                self.link.start_command_session()  # the next command's, ahead
 
     def send(self, message: dict[str, Any]) -> None:
         with self._send_lock, contextlib.suppress(OSError):
@@ -325,8 +329,10 @@ class ClientSession:
                     cancel=cancel,
                 )
             finally:
-                if link.connection.alive():
-                    link.start_command_session()  # the next command's, ahead
+                # The next command's session is started ahead when this command is
+                # over (its client left, ClientSession.run): starting it now would
+                # make sshd fork a login shell while this command pulls its outputs.
+                self.executed = True
             return completed_to_wire(completed)
         if op == "upload":
             return self._upload(message, cancel)
