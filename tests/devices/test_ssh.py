@@ -19,6 +19,7 @@ from etdeploy.devices.lock import device_lock
 from etdeploy.devices.ssh import SshDevice, SshSettings, resolve_target
 from etdeploy.devices.transfer import temporary_name
 from etdeploy.errors import DeviceError, TransportError, UsageError
+from tests.support.device_config import ssh_settings
 from tests.support.processes import processes_naming
 from tests.support.sshd import (
     CuttingProxy,
@@ -43,20 +44,7 @@ def no_agent(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def settings_for(server: SshServer, tmp_path: Path, **overrides: object) -> SshSettings:
-    values: dict[str, object] = {
-        "host": server.host,
-        "port": server.port,
-        "user": server.user,
-        "key_filename": str(server.key_filename),
-        "known_hosts": str(server.known_hosts),
-        "ssh_config": str(tmp_path / "no-ssh-config"),
-        "workdir": str(tmp_path / "remote-work"),
-        "connect_timeout_s": 5.0,
-        "banner_timeout_s": 5.0,
-        "auth_timeout_s": 5.0,
-    }
-    values.update(overrides)
-    return SshSettings(**values)  # type: ignore[arg-type]
+    return ssh_settings(server, tmp_path, **overrides)
 
 
 @pytest.fixture

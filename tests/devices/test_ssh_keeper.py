@@ -27,7 +27,7 @@ from etdeploy.devices.ssh import SshDevice, SshSettings
 from etdeploy.devices.ssh.keeper_client import KeeperLink
 from etdeploy.devices.ssh.keeper_ipc import KeeperPaths, keeper_dir, keeper_key
 from etdeploy.errors import DeviceError, TransportError
-from tests.support.device_config import ssh_table, write_config
+from tests.support.device_config import ssh_settings, ssh_table, write_config
 from tests.support.processes import processes_naming
 from tests.support.sshd import CuttingProxy, SshServer, process_is_running, start_sshd
 
@@ -72,21 +72,8 @@ def wait_until(ready: Callable[[], bool], timeout_s: float) -> bool:
 
 
 def settings_for(server: SshServer, tmp_path: Path, **overrides: object) -> SshSettings:
-    values: dict[str, object] = {
-        "host": server.host,
-        "port": server.port,
-        "user": server.user,
-        "key_filename": str(server.key_filename),
-        "known_hosts": str(server.known_hosts),
-        "ssh_config": str(tmp_path / "no-ssh-config"),
-        "workdir": str(tmp_path / "remote-work"),
-        "connect_timeout_s": 5.0,
-        "banner_timeout_s": 5.0,
-        "auth_timeout_s": 5.0,
-        "persist_s": 30.0,
-    }
-    values.update(overrides)
-    return SshSettings(**values)  # type: ignore[arg-type]
+    """The test server's settings, with a keeper that outlives each command by 30 s."""
+    return ssh_settings(server, tmp_path, **{"persist_s": 30.0, **overrides})
 
 
 def paths_of(settings: SshSettings, name: str | None = None) -> KeeperPaths:

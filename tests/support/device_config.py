@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.support.sshd import SshServer
+
+if TYPE_CHECKING:
+    from etdeploy.devices.ssh import SshSettings
 
 
 def ssh_table(server: SshServer, tmp_path: Path, **overrides: object) -> dict[str, object]:
@@ -46,3 +50,18 @@ def write_config(
         lines += [f"{k} = {value(v)}" for k, v in table.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def ssh_settings(server: SshServer, tmp_path: Path, **overrides: object) -> SshSettings:
+    """SshSettings that reach `server` as ssh_table's table does (ssh-agent left to the
+    test), with connect, banner and auth timeouts short enough for a test."""
+    from etdeploy.devices.ssh import SshSettings
+
+    values = {k: v for k, v in ssh_table(server, tmp_path).items() if k not in _NOT_SETTINGS}
+    values.update(connect_timeout_s=5.0, banner_timeout_s=5.0, auth_timeout_s=5.0)
+    values.update(overrides)
+    return SshSettings(**values)  # type: ignore[arg-type]
+
+
+# ssh_table's keys that are the table's, not SshSettings' (or left to each test).
+_NOT_SETTINGS = ("transport", "allow_agent")

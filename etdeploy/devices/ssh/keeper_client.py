@@ -225,6 +225,16 @@ class KeeperLink:
                     break
                 if progress is not None:
                     progress(answer)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            channel.close()
+            # Not sent (EPIPE), or sent and never read: a Unix socket's reader gets
+            # ECONNRESET only when its peer closed with data unread (Linux
+            # net/unix/af_unix.c, unix_release_sock). A keeper that went away with the
+            # request unread did none of it: it goes to a keeper started anew.
+            fresh = self._channel() if answer is None else None
+            if fresh is None:
+                raise self._keeper_lost(what, exc) from exc
+            return self._request(fresh, request, what, progress)
         except (OSError, ValueError) as exc:
             channel.close()
             raise self._keeper_lost(what, exc) from exc
