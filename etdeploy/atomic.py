@@ -59,3 +59,26 @@ def atomic_copy_all(pairs: Sequence[tuple[Path, Path]]) -> None:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object stored at `path`; None when it is missing, unreadable, cut short,
+    not JSON or not an object (a cache entry to work out again)."""
+    import json
+
+    try:
+        document = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def keep_json(path: Path, document: dict[str, Any]) -> None:
+    """`document` written atomically as a cache entry: one that cannot be written (a
+    read-only or full disk, a value JSON cannot hold) costs the next run the work, never
+    this one's result."""
+    import contextlib
+    import json
+
+    with contextlib.suppress(OSError, TypeError, ValueError):
+        atomic_write(Path(path), json.dumps(document).encode("utf-8"))

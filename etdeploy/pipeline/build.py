@@ -23,8 +23,6 @@ flatbuffer only, never its constant segment.
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,21 +267,15 @@ def _names_from_model(model: str, use_cache: bool = True) -> dict[str, Any]:
     its example inputs' kinds, dtypes and shapes), kept per model fingerprint like its
     eager reference: a warm run of a --pte does not run the factory again (which imports
     torch and makes every weight)."""
-    import json
-
-    from etdeploy.atomic import write_json
+    from etdeploy.atomic import read_json_object, write_json
     from etdeploy.model.loader import load_model, parse_model_ref
     from etdeploy.paths import cache_dir
 
     ref = parse_model_ref(model)
     kept = cache_dir("references") / f"names-{ref.fingerprint()[:32]}.json"
-    if use_cache:
-        try:
-            found = json.loads(kept.read_text())
-            if isinstance(found, dict) and found.get("partial") is True and "examples" in found:
-                return found
-        except (OSError, ValueError):
-            pass  # not there yet, or damaged: ask the factory
+    found = read_json_object(kept) if use_cache else None  # None: not there yet, or damaged
+    if found is not None and found.get("partial") is True and "examples" in found:
+        return found
     spec = load_model(ref)
     names = {
         "methods": [{
@@ -461,15 +453,13 @@ def method_signatures(pte: Path, digest: str) -> list[dict[str, Any]]:
     reads a small JSON file instead of importing the .pte reader and its generated
     flatbuffer code (~0.01 s of every run). A cache entry that cannot be read is read
     from the program again."""
+    from etdeploy.atomic import keep_json, read_json_object
     from etdeploy.paths import cache_dir
 
     cached = cache_dir("signatures") / f"{digest}.json"
-    try:
-        document = json.loads(cached.read_bytes())
-        if document.get("schema") == SIGNATURES_SCHEMA and isinstance(document["methods"], list):
-            return list(document["methods"])
-    except (OSError, ValueError, KeyError, AttributeError):
-        pass
+    document = read_json_object(cached) or {}
+    if document.get("schema") == SIGNATURES_SCHEMA and isinstance(document.get("methods"), list):
+        return list(document["methods"])
     from etdeploy.pte.signatures import read_signatures
 
     try:
@@ -487,10 +477,7 @@ def method_signatures(pte: Path, digest: str) -> list[dict[str, Any]]:
             f"{pte} is not a usable .pte: {exc.message}",
             "give a program written by `etdeploy build` or executorch's to_executorch()",
         ) from exc
-    from etdeploy.atomic import atomic_write
-
-    with contextlib.suppress(OSError):  # a cache that cannot be written costs a read next time
-        atomic_write(cached, json.dumps({"schema": SIGNATURES_SCHEMA, "methods": methods}).encode())
+    keep_json(cached, {"schema": SIGNATURES_SCHEMA, "methods": methods})
     return methods
 
 

@@ -207,15 +207,14 @@ def size_verdict(program: Program, config: Config | None) -> SizeSummary:
     (known since build). The verdict itself is kept too, by everything it depends on
     (size_verdict_key): a warm run reads it without importing sizecheck or the .pte
     reader (~0.015 s of every run)."""
-    import json
-
+    from etdeploy.atomic import keep_json, read_json_object
     from etdeploy.paths import cache_dir
 
     cached = cache_dir("size-verdicts") / f"{size_verdict_key(program, config)}.json"
-    try:
-        return SizeSummary.from_json(json.loads(cached.read_bytes()))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # not there yet, or unreadable: worked out again below
+    kept = read_json_object(cached)
+    if kept is not None:
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # else worked out again
+            return SizeSummary.from_json(kept)
     from etdeploy.sizecheck import summary_for_result
 
     data = program.data
@@ -223,10 +222,7 @@ def size_verdict(program: Program, config: Config | None) -> SizeSummary:
         program.pte, config, sha256=program.sha256,
         data=data.path if data else None, data_sha256=data.sha256 if data else None,
     )  # fmt: skip
-    from etdeploy.atomic import atomic_write
-
-    with contextlib.suppress(OSError, TypeError, ValueError):  # costs the next run a check
-        atomic_write(cached, json.dumps(document).encode())
+    keep_json(cached, dict(document))
     return SizeSummary.from_json(document)
 
 

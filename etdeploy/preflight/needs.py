@@ -125,24 +125,22 @@ def _calls_of(pte: Path, sha256: str | None) -> _Calls:
     """The program's file identifier, schema version, each operator it calls (with the
     methods calling it and their kernel keys) and each backend it delegates to (with
     the methods that do): from the cache by `sha256`, else read from the program."""
-    import json
-
+    from etdeploy.atomic import keep_json, read_json_object
     from etdeploy.paths import cache_dir
 
     cached = cache_dir("program-needs") / f"{sha256}.json" if sha256 else None
-    if cached is not None:
+    doc = read_json_object(cached) if cached is not None else None
+    if doc is not None and doc.get("schema") == NEEDS_SCHEMA:
         try:
-            doc = json.loads(cached.read_bytes())
-            if doc["schema"] == NEEDS_SCHEMA:
-                operators = [(str(n), list(m), list(k)) for n, m, k in doc["operators"]]
-                return (
-                    doc["file_identifier"],
-                    int(doc["schema_version"]),
-                    operators,
-                    dict(doc["backends"]),
-                )
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # not kept yet, or unreadable: read from the program below
+            operators = [(str(n), list(m), list(k)) for n, m, k in doc["operators"]]
+            return (
+                doc["file_identifier"],
+                int(doc["schema_version"]),
+                operators,
+                dict(doc["backends"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            pass  # not what this etdeploy keeps: read from the program below
     from etdeploy.pte.calls import read_program_calls
 
     try:
@@ -164,14 +162,9 @@ def _calls_of(pte: Path, sha256: str | None) -> _Calls:
         {name: list(m) for name, m in delegating.items()},
     )
     if cached is not None:
-        import contextlib
-
-        from etdeploy.atomic import atomic_write
-
-        document = {"schema": NEEDS_SCHEMA, "file_identifier": found[0],
-                    "schema_version": found[1], "operators": found[2], "backends": found[3]}  # fmt: skip
-        with contextlib.suppress(OSError):  # costs the next run a read of the program
-            atomic_write(cached, json.dumps(document).encode())
+        keep_json(cached, {"schema": NEEDS_SCHEMA, "file_identifier": found[0],
+                           "schema_version": found[1], "operators": found[2],
+                           "backends": found[3]})  # fmt: skip
     return found
 
 

@@ -17,7 +17,6 @@ leaves an old entry or a whole new one, never half of one.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -27,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from etdeploy.atomic import atomic_write
+from etdeploy.atomic import keep_json, read_json_object
 from etdeploy.digests import RACY_MARGIN_NS, file_sha256, known_sha256, stat_identity
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
@@ -51,20 +50,6 @@ FORMAT = 1
 ESTIMATES = ("exact", "sample")  # what a user asks for: --estimate, [sizecheck] estimate
 
 __all__ = ["ESTIMATES", "RACY_MARGIN_NS", "known_sha256", "measure_file"]
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):  # missing, unreadable, truncated or not JSON
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    # A cache that cannot be written (read-only, full disk) costs speed, never the verdict.
-    with contextlib.suppress(OSError):
-        atomic_write(path, (json.dumps(doc, sort_keys=True) + "\n").encode("utf-8"))
 
 
 # --- measurements by content ------------------------------------------------------------
@@ -105,7 +90,7 @@ def _load_entry(
     key: dict[str, Any], raw_bytes: int, parts: int
 ) -> tuple[list[int], float, int] | None:
     """(deflated bytes per part, error bound, bytes deflated) of a sound entry, else None."""
-    doc = _read_json(_entry_path(key))
+    doc = read_json_object(_entry_path(key))
     if doc is None or doc.get("key") != key or doc.get("raw_bytes") != raw_bytes:
         return None
     sizes, bound, deflated = (
@@ -211,7 +196,7 @@ def measure_file(
                     "error_bound": measured.bound(level),
                     "deflated_bytes": measured.deflated_bytes or 0,
                 }
-                _write_json(_entry_path(entry_key), doc)
+                keep_json(_entry_path(entry_key), doc)
     return _assemble(lv, bounds, size, found, measured, chunk_bytes, mem_level)
 
 
