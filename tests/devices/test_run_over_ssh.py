@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from etdeploy.cli import app
 from etdeploy.devices.transfer import PARTIAL_MARKER
-from tests.support.device_config import ssh_table, write_config
+from tests.support.device_config import ssh_table, through_proxy, write_config
 from tests.support.memory import assert_account
 from tests.support.sshd import CuttingProxy, SshServer
 
@@ -66,9 +66,7 @@ def test_a_connection_cut_during_deploy_is_exit_3_and_the_next_run_succeeds(
 ) -> None:
     workdir = tmp_path / "remote-work"
     with CuttingProxy(sshd.port) as proxy:
-        known = tmp_path / "known_hosts_proxy"
-        known.write_text(sshd.known_hosts_line(port=proxy.port))
-        table = ssh_table(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        table = ssh_table(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
         config = write_config(tmp_path / "etdeploy.toml", {"mac": table})
         proxy.arm(after_bytes=3 * 1024 * 1024)  # part-way through the runner's libraries
         done = run(

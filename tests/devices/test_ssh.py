@@ -19,7 +19,7 @@ from etdeploy.devices.lock import device_lock
 from etdeploy.devices.ssh import SshDevice, SshSettings, resolve_target
 from etdeploy.devices.transfer import temporary_name
 from etdeploy.errors import DeviceError, TransportError, UsageError
-from tests.support.device_config import ssh_settings
+from tests.support.device_config import ssh_settings, through_proxy
 from tests.support.processes import processes_naming
 from tests.support.sshd import (
     CuttingProxy,
@@ -507,9 +507,7 @@ def test_a_connection_cut_during_push_is_retryable_and_leaves_no_file(
 ) -> None:
     local = random_file(tmp_path / "big.bin", 8 * 1024 * 1024)
     with CuttingProxy(sshd.port) as proxy:
-        known = tmp_path / "known_hosts_proxy"
-        known.write_text(sshd.known_hosts_line(port=proxy.port))
-        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        settings = settings_for(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
         with SshDevice(settings) as dev:
             dev.makedirs("job")
             proxy.arm(after_bytes=2 * 1024 * 1024)
@@ -537,9 +535,7 @@ def test_a_cut_anywhere_in_an_upload_is_a_lost_connection_never_a_write_refusal(
     # the server makes a failure "cannot write", so no cut can be taken for one.
     local = random_file(tmp_path / "lib.so", 4 * 1024 * 1024)
     with CuttingProxy(sshd.port) as proxy:
-        known = tmp_path / "known_hosts_proxy"
-        known.write_text(sshd.known_hosts_line(port=proxy.port))
-        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        settings = settings_for(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
         with SshDevice(settings) as dev:
             dev.makedirs("runners")
             proxy.arm(after_bytes=cut_after)
@@ -596,9 +592,7 @@ def test_a_connection_cut_during_pull_is_retryable_and_writes_nothing_locally(
     sshd: SshServer, tmp_path: Path
 ) -> None:
     with CuttingProxy(sshd.port) as proxy:
-        known = tmp_path / "known_hosts_proxy"
-        known.write_text(sshd.known_hosts_line(port=proxy.port))
-        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        settings = settings_for(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
         with SshDevice(settings) as dev:
             source = random_file(tmp_path / "source.bin", 16 * 1024 * 1024)
             dev.push(source, "job/out.bin")

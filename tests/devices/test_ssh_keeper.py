@@ -27,7 +27,7 @@ from etdeploy.devices.ssh import SshDevice, SshSettings
 from etdeploy.devices.ssh.keeper_client import KeeperLink
 from etdeploy.devices.ssh.keeper_ipc import KeeperPaths, keeper_dir, keeper_key
 from etdeploy.errors import DeviceError, TransportError
-from tests.support.device_config import ssh_settings, ssh_table, write_config
+from tests.support.device_config import ssh_settings, ssh_table, through_proxy, write_config
 from tests.support.processes import processes_naming
 from tests.support.sshd import CuttingProxy, SshServer, process_is_running, start_sshd
 
@@ -261,9 +261,7 @@ def test_a_connection_lost_mid_command_is_a_retryable_transport_error(
     sshd: SshServer, tmp_path: Path
 ) -> None:
     with CuttingProxy(sshd.port) as proxy:
-        known = tmp_path / "known_hosts_proxy"
-        known.write_text(sshd.known_hosts_line(port=proxy.port))
-        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        settings = settings_for(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
         with SshDevice(settings) as device:
             assert device.run(["true"], deadline_s=30).exit_code == 0
             pid = int(device.counters()["pid"])
@@ -372,9 +370,7 @@ def test_a_keeper_whose_link_hangs_is_replaced_by_the_next_command(
     sshd: SshServer, tmp_path: Path
 ) -> None:
     with CuttingProxy(sshd.port) as proxy:
-        known = tmp_path / "known_hosts_proxy"
-        known.write_text(sshd.known_hosts_line(port=proxy.port))
-        settings = settings_for(sshd, tmp_path, port=proxy.port, known_hosts=str(known))
+        settings = settings_for(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
         pid = int(command(settings)["pid"])
         time.sleep(1.2)  # past the time a connection that answered is trusted unasked
         proxy.stall(0)  # the link hangs without closing: nothing more gets through

@@ -34,7 +34,7 @@ import pytest
 
 from etdeploy.devices.transfer import PARTIAL_MARKER
 from tests.support.adb_server import AdbTestbed, adb_testbed
-from tests.support.device_config import ssh_table, write_config
+from tests.support.device_config import ssh_table, through_proxy, write_config
 from tests.support.processes import processes_naming
 from tests.support.sshd import CuttingProxy, SshServer, _children_of, start_sshd
 
@@ -136,11 +136,9 @@ def adb_target(bed: AdbTestbed, runner: Path, tmp_path: Path) -> Iterator[Target
 
 def ssh_target(bed: SshBed, tmp_path: Path) -> Iterator[Target]:
     server, proxy = bed.server, bed.proxy
-    known = tmp_path / "known_hosts_proxy"
-    known.write_text(server.known_hosts_line(port=proxy.port))
     workdir = bed.root / "remote-work"
     table = ssh_table(
-        server, tmp_path, port=proxy.port, known_hosts=str(known), workdir=str(workdir)
+        server, tmp_path, **through_proxy(server, proxy.port, tmp_path), workdir=str(workdir)
     )
     stopped: list[int] = []
 

@@ -52,6 +52,14 @@ def write_config(
     return path
 
 
+def through_proxy(server: SshServer, proxy_port: int, tmp_path: Path) -> dict[str, object]:
+    """The port and known_hosts keys that reach `server` through a proxy on `proxy_port`
+    (tests/support/sshd.py's CuttingProxy): ssh checks the host key under that port."""
+    known = tmp_path / "known_hosts_proxy"
+    known.write_text(server.known_hosts_line(port=proxy_port))
+    return {"port": proxy_port, "known_hosts": str(known)}
+
+
 def ssh_settings(server: SshServer, tmp_path: Path, **overrides: object) -> SshSettings:
     """SshSettings that reach `server` as ssh_table's table does (ssh-agent left to the
     test), with connect, banner and auth timeouts short enough for a test."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.device_config import write_config
+from tests.support.processes import live_processes, processes_naming
 
 pytestmark = pytest.mark.slow
 
@@ -80,37 +81,18 @@ class Warm:
     def stop(self) -> None:
         """Stop every server of this test's commands (found by their socket's folder:
         one started as the last command ended has not written its lock yet)."""
-        for pid in _processes(f"etdeploy.warm.server {self.runtime}"):
+        for pid in processes_naming("etdeploy.warm.server", str(self.runtime)):
             os.kill(pid, signal.SIGTERM)
 
 
 def _alive(pid: int) -> bool:
     """Running (a zombie nobody reaped yet has ended)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _processes(needle: str) -> list[int]:
-    """The processes whose command line holds `needle`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if needle in command and _alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+    return any(found == pid for found, _ in live_processes())
 
 
 def _runners(workdir: Path) -> list[int]:
     """Runner processes of this test's device (their command lines name its work dir)."""
-    return [pid for pid in _processes(str(workdir)) if pid in _processes("etdeploy_runner")]
+    return processes_naming("etdeploy_runner", str(workdir))
 
 
 @pytest.fixture
