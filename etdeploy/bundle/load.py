@@ -144,10 +144,9 @@ def _host_outputs(bundle: JobBundle, outputs: int) -> tuple[tuple[np.ndarray, ..
 def _table(
     bundle: JobBundle, relative: str, letter: str, samples: int, width: int | None
 ) -> tuple[tuple[np.ndarray, ...], ...]:
-    """A table's rows (etdeploy.bundle.tables); `width` arrays a row (None: as many
-    as the file holds). Read in one pass (etdeploy.npz)."""
-    from etdeploy.bundle.tables import table_rows
-    from etdeploy.npz import read_npz
+    """A table's rows (etdeploy.npz.table_rows); `width` arrays a row (None: as many
+    as the file holds). Read in one pass."""
+    from etdeploy.npz import read_npz, table_rows
 
     try:
         return table_rows(read_npz(bundle.file(relative)), letter, samples, width)

@@ -213,8 +213,8 @@ class _Writer:
         return self._listed(relative) if listed else relative
 
     def arrays(self, relative: str, table: Table, letter: str) -> str:
-        """A table as .npz (etdeploy.bundle.tables: stacked when its rows are alike)."""
-        from etdeploy.bundle.tables import table_arrays
+        """A table as .npz (etdeploy.npz.table_arrays: stacked when its rows are alike)."""
+        from etdeploy.npz import table_arrays
 
         target = self.root / relative
         target.parent.mkdir(parents=True, exist_ok=True)

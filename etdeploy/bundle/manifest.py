@@ -27,7 +27,7 @@ from etdeploy.errors import UsageError
 
 BUNDLE_FILE = "bundle.json"
 BUNDLE_SCHEMA = "etdeploy.job_bundle/2"
-# /1 kept every array a sample's own (s<S>_i<K>); /2 stacks a static model's (tables.py).
+# /1 kept every array a sample's own (s<S>_i<K>); /2 stacks a static model's (etdeploy.npz.table_arrays).
 READABLE_SCHEMAS = ("etdeploy.job_bundle/1", BUNDLE_SCHEMA)
 PROGRAM_DIR = "program"
 RUNNERS_DIR = "runners"

@@ -214,7 +214,7 @@ def _write_table(path: Path, record: Path, outputs: Table, hits: list[bool]) -> 
     from etdeploy.atomic import atomic_write
 
     buffer = io.BytesIO()
-    # Keys are count, example_hits, outputs, o<k> and s<i>_..., never savez's own
+    # Keys are count, example_hits, o<k> and s<i>_o<k>, never savez's own
     # allow_pickle, which is why numpy's stubs reject a ** of str keys here.
     np.savez(buffer, **_table_arrays(outputs, hits))  # type: ignore[arg-type]
     data = buffer.getvalue()
@@ -223,48 +223,24 @@ def _write_table(path: Path, record: Path, outputs: Table, hits: list[bool]) -> 
 
 
 def _table_arrays(outputs: Table, hits: list[bool]) -> dict[str, np.ndarray]:
-    """The arrays of a cached table. When every sample has the same outputs (in
-    number, dtype and shape: a static model), output k of every sample is one array
-    o<k> (a thousand samples read as a few members, not two thousand); otherwise each
-    sample's are s<i>_o<k>, with s<i>_n their number."""
-    arrays: dict[str, np.ndarray] = {
+    """A cached table's arrays: its rows as etdeploy.npz keeps a table (o<k> stacked when
+    every sample's outputs are alike, else s<i>_o<k>), their count and example hits."""
+    from etdeploy.npz import table_arrays
+
+    return {
         "count": np.array(len(outputs)),
         "example_hits": np.array(hits, dtype=bool),
+        **table_arrays(outputs, "o"),
     }
-    first = outputs[0] if outputs else []
-    uniform = all(
-        len(row) == len(first)
-        and all(a.dtype == b.dtype and a.shape == b.shape for a, b in zip(row, first, strict=True))
-        for row in outputs
-    )
-    if outputs and uniform:
-        arrays["outputs"] = np.array(len(first))
-        for k in range(len(first)):
-            arrays[f"o{k}"] = np.stack([row[k] for row in outputs])
-        return arrays
-    for s, row in enumerate(outputs):
-        arrays[f"s{s}_n"] = np.array(len(row))
-        for k, value in enumerate(row):
-            arrays[f"s{s}_o{k}"] = value
-    return arrays
 
 
 def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
-    from etdeploy.npz import read_npz  # one pass over a thousand samples' outputs
+    from etdeploy.npz import read_npz, table_rows  # one pass over a thousand samples
 
     archive = read_npz(path)
     count = int(archive["count"])
-    hits = [bool(x) for x in archive["example_hits"]]
-    if "outputs" in archive:  # stacked: one array an output (_table_arrays)
-        stacked = [archive[f"o{k}"] for k in range(int(archive["outputs"]))]
-        if any(len(a) != count for a in stacked):
-            raise ValueError(f"outputs of {len(stacked[0])} samples where {count} are counted")
-        # a[s, ...] is a view, an array even where a sample's output is a scalar.
-        return [[a[s, ...] for a in stacked] for s in range(count)], hits
-    outputs = [
-        [archive[f"s{s}_o{k}"] for k in range(int(archive[f"s{s}_n"]))] for s in range(count)
-    ]
-    return outputs, hits
+    rows = table_rows(archive, "o", count, None)
+    return [list(row) for row in rows], [bool(x) for x in archive["example_hits"]]
 
 
 def _run_quantized(program: Path, samples: Sequence[tuple[np.ndarray, ...]]) -> Table:
