@@ -8,11 +8,11 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 import zlib
 from pathlib import Path
-from typing import Any
+
+from etdeploy.ipc import LineReader, send
 
 # ETDEPLOY_WARM=0 (or off, false, no): never use or start a server.
 WARM_ENV = "ETDEPLOY_WARM"
@@ -27,7 +27,6 @@ WARM_COMMANDS = frozenset({"run"})
 _IMPORT_ENV_PREFIXES = ("PYTHON", "ETDEPLOY_", "OMP_", "OPENBLAS_", "MKL_", "LC_")
 _IMPORT_ENV_NAMES = frozenset({"LANG", "NO_COLOR", "FORCE_COLOR", "TERM", "COLORTERM", "HOME"})
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_HEADER = struct.Struct("!I")
 
 
 def wanted(argv: list[str]) -> bool:
@@ -83,35 +82,6 @@ def socket_path(key: str) -> Path:
     return socket_dir() / f"warm-{zlib.crc32(key.encode()):08x}.sock"
 
 
-def send_message(
-    sock: socket.socket, document: dict[str, Any], fds: list[int] | None = None
-) -> None:
-    data = json.dumps(document).encode()
-    payload = _HEADER.pack(len(data)) + data
-    if fds:
-        socket.send_fds(sock, [payload], fds)
-    else:
-        sock.sendall(payload)
-
-
-def read_message(sock: socket.socket, first: bytes = b"") -> dict[str, Any] | None:
-    """The next message (None when the other side closed first)."""
-    data = bytearray(first)
-    while len(data) < _HEADER.size:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return None
-        data += chunk
-    (size,) = _HEADER.unpack_from(data)
-    while len(data) < _HEADER.size + size:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return None
-        data += chunk
-    document = json.loads(bytes(data[_HEADER.size : _HEADER.size + size]))
-    return document if isinstance(document, dict) else None
-
-
 def run_warm(argv: list[str]) -> int | None:
     """Run the command in a warm server: its exit status, or None when there is no
     server to take it (or it refused), and nothing of the command has run."""
@@ -129,16 +99,17 @@ def run_warm(argv: list[str]) -> int | None:
             "umask": _umask(), "streams": streams,
         }  # fmt: skip
         try:
-            send_message(sock, request, [0, 1, 2])
-            started = read_message(sock)
-        except OSError:
+            send(sock, request, [0, 1, 2])
+            reader = LineReader(sock)
+            started = reader.read()
+        except (OSError, ValueError):
             return None
         if not started or not isinstance(started.get("pid"), int):
             return None  # refused: a stale or foreign server; the command runs here
-        return _wait(sock, int(started["pid"]))
+        return _wait(reader, int(started["pid"]))
 
 
-def _wait(sock: socket.socket, pid: int) -> int:
+def _wait(reader: LineReader, pid: int) -> int:
     """Pass the command's signals to the child running it until it ends; its status."""
 
     def forward(signum: int, _frame: object) -> None:
@@ -148,8 +119,8 @@ def _wait(sock: socket.socket, pid: int) -> int:
     for signum in _SIGNALS:
         signal.signal(signum, forward)
     try:
-        ended = read_message(sock)
-    except OSError:
+        ended = reader.read()
+    except (OSError, ValueError):
         ended = None
     if ended is None:
         print("error: the warm etdeploy ended without a status", file=sys.stderr)

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from etdeploy.warm.client import IDLE_ENV, IDLE_S, identity, read_message, send_message
+from etdeploy.ipc import LineReader, send
+from etdeploy.warm.client import IDLE_ENV, IDLE_S, identity
 
 # What a run imports on its way (its own command module first): imported once here.
 PRELOAD = (
@@ -90,10 +91,10 @@ class Server:
         try:
             # The header's first bytes come with the three descriptors.
             first, fds, _, _ = socket.recv_fds(connection, 65536, 3)
-            request = read_message(connection, first)
+            request = LineReader(connection, first).read()
             refusal = self._refusal(request, fds)
             if refusal is not None:
-                send_message(connection, {"refused": refusal})
+                send(connection, {"refused": refusal})
                 connection.close()
                 for fd in fds:
                     os.close(fd)
@@ -105,8 +106,8 @@ class Server:
             for fd in fds:
                 os.close(fd)
             self.children[pid] = connection
-            send_message(connection, {"pid": pid})
-        except OSError:
+            send(connection, {"pid": pid})
+        except (OSError, ValueError):  # gone, or not a command's message
             connection.close()
 
     def _refusal(self, request: dict[str, Any] | None, fds: list[int]) -> str | None:
@@ -167,7 +168,7 @@ class Server:
             else:
                 message = {"exit": os.waitstatus_to_exitcode(status)}
             with contextlib.suppress(OSError):
-                send_message(connection, message)
+                send(connection, message)
             connection.close()
 
     def _command_gone(self, connection: socket.socket) -> None:

@@ -38,17 +38,16 @@ from etdeploy.devices.lock import held_lock
 from etdeploy.devices.ssh.keeper_ipc import (
     PROTOCOL,
     KeeperPaths,
-    LineReader,
     completed_to_wire,
     error_to_wire,
     helper_to_wire,
-    send,
     target_to_wire,
 )
 from etdeploy.devices.ssh.results import Cancelled
 from etdeploy.devices.ssh.settings import SshSettings
 from etdeploy.devices.transfer import BackgroundDigest, Download, TransferProgress, Upload
 from etdeploy.errors import EtdeployError, TransportError, UsageError
+from etdeploy.ipc import LineReader, send
 
 if TYPE_CHECKING:
     from etdeploy.devices.ssh.wire import HostLink

@@ -37,13 +37,11 @@ from etdeploy.devices.lock import held_lock
 from etdeploy.devices.ssh.keeper_ipc import (
     PROTOCOL,
     KeeperPaths,
-    LineReader,
     completed_from_wire,
     error_from_wire,
     helper_from_wire,
     keeper_dir,
     keeper_key,
-    send,
     target_from_wire,
 )
 from etdeploy.devices.ssh.link import SshLink, direct_link
@@ -51,6 +49,7 @@ from etdeploy.devices.ssh.results import Completed, HelperResult, checked_output
 from etdeploy.devices.ssh.settings import SshSettings, SshTarget
 from etdeploy.devices.transfer import Download, TransferProgress, Upload
 from etdeploy.errors import EtdeployError, TransportError
+from etdeploy.ipc import LineReader, send
 
 # How long an interrupted request waits for the keeper's answer to its cancel: a
 # command's kill takes the wrapper's grace (2 s) and a session; a transfer stops at

@@ -24,7 +24,6 @@ import getpass
 import hashlib
 import json
 import os
-import socket
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -121,33 +120,6 @@ def keeper_key(settings: SshSettings, name: str) -> str:
 
 
 # -- messages -----------------------------------------------------------------------------
-
-
-def send(sock: socket.socket, message: dict[str, Any]) -> None:
-    sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-
-
-class LineReader:
-    """JSON messages off a socket, one per line; None at the end of the stream."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self._buffer = bytearray()
-
-    def read(self) -> dict[str, Any] | None:
-        while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
-                message = json.loads(line)
-                if not isinstance(message, dict):
-                    raise ValueError(f"not a keeper message: {line[:80]!r}")
-                return message
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                return None
-            self._buffer += chunk
 
 
 def error_to_wire(exc: EtdeployError) -> dict[str, Any]:
