@@ -21,7 +21,8 @@ from tests.support.planted import flip_one_int8_weight
 
 pytestmark = pytest.mark.slow
 
-LLAMA = Path(__file__).parent.parent / "data" / "models" / "llama_block.py"
+MODELS = Path(__file__).parent.parent / "data" / "models"
+LLAMA = MODELS / "llama_block.py"
 
 
 def run(tmp_path: Path, *args: str | Path) -> tuple[int, dict[str, Any], str]:
@@ -78,6 +79,19 @@ def test_a_llama_shaped_model_passes_int8_dynamic(llama_int8_dynamic: dict[str, 
     assert _device_stage(result)["passed"]
     quantization = result["verdict"]["budget"][0]
     assert quantization["stage"] == "quantization" and quantization["sqnr_db"] >= 30
+
+
+def test_a_stock_transformer_layer_with_a_dynamic_length_passes_int8_dynamic(
+    tmp_path: Path,
+) -> None:
+    # torch.nn.TransformerEncoderLayer over IMU windows of 12, 20 and 24 steps, exported
+    # for 4..32: one scale and zero point per step, whatever the length (before: 0.025
+    # of its range off).
+    model = MODELS / "gait_transformer.py"
+    code, result, _ = run(tmp_path, f"{model}:build", "--quantize", "int8-dynamic")
+    assert code == 0, result["verdict"]["reason"]
+    assert _device_stage(result)["passed"]
+    assert max(m["max_abs"] for m in _device_stage(result)["metrics"]) < 1e-5
 
 
 def test_a_flipped_weight_in_an_int8_dynamic_transformer_still_fails(
