@@ -85,7 +85,7 @@ __all__ = [
     "versions",
 ]  # fmt: skip
 
-BUILD_REVISION = 6
+BUILD_REVISION = 7
 
 
 def versions() -> dict[str, str]:

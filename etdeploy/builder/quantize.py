@@ -1,7 +1,9 @@
 """PT2E int8 quantization with the XNNPACK quantizer, per-channel weights.
 
 `int8` is static: activations are calibrated on real sample inputs. `int8-dynamic`
-quantizes weights statically and activations at run time (no calibration).
+quantizes weights statically and activations at run time (no calibration), each
+row of a linear's input on its own range, as XNNPACK computes it
+(per_token_dynamic_activations).
 """
 
 from __future__ import annotations
@@ -41,8 +43,90 @@ def quantize(exported: Any, mode: str, calibration: Sequence[tuple[Any, ...]]) -
                 "give calibration inputs with the shapes and dtypes of the example inputs",
             ) from exc
     converted = convert_pt2e(prepared)
+    if mode == "int8-dynamic":
+        per_token_dynamic_activations(converted)
     args = exported.example_inputs[0]
     return torch.export.export(converted, tuple(args), dynamic_shapes=_dynamic_shapes_of(exported))
+
+
+def per_token_dynamic_activations(converted: Any) -> int:
+    """Make each dynamically quantized input of a linear quantized per row (token), as
+    XNNPACK quantizes it on the device; returns how many inputs were rewritten.
+
+    The XNNPACK quantizer's dynamic config asks for per-tensor activations
+    (get_symmetric_quantization_config(is_dynamic=True): qscheme per_tensor_affine, so
+    convert_pt2e writes choose_qparams.tensor -> quantize_per_tensor.tensor ->
+    dequantize_per_tensor.tensor, one scale for the whole tensor). XNNPACK has no
+    per-tensor dynamic quantization: its delegate serialises such a tensor as
+    PerTokenDynamicQuant(num_nonbatch_dims=1) before a linear, one scale and zero point
+    per row of the last dim (executorch 1.5.1, backends/xnnpack/operators/node_visitor.py
+    and quant_params.py, _from_dynamic_input_node; read 2026-12-05). Left per-tensor,
+    the eager program quantizes every row on the widest row's range, coarser than the
+    device does, and a transformer (whose tokens' ranges differ many times over) departs
+    from it by a percent of its range. torch.ao's quantized_decomposed per-token ops
+    (choose_qparams_per_token_asymmetric, quantize_per_token, dequantize_per_token;
+    torch 2.13 torch/ao/quantization/fx/_decomposed.py, read 2026-12-05) compute
+    XNNPACK's per-row parameters (its asymmetric qd8 range, zero included) and XNNPACK
+    lowers them to the same per-token tensor, so the program lowered and the program
+    kept as the reference are one. An input feeding a convolution is left per-tensor:
+    XNNPACK quantizes it per batch element (num_nonbatch_dims=3), which is the
+    per-tensor range at batch 1.
+    """
+    import operator
+
+    import torch
+
+    ops = torch.ops.quantized_decomposed
+    graph = converted.graph
+    rewritten = 0
+    for quantize_node in list(graph.nodes):
+        if quantize_node.target != ops.quantize_per_tensor.tensor:
+            continue
+        source, scale, _zero_point = quantize_node.args[:3]
+        chooser: Any = getattr(scale, "args", (None,))[0]
+        if getattr(chooser, "target", None) != ops.choose_qparams.tensor:
+            continue  # a static grid (int8): not a dynamic activation
+        if not _feeds_a_linear(quantize_node):
+            continue
+        with graph.inserting_before(quantize_node):
+            chosen = graph.call_function(
+                ops.choose_qparams_per_token_asymmetric.default, (source, torch.int8)
+            )
+            scales = graph.call_function(operator.getitem, (chosen, 0))
+            zero_points = graph.call_function(operator.getitem, (chosen, 1))
+            grid = (scales, zero_points, -128, 127, torch.int8)
+            quantized = graph.call_function(ops.quantize_per_token.default, (source, *grid))
+            dequantized = graph.call_function(
+                ops.dequantize_per_token.default, (quantized, *grid, torch.float32)
+            )
+        for user in list(quantize_node.users):
+            user.replace_all_uses_with(dequantized)
+            graph.erase_node(user)
+        graph.erase_node(quantize_node)
+        if all(not picked.users for picked in chooser.users):
+            for picked in list(chooser.users):
+                graph.erase_node(picked)
+            graph.erase_node(chooser)
+        rewritten += 1
+    if rewritten:
+        graph.lint()
+        converted.recompile()
+    return rewritten
+
+
+def _feeds_a_linear(quantize_node: Any) -> bool:
+    # As XNNPACK decides between a linear's and a convolution's dynamic input
+    # (QuantParams._feeds_into_conv): the first of the two found below the node.
+    pending = list(quantize_node.users)
+    while pending:
+        user = pending.pop()
+        target = str(user.target)
+        if "linear" in target:
+            return True
+        if "conv" in target:
+            return False
+        pending.extend(user.users)
+    return False
 
 
 def _dynamic_shapes_of(exported: Any) -> Any:
