@@ -13,9 +13,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import etdeploy
 from etdeploy.builder.artifact import (
@@ -39,14 +40,13 @@ from etdeploy.builder.manifest import (
     BuildManifest,
     Calibration,
     DataFileRecord,
-    DelegationRecord,
     MethodRecord,
     ModelSource,
     Quantization,
     read_manifest,
     write_manifest,
 )
-from etdeploy.builder.manifest_records import JsonObject
+from etdeploy.builder.manifest_records import OutputQuantization, ValueRecord
 from etdeploy.builder.options import (
     EXTERNAL_WEIGHT_BACKENDS,
     BuildOptions,
@@ -366,8 +366,8 @@ def _build_uncached(
     if warning:
         warnings.append(warning)
     # The factory's own dynamic dims (ModelSpec.dynamic) are recorded like --dynamic's.
-    _name_method_values(lowered.methods, spec, quantization.output_steps)
-    manifest = _manifest(ref, fingerprint, options, spec, backend, lowered, quantization)
+    methods = _named_methods(lowered.methods, spec, quantization.output_steps)
+    manifest = _manifest(ref, fingerprint, options, spec, backend, lowered, quantization, methods)
     if lowered.data is None and options.external_weights:
         warnings.append("--external-weights: the model has no weights to write to a .ptd")
     manifest = replace(manifest, warnings=tuple(warnings))
@@ -406,22 +406,38 @@ def _quantize(
     return _Quantization(quantized, saved(quantized), output_quantization(quantized), record)
 
 
-def _name_method_values(
-    methods: list[dict[str, Any]], spec: ModelSpec, output_steps: list[QuantizationStep | None]
-) -> None:
-    """Each method's inputs and outputs get the model's names, inputs their dynamic
-    dims and outputs their quantization steps."""
+def _named_methods(
+    methods: Sequence[MethodRecord],
+    spec: ModelSpec,
+    output_steps: Sequence[QuantizationStep | None],
+) -> tuple[MethodRecord, ...]:
+    """Each method's inputs and outputs with the model's names (input_0, output_0, ...
+    as lowered where it gives none), inputs with their dynamic dims and outputs with
+    their quantization steps."""
     names = list(spec.input_names or [])
     out_names = spec.output_names or []
-    for method in methods:
-        for i, meta in enumerate(method["inputs"]):
-            meta["name"] = names[i] if i < len(names) else f"input_{i}"
-            dims = spec.dynamic.get(meta["name"], {})
-            meta["dynamic"] = {str(d): list(r) for d, r in dims.items()}
-        for i, meta in enumerate(method["outputs"]):
-            meta["name"] = out_names[i] if i < len(out_names) else f"output_{i}"
-            if i < len(output_steps) and output_steps[i] is not None:
-                meta["quantization"] = output_steps[i]
+
+    def named_input(i: int, value: ValueRecord) -> ValueRecord:
+        name = names[i] if i < len(names) else value.name
+        dims = spec.dynamic.get(name, {})
+        return replace(value, name=name, dynamic={str(d): (r[0], r[1]) for d, r in dims.items()})
+
+    def named_output(i: int, value: ValueRecord) -> ValueRecord:
+        step = output_steps[i] if i < len(output_steps) else None
+        return replace(
+            value,
+            name=out_names[i] if i < len(out_names) else value.name,
+            quantization=OutputQuantization(**step) if step is not None else None,
+        )
+
+    return tuple(
+        replace(
+            method,
+            inputs=tuple(named_input(i, v) for i, v in enumerate(method.inputs)),
+            outputs=tuple(named_output(i, v) for i, v in enumerate(method.outputs)),
+        )
+        for method in methods
+    )
 
 
 def _manifest(
@@ -432,6 +448,7 @@ def _manifest(
     backend: Backend,
     lowered: Lowered,
     quantization: _Quantization,
+    methods: tuple[MethodRecord, ...],
 ) -> BuildManifest:
     """The build's record (.pte.json), written beside the program."""
     calibration = quantization.calibration
@@ -452,8 +469,8 @@ def _manifest(
         dynamic={
             n: {str(d): (r[0], r[1]) for d, r in dims.items()} for n, dims in spec.dynamic.items()
         },
-        methods=tuple(MethodRecord.from_json(cast(JsonObject, m)) for m in lowered.methods),
-        delegation=DelegationRecord.from_json(lowered.delegation.to_json()),
+        methods=methods,
+        delegation=lowered.delegation.record(),
         samples=tuple(str(p) for p in spec.samples),
         labels=str(spec.labels) if spec.labels is not None else None,
         task=spec.task,

@@ -32,7 +32,7 @@ import warnings as warnings_module
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from etdeploy.builder import BuildOptions, cache_key, parse_dynamic, versions
 from etdeploy.builder.backends import Backend
@@ -40,9 +40,6 @@ from etdeploy.builder.calibration import calibration_batches, calibration_unchan
 from etdeploy.builder.manifest import manifest_path, write_json_atomic
 from etdeploy.builder.manifest_records import (
     Calibration,
-    DelegationRecord,
-    JsonObject,
-    MethodRecord,
     ModelSource,
     Quantization,
 )
@@ -248,19 +245,29 @@ def _build_uncached(
         program = exported
     reference = _saved(program)
     lowered = lower_tapped(program, backend, selection.views)
-    method = lowered.method
-    out_names = list(spec.output_names or [])
-    for i, value in enumerate(method["outputs"]):
-        value["name"] = out_names[i] if i < min(len(out_names), model_outputs) else f"output_{i}"
-    in_names = list(spec.input_names or [])
-    for i, value in enumerate(method["inputs"]):
-        value["name"] = in_names[i] if i < len(in_names) else f"input_{i}"
     taps = _tap_infos(
         specs, selection, lowered, steps=steps, inputs=inputs, source_files=ref.source_files,
         full_reducer=FULL_TENSOR.name,
     )  # fmt: skip
+    # The model's own values by the model's names (input_0, output_0, ... as lowered
+    # when it gives none), each tap's as tap:NODE.
+    in_names = list(spec.input_names or [])[: len(lowered.method.inputs)]
+    out_names = list(spec.output_names or [])[:model_outputs]
+    out_names += [f"output_{i}" for i in range(len(out_names), len(lowered.method.outputs))]
     for tap in taps:
-        method["outputs"][tap.output_index]["name"] = f"tap:{tap.node}"
+        out_names[tap.output_index] = f"tap:{tap.node}"
+    method = replace(
+        lowered.method,
+        inputs=tuple(
+            replace(value, name=name)
+            for value, name in zip(lowered.method.inputs, in_names, strict=False)
+        )
+        + lowered.method.inputs[len(in_names) :],
+        outputs=tuple(
+            replace(value, name=name)
+            for value, name in zip(lowered.method.outputs, out_names, strict=True)
+        ),
+    )
     manifest = TappedManifest(
         model=ModelSource(ref.text, ref.kind, spec.name, ref.fingerprint()),
         versions=versions(),
@@ -274,8 +281,8 @@ def _build_uncached(
         model_outputs=model_outputs,
         taps=tuple(taps),
         why_untapped=dict(selection.untapped),
-        methods=(MethodRecord.from_json(cast(JsonObject, method)),),
-        delegation=DelegationRecord.from_json(lowered.delegation),
+        methods=(method,),
+        delegation=lowered.delegation,
         reference=tapped_reference_path(Path(f"{ref.name}.tapped.pte")).name,
         size_bytes=len(lowered.program),
         sha256=hashlib.sha256(lowered.program).hexdigest(),
