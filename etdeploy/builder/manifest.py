@@ -189,9 +189,15 @@ class ModelNames:
     output_kinds: dict[str, str]
     examples: tuple[dict[str, Any], ...]
 
-    # What only a build knows.
-    executorch_version = None
-    planned_bytes = None
+    @property
+    def executorch_version(self) -> None:
+        """Unknown: only a build records it."""
+        return None
+
+    @property
+    def planned_bytes(self) -> None:
+        """Unknown: only a build's memory plan says it."""
+        return None
 
     @property
     def methods(self) -> tuple[MethodRecord, ...]:
