@@ -142,3 +142,26 @@ def test_a_program_record_is_a_build_manifest_or_a_models_names() -> None:
     assert names.planned_bytes is None and names.executorch_version is None
     with pytest.raises(ManifestError):
         program_record_from_json({"partial": True, "methods": "forward"})
+
+
+def test_a_tapped_twins_manifest_reads_and_writes_back_to_the_same_text() -> None:
+    from etdeploy.builder.tap_plan import TapPlan
+    from etdeploy.builder.tapped import build_tapped
+    from etdeploy.builder.tapped_manifest import TappedManifest
+
+    tapped = build_tapped("digits", BuildOptions(), TapPlan())
+    text = manifest_path(tapped.pte).read_text()
+    read = TappedManifest.from_json(json.loads(text))
+    assert read == tapped.manifest and dumps(read.to_json()) == text
+    assert len(read.taps) > 0 and read.model_outputs == 1
+    assert [v.name for v in read.methods[0].outputs][1:] == [f"tap:{t.node}" for t in read.taps]
+    # Described as a build is, for a run of it: the same program, nothing declared.
+    described = read.as_build_manifest()
+    assert (described.sha256, described.methods, described.samples) == (
+        read.sha256,
+        read.methods,
+        (),
+    )
+    damaged = dict(json.loads(text), untapped=["not-a-node"])
+    with pytest.raises(ManifestError, match="untapped"):
+        TappedManifest.from_json(damaged)
