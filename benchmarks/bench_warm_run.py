@@ -95,10 +95,11 @@ def _sample_of(model: str, folder: Path) -> str:
     from etdeploy.dataset import load_labelled
 
     manifest = build(model, BuildOptions()).manifest
-    first = Path(manifest["samples"][0])
+    first = Path(manifest.samples[0])
     if first.is_dir():
         return str(sorted(first.iterdir())[0])
-    sample = load_labelled([first], manifest["methods"][0]["inputs"], None).samples[0]
+    metas = [value.to_json() for value in manifest.methods[0].inputs]
+    sample = load_labelled([first], metas, None).samples[0]
     path = folder / f"{Path(model).stem.split(':')[0]}-sample.npy"
     np.save(path, sample.arrays[0])
     return str(path)

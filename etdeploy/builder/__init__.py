@@ -13,7 +13,8 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,18 @@ from etdeploy.builder.calibration import (
     example_metas,
     no_calibration_error,
 )
-from etdeploy.builder.manifest import SCHEMA, manifest_path, read_manifest, write_json_atomic
+from etdeploy.builder.manifest import (
+    SCHEMA,
+    BuildManifest,
+    Calibration,
+    DataFileRecord,
+    MethodRecord,
+    ModelSource,
+    Quantization,
+    read_manifest,
+    write_manifest,
+)
+from etdeploy.builder.manifest_records import OutputQuantization, ValueRecord
 from etdeploy.builder.options import (
     EXTERNAL_WEIGHT_BACKENDS,
     BuildOptions,
@@ -185,7 +197,7 @@ def build(
             cached = None  # calibrated on sample files that have changed since: rebuild
         if cached is not None:
             return BuildResult(
-                pte, cached, True, time.perf_counter() - started, list(cached.get("warnings", []))
+                pte, cached, True, time.perf_counter() - started, list(cached.warnings)
             )
         # torch and executorch log and warn on every export; users see our
         # warnings (low delegation, noise calibration), and theirs with --verbose.
@@ -197,22 +209,25 @@ def build(
 
         with captured_library_output() as captured:
             built = _build_uncached(ref, fingerprint, options, backend, dynamic, say, check_inputs)
-        manifest = built.manifest
-        manifest["cache_key"] = key
         # What the entry's other files hold, so a cache hit can check them too.
-        if built.etrecord is not None:
-            manifest["etrecord_sha256"] = hashlib.sha256(built.etrecord).hexdigest()
-        if built.quantized is not None:
-            manifest["quantization"]["reference_sha256"] = hashlib.sha256(
-                built.quantized
-            ).hexdigest()
+        manifest = replace(
+            built.manifest,
+            cache_key=key,
+            etrecord_sha256=hashlib.sha256(built.etrecord).hexdigest()
+            if built.etrecord is not None
+            else None,
+        )
+        if built.quantized is not None and manifest.quantization is not None:
+            quantized_sha256 = hashlib.sha256(built.quantized).hexdigest()
+            quantization = replace(manifest.quantization, reference_sha256=quantized_sha256)
+            manifest = replace(manifest, quantization=quantization)
         say("saving the program to the build cache")
-        _store(entry, pte, built)
+        _store(entry, pte, replace(built, manifest=manifest))
     seconds = time.perf_counter() - started
     return BuildResult(pte, manifest, False, seconds, [*damage, *built.warnings], captured.text)
 
 
-def _verified_entry(entry: Path, pte: Path, ref: ModelRef) -> dict[str, Any] | None:
+def _verified_entry(entry: Path, pte: Path, ref: ModelRef) -> BuildManifest | None:
     """The manifest of the cache entry for `pte` when every file of it holds the bytes
     the manifest records (etdeploy.quarantine); None when there is no entry, and
     after moving a damaged one aside."""
@@ -226,16 +241,15 @@ def _verified_entry(entry: Path, pte: Path, ref: ModelRef) -> dict[str, Any] | N
     manifest = read_manifest(pte) if os.path.lexists(pte) else None
     if manifest is None:
         return None  # unfinished or unreadable: a build writes the entry anew
-    checks: list[tuple[Path, str | None]] = [(pte, manifest.get("sha256"))]
-    data = data_file_of(pte, manifest)
-    if data is not None:
-        checks.append((data, manifest["data"].get("sha256")))
-    if manifest.get("etrecord"):
-        checks.append((entry / manifest["etrecord"], manifest.get("etrecord_sha256")))
-    quantization = manifest.get("quantization") or {}
-    if quantization.get("reference"):
+    checks: list[tuple[Path, str | None]] = [(pte, manifest.sha256)]
+    if manifest.data is not None:
+        checks.append((data_path(pte), manifest.data.sha256))
+    if manifest.etrecord:
+        checks.append((entry / manifest.etrecord, manifest.etrecord_sha256))
+    quantization = manifest.quantization
+    if quantization is not None and quantization.reference:
         reference = quantized_program_path(pte)
-        checks.append((reference, quantization.get("reference_sha256")))
+        checks.append((reference, quantization.reference_sha256))
     for path, digest in checks:
         damage = file_damage(path, digest)
         if damage is not None:
@@ -273,13 +287,13 @@ def _store(entry: Path, pte: Path, built: _Built) -> None:
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
         (tmp / pte.name).write_bytes(built.program)
-        if built.external is not None:
-            (tmp / manifest["data"]["name"]).write_bytes(built.external)
-        if built.etrecord is not None:
-            (tmp / manifest["etrecord"]).write_bytes(built.etrecord)
+        if built.external is not None and manifest.data is not None:
+            (tmp / manifest.data.name).write_bytes(built.external)
+        if built.etrecord is not None and manifest.etrecord is not None:
+            (tmp / manifest.etrecord).write_bytes(built.etrecord)
         if built.quantized is not None:
             quantized_program_path(tmp / pte.name).write_bytes(built.quantized)
-        write_json_atomic(manifest_path(tmp / pte.name), manifest)
+        write_manifest(tmp / pte.name, manifest)
         if entry.is_symlink():
             entry.unlink()
         elif entry.exists():
@@ -301,7 +315,7 @@ def _store(entry: Path, pte: Path, built: _Built) -> None:
 class _Built:
     """An uncached build's files and what it says of them."""
 
-    manifest: dict[str, Any]
+    manifest: BuildManifest
     program: bytes
     etrecord: bytes | None
     # For a quantized build, the converted ExportedProgram (torch.export.save bytes).
@@ -352,11 +366,11 @@ def _build_uncached(
     if warning:
         warnings.append(warning)
     # The factory's own dynamic dims (ModelSpec.dynamic) are recorded like --dynamic's.
-    _name_method_values(lowered.methods, spec, quantization.output_steps)
-    manifest = _manifest(ref, fingerprint, options, spec, backend, lowered, quantization)
-    manifest["warnings"] = warnings
+    methods = _named_methods(lowered.methods, spec, quantization.output_steps)
+    manifest = _manifest(ref, fingerprint, options, spec, backend, lowered, quantization, methods)
     if lowered.data is None and options.external_weights:
         warnings.append("--external-weights: the model has no weights to write to a .ptd")
+    manifest = replace(manifest, warnings=tuple(warnings))
     return _Built(
         manifest, lowered.buffer, lowered.etrecord, quantization.saved, warnings, lowered.data
     )
@@ -392,22 +406,38 @@ def _quantize(
     return _Quantization(quantized, saved(quantized), output_quantization(quantized), record)
 
 
-def _name_method_values(
-    methods: list[dict[str, Any]], spec: ModelSpec, output_steps: list[QuantizationStep | None]
-) -> None:
-    """Each method's inputs and outputs get the model's names, inputs their dynamic
-    dims and outputs their quantization steps."""
+def _named_methods(
+    methods: Sequence[MethodRecord],
+    spec: ModelSpec,
+    output_steps: Sequence[QuantizationStep | None],
+) -> tuple[MethodRecord, ...]:
+    """Each method's inputs and outputs with the model's names (input_0, output_0, ...
+    as lowered where it gives none), inputs with their dynamic dims and outputs with
+    their quantization steps."""
     names = list(spec.input_names or [])
     out_names = spec.output_names or []
-    for method in methods:
-        for i, meta in enumerate(method["inputs"]):
-            meta["name"] = names[i] if i < len(names) else f"input_{i}"
-            dims = spec.dynamic.get(meta["name"], {})
-            meta["dynamic"] = {str(d): list(r) for d, r in dims.items()}
-        for i, meta in enumerate(method["outputs"]):
-            meta["name"] = out_names[i] if i < len(out_names) else f"output_{i}"
-            if i < len(output_steps) and output_steps[i] is not None:
-                meta["quantization"] = output_steps[i]
+
+    def named_input(i: int, value: ValueRecord) -> ValueRecord:
+        name = names[i] if i < len(names) else value.name
+        dims = spec.dynamic.get(name, {})
+        return replace(value, name=name, dynamic={str(d): (r[0], r[1]) for d, r in dims.items()})
+
+    def named_output(i: int, value: ValueRecord) -> ValueRecord:
+        step = output_steps[i] if i < len(output_steps) else None
+        return replace(
+            value,
+            name=out_names[i] if i < len(out_names) else value.name,
+            quantization=OutputQuantization(**step) if step is not None else None,
+        )
+
+    return tuple(
+        replace(
+            method,
+            inputs=tuple(named_input(i, v) for i, v in enumerate(method.inputs)),
+            outputs=tuple(named_output(i, v) for i, v in enumerate(method.outputs)),
+        )
+        for method in methods
+    )
 
 
 def _manifest(
@@ -418,52 +448,43 @@ def _manifest(
     backend: Backend,
     lowered: Lowered,
     quantization: _Quantization,
-) -> dict[str, Any]:
+    methods: tuple[MethodRecord, ...],
+) -> BuildManifest:
     """The build's record (.pte.json), written beside the program."""
-    manifest: dict[str, Any] = {
-        "schema": SCHEMA,
-        "model": {
-            "ref": ref.text,
-            "kind": ref.kind,
-            "name": spec.name,
-            "fingerprint": fingerprint,
-            # File by file, so a --pte refused as stale can say which file changed.
-            "files": ref.fingerprint_files(),
-        },
-        "versions": versions(),
-        "backend": backend.name,
-        "delegates": lowered.delegates,
-        "quantization": {
-            "mode": options.quantize,
-            "calibration": quantization.calibration,
-            "reference": quantized_program_path(Path(f"{ref.name}.pte")).name,
-        }
+    calibration = quantization.calibration
+    return BuildManifest(
+        # File by file, so a --pte refused as stale can say which file changed.
+        model=ModelSource(ref.text, ref.kind, spec.name, fingerprint, ref.fingerprint_files()),
+        versions=versions(),
+        backend=backend.name,
+        delegates=tuple(lowered.delegates),
+        quantization=Quantization(
+            options.quantize,
+            Calibration.from_json(calibration) if calibration is not None else None,
+            quantized_program_path(Path(f"{ref.name}.pte")).name,
+        )
         if options.quantize
         else None,
-        # Declared by the factory (ModelSpec.output_kinds): how each output is judged.
-        "output_kinds": dict(spec.output_kinds),
-        "dynamic": {
-            n: {str(d): list(r) for d, r in dims.items()} for n, dims in spec.dynamic.items()
+        output_kinds=dict(spec.output_kinds),
+        dynamic={
+            n: {str(d): (r[0], r[1]) for d, r in dims.items()} for n, dims in spec.dynamic.items()
         },
-        "methods": lowered.methods,
-        "delegation": lowered.delegation.to_json(),
-        "samples": [str(p) for p in spec.samples],
-        # The samples' answers and what they score (etdeploy.accuracy), when declared.
-        "labels": str(spec.labels) if spec.labels is not None else None,
-        "task": spec.task,
-        "label_names": list(spec.label_names),
-        "size_bytes": len(lowered.buffer),
-        "sha256": hashlib.sha256(lowered.buffer).hexdigest(),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "warnings": [],
-    }
-    if lowered.data is not None:
+        methods=methods,
+        delegation=lowered.delegation.record(),
+        samples=tuple(str(p) for p in spec.samples),
+        labels=str(spec.labels) if spec.labels is not None else None,
+        task=spec.task,
+        label_names=tuple(spec.label_names),
+        size_bytes=len(lowered.buffer),
+        sha256=hashlib.sha256(lowered.buffer).hexdigest(),
+        built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         # The weights, written beside the .pte: what a run pushes and passes as --data_path.
-        manifest["data"] = {
-            "name": data_path(Path(f"{ref.name}.pte")).name,
-            "size_bytes": len(lowered.data),
-            "sha256": hashlib.sha256(lowered.data).hexdigest(),
-        }
-    if lowered.etrecord is not None:
-        manifest["etrecord"] = f"{ref.name}.etrecord"
-    return manifest
+        data=DataFileRecord(
+            data_path(Path(f"{ref.name}.pte")).name,
+            len(lowered.data),
+            hashlib.sha256(lowered.data).hexdigest(),
+        )
+        if lowered.data is not None
+        else None,
+        etrecord=f"{ref.name}.etrecord" if lowered.etrecord is not None else None,
+    )

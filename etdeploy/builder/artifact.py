@@ -58,7 +58,7 @@ def export_artifact(
         raise UsageError(
             f"cannot write {output}: it is a folder", "give -o a file name ending in .pte"
         )
-    new_sha = result.manifest["sha256"]
+    new_sha = result.manifest.sha256
     existing = _sha256_of(output) if output.exists() else None
     if existing is not None and existing != new_sha and not force:
         raise _clobber_error(output)
@@ -66,9 +66,9 @@ def export_artifact(
     if quantized_program_path(result.pte).is_file():
         # A run of the copy is judged against it like a run of the cached build.
         copies.append((quantized_program_path(result.pte), quantized_program_path(output)))
-    if etrecord and result.manifest.get("etrecord"):
+    if etrecord and result.manifest.etrecord:
         # Named after the .pte it describes, so profiling finds it beside the copy.
-        copies.append((result.pte.parent / result.manifest["etrecord"], etrecord_path(output)))
+        copies.append((result.pte.parent / result.manifest.etrecord, etrecord_path(output)))
     if result.data is not None:
         # The weights (--external-weights): model.ptd beside model.pte, as the copy's
         # manifest names it.
@@ -106,7 +106,7 @@ def check_output_free(output: Path, cache_key: str, *, cached: bool, force: bool
         recorded = read_manifest(output)
     except (OSError, ValueError):
         recorded = None
-    if recorded is not None and recorded.get("cache_key") == cache_key:
+    if recorded is not None and recorded.cache_key == cache_key:
         return
     raise _clobber_error(output)
 
@@ -171,5 +171,5 @@ def _describe_existing(path: Path) -> str:
         manifest = None
     if manifest is None:
         return "not built by etdeploy, or its manifest is gone"
-    quant = (manifest.get("quantization") or {}).get("mode")
-    return f"{manifest.get('backend', '?')}{' ' + quant if quant else ''}, built {manifest.get('built_at', '?')}"
+    quant = manifest.quantization.mode if manifest.quantization else None
+    return f"{manifest.backend}{' ' + quant if quant else ''}, built {manifest.built_at}"

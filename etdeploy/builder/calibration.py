@@ -6,11 +6,17 @@ the warning a verdict carries when the ranges are not from real data."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
+from etdeploy.builder.manifest import BuildManifest
+from etdeploy.builder.manifest_records import Calibration, JsonObject, ManifestError
 from etdeploy.builder.options import BuildOptions
 from etdeploy.errors import EtdeployError, InputError
 from etdeploy.model.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from etdeploy.builder.tapped_manifest import TappedManifest
 
 
 def calibration_digest(paths: tuple[str, ...]) -> str:
@@ -38,12 +44,28 @@ def calibration_warning(record: dict[str, Any] | None) -> str | None:
     return None
 
 
-def calibration_unchanged(manifest: dict[str, Any]) -> bool:
-    calibration = (manifest.get("quantization") or {}).get("calibration") or {}
-    if "digest" not in calibration:
+def calibration_unchanged(manifest: BuildManifest | TappedManifest) -> bool:
+    """False when the sample files a build was calibrated on have changed since, or gone."""
+    quantization = manifest.quantization
+    return calibration_current(quantization.calibration if quantization is not None else None)
+
+
+def recorded_calibration_unchanged(record: Mapping[str, object]) -> bool:
+    """calibration_unchanged for a record that keeps its calibration as a manifest
+    does (under "calibration"); one that cannot be read counts as changed."""
+    found = record.get("calibration")
+    try:
+        calibration = Calibration.from_json(cast(JsonObject, found)) if found else None
+    except ManifestError:
+        return False
+    return calibration_current(calibration)
+
+
+def calibration_current(calibration: Calibration | None) -> bool:
+    if calibration is None or calibration.digest is None:
         return True
     try:
-        return bool(calibration_digest(tuple(calibration["sources"])) == calibration["digest"])
+        return calibration_digest(calibration.sources or ()) == calibration.digest
     except EtdeployError:  # a source that is gone now
         return False
 

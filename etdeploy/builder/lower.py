@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from etdeploy.builder.backends import Backend
+from etdeploy.builder.manifest_records import DelegationRecord, MethodRecord, OpCounts, ValueRecord
 from etdeploy.errors import ModelError
 
 # Below this share of the graph a backend is mostly transfers around CPU ops.
@@ -46,27 +47,25 @@ class Delegation:
             "with extra transfer overhead"
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "delegated_nodes": self.delegated_total,
-            "non_delegated_nodes": self.not_delegated_total,
-            "delegated_subgraphs": self.subgraphs,
-            "share": round(self.share, 4),
-            "by_op": {
-                op: {
-                    "delegated": self.delegated.get(op, 0),
-                    "non_delegated": self.not_delegated.get(op, 0),
-                }
+    def record(self) -> DelegationRecord:
+        """As the manifest records it."""
+        return DelegationRecord(
+            delegated_nodes=self.delegated_total,
+            non_delegated_nodes=self.not_delegated_total,
+            delegated_subgraphs=self.subgraphs,
+            share=round(self.share, 4),
+            by_op={
+                op: OpCounts(self.delegated.get(op, 0), self.not_delegated.get(op, 0))
                 for op in sorted(set(self.delegated) | set(self.not_delegated))
             },
-        }
+        )
 
 
 @dataclass
 class Lowered:
     buffer: bytes
     delegation: Delegation
-    methods: list[dict[str, Any]]
+    methods: tuple[MethodRecord, ...]
     delegates: list[str]
     # ExecuTorch's ETRecord of this lowering: what lets the Inspector map a
     # runner's ETDump events back to operators and source (`run --profile`).
@@ -146,7 +145,7 @@ def lower(
             log=str(exc),
         ) from exc
     plan = program.executorch_program.execution_plan
-    methods = [_method_info(p) for p in plan]
+    methods = tuple(_method_info(p) for p in plan)
     delegates = sorted({d.id for p in plan for d in p.delegates})
     return Lowered(buffer, delegation, methods, delegates, _etrecord_bytes(program), data)
 
@@ -212,28 +211,31 @@ def _etrecord_bytes(program: Any) -> bytes | None:
     return record.getvalue()
 
 
-def _method_info(plan: Any) -> dict[str, Any]:
+def _method_info(plan: Any) -> MethodRecord:
+    """The method's values (named input_0, output_0, ... until the model names them)
+    and its memory plan."""
     from executorch.exir.schema import Tensor
 
-    def describe(index: int) -> dict[str, Any]:
+    def describe(index: int, name: str) -> ValueRecord:
         value = plan.values[index].val
         if isinstance(value, Tensor):
-            return {
-                "kind": "tensor",
-                "dtype": _scalar_name(value.scalar_type),
-                "shape": list(value.sizes),
-                "dim_order": list(value.dim_order),
-            }
-        return {"kind": type(value).__name__.lower()}
+            return ValueRecord(
+                "tensor",
+                name,
+                dtype=_scalar_name(value.scalar_type),
+                shape=tuple(value.sizes),
+                dim_order=tuple(value.dim_order),
+            )
+        return ValueRecord(type(value).__name__.lower(), name)
 
-    return {
-        "name": plan.name,
-        "inputs": [describe(i) for i in plan.inputs],
-        "outputs": [describe(i) for i in plan.outputs],
+    return MethodRecord(
+        plan.name,
+        tuple(describe(index, f"input_{i}") for i, index in enumerate(plan.inputs)),
+        tuple(describe(index, f"output_{i}") for i, index in enumerate(plan.outputs)),
         # Buffer 0 is reserved by the memory planner; the rest is the arena a device provides.
-        "planned_buffers": list(plan.non_const_buffer_sizes),
-        "planned_bytes": int(sum(plan.non_const_buffer_sizes)),
-    }
+        planned_buffers=tuple(plan.non_const_buffer_sizes),
+        planned_bytes=int(sum(plan.non_const_buffer_sizes)),
+    )
 
 
 _SCALAR_NAMES = {

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from etdeploy.builder.manifest import manifest_path
+from etdeploy.builder.manifest import BuildManifest, manifest_path
 
 # Hears each stage of an uncached build as it starts.
 StatusCallback = Callable[[str], None]
@@ -51,7 +51,7 @@ class BuildOptions:
 @dataclass
 class BuildResult:
     pte: Path
-    manifest: dict[str, Any]
+    manifest: BuildManifest
     cached: bool
     seconds: float
     warnings: list[str] = field(default_factory=list)
@@ -84,11 +84,11 @@ def data_path(pte: Path) -> Path:
     return pte.with_suffix(".ptd")
 
 
-def data_file_of(pte: Path, manifest: dict[str, Any] | None) -> Path | None:
+def data_file_of(pte: Path, manifest: BuildManifest | None) -> Path | None:
     """The external data of `pte` when its manifest records one: beside it under the
     .pte's own stem (a copy renamed with -o keeps the pair's names together); None when
     the .pte holds its weights."""
-    return data_path(pte) if isinstance((manifest or {}).get("data"), dict) else None
+    return data_path(pte) if manifest is not None and manifest.data is not None else None
 
 
 def etrecord_path(pte: Path) -> Path:

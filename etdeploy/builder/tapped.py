@@ -30,7 +30,7 @@ import tempfile
 import time
 import warnings as warnings_module
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,11 @@ from etdeploy.builder import BuildOptions, cache_key, parse_dynamic, versions
 from etdeploy.builder.backends import Backend
 from etdeploy.builder.calibration import calibration_batches, calibration_unchanged
 from etdeploy.builder.manifest import manifest_path, write_json_atomic
+from etdeploy.builder.manifest_records import (
+    Calibration,
+    ModelSource,
+    Quantization,
+)
 from etdeploy.builder.tap_plan import (
     FULL,
     STATS,
@@ -57,72 +62,32 @@ from etdeploy.builder.tapped_lower import (
     is_view,
     lower_tapped,
 )
+from etdeploy.builder.tapped_manifest import TapInfo, TappedManifest
 from etdeploy.devices.lock import held_lock
 from etdeploy.errors import ModelError
 from etdeploy.model.loader import ModelRef, parse_model_ref
 from etdeploy.paths import cache_dir
 
-SCHEMA = "etdeploy.tapped/1"
 # Bumped whenever what a tapped build records changes.
 TAP_REVISION = 4
-
-
-@dataclass(frozen=True)
-class TapInfo:
-    """One tapped value, as the tapped build's manifest records it."""
-
-    node: str  # the FX node of the exported program
-    op: str  # aten op, short: layer_norm
-    target: str  # aten.layer_norm.default
-    output_index: int  # in the tapped program's outputs
-    reducer: str  # full | stats
-    fields: tuple[str, ...]  # the STATS summary's values, in order
-    shape: tuple[int, ...]  # of the tapped tensor (not of its summary)
-    dtype: str
-    nbytes: int
-    # Tapped nodes this value is computed from (through untapped ones): what
-    # its error is compared with. Placeholders (inputs, weights) carry none.
-    inputs: tuple[str, ...]
-    partition: str  # a delegate's name (XNNPACK) or CPU
-    delegate: int | None = None  # which delegated subgraph, in program order
-    kernel: str | None = None  # the CPU kernel, when not delegated
-    module: str | None = None
-    module_class: str | None = None
-    source: str | None = None  # file.py:12, the innermost user frame
-    code: str | None = None  # that line's text
-    # Quantization step of the grid the value lies on (a dequantize's scale).
-    step: float | None = None
-    # Tapped only as a value carried into --localize-module's module: what its
-    # first operator was given, never itself blamed (its own inputs are untapped).
-    context: bool = False
-    # Another tap carries the same value (this node is a copy the delegate drops,
-    # or one of a quantized value's dequantized copies): handed out once, there.
-    same_as: str | None = None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TapInfo:
-        values = dict(data)
-        for name in ("fields", "shape", "inputs"):
-            values[name] = tuple(values.get(name) or ())
-        return cls(**values)
 
 
 @dataclass
 class TappedBuild:
     pte: Path
-    manifest: dict[str, Any]
+    manifest: TappedManifest
     cached: bool
     seconds: float
     warnings: list[str] = field(default_factory=list)
 
     @property
     def taps(self) -> list[TapInfo]:
-        return [TapInfo.from_json(t) for t in self.manifest["taps"]]
+        return list(self.manifest.taps)
 
     @property
     def model_outputs(self) -> int:
         """How many of the program's outputs are the model's own (the rest are taps)."""
-        return int(self.manifest["model_outputs"])
+        return self.manifest.model_outputs
 
     @property
     def reference_program(self) -> Path:
@@ -162,14 +127,12 @@ def build_tapped(model: str, options: BuildOptions, plan: TapPlan) -> TappedBuil
                 # Tapped again without the views: they only rearrange a value
                 # (no rounding of their own), and a delegate computes them inside.
                 built = _build_uncached(ref, options, backend, plan, leave_out=refused.views)
-        manifest = built.manifest
-        manifest["cache_key"] = key
-        manifest["base_cache_key"] = base
+        manifest = replace(built.manifest, cache_key=key, base_cache_key=base)
         tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=entry.parent))
         try:
             (tmp / pte.name).write_bytes(built.program)
             tapped_reference_path(tmp / pte.name).write_bytes(built.reference)
-            write_json_atomic(manifest_path(tmp / pte.name), manifest)
+            write_json_atomic(manifest_path(tmp / pte.name), manifest.to_json())
             if entry.exists():
                 shutil.rmtree(entry)
             os.replace(tmp, entry)
@@ -178,15 +141,14 @@ def build_tapped(model: str, options: BuildOptions, plan: TapPlan) -> TappedBuil
     return TappedBuild(pte, manifest, False, time.perf_counter() - started)
 
 
-def _read_tapped_manifest(pte: Path) -> dict[str, Any] | None:
+def _read_tapped_manifest(pte: Path) -> TappedManifest | None:
     path = manifest_path(pte)
     if not path.is_file() or not tapped_reference_path(pte).is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return TappedManifest.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError):  # ManifestError among them: built anew
         return None
-    return data if data.get("schema") == SCHEMA else None
 
 
 @dataclass(frozen=True)
@@ -194,7 +156,7 @@ class _TappedFiles:
     """An uncached tapped build: its manifest, the program, and the tapped
     ExportedProgram's bytes (torch.export.save), the eager reference of every tap."""
 
-    manifest: dict[str, Any]
+    manifest: TappedManifest
     program: bytes
     reference: bytes
 
@@ -283,42 +245,49 @@ def _build_uncached(
         program = exported
     reference = _saved(program)
     lowered = lower_tapped(program, backend, selection.views)
-    method = lowered.method
-    out_names = list(spec.output_names or [])
-    for i, value in enumerate(method["outputs"]):
-        value["name"] = out_names[i] if i < min(len(out_names), model_outputs) else f"output_{i}"
-    in_names = list(spec.input_names or [])
-    for i, value in enumerate(method["inputs"]):
-        value["name"] = in_names[i] if i < len(in_names) else f"input_{i}"
     taps = _tap_infos(
         specs, selection, lowered, steps=steps, inputs=inputs, source_files=ref.source_files,
         full_reducer=FULL_TENSOR.name,
     )  # fmt: skip
+    # The model's own values by the model's names (input_0, output_0, ... as lowered
+    # when it gives none), each tap's as tap:NODE.
+    in_names = list(spec.input_names or [])[: len(lowered.method.inputs)]
+    out_names = list(spec.output_names or [])[:model_outputs]
+    out_names += [f"output_{i}" for i in range(len(out_names), len(lowered.method.outputs))]
     for tap in taps:
-        method["outputs"][tap.output_index]["name"] = f"tap:{tap.node}"
-    manifest = {
-        "schema": SCHEMA,
-        "model": {"ref": ref.text, "kind": ref.kind, "name": spec.name,
-                  "fingerprint": ref.fingerprint()},
-        "versions": versions(),
-        "backend": backend.name,
-        "quantization": {"mode": options.quantize, "calibration": calibration}
+        out_names[tap.output_index] = f"tap:{tap.node}"
+    method = replace(
+        lowered.method,
+        inputs=tuple(
+            replace(value, name=name)
+            for value, name in zip(lowered.method.inputs, in_names, strict=False)
+        )
+        + lowered.method.inputs[len(in_names) :],
+        outputs=tuple(
+            replace(value, name=name)
+            for value, name in zip(lowered.method.outputs, out_names, strict=True)
+        ),
+    )
+    manifest = TappedManifest(
+        model=ModelSource(ref.text, ref.kind, spec.name, ref.fingerprint()),
+        versions=versions(),
+        backend=backend.name,
+        quantization=Quantization(
+            options.quantize, Calibration.from_json(calibration) if calibration else None
+        )
         if options.quantize
         else None,
-        "plan": plan.key_fields(),
-        "model_outputs": model_outputs,
-        "taps": [asdict(t) for t in taps],
-        # Left untapped, and why: dynamic-size values over the budget (see
-        # assign_reducers), views a delegate would not hand out.
-        "untapped": list(selection.untapped),
-        "why_untapped": selection.untapped,
-        "methods": [method],
-        "delegation": lowered.delegation,
-        "reference": tapped_reference_path(Path(f"{ref.name}.tapped.pte")).name,
-        "size_bytes": len(lowered.program),
-        "sha256": hashlib.sha256(lowered.program).hexdigest(),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }  # fmt: skip
+        plan=plan.key_fields(),
+        model_outputs=model_outputs,
+        taps=tuple(taps),
+        why_untapped=dict(selection.untapped),
+        methods=(method,),
+        delegation=lowered.delegation,
+        reference=tapped_reference_path(Path(f"{ref.name}.tapped.pte")).name,
+        size_bytes=len(lowered.program),
+        sha256=hashlib.sha256(lowered.program).hexdigest(),
+        built_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     return _TappedFiles(manifest, lowered.program, reference)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etdeploy.builder.backends import Backend
+from etdeploy.builder.manifest_records import DelegationRecord, MethodRecord
 from etdeploy.builder.tap_plan import short_op
 from etdeploy.errors import ModelError
 
@@ -50,10 +51,10 @@ class LoweredTaps:
     carrying the same value."""
 
     program: bytes
-    method: dict[str, Any]
+    method: MethodRecord
     # Output index of each tap -> (partition, delegate index, CPU kernel).
     partitions: dict[int, tuple[str, int | None, str | None]]
-    delegation: dict[str, Any]
+    delegation: DelegationRecord
     # Output index of a merged tap -> the kept tap's output index.
     merged: dict[int, int]
 
@@ -94,7 +95,7 @@ def lower_tapped(program: Any, backend: Backend, views: Mapping[str, str]) -> Lo
         raise error from exc
     plan = lowered.executorch_program.execution_plan
     return LoweredTaps(
-        bytes(lowered.buffer), _method_info(plan[0]), partitions, delegation.to_json(), merged
+        bytes(lowered.buffer), _method_info(plan[0]), partitions, delegation.record(), merged
     )
 
 

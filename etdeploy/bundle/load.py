@@ -85,11 +85,17 @@ def prepare(bundle: JobBundle) -> Prepared:
 
 
 def bundle_program(bundle: JobBundle) -> Program:
+    # Only here: the record module loads etdeploy.builder, which the rest of a
+    # bundle's run does without.
+    from etdeploy.builder.manifest import program_record_from_json
+
     m = bundle.manifest
     pte = bundle.file(m.pte)
     try:
-        built = json.loads(bundle.file(m.program_manifest).read_text("utf-8")) or None
-    except (OSError, ValueError) as exc:
+        built = program_record_from_json(
+            json.loads(bundle.file(m.program_manifest).read_text("utf-8"))
+        )
+    except (OSError, ValueError) as exc:  # ManifestError among them
         where = f"{bundle.path.name}: cannot read {m.program_manifest}"
         raise UsageError(f"{where}: {exc}", _HINT) from None
     data = None

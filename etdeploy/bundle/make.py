@@ -97,7 +97,8 @@ def make_bundle(
         writer = _Writer(partial)
         pte = writer.copy(program.pte, f"{PROGRAM_DIR}/{program.pte.name}")
         program_manifest = writer.text(
-            f"{PROGRAM_DIR}/{program.pte.name}.json", json.dumps(program.manifest or {}, indent=2)
+            f"{PROGRAM_DIR}/{program.pte.name}.json",
+            json.dumps(program.manifest.to_json() if program.manifest else {}, indent=2),
         )
         data = (
             writer.copy(program.data.path, f"{PROGRAM_DIR}/{program.data.path.name}")

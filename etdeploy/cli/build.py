@@ -29,6 +29,7 @@ from etdeploy.settings import MODEL_PANEL
 
 if TYPE_CHECKING:
     from etdeploy.builder import BuildOptions, Exported
+    from etdeploy.builder.manifest import BuildManifest, Quantization, ValueRecord
 
 OUTPUT_PANEL = "Output"
 # `build --json`: each backend's build, its files and its manifest (etdeploy.manifest/1).
@@ -130,12 +131,12 @@ def _build_one(
     # What the build itself found (a damaged cache entry made again), beyond the
     # manifest's own warnings, which render_build showed.
     for warning in result.warnings:
-        if warning not in result.manifest.get("warnings", []):
+        if warning not in result.manifest.warnings:
             err_console.print(
                 f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True
             )
     _render_written(exported)
-    if etrecord and not result.manifest.get("etrecord"):
+    if etrecord and not result.manifest.etrecord:
         err_console.print(
             "[yellow]warning:[/] ExecuTorch recorded no ETRecord for this lowering; "
             "--profile will show runtime names only",
@@ -146,7 +147,7 @@ def _build_one(
         "files": [str(f) for f in exported.files],
         "cached": result.cached,
         "seconds": round(result.seconds, 3),
-        "manifest": result.manifest,
+        "manifest": result.manifest.to_json(),
     }
 
 
@@ -169,24 +170,23 @@ def _render_written(exported: Exported) -> None:
     note(f"wrote {exported.pte}" + (f" and beside it {', '.join(beside)}" if beside else ""))
 
 
-def _quantization_text(quant: dict[str, Any] | None) -> str:
+def _quantization_text(quant: Quantization | None) -> str:
     """ "int8, calibrated on 16 real samples" rather than "int8 (real)"."""
     if not quant:
         return "none (float32)"
-    calibration = quant.get("calibration") or {}
-    kind = calibration.get("kind", "")
-    count = calibration.get("samples")
+    kind = quant.calibration.kind if quant.calibration else ""
+    count = quant.calibration.samples if quant.calibration else None
     samples = f"{count} " if count is not None else ""
     described = {
         "real": f"calibrated on {samples}real samples",
         "random": f"calibrated on {samples}random inputs (noise)",
         "examples": f"calibrated on the model's {samples}example inputs only",
     }.get(kind, kind)
-    return f"{quant['mode']}, {described}" if described else str(quant["mode"])
+    return f"{quant.mode}, {described}" if described else quant.mode
 
 
 def render_build(
-    manifest: dict[str, Any],
+    manifest: BuildManifest,
     target: Path,
     cached: bool | None,
     seconds: float,
@@ -194,48 +194,48 @@ def render_build(
 ) -> None:
     from etdeploy.units import format_bytes
 
-    delegation = manifest["delegation"]
+    delegation = manifest.delegation
     how = "" if cached is None else f"  ({'cached' if cached else 'built'} in {seconds:.1f} s)"
     table = Table(title=escape(f"{target}{how}"), show_header=False)
     table.add_row(
         "backend",
-        f"{manifest['backend']} (delegates: {', '.join(manifest['delegates']) or 'none'})",
+        f"{manifest.backend} (delegates: {', '.join(manifest.delegates) or 'none'})",
     )
-    table.add_row("quantization", escape(_quantization_text(manifest.get("quantization"))))
+    table.add_row("quantization", escape(_quantization_text(manifest.quantization)))
     table.add_row(
         "delegated",
-        f"{delegation['delegated_nodes']} of {delegation['delegated_nodes'] + delegation['non_delegated_nodes']} ops "
-        f"({delegation['share'] * 100:.0f}%) in {delegation['delegated_subgraphs']} subgraph(s)",
+        f"{delegation.delegated_nodes} of {delegation.delegated_nodes + delegation.non_delegated_nodes} ops "
+        f"({delegation.share * 100:.0f}%) in {delegation.delegated_subgraphs} subgraph(s)",
     )
-    kept = {op: c["non_delegated"] for op, c in delegation["by_op"].items() if c["non_delegated"]}
-    if kept and manifest["delegates"]:
+    kept = {op: c.non_delegated for op, c in delegation.by_op.items() if c.non_delegated}
+    if kept and manifest.delegates:
         table.add_row("left on CPU", ", ".join(f"{op}×{n}" for op, n in sorted(kept.items())))
-    for method in manifest["methods"]:
-        ins = ", ".join(_describe(m) for m in method["inputs"])
-        outs = ", ".join(_describe(m) for m in method["outputs"])
-        table.add_row(f"{method['name']}()", escape(f"{ins} -> {outs}"))
-        table.add_row("  planned arena", format_bytes(method["planned_bytes"]))
-    table.add_row("size", format_bytes(manifest["size_bytes"]))
-    table.add_row("sha256", manifest["sha256"])
-    data = manifest.get("data")
+    for method in manifest.methods:
+        ins = ", ".join(_describe(m) for m in method.inputs)
+        outs = ", ".join(_describe(m) for m in method.outputs)
+        table.add_row(f"{method.name}()", escape(f"{ins} -> {outs}"))
+        table.add_row("  planned arena", format_bytes(method.planned_bytes or 0))
+    table.add_row("size", format_bytes(manifest.size_bytes))
+    table.add_row("sha256", manifest.sha256)
+    data = manifest.data
     if data:
         table.add_row(
             "weights (.ptd)",
-            f"{target.with_suffix('.ptd').name}: {format_bytes(data['size_bytes'])}, "
-            f"sha256 {data['sha256']}",
+            f"{target.with_suffix('.ptd').name}: {format_bytes(data.size_bytes)}, "
+            f"sha256 {data.sha256}",
         )
     out.print(table)
-    for warning in manifest.get("warnings", []):
+    for warning in manifest.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
-def _describe(meta: dict[str, Any]) -> str:
+def _describe(meta: ValueRecord) -> str:
     from etdeploy.inputs import shape_text
 
-    if meta.get("kind") != "tensor":
-        return str(meta.get("kind", "?"))
+    if meta.kind != "tensor":
+        return meta.kind or "?"
     # "[1, 2..32]", as Python and numpy write a shape, a dynamic dim as its range.
-    return f"{meta.get('name', '')}:{meta['dtype']}{shape_text(meta['shape'], meta.get('dynamic'))}"
+    return f"{meta.name}:{meta.dtype}{shape_text(meta.shape or (), meta.dynamic)}"
 
 
 @command(
@@ -259,7 +259,7 @@ def inspect_command(
     layout = describe_pte(pte)  # before the manifest: a file that is not a .pte is exit 2
     manifest = read_manifest(pte)
     if json_out is not None:
-        emit_json({"manifest": manifest, "pte": layout}, json_out)
+        emit_json({"manifest": manifest.to_json() if manifest else None, "pte": layout}, json_out)
         if json_to_stdout(json_out):
             return
     if manifest:

@@ -50,7 +50,7 @@ def pte_checks(pte: Path, config: Config) -> list[Check]:
                             f"{layout.file_identifier}, schema version {layout.schema_version}, {header} an "
                             f"extended header, {len(layout.methods)} method(s), {layout.file_size} bytes"))  # fmt: skip
     manifest = read_manifest(Path(pte))
-    built = ((manifest or {}).get("versions") or {}).get("executorch")
+    built = manifest.executorch_version if manifest is not None else None
     if built is None:
         checks.append(Check("pte", f"{name}: built with", WARN,
                             "no manifest beside it, so the executorch that built it is unknown",
@@ -131,7 +131,7 @@ def preflight_checks(
                 return [Check("preflight", f"{device_name}: runner", WARN, why[0], why[1])]
             check_runner_abi(info, bundle.abi)
             manifest = read_manifest(Path(pte))
-            if manifest is not None and manifest.get("sha256") != sha256_file(Path(pte)):
+            if manifest is not None and manifest.sha256 != sha256_file(Path(pte)):
                 manifest = None  # it describes another file (run ignores it too)
             report = check(device, bundle, Path(pte), manifest)
         except EtdeployError as exc:

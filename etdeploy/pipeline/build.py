@@ -33,6 +33,7 @@ from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.report.result import DataFileInfo, Delegation
 
 if TYPE_CHECKING:
+    from etdeploy.builder.manifest import BuildManifest, ModelNames, ProgramRecord, ValueRecord
     from etdeploy.builder.options import InputsCheck
 
 # ExecuTorch's ScalarType names (schema/scalar_type.fbs) -> numpy's.
@@ -89,7 +90,8 @@ class Program:
     pte: Path
     sha256: str
     size_bytes: int
-    manifest: dict[str, Any] | None
+    # Its build's manifest; for a .pte built elsewhere, what its MODEL says of it, or None.
+    manifest: ProgramRecord | None
     method: str
     inputs: tuple[ProgramValue, ...]
     outputs: tuple[ProgramValue, ...]
@@ -110,29 +112,30 @@ class Program:
 
     # What only a build manifest knows; None for a .pte built elsewhere.
     @property
+    def build_manifest(self) -> BuildManifest | None:
+        return build_manifest_of(self.manifest)
+
+    @property
     def backend(self) -> str | None:
-        return (self.manifest or {}).get("backend")
+        return built.backend if (built := self.build_manifest) else None
 
     @property
     def quantization(self) -> str | None:
-        quant = (self.manifest or {}).get("quantization")
-        return quant.get("mode") if isinstance(quant, dict) else None
+        built = self.build_manifest
+        return built.quantization.mode if built and built.quantization else None
 
     @property
     def delegation(self) -> Delegation | None:
-        found = (self.manifest or {}).get("delegation")
-        return Delegation.from_json(found) if found else None
+        built = self.build_manifest
+        return Delegation.from_json(built.delegation.to_json()) if built else None
 
     @property
     def planned_bytes(self) -> int | None:
-        if self.manifest is None or self.manifest.get("partial"):
-            return None
-        planned = self.manifest["methods"][0].get("planned_bytes")
-        return int(planned) if planned is not None else None
+        return self.manifest.planned_bytes if self.manifest is not None else None
 
     @property
     def built_with(self) -> dict[str, str | None] | None:
-        return (self.manifest or {}).get("versions")
+        return dict(built.versions) if (built := self.build_manifest) else None
 
     @property
     def tensor_outputs(self) -> list[int]:
@@ -147,7 +150,7 @@ class Program:
     @property
     def declared_kinds(self) -> dict[str, str]:
         """Output kinds the model's factory declared (ModelSpec.output_kinds)."""
-        return dict((self.manifest or {}).get("output_kinds") or {})
+        return dict(self.manifest.output_kinds) if self.manifest is not None else {}
 
     @property
     def quantized_program(self) -> Path | None:
@@ -173,17 +176,19 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
 
     warnings: list[str] = []
     data: DataFile | None = None
-    examples: list[dict[str, Any]] | None = None
+    examples: Sequence[dict[str, Any]] | None = None
+    manifest: ProgramRecord | None
     if job.pte is not None:
         pte = job.pte
         if pte.is_dir() or not pte.exists():
             raise InputError(f"no such .pte: {pte}", "check the path given with --pte")
-        manifest = read_manifest(pte)
+        built_manifest = read_manifest(pte)
         digest = _local_sha256(pte, "--pte")
-        if manifest is not None and manifest.get("sha256") != digest:
+        if built_manifest is not None and built_manifest.sha256 != digest:
             warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
-            manifest = None
-        data_given = job.data or data_file_of(pte, manifest)
+            built_manifest = None
+        manifest = built_manifest
+        data_given = job.data or data_file_of(pte, built_manifest)
         if data_given is not None:
             if data_given.is_dir() or not data_given.exists():
                 raise InputError(
@@ -194,21 +199,21 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
             data = DataFile(
                 data_given, _local_sha256(data_given, "--data"), data_given.stat().st_size
             )
-            recorded = (manifest or {}).get("data") or {}
-            if recorded.get("sha256") not in (None, data.sha256):
+            recorded = built_manifest.data if built_manifest is not None else None
+            if recorded is not None and recorded.sha256 != data.sha256:
                 warnings.append(
                     f"{data_given.name} is not the .ptd {pte.name} was built with (sha256 "
                     "differs); its weights are checked by name only"
                 )
-        if manifest is not None:
+        if built_manifest is not None:
             if job.model is not None:
-                _check_built_from(pte, manifest, job.model)
+                _check_built_from(pte, built_manifest, job.model)
             # What its build warned about (noise calibration, low delegation) still holds.
-            warnings.extend(manifest.get("warnings", []))
+            warnings.extend(built_manifest.warnings)
         elif job.model is not None:
             # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
-            manifest = _names_from_model(job.model, job.use_cache)
-            examples = manifest.get("examples", [])
+            names = _names_from_model(job.model, job.use_cache)
+            manifest, examples = names, names.examples
     else:
         from etdeploy.builder import BuildOptions, build
 
@@ -226,10 +231,11 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
             status=status,
             check_inputs=_inputs_check(job),
         )
-        pte, manifest, digest = built.pte, built.manifest, built.manifest["sha256"]
+        pte, manifest, digest = built.pte, built.manifest, built.manifest.sha256
         warnings.extend(built.warnings)
-        if built.data is not None:
-            data = DataFile(built.data, manifest["data"]["sha256"], manifest["data"]["size_bytes"])
+        if built.data is not None and built.manifest.data is not None:
+            recorded_data = built.manifest.data
+            data = DataFile(built.data, recorded_data.sha256, recorded_data.size_bytes)
     program = describe_program(pte, digest, manifest, warnings, data)
     if examples is not None and job.model is not None:
         _check_signature(program, job.model, examples)
@@ -262,57 +268,56 @@ def _local_sha256(path: Path, flag: str) -> str:
         raise InputError(exc.message, f"check the path given with {flag}") from None
 
 
-def _names_from_model(model: str, use_cache: bool = True) -> dict[str, Any]:
+def _names_from_model(model: str, use_cache: bool = True) -> ModelNames:
     """What the model's factory says of its program (names, samples, output kinds, and
     its example inputs' kinds, dtypes and shapes), kept per model fingerprint like its
     eager reference: a warm run of a --pte does not run the factory again (which imports
     torch and makes every weight)."""
     from etdeploy.atomic import read_json_object, write_json
+    from etdeploy.builder.manifest import ManifestError, ModelNames
     from etdeploy.model.loader import load_model, parse_model_ref
     from etdeploy.paths import cache_dir
 
     ref = parse_model_ref(model)
     kept = cache_dir("references") / f"names-{ref.fingerprint()[:32]}.json"
     found = read_json_object(kept) if use_cache else None  # None: not there yet, or damaged
-    if found is not None and found.get("partial") is True and "examples" in found:
-        return found
+    if found is not None and "examples" in found:
+        try:
+            return ModelNames.from_json(found)
+        except ManifestError:
+            pass  # damaged: the factory says it again
     spec = load_model(ref)
-    names = {
-        "methods": [{
-            "inputs": [{"name": n} for n in spec.input_names or []],
-            "outputs": [{"name": n} for n in spec.output_names or []],
-        }],
-        "samples": [str(p) for p in spec.samples],
-        "labels": str(spec.labels) if spec.labels is not None else None,
-        "task": spec.task,
-        "label_names": list(spec.label_names),
-        "output_kinds": dict(spec.output_kinds),
-        "examples": [_example_signature(e) for e in spec.example_inputs],
-        "partial": True,  # names, samples and kinds only: not a build manifest
-    }  # fmt: skip
-    write_json(names, kept)
+    names = ModelNames(
+        input_names=tuple(spec.input_names or ()),
+        output_names=tuple(spec.output_names or ()),
+        samples=tuple(str(p) for p in spec.samples),
+        labels=str(spec.labels) if spec.labels is not None else None,
+        task=spec.task,
+        label_names=tuple(spec.label_names),
+        output_kinds=dict(spec.output_kinds),
+        examples=tuple(_example_signature(e) for e in spec.example_inputs),
+    )
+    write_json(names.to_json(), kept)
     return names
 
 
-def _check_built_from(pte: Path, manifest: dict[str, Any], model: str) -> None:
+def _check_built_from(pte: Path, manifest: BuildManifest, model: str) -> None:
     """A --pte whose build manifest names another model, or another version of
     MODEL, is refused: its outputs would be judged against the wrong eager model."""
     from etdeploy.model.loader import changed_files, parse_model_ref
 
-    built = manifest.get("model") or {}
-    recorded = built.get("fingerprint")
-    if not isinstance(recorded, str):
-        return  # a manifest that does not say: the signature check is all there is
+    built = manifest.model
+    recorded = built.fingerprint
     ref = parse_model_ref(model)
     if ref.fingerprint() == recorded:
         return
-    source = str(built.get("ref") or built.get("name") or "another model")
+    source = built.ref or built.name or "another model"
     # The same model by kind and name (a cached build records the path it was
     # first built from), whose source has changed since.
-    if (built.get("kind"), built.get("name")) == (ref.kind, ref.name):
+    if (built.kind, built.name) == (ref.kind, ref.name):
         hint = f"rebuild it (etdeploy build {model} -o {pte}) or run {model} without --pte"
-        files = built.get("files")
-        if not isinstance(files, dict):  # a manifest from before files were recorded
+        files = built.files
+        if files is None:  # a manifest from before files were recorded
             raise InputError(
                 f"{pte.name} was built from an earlier version of {model}: "
                 "the model's fingerprint in its manifest differs from the model's now",
@@ -334,7 +339,7 @@ def _check_built_from(pte: Path, manifest: dict[str, Any], model: str) -> None:
     )
 
 
-def _check_signature(program: Program, model: str, examples: list[dict[str, Any]]) -> None:
+def _check_signature(program: Program, model: str, examples: Sequence[dict[str, Any]]) -> None:
     """MODEL's example inputs must fit the method's inputs (count, kind, dtype, rank,
     and each size: exactly for a static tensor, within the bound for a dynamic one)."""
     wanted = [_describe_value(v) for v in program.inputs]
@@ -394,7 +399,7 @@ def _describe_example(example: dict[str, Any]) -> str:
 def describe_program(
     pte: Path,
     digest: str,
-    manifest: dict[str, Any] | None,
+    manifest: ProgramRecord | None,
     warnings: Sequence[str],
     data: DataFile | None = None,
 ) -> Program:
@@ -404,15 +409,15 @@ def describe_program(
     warnings = list(warnings)
     data = _checked_pair(pte, manifest, data, warnings)
     method = methods[0]
-    listed = (manifest or {}).get("methods", [{}])[0]
+    listed = manifest.methods[0] if manifest is not None and manifest.methods else None
 
     def values(
-        items: Sequence[dict[str, Any]], named: list[dict[str, Any]], prefix: str
+        items: Sequence[dict[str, Any]], named: Sequence[ValueRecord], prefix: str
     ) -> tuple[ProgramValue, ...]:
         out = []
         for i, value in enumerate(items):
-            meta = named[i] if i < len(named) else {}
-            name = meta.get("name") or f"{prefix}_{i}"
+            meta = named[i] if i < len(named) else None
+            name = (meta.name if meta is not None else "") or f"{prefix}_{i}"
             tensor = value.get("tensor")
             if tensor is None:
                 out.append(ProgramValue(value["kind"], name))
@@ -423,9 +428,11 @@ def describe_program(
                     name,
                     dtype=_SCALAR_TO_NUMPY.get(tensor["dtype"], tensor["dtype"]),
                     shape=tuple(tensor["sizes"]),
-                    dynamic=meta.get("dynamic") or {},
+                    dynamic=_dynamic_meta(meta),
                     dynamism=tensor["shape_dynamism"],
-                    quant_step=(meta.get("quantization") or {}).get("scale"),
+                    quant_step=meta.quantization.scale
+                    if meta is not None and meta.quantization is not None
+                    else None,
                 )
             )
         return tuple(out)
@@ -436,8 +443,8 @@ def describe_program(
         size_bytes=pte.stat().st_size,
         manifest=manifest,
         method=method["name"],
-        inputs=values(method["inputs"], listed.get("inputs", []), "input"),
-        outputs=values(method["outputs"], listed.get("outputs", []), "output"),
+        inputs=values(method["inputs"], listed.inputs if listed else (), "input"),
+        outputs=values(method["outputs"], listed.outputs if listed else (), "output"),
         warnings=tuple(warnings),
         data=data,
     )
@@ -496,7 +503,7 @@ def _value_record(value: Any) -> dict[str, Any]:
 
 
 def _checked_pair(
-    pte: Path, manifest: dict[str, Any] | None, data: DataFile | None, warnings: list[str]
+    pte: Path, manifest: ProgramRecord | None, data: DataFile | None, warnings: list[str]
 ) -> DataFile | None:
     """The external data to run `pte` with, after checking the two belong together.
 
@@ -504,9 +511,10 @@ def _checked_pair(
     .ptd it recorded, or a program it built with its weights inside. Otherwise (a --pte
     built elsewhere, a --data given) the program's delegate and constant tables are read
     for the names it needs, and the .ptd's keys for the names it holds."""
-    recorded = (manifest or {}).get("data")
-    built = manifest is not None and not manifest.get("partial")
-    if data is not None and isinstance(recorded, dict) and recorded.get("sha256") == data.sha256:
+    built_manifest = build_manifest_of(manifest)
+    built = built_manifest is not None
+    recorded = built_manifest.data if built_manifest is not None else None
+    if data is not None and recorded is not None and recorded.sha256 == data.sha256:
         return data
     if data is None and built and recorded is None:
         return None
@@ -532,11 +540,30 @@ def _checked_pair(
 def default_sample_paths(program: Program) -> list[str]:
     """The real samples the model ships: recorded in the manifest at build time,
     or, for a --pte built elsewhere, named by the model's factory."""
-    return [str(p) for p in (program.manifest or {}).get("samples", [])]
+    return list(program.manifest.samples) if program.manifest is not None else []
 
 
 def declared_task(program: Program) -> tuple[str | None, str | None, tuple[str, ...]]:
     """What the model's factory says of its samples' answers: its labels file, its task,
     and its classes' names (ModelSpec.labels, task, label_names)."""
-    manifest = program.manifest or {}
-    return manifest.get("labels"), manifest.get("task"), tuple(manifest.get("label_names") or ())
+    manifest = program.manifest
+    if manifest is None:
+        return None, None, ()
+    return manifest.labels, manifest.task, manifest.label_names
+
+
+def build_manifest_of(record: ProgramRecord | None) -> BuildManifest | None:
+    """`record` when it is a build's manifest; None for a model's names, or nothing."""
+    if record is None:
+        return None
+    # Loaded already: `record` is one of its records.
+    from etdeploy.builder.manifest import BuildManifest
+
+    return record if isinstance(record, BuildManifest) else None
+
+
+def _dynamic_meta(meta: ValueRecord | None) -> dict[str, Any]:
+    """An input's dynamic dims as etdeploy.inputs reads them: {dim: [min, max]}."""
+    if meta is None or not meta.dynamic:
+        return {}
+    return {dim: list(bounds) for dim, bounds in meta.dynamic.items()}

@@ -28,7 +28,8 @@ import numpy as np
 from etdeploy import verify as metrics
 from etdeploy.builder import BuildOptions
 from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
-from etdeploy.builder.tapped import TapInfo, TappedBuild
+from etdeploy.builder.tapped import TappedBuild
+from etdeploy.builder.tapped_manifest import TapInfo
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.pipeline.build import Program
@@ -66,15 +67,13 @@ def check_localizable(job: RunJob, program: Program) -> None:
             "--localize needs MODEL: a --pte alone has no graph to tap",
             "name the model the .pte was built from: etdeploy run MODEL --pte FILE --localize",
         )
-    if job.pte is not None:
-        manifest = program.manifest
-        if manifest is None or manifest.get("partial") or "model" not in manifest:
-            raise InputError(
-                f"--localize cannot tell what {job.pte.name} was built from: it has no build "
-                "manifest (.pte.json), so a tapped twin might be a different program",
-                "run MODEL without --pte (etdeploy builds it), or keep the .pte.json that "
-                "`etdeploy build` writes beside it",
-            )
+    if job.pte is not None and program.build_manifest is None:
+        raise InputError(
+            f"--localize cannot tell what {job.pte.name} was built from: it has no build "
+            "manifest (.pte.json), so a tapped twin might be a different program",
+            "run MODEL without --pte (etdeploy builds it), or keep the .pte.json that "
+            "`etdeploy build` writes beside it",
+        )
         # A MODEL that is not the one the .pte was built from is refused for every
         # run by build_program (its manifest's fingerprint), before this check.
     if job.localize_module:
@@ -110,19 +109,19 @@ def build_options_for(job: RunJob, program: Program) -> BuildOptions:
             dynamic=job.dynamic,
             use_cache=job.use_cache,
         )
-    manifest = program.manifest or {}
-    quant = manifest.get("quantization") or {}
-    calibration = quant.get("calibration") or {}
+    manifest = program.build_manifest
+    quant = manifest.quantization if manifest is not None else None
+    calibration = quant.calibration if quant is not None else None
     dynamic = tuple(
         f"{name}:{dim}={low}..{high}"
-        for name, dims in (manifest.get("dynamic") or {}).items()
+        for name, dims in (manifest.dynamic if manifest is not None else {}).items()
         for dim, (low, high) in dims.items()
     )
     return BuildOptions(
-        backend=manifest.get("backend") or job.backend,
-        quantize=quant.get("mode"),
-        calibration=tuple(calibration.get("sources") or ()),
-        random_calibration=calibration.get("kind") == "random",
+        backend=manifest.backend if manifest is not None else job.backend,
+        quantize=quant.mode if quant is not None else None,
+        calibration=(calibration.sources or ()) if calibration is not None else (),
+        random_calibration=calibration is not None and calibration.kind == "random",
         dynamic=dynamic,
         use_cache=job.use_cache,
     )
@@ -359,7 +358,7 @@ def _own_errors(
     from etdeploy.pipeline.operator_error import operator_errors
 
     per_sample = operator_errors(
-        tapped.reference_program, tapped.manifest["sha256"], tapped.taps, samples, got,
+        tapped.reference_program, tapped.manifest.sha256, tapped.taps, samples, got,
         quant_steps=tolerance.quant_steps, use_cache=job.use_cache,
     )  # fmt: skip
     return dict(zip(names, per_sample, strict=True))
@@ -502,14 +501,14 @@ def _program_info(
 ) -> TappedProgram:
     full = sum(1 for t in taps if t.reducer == FULL)
     return TappedProgram(
-        sha256=tapped.manifest["sha256"],
-        size_bytes=int(tapped.manifest["size_bytes"]),
+        sha256=tapped.manifest.sha256,
+        size_bytes=tapped.manifest.size_bytes,
         untapped_size_bytes=program.size_bytes,
         full_taps=full,
         summary_taps=len(taps) - full,
         budget_bytes=budget,
         cached=tapped.cached,
         pte=str(tapped.pte),
-        untapped=tuple(tapped.manifest.get("untapped") or ()),
-        why_untapped=dict(tapped.manifest.get("why_untapped") or {}),
+        untapped=tapped.manifest.untapped,
+        why_untapped=dict(tapped.manifest.why_untapped),
     )

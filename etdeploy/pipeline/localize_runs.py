@@ -96,7 +96,8 @@ class LocalizeContext:
         from etdeploy.pipeline.deploy import deploy, remove_quietly
         from etdeploy.pipeline.execute import Timing, execute
 
-        program = describe_program(tapped.pte, tapped.manifest["sha256"], tapped.manifest, ())
+        manifest = tapped.manifest
+        program = describe_program(tapped.pte, manifest.sha256, manifest.as_build_manifest(), ())
         indices = program.tensor_outputs
         staged = dataclasses.replace(
             self.staged,

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from etdeploy.builder.tap_plan import FULL
-from etdeploy.builder.tapped import TapInfo
+from etdeploy.builder.tapped_manifest import TapInfo
 from etdeploy.report.result import OperatorError
 
 # Bumped whenever what is measured or how it is bounded changes.

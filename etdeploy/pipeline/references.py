@@ -98,7 +98,7 @@ def derived_quantized_program(model: str, options: BuildOptions) -> QuantizedPro
     export, XNNPACK quantizer and calibration set: builder.calibration), kept in
     the reference cache by the same key as the build, so a warm run reads it."""
     from etdeploy.builder import cache_key, quantized_program_path
-    from etdeploy.builder.calibration import calibration_unchanged
+    from etdeploy.builder.calibration import calibration_unchanged, recorded_calibration_unchanged
     from etdeploy.builder.manifest import read_manifest
     from etdeploy.model.loader import parse_model_ref
     from etdeploy.paths import cache_dir
@@ -110,8 +110,8 @@ def derived_quantized_program(model: str, options: BuildOptions) -> QuantizedPro
     if manifest is not None and calibration_unchanged(manifest):
         path = quantized_program_path(built)
         if path.is_file():
-            outputs = manifest["methods"][0]["outputs"]
-            steps = tuple((o.get("quantization") or {}).get("scale") for o in outputs)
+            outputs = manifest.methods[0].outputs
+            steps = tuple(o.quantization.scale if o.quantization else None for o in outputs)
             return QuantizedProgram(
                 path, f"from {model}'s {options.quantize} build in the build cache", steps
             )
@@ -123,7 +123,7 @@ def derived_quantized_program(model: str, options: BuildOptions) -> QuantizedPro
             record = json.loads(record_path.read_text())
         except (OSError, ValueError):
             record = None
-    if record is None or not calibration_unchanged({"quantization": record}):
+    if record is None or not recorded_calibration_unchanged(record):
         record = _quantize_again(ref, options, path)
         tmp = record_path.with_name(f".{record_path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(record))

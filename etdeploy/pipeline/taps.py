@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from etdeploy.builder.tap_plan import FULL
-from etdeploy.builder.tapped import TapInfo
+from etdeploy.builder.tapped_manifest import TapInfo
 from etdeploy.report.result import (
     FirstDivergence,
     OperatorError,

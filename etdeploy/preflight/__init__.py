@@ -31,10 +31,9 @@ cannot describe itself: preflight is skipped with a note.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from etdeploy.devices.base import Device
 from etdeploy.preflight.compare import (
@@ -56,6 +55,9 @@ from etdeploy.preflight.describe import (
 from etdeploy.preflight.needs import ProgramNeeds, VersionVerdict, program_needs, version_verdict
 from etdeploy.runner_build import RunnerBundle
 
+if TYPE_CHECKING:
+    from etdeploy.builder.manifest import ProgramRecord
+
 __all__ = [
     "Described", "KernelProvider", "MissingBackend", "MissingOperator", "PreflightError", "PreflightReport",
     "ProgramNeeds", "VersionVerdict", "built_runner_for", "check", "compare", "describe_runner", "preflight",
@@ -67,7 +69,7 @@ def check(
     device: Device,
     bundle: RunnerBundle,
     pte: Path,
-    manifest: Mapping[str, Any] | None = None,
+    manifest: ProgramRecord | None = None,
     *,
     status: Status | None = None,
     verify: bool = False,
@@ -96,7 +98,7 @@ def preflight(
     device: Device,
     bundle: RunnerBundle,
     pte: Path,
-    manifest: Mapping[str, Any] | None = None,
+    manifest: ProgramRecord | None = None,
     *,
     status: Status | None = None,
     verify: bool = False,

@@ -6,12 +6,15 @@ with a runtime's under ExecuTorch's compatibility policy."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from etdeploy.errors import EtdeployError, InputError
+
+if TYPE_CHECKING:
+    from etdeploy.builder.manifest import ProgramRecord
 
 # ExecuTorch's runtime compatibility policy, runtime/COMPATIBILITY.md on the main
 # branch of github.com/pytorch/executorch (the canonical copy; read 2026-12-03):
@@ -99,13 +102,13 @@ def key_tensors(key: str) -> tuple[str, ...]:
 
 
 def program_needs(
-    pte: Path, manifest: Mapping[str, Any] | None = None, *, sha256: str | None = None
+    pte: Path, manifest: ProgramRecord | None = None, *, sha256: str | None = None
 ) -> ProgramNeeds:
     """What `pte` needs from a runtime, torch-free; InputError if it is not a program.
     With the program's `sha256`, what its instructions call is kept in the cache by it
     (_calls_of): a warm run reads a small JSON instead of walking the program."""
     identifier, schema, operators, backends = _calls_of(pte, sha256)
-    built = ((manifest or {}).get("versions") or {}).get("executorch")
+    built = manifest.executorch_version if manifest is not None else None
     return ProgramNeeds(
         pte=Path(pte),
         file_identifier=identifier,

@@ -16,12 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
 from etdeploy.release.spec import ReleaseSpec, Variant
 from etdeploy.sizecheck.check import SizeReport
 from etdeploy.sizecheck.limits import Limit
+
+if TYPE_CHECKING:
+    from etdeploy.builder.manifest import BuildManifest
 
 Status = Callable[[str], None]
 PER_PACK = "play.ai-pack"  # judged on the pack alone; the others with spec.app_bytes added
@@ -34,7 +37,7 @@ class BuiltVariant:
     variant: Variant
     pte: Path | None = None
     data: Path | None = None  # its external weights (.ptd), when it has them
-    manifest: dict[str, Any] | None = None
+    manifest: BuildManifest | None = None
     cached: bool = False
     not_built: str | None = None
     play_size: SizeReport | None = None
@@ -50,13 +53,15 @@ class BuiltVariant:
 
     @property
     def sha256(self) -> str:
-        return str((self.manifest or {}).get("sha256", ""))
+        return self.manifest.sha256 if self.manifest is not None else ""
 
     def digests(self) -> dict[Path, str]:
-        manifest = self.manifest or {}
-        out = {self.pte: manifest["sha256"]} if self.pte is not None else {}
-        if self.data is not None:
-            out[self.data] = manifest["data"]["sha256"]
+        manifest = self.manifest
+        if manifest is None:
+            return {}
+        out = {self.pte: manifest.sha256} if self.pte is not None else {}
+        if self.data is not None and manifest.data is not None:
+            out[self.data] = manifest.data.sha256
         return out
 
 

@@ -42,7 +42,7 @@ def test_each_backend_lowers_digits_and_records_its_delegate(
     backend: str, delegate: str | None
 ) -> None:
     result = build("digits", BuildOptions(backend=backend))
-    manifest = result.manifest
+    manifest = result.manifest.to_json()
     assert result.pte.read_bytes()[4:8] == b"ET12"
     assert manifest["backend"] == backend
     assert manifest["delegates"] == ([delegate] if delegate else [])
@@ -67,9 +67,9 @@ def test_each_backend_lowers_digits_and_records_its_delegate(
 def test_int8_build_is_calibrated_on_real_training_images_and_smaller() -> None:
     fp32 = build("digits", BuildOptions())
     int8 = build("digits", BuildOptions(quantize="int8"))
-    calibration = int8.manifest["quantization"]["calibration"]
+    calibration = int8.manifest.to_json()["quantization"]["calibration"]
     assert calibration["kind"] == "real" and calibration["samples"] == 64
-    assert int8.manifest["size_bytes"] < fp32.manifest["size_bytes"]
+    assert int8.manifest.to_json()["size_bytes"] < fp32.manifest.to_json()["size_bytes"]
 
 
 def test_int8_refuses_to_calibrate_on_noise_unless_asked(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_int8_refuses_to_calibrate_on_noise_unless_asked(tmp_path: Path) -> None
     noisy = build(
         f"{MODELS}/two_io.py:build", BuildOptions(quantize="int8", random_calibration=True)
     )
-    assert noisy.manifest["quantization"]["calibration"]["kind"] == "random"
+    assert noisy.manifest.to_json()["quantization"]["calibration"]["kind"] == "random"
 
 
 def test_a_saved_program_without_calibration_is_refused_before_torch_loads(
@@ -114,19 +114,19 @@ def test_a_build_says_each_stage_as_it_starts(fresh_cache: Path) -> None:
 
 def test_int8_dynamic_needs_no_calibration() -> None:
     result = build("digits", BuildOptions(quantize="int8-dynamic"))
-    assert result.manifest["quantization"]["mode"] == "int8-dynamic"
+    assert result.manifest.to_json()["quantization"]["mode"] == "int8-dynamic"
 
 
 def test_dynamic_batch_dimension_is_exported_and_recorded() -> None:
     result = build(f"{MODELS}/two_io.py:batch_mlp", BuildOptions(dynamic=("x:0=1..16",)))
-    meta = result.manifest["methods"][0]["inputs"][0]
+    meta = result.manifest.to_json()["methods"][0]["inputs"][0]
     assert meta["dynamic"] == {"0": [1, 16]}
-    assert result.manifest["dynamic"] == {"x": {"0": [1, 16]}}
+    assert result.manifest.to_json()["dynamic"] == {"x": {"0": [1, 16]}}
     # The planner sizes the arena for the largest batch.
     static = build(f"{MODELS}/two_io.py:batch_mlp", BuildOptions())
     assert (
-        result.manifest["methods"][0]["planned_bytes"]
-        > static.manifest["methods"][0]["planned_bytes"]
+        result.manifest.to_json()["methods"][0]["planned_bytes"]
+        > static.manifest.to_json()["methods"][0]["planned_bytes"]
     )
 
 
@@ -148,9 +148,9 @@ def test_int8_calibrates_on_samples_of_every_length_dynamic_allows(tmp_path: Pat
         quantize="int8", dynamic=("tokens:1=2..16",), calibration=(str(calibration),)
     )
     result = build(model, options)
-    assert result.manifest["quantization"]["calibration"]["kind"] == "real"
-    assert result.manifest["quantization"]["calibration"]["samples"] == 4
-    assert result.manifest["methods"][0]["inputs"][0]["dynamic"] == {"1": [2, 16]}
+    assert result.manifest.to_json()["quantization"]["calibration"]["kind"] == "real"
+    assert result.manifest.to_json()["quantization"]["calibration"]["samples"] == 4
+    assert result.manifest.to_json()["methods"][0]["inputs"][0]["dynamic"] == {"1": [2, 16]}
     # The quantized program takes each length it was calibrated on, as the .pte will.
     import torch
 
@@ -179,7 +179,7 @@ def test_a_calibration_sample_outside_the_dynamic_range_names_the_range(tmp_path
 
 def test_two_inputs_two_outputs_are_named_from_forward() -> None:
     result = build(f"{MODELS}/two_io.py:build", BuildOptions())
-    method = result.manifest["methods"][0]
+    method = result.manifest.to_json()["methods"][0]
     assert [m["name"] for m in method["inputs"]] == ["left", "right"]
     assert len(method["outputs"]) == 2
 
@@ -188,7 +188,10 @@ def test_identical_second_build_is_a_cache_hit_and_no_cache_rebuilds(fresh_cache
     first = build(f"{MODELS}/two_io.py:build", BuildOptions(backend="portable"))
     second = build(f"{MODELS}/two_io.py:build", BuildOptions(backend="portable"))
     assert not first.cached and second.cached
-    assert second.pte == first.pte and second.manifest["sha256"] == first.manifest["sha256"]
+    assert (
+        second.pte == first.pte
+        and second.manifest.to_json()["sha256"] == first.manifest.to_json()["sha256"]
+    )
     rebuilt = build(f"{MODELS}/two_io.py:build", BuildOptions(backend="portable", use_cache=False))
     assert not rebuilt.cached
 
@@ -204,7 +207,10 @@ def test_changing_a_file_beside_the_factory_invalidates_the_cache(
     first = build(f"{model}:build", BuildOptions(backend="portable"))
     helper.write_text("SCALE = 2\n")
     second = build(f"{model}:build", BuildOptions(backend="portable"))
-    assert not second.cached and second.manifest["cache_key"] != first.manifest["cache_key"]
+    assert (
+        not second.cached
+        and second.manifest.to_json()["cache_key"] != first.manifest.to_json()["cache_key"]
+    )
 
 
 def test_pt2_file_builds(tmp_path: Path) -> None:
@@ -219,8 +225,11 @@ def test_pt2_file_builds(tmp_path: Path) -> None:
     path = tmp_path / "saved.pt2"
     torch.export.save(torch.export.export(module, example), str(path))
     result = build(str(path), BuildOptions(backend="portable"))
-    assert result.manifest["model"]["kind"] == "pt2"
-    assert [m["name"] for m in result.manifest["methods"][0]["inputs"]] == ["left", "right"]
+    assert result.manifest.to_json()["model"]["kind"] == "pt2"
+    assert [m["name"] for m in result.manifest.to_json()["methods"][0]["inputs"]] == [
+        "left",
+        "right",
+    ]
 
 
 def test_cli_build_writes_pte_and_manifest_and_several_backends(tmp_path: Path) -> None:
@@ -299,7 +308,7 @@ def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path
     data = result.pte.read_bytes()
     program_size = _get_extended_header(data).program_size
     program = _flatbuffer_to_program(data[:program_size])
-    assert layout["file_size"] == len(data) == result.manifest["size_bytes"]
+    assert layout["file_size"] == len(data) == result.manifest.to_json()["size_bytes"]
     assert layout["program_flatbuffer_bytes"] == program_size
     assert layout["segments"] == len(program.segments)
     (blob,) = program.execution_plan[0].delegates
@@ -311,7 +320,7 @@ def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path
         "bytes": sum(program.segments[n.segment_index].size for n in program.named_data),
     }
     assert layout["planned_arena_bytes"] == {
-        "forward": result.manifest["methods"][0]["planned_bytes"]
+        "forward": result.manifest.to_json()["methods"][0]["planned_bytes"]
     }
     # `etdeploy inspect` no longer loads torch to read a .pte.
     code = (
@@ -337,11 +346,11 @@ def test_inspect_reads_the_pte_itself_and_rejects_a_truncated_one(tmp_path: Path
 
 def test_a_backend_claiming_little_of_the_graph_gets_a_warning() -> None:
     result = build(f"{MODELS}/two_io.py:mostly_cpu", BuildOptions(use_cache=False))
-    delegation = result.manifest["delegation"]
+    delegation = result.manifest.to_json()["delegation"]
     assert delegation["share"] < 0.5, delegation
     assert delegation["by_op"]["cumsum"]["non_delegated"] == 2
     assert any("CPU model with extra transfer overhead" in w for w in result.warnings)
-    assert result.manifest["warnings"] == result.warnings
+    assert result.manifest.to_json()["warnings"] == result.warnings
 
 
 def test_a_cached_int8_build_is_rebuilt_when_the_factorys_samples_change(
@@ -373,6 +382,6 @@ def test_a_cached_int8_build_is_rebuilt_when_the_factorys_samples_change(
     rebuilt = build(ref, BuildOptions(quantize="int8"))
     assert not rebuilt.cached
     assert (
-        rebuilt.manifest["quantization"]["calibration"]["digest"]
-        != first.manifest["quantization"]["calibration"]["digest"]
+        rebuilt.manifest.to_json()["quantization"]["calibration"]["digest"]
+        != first.manifest.to_json()["quantization"]["calibration"]["digest"]
     )

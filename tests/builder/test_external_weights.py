@@ -47,19 +47,25 @@ def test_the_weights_go_to_a_ptd_beside_the_pte_and_the_manifest_records_it(back
     outside = build("digits", BuildOptions(backend=backend, external_weights=True))
 
     assert outside.pte != inside.pte  # another cache entry; the plain build keeps its key
-    assert "data" not in inside.manifest and inside.data is None
+    assert "data" not in inside.manifest.to_json() and inside.data is None
     ptd = outside.data
     assert ptd == data_path(outside.pte) and ptd.is_file()
     blob = ptd.read_bytes()
     assert blob[4:8] == b"FT01"
-    assert outside.manifest["data"] == {
+    assert outside.manifest.to_json()["data"] == {
         "name": "digits.ptd",
         "size_bytes": len(blob),
         "sha256": hashlib.sha256(blob).hexdigest(),
     }
     # The .pte keeps the code: digits' 40 KB of weights left it.
-    assert outside.manifest["size_bytes"] < 8 * 1024 < inside.manifest["size_bytes"]
-    assert len(blob) > 0.9 * (inside.manifest["size_bytes"] - outside.manifest["size_bytes"])
+    assert (
+        outside.manifest.to_json()["size_bytes"]
+        < 8 * 1024
+        < inside.manifest.to_json()["size_bytes"]
+    )
+    assert len(blob) > 0.9 * (
+        inside.manifest.to_json()["size_bytes"] - outside.manifest.to_json()["size_bytes"]
+    )
     # Every weight the program names is in the .ptd.
     needed = program_data_keys(read_pte(outside.pte))
     assert needed and needed <= read_data_keys(ptd)
@@ -72,8 +78,10 @@ def test_a_change_to_the_code_alone_leaves_the_ptd_byte_for_byte(
     first = build(variant(tmp_path / "v1", 1.5), BuildOptions(backend, external_weights=True))
     second = build(variant(tmp_path / "v2", 2.5), BuildOptions(backend, external_weights=True))
 
-    assert first.manifest["sha256"] != second.manifest["sha256"]  # the code changed
-    assert first.manifest["data"]["sha256"] == second.manifest["data"]["sha256"]
+    assert (
+        first.manifest.to_json()["sha256"] != second.manifest.to_json()["sha256"]
+    )  # the code changed
+    assert first.manifest.to_json()["data"]["sha256"] == second.manifest.to_json()["data"]["sha256"]
     assert first.data is not None and second.data is not None
     assert first.data.read_bytes() == second.data.read_bytes()
 
@@ -83,7 +91,7 @@ def test_int8_weights_go_to_the_ptd_too() -> None:
     assert built.data is not None
     keys = program_data_keys(read_pte(built.pte))
     assert keys and keys <= read_data_keys(built.data)
-    assert built.manifest["size_bytes"] < 8 * 1024
+    assert built.manifest.to_json()["size_bytes"] < 8 * 1024
 
 
 def test_a_backend_that_keeps_its_own_weights_is_refused_before_any_work() -> None:

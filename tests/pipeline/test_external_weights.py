@@ -85,7 +85,7 @@ def test_digits_with_external_weights_passes_and_records_the_pair(device: LocalD
     assert artifact["size_bytes"] == pte_bytes
     assert artifact["data"] == {
         "path": str(built.data),
-        "sha256": built.manifest["data"]["sha256"],
+        "sha256": built.manifest.to_json()["data"]["sha256"],
         "size_bytes": ptd_bytes,
     }
     # The host runtime loaded the same pair: bit for bit what the device computed.
@@ -97,7 +97,10 @@ def test_digits_with_external_weights_passes_and_records_the_pair(device: LocalD
     # Both are under content-addressed names on the device; the runner was given the .ptd.
     programs = sorted(p.name for p in (Path(device.workdir) / "programs").iterdir())
     assert programs == sorted(
-        [f"{built.manifest['sha256'][:24]}.pte", f"{built.manifest['data']['sha256'][:24]}.ptd"]
+        [
+            f"{built.manifest.to_json()['sha256'][:24]}.pte",
+            f"{built.manifest.to_json()['data']['sha256'][:24]}.ptd",
+        ]
     )
     assert any("--data_path=" in log for log in result["logs"])
 
@@ -237,8 +240,8 @@ def test_the_size_verdict_counts_the_pte_and_the_ptd() -> None:
     assert built.data is not None
     alone = summary_for_result(built.pte, Config())
     pair = summary_for_result(
-        built.pte, Config(), sha256=built.manifest["sha256"], data=built.data,
-        data_sha256=built.manifest["data"]["sha256"],
+        built.pte, Config(), sha256=built.manifest.to_json()["sha256"], data=built.data,
+        data_sha256=built.manifest.to_json()["data"]["sha256"],
     )  # fmt: skip
     ptd_bytes = built.data.stat().st_size
     assert pair["raw_bytes"] == alone["raw_bytes"] + ptd_bytes

@@ -12,6 +12,7 @@ from pathlib import Path
 from etdeploy.digests import file_sha256
 from etdeploy.paths import cache_dir
 from etdeploy.pipeline.build import describe_program, method_signatures
+from tests.support.manifests import build_manifest_code
 from tests.support.programs import BuiltPrograms
 
 
@@ -50,11 +51,12 @@ def test_a_warm_description_does_not_import_the_pte_reader(
     digest = file_sha256(pte)
     method_signatures(pte, digest)
     code = (
-        "import sys\n"
+        "import json, sys\n"
         "from pathlib import Path\n"
+        "from etdeploy.builder.manifest import BuildManifest\n"
         "from etdeploy.pipeline.build import describe_program\n"
         # A build's manifest (weights inside, no .ptd): nothing else is read of the file.
-        f"describe_program(Path({str(pte)!r}), {digest!r}, {{'methods': [{{}}]}}, ())\n"
+        f"describe_program(Path({str(pte)!r}), {digest!r}, {build_manifest_code(pte, digest)}, ())\n"
         "print(sorted(m for m in sys.modules if m.startswith('etdeploy.pte')))\n"
     )
     done = subprocess.run(

@@ -14,12 +14,14 @@ from etdeploy.digests import file_sha256
 from etdeploy.paths import cache_dir
 from etdeploy.pipeline.build import describe_program
 from etdeploy.pipeline.verify import size_verdict
+from tests.support.manifests import build_manifest_code, build_manifest_of
 from tests.support.programs import BuiltPrograms
 
 
 def _program(programs: BuiltPrograms):  # type: ignore[no-untyped-def]
     pte = programs.xnnpack
-    return describe_program(pte, file_sha256(pte), {"methods": [{}]}, ())
+    digest = file_sha256(pte)
+    return describe_program(pte, digest, build_manifest_of(pte, digest), ())
 
 
 def test_a_limit_changed_in_the_config_is_judged_again(
@@ -53,13 +55,14 @@ def test_a_warm_verdict_imports_neither_sizecheck_nor_the_reader(
     program = _program(programs)
     expected = size_verdict(program, Config())
     code = (
-        "import sys\n"
+        "import json, sys\n"
         "from pathlib import Path\n"
+        "from etdeploy.builder.manifest import BuildManifest\n"
         "from etdeploy.config import Config\n"
         "from etdeploy.pipeline.build import describe_program\n"
         "from etdeploy.pipeline.verify import size_verdict\n"
         f"p = describe_program(Path({str(program.pte)!r}), {program.sha256!r}, "
-        "{'methods': [{}]}, ())\n"
+        f"{build_manifest_code(program.pte, program.sha256)}, ())\n"
         "print(size_verdict(p, Config()).passed)\n"
         "print(sorted(m for m in sys.modules if m.startswith(('etdeploy.pte', "
         "'etdeploy.sizecheck'))))\n"

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from etdeploy.builder.manifest import read_manifest
 from etdeploy.cli import app
 from etdeploy.devices.adb import AdbDevice, AdbSettings
 from etdeploy.devices.local import LocalDevice
@@ -176,7 +177,10 @@ def test_a_program_says_what_it_calls_and_needs_without_torch(ptes: dict[str, Pa
     # x, out and the returned value: three float32 2-D tensors.
     assert triple.kernel_keys == ("v1/6;0,1|6;0,1|6;0,1",) and triple.methods == ("forward",)
     assert custom.backends == {}
-    digits = program_needs(ptes["digits"], {"versions": {"executorch": "1.5.1"}})
+    built = read_manifest(ptes["digits"])
+    assert built is not None
+    old = dataclasses.replace(built, versions={"executorch": "1.5.1"})
+    digits = program_needs(ptes["digits"], old)
     assert digits.backends == {"XnnpackBackend": ("forward",)} and digits.operators == ()
     assert digits.executorch_version == "1.5.1" and digits.file_identifier == "ET12"
 
