@@ -652,13 +652,14 @@ def test_settings_from_a_device_table_are_typed() -> None:
     settings = SshSettings.from_mapping(
         {"host": "mac", "port": 2222, "connect_timeout_s": 3, "host_key_policy": "accept-new"}
     )
-    # A device from etdeploy.toml keeps its connection a minute (a keeper, keeper.py);
-    # settings made in code connect in-process unless they ask for one.
+    # Nothing is kept in the background unless the table asks (persist_s, keeper.py),
+    # whether the settings come from etdeploy.toml or from code.
     assert settings == SshSettings(
-        host="mac", port=2222, connect_timeout_s=3.0, host_key_policy="accept-new", persist_s=60.0
+        host="mac", port=2222, connect_timeout_s=3.0, host_key_policy="accept-new", persist_s=0.0
     )
     assert isinstance(settings.connect_timeout_s, float)
     assert SshSettings(host="mac").persist_s == 0
+    assert SshSettings.from_mapping({"host": "mac", "persist_s": 60}).persist_s == 60.0
 
 
 @pytest.mark.parametrize(
