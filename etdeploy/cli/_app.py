@@ -340,9 +340,9 @@ def check_json_target(target: str | None) -> None:
 
 def emit_json(document: Any, target: str) -> None:
     """`--json -`: the document alone on stdout; `--json PATH`: written atomically."""
-    from etdeploy.jsontext import dumps
+    from etdeploy.atomic import json_text
 
-    text = dumps(document)
+    text = json_text(document)
     if target == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
