@@ -237,11 +237,9 @@ def test_a_helper_is_stale_after_an_upgrade_of_etdeploy_or_of_a_dependency(tmp_p
     edited.write_text(edited.read_text() + "\n# changed\n")
     assert _stamp([code]) != first
     after_edit = _stamp([code])
-    # paramiko upgraded: another distribution of it found first on the path.
+    # paramiko upgraded: another installation of it found first on the path.
     upgraded = tmp_path / "site"
-    (upgraded / "paramiko-99.0.dist-info").mkdir(parents=True)
-    (upgraded / "paramiko-99.0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: paramiko\nVersion: 99.0\n"
-    )
+    (upgraded / "paramiko").mkdir(parents=True)
+    (upgraded / "paramiko" / "__init__.py").write_text('__version__ = "99.0"\n')
     assert _stamp([upgraded, code]) != after_edit
     assert json.dumps(first)  # a plain hex digest

@@ -6,7 +6,7 @@ how it behaves: the device's settings and name, the ssh_config file as it is now
 (path, size, mtime, inode), the local user, $HOME, the ssh-agent socket when the
 agent is allowed, the working directory when a path setting is relative, and the
 code it runs (etdeploy.background.code_stamp: etdeploy's version and sources,
-paramiko's and its cryptography's versions, the interpreter). Change any of them and
+paramiko and its crypto libraries as installed, the interpreter). Change any of them and
 the next command starts a keeper of its own; the old one leaves after its idle time.
 
 Its directory is private (etdeploy.background.private_directory): a directory there
@@ -48,9 +48,9 @@ _SOCKET_DIR_MAX = 80
 _PATH_SETTINGS = ("key_filename", "known_hosts", "ssh_config")
 
 
-# The distributions a keeper imports besides etdeploy: a new version of one under a
+# The modules a keeper imports besides etdeploy: a new version of one installed under a
 # running keeper makes it stale.
-KEEPER_DISTRIBUTIONS = ("paramiko", "cryptography", "bcrypt", "pynacl")
+KEEPER_MODULES = ("paramiko", "cryptography", "bcrypt", "nacl")
 
 
 def keeper_dir() -> Path:
@@ -103,7 +103,7 @@ def keeper_key(settings: SshSettings, name: str) -> str:
     )
     identity = {
         "protocol": PROTOCOL,
-        "code": code_stamp(KEEPER_DISTRIBUTIONS),
+        "code": code_stamp(KEEPER_MODULES),
         "settings": values,
         "name": name,
         "config": config_id,
