@@ -72,9 +72,11 @@ def test_a_passing_command_whose_reader_leaves_ends_quietly_with_its_own_status(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len(done.stdout) > 1 << 16  # more than a pipe's buffer: the write must fail
-    status, err = _piped_into_a_reader_that_leaves(["sizecheck", "--any-file", *files], tmp_path)
+    status, err = _piped_into_a_reader_that_leaves(
+        ["sizecheck", "-q", "--any-file", *files], tmp_path
+    )
     assert status == EXIT_OUTPUT_CLOSED != EXIT_CHECK_FAILED
-    assert err == ""  # no traceback, no "Exception ignored", no error line
+    assert err == ""  # (-q: no progress) no traceback, no "Exception ignored", no error line
 
 
 def test_the_status_of_a_closed_output_is_128_plus_sigpipe() -> None:
