@@ -18,12 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from etdeploy.cli import _startup
-
-# Before typer, rich and etdeploy's records are imported: their dataclasses are made then.
-_startup.cache_dataclass_code()
-
-from etdeploy.cli import _app  # noqa: E402  isort: skip
+from etdeploy.cli import _app
 
 # Each command's module, in the order the help lists them.
 MODULES = (
@@ -43,11 +38,14 @@ def load_commands(modules: Sequence[str] = MODULES) -> None:
 
 def modules_for(argv: Sequence[str]) -> Sequence[str]:
     """The command modules a command line needs: the one its command word names, or
-    all (no command, an unknown one, or typer's completion asking)."""
+    all (no command, an unknown one, or typer's completion asking); none for
+    `--version`, which the root answers before any command is looked at."""
     if any(key.startswith("_ETDEPLOY_COMPLETE") for key in os.environ):
         return MODULES
     # Every option before the command word is a flag of the root (-v, -q, --version).
     word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None and "--version" in argv and not {"-h", "--help"} & set(argv):
+        return ()
     module = _ALSO.get(word or "", word)
     return (module,) if module in MODULES else MODULES
 
@@ -66,18 +64,6 @@ def main() -> None:
     _app.main()
 
 
-def entry() -> None:
-    """The console script and `python -m etdeploy`: main(), then the process ends
-    without the interpreter's teardown (etdeploy.cli._exit)."""
-    from etdeploy.cli._exit import end_process
-
-    try:
-        main()
-    except SystemExit as exc:
-        end_process(exc.code)
-    end_process(0)
-
-
 def __getattr__(name: str) -> Any:
     if name == "app":
         load_commands()
@@ -85,4 +71,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["app", "entry", "main"]
+__all__ = ["app", "main"]

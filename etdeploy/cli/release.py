@@ -20,6 +20,7 @@ from etdeploy.cli._app import (
     err_console,
     json_to_stdout,
     note,
+    plain_text,
 )
 from etdeploy.errors import EXIT_OK
 
@@ -31,9 +32,11 @@ if TYPE_CHECKING:
 
 release_app = typer.Typer(
     no_args_is_help=True,
-    help="Release sets: one artefact per device class, packaged for Play (AI pack with "
-    "device targeting) and Apple (asset packs), and the proof that each class's variant "
-    "works on its devices.",
+    help=plain_text(
+        "Release sets: one artefact per device class, packaged for Play (AI pack with "
+        "device targeting) and Apple (asset packs), and the proof that each class's variant "
+        "works on its devices."
+    ),
 )
 app.add_typer(release_app, name="release")
 
