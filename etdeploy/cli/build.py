@@ -79,7 +79,8 @@ def build_command(
         raise UsageError(
             "-o names one file but several backends were asked for", "give -o a folder"
         )
-    name = parse_model_ref(model).name
+    ref = parse_model_ref(model)
+    name = ref.name
     planned = []
     for be in backends:
         options = _options(job, be, random_calibration)
@@ -88,7 +89,10 @@ def build_command(
     for options, target in planned:
         if target.exists() and not force:
             plan = planned_build(model, options)
-            check_output_free(target, plan.key, cached=plan.cached, force=force)
+            check_output_free(
+                target, plan.key, cached=plan.cached, force=force,
+                model_files=ref.fingerprint_files(),
+            )  # fmt: skip
     out = err_console if json_to_stdout(json_path) else console
     built = [
         _build_one(job, options, target, force=force, etrecord=etrecord, out=out)
