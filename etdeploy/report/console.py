@@ -173,11 +173,13 @@ class RunConsole:
         )
 
     def render_verdict_line(self, result: RunResult, out: Console) -> None:
-        """PASS or FAIL with the reason; a numeric FAIL also says the loosest setting
-        that would have passed, so a reader can tell a near miss from a broken model."""
+        """The numerics' PASS or FAIL with the reason; a numeric FAIL also says the
+        loosest setting that would have passed, so a reader can tell a near miss from a
+        broken model. Each other gate that failed (size, memory, a shape point) gets its
+        own FAIL line after it: a line says what its own check found."""
         verdict = result.verdict
         assert verdict is not None
-        mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+        mark = "[bold green]PASS[/]" if verdict.passed else "[bold red]FAIL[/]"
         reason = verdict.reason
         if not verdict.passed:
             passing = passing_setting(verdict)
