@@ -35,6 +35,16 @@ def test_build_json_dash_is_the_manifest_alone_on_stdout(tmp_path: Path) -> None
     assert "delegated" in done.stderr  # the table, on stderr
 
 
+def test_inspect_json_dash_is_a_document_with_its_schema(tmp_path: Path) -> None:
+    built = etdeploy("build", "digits", "-b", "portable", "-o", "d.pte", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    done = etdeploy("inspect", "d.pte", "--json", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "etdeploy.inspect/1"
+    assert doc["manifest"]["backend"] == "portable" and doc["pte"]
+
+
 def test_farm_json_dash_prints_the_farm_document_not_a_file_named_dash(tmp_path: Path) -> None:
     spec = write_spec(
         tmp_path / "farm.toml",
