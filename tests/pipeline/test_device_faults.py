@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,10 +27,9 @@ import pytest
 
 from etdeploy.devices.transfer import PARTIAL_MARKER
 from tests.support.adb_server import AdbTestbed, adb_testbed
-from tests.support.device_config import ssh_table, write_config
-from tests.support.loopback_adb import LoopbackAdbDevice
+from tests.support.device_config import ssh_table, through_proxy, write_config
 from tests.support.processes import processes_naming
-from tests.support.sshd import SshServer, start_sshd
+from tests.support.sshd import CuttingProxy, SshServer, start_sshd
 
 pytestmark = pytest.mark.slow
 
@@ -44,17 +44,15 @@ RUNS_FOR_S = 3
 
 @dataclass(frozen=True)
 class Kind:
-    """A device of one kind: the config that reaches it, and where its work dir is on
-    this machine (each stand-in keeps its files here)."""
+    """A device of one kind: the config that reaches it, where its work dir is on this
+    machine (each stand-in keeps its files here), and how to make its link slow (a
+    phone on weak Wi-Fi, a board on a slow network; None: a local copy, which has no
+    link)."""
 
     name: str
     config: Path
     workdir: Path
-    # Hold the next push part-way (None: the transfer is a local copy, cut by a
-    # signal mid-copy), and whether it is held now.
-    stall_push: Callable[[], None] | None = None
-    push_stalled: Callable[[], bool] | None = None
-    phone: LoopbackAdbDevice | None = None
+    slow_link: Callable[[float | None], None] | None = None
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +65,16 @@ def runners() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AdbTestbed, SshServer]]:
+def servers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[AdbTestbed, SshServer, CuttingProxy]]:
     root = tmp_path_factory.mktemp("faults")
     with (
         adb_testbed(root / "adb", ("pixel",)) as adb,
         start_sshd(root / "sshd") as sshd,
+        CuttingProxy(sshd.port) as proxy,
     ):
-        yield adb, sshd
+        yield adb, sshd, proxy
 
 
 @pytest.fixture(scope="module")
@@ -102,13 +103,14 @@ def kind(
         yield Kind("local", config, workdir)
         return
     if request.param == "ssh":
-        _, sshd = request.getfixturevalue("servers")
-        table = ssh_table(sshd, tmp_path)
+        _, sshd, proxy = request.getfixturevalue("servers")
+        table = ssh_table(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
         write_config(config, {"dut": table})
-        yield Kind("ssh", config, Path(str(table["workdir"])))
+        yield Kind("ssh", config, Path(str(table["workdir"])), proxy.throttle)
+        proxy.throttle(None)
         return
     if request.param == "adb":
-        bed, _ = request.getfixturevalue("servers")
+        bed, _, _ = request.getfixturevalue("servers")
         table = {"serial": bed.serial("pixel"), "adb_port": bed.server.port,
                  "runner": str(runners["host"])}  # fmt: skip
     else:
@@ -116,17 +118,12 @@ def kind(
         table = {"serial": bed.serial("pixel"), "adb_port": bed.server.port}
     phone = bed.phones["pixel"]
     write_config(config, {"dut": table})
-    # A clean phone: the runner is pushed again, so there is a push to interrupt.
-    workdir = phone.device_path(PHONE_WORKDIR)
 
-    def stall_push() -> None:
-        phone.faults.stall_after_send_bytes = 1 << 20
+    def slow_link(bytes_per_s: float | None) -> None:
+        phone.faults.send_bytes_per_s = bytes_per_s
 
-    yield Kind(request.param, config, workdir, stall_push, lambda: phone.stalled, phone)
-    phone.faults.stall_after_send_bytes = None
-    if phone.stalled:
-        phone.release_stall()
-        bed.server.reconnect(phone)
+    yield Kind(request.param, config, phone.device_path(PHONE_WORKDIR), slow_link)
+    phone.faults.send_bytes_per_s = None
 
 
 @contextlib.contextmanager
@@ -202,3 +199,39 @@ def test_a_stopped_runner_ends_at_the_deadline_on_a_busy_host(kind: Kind, tmp_pa
     assert took < DEADLINE_S + AFTER_DEADLINE_S, f"{kind.name}: ended {took:.1f} s after the stop"
     assert runners_in(kind.workdir) == []
     assert debris(kind.workdir) == []
+
+
+def partial_files(workdir: Path) -> list[Path]:
+    return list(workdir.rglob(f"*{PARTIAL_MARKER}*")) if workdir.is_dir() else []
+
+
+def test_ctrl_c_during_a_push_leaves_no_partial_file_and_no_job_folder(
+    kind: Kind, tmp_path: Path
+) -> None:
+    """The link stays up; the run is stopped while the runner is on its way there."""
+    for attempt in range(1, 6):
+        # Nothing on the device yet: the runner bundle is pushed, file by file.
+        shutil.rmtree(kind.workdir, ignore_errors=True)
+        if kind.slow_link is not None:
+            kind.slow_link(2e6)  # ~7 s for the bundle's 14 MB
+        process, log = start_run(kind, tmp_path, "-n", "1")
+        try:
+            # A local copy takes milliseconds: looked for at once, and tried again
+            # when the push ended before it was seen.
+            wait_for("a push under way", lambda p=process: bool(partial_files(kind.workdir))
+                     or p.poll() is not None, process, log)  # fmt: skip
+            seen = process.poll() is None
+            process.send_signal(signal.SIGINT)
+            exited = process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if kind.slow_link is not None:
+                kind.slow_link(None)
+        if seen and exited == 130:
+            break
+        assert kind.slow_link is None, f"attempt {attempt}: no push to interrupt\n{log.read_text()}"
+    said = log.read_text()
+    assert exited == 130 and said.rstrip().endswith("interrupted by SIGINT"), said
+    assert debris(kind.workdir) == [], said
