@@ -20,6 +20,13 @@ def test_one_run_writes_junit_and_html_beside_its_json(tmp_path: Path) -> None:
     case = ET.parse(tmp_path / "junit.xml").getroot().find(".//testcase")
     assert case is not None and case.find("failure") is None
     assert "digits" in (case.get("name") or "")
+    # The task-accuracy block the accuracy guide promises in JUnit, as the console has it.
+    said = case.findtext("system-out") or ""
+    assert "task accuracy: classification of logits on 360 labelled samples" in said
+    top1 = result["accuracy"]["scores"][0]
+    assert f"top-1: float eager {top1['eager']:.2%}, device {top1['device']:.2%}" in said
+    assert "device vs float eager: " in said and "ACCURACY " in said
+    assert f"throughput: {result['throughput']['samples']} samples" in said
     page = (tmp_path / "run.html").read_text()
     assert result["job"]["id"] in page or "digits" in page
     assert "Task accuracy" in page
