@@ -79,16 +79,19 @@ def test_class_folders_run_cold_and_then_from_the_cache(tmp_path: Path) -> None:
         assert found["samples"] == 10 * PER_CLASS and found["labels"] == "test/ (a folder a class)"
 
 
-def test_class_folders_run_cold_in_a_farm(tmp_path: Path) -> None:
+def test_class_folders_run_cold_and_then_from_the_cache_in_a_farm(tmp_path: Path) -> None:
     inputs = class_folders(tmp_path)
+    model = model_file(tmp_path)
     spec = write_spec(
         tmp_path / "farm.toml",
-        {"models": [{"model": model_file(tmp_path), "inputs": [str(inputs)]}],
-         "devices": ["local"], **QUICK},
-    )  # fmt: skip
-    out = tmp_path / "out"
-    done = CliRunner().invoke(app, ["farm", str(spec), "--out", str(out)])
-    assert done.exit_code == 0, done.output
-    (result,) = lines_of(out / "results.jsonl")
-    assert result["status"] == "passed", result
-    assert result["accuracy"]["samples"] == 10 * PER_CLASS
+        {"models": [{"model": model, "inputs": [str(inputs)]}], "devices": ["local"], **QUICK},
+    )
+    for cached, out in ((False, tmp_path / "cold"), (True, tmp_path / "warm")):
+        assert (
+            planned_build(model, BuildOptions(backend=RunJob(model=model).backend)).cached is cached
+        )
+        done = CliRunner().invoke(app, ["farm", str(spec), "--out", str(out)])
+        assert done.exit_code == 0, done.output
+        (result,) = lines_of(out / "results.jsonl")
+        assert result["status"] == "passed", result
+        assert result["accuracy"]["samples"] == 10 * PER_CLASS
