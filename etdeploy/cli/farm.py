@@ -32,6 +32,7 @@ from etdeploy.cli._app import (
     console,
     emit_json,
     err_console,
+    is_quiet,
     json_to_stdout,
     plain_text,
 )
@@ -180,8 +181,14 @@ def _progress(event: FarmEvent) -> str:
 
 
 def _render_event(event: FarmEvent) -> None:
+    """A job's progress line on stderr; with --quiet only a job that did not pass has
+    one (the summary table follows either way)."""
     from etdeploy.farm.results import farm_seconds
 
+    if is_quiet() and not (
+        event.kind == "finish" and event.result is not None and event.result.status != "passed"
+    ):
+        return
     label = escape(event.job.label)
     head = _progress(event)
     if event.kind == "start":
