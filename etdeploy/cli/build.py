@@ -58,7 +58,7 @@ def build_command(
     output: Path = typer.Option(None, "--output", "-o", metavar="PATH", help="The .pte to write, or a folder for it (default ./MODEL-BACKEND[-QUANT].pte).", rich_help_panel=OUTPUT_PANEL),
     force: bool = typer.Option(False, "--force", help="Replace a different program already at the output path.", rich_help_panel=OUTPUT_PANEL),
     etrecord: bool = typer.Option(False, "--etrecord", help="Also write the ETRecord beside the .pte: what `run --pte FILE --profile` needs to name operators and modules.", rich_help_panel=OUTPUT_PANEL),
-    config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read for its \\[build] table (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
+    config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read for its [build] table (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="build", schema=BUILD_SCHEMA) + " The tables then go to stderr.", rich_help_panel=OUTPUT_PANEL),
     settings: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
@@ -66,7 +66,7 @@ def build_command(
 
     Builds are cached by content; the output is a copy named by what it is
     (model, backend, quantization). A different program already at the output
-    path is never overwritten without --force. etdeploy.toml's \\[build] table gives
+    path is never overwritten without --force. etdeploy.toml's [build] table gives
     the defaults of these options.
     """
     from etdeploy.builder import check_output_free, default_output_name, planned_build

@@ -137,7 +137,7 @@ def release_check_command(
     device: list[str] = typer.Option(..., "--device", "-d", metavar="NAME", help="A device to prove the release on (repeat): a devices.NAME table of etdeploy.toml, a serial, a model name, or local."),
     skip_unavailable: bool = typer.Option(False, "--skip-unavailable", help=SKIP_HELP),
     iterations: int = typer.Option(None, "--iterations", "-n", min=1, metavar="N", help="Timed executions per device (default 10)."),
-    inputs: list[str] = typer.Option(None, "--inputs", "-i", metavar="PATH", help="Real samples to verify each variant on (FILE, DIR or GLOB; repeat), as `run --inputs` takes them. Default: etdeploy.toml's \\[run] inputs, else the samples the model ships."),
+    inputs: list[str] = typer.Option(None, "--inputs", "-i", metavar="PATH", help="Real samples to verify each variant on (FILE, DIR or GLOB; repeat), as `run --inputs` takes them. Default: etdeploy.toml's [run] inputs, else the samples the model ships."),
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one)."),
     adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host."),
     adb_port: int = typer.Option(None, "--adb-port", metavar="PORT", help="The adb server's port."),
@@ -147,7 +147,7 @@ def release_check_command(
 
     Each device's properties choose its variant as the store would; the variant is
     verified there as `run` does (real inputs, eager reference, budget). The inputs:
-    --inputs, else etdeploy.toml's \\[run] inputs, else the samples the model ships.
+    --inputs, else etdeploy.toml's [run] inputs, else the samples the model ships.
 
     Exit 0 when every device's variant passes, 1 when one fails its check, 3 when a
     device or its runner fails, 2 for bad input. Variants no device verified are listed
