@@ -141,8 +141,8 @@ def test_a_chatty_command_past_its_deadline_is_not_called_idle(device: SshDevice
 
 
 def test_a_command_killed_by_a_signal_reports_it_as_the_shell_does(device: SshDevice) -> None:
-    # sshd sends a signal death as exit-signal, which paramiko reports as -1 (read
-    # as SIGHUP); the wrapper's shell reports 128 + the signal, as adb's does.
+    # sshd would send a signal death as exit-signal, which paramiko reads as no
+    # status (-1); the wrapper's shell reports 128 + the signal, as adb's does.
     out = device.run(["sh", "-c", "echo about to crash; kill -SEGV $$"], deadline_s=30)
     assert out.exit_code == 128 + 11, (out.exit_code, out.stderr)
     assert out.stdout == "about to crash\n"
@@ -151,10 +151,23 @@ def test_a_command_killed_by_a_signal_reports_it_as_the_shell_does(device: SshDe
 def test_a_command_killed_with_its_wrapper_reports_the_signal_not_sighup(
     device: SshDevice,
 ) -> None:
-    # The whole group goes (`pkill -f` of a runner's name matches its wrapper too):
-    # sshd reports the death as exit-signal, which paramiko alone read as -1 (SIGHUP).
+    # The command's whole group goes; the wrapper, in a group of its own, outlives
+    # it and reports the signal as a shell does.
     out = device.run(["sh", "-c", "kill -KILL 0"], deadline_s=30)
     assert out.exit_code == 128 + 9, (out.exit_code, out.stderr)
+
+
+def test_a_command_whose_wrapper_is_killed_from_outside_ended_without_a_status(
+    device: SshDevice,
+) -> None:
+    # The command's parent is the sh running its script; that sh's parent is the
+    # wrapper sshd started (the test user's login shell, bash, execs it). Killed, it
+    # leaves sshd nothing to send but exit-signal: no status, never "SIGHUP".
+    wrapper = 'kill -KILL "$(ps -o ppid= -p $PPID)"'
+    with pytest.raises(DeviceError) as caught:
+        device.run(["sh", "-c", wrapper], deadline_s=30)
+    assert "ended without an exit status" in caught.value.message
+    assert "SIGHUP" not in caught.value.message
 
 
 def test_a_stopped_command_is_gone_at_its_deadline(device: SshDevice) -> None:
