@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -176,6 +177,51 @@ def test_a_stopped_command_is_gone_at_its_deadline(device: SshDevice) -> None:
     out = device.run(["sh", "-c", "kill -STOP 0", marker], deadline_s=2)
     assert out.timed_out and time.monotonic() - started < 8
     assert processes_naming(marker) == []
+
+
+@pytest.mark.parametrize(
+    ("shell", "tools", "own_group"),
+    [
+        ("dash", ("ps", "tr", "setsid"), True),  # Linux: util-linux's setsid(1)
+        ("bash", ("ps", "tr"), True),  # macOS's /bin/sh: bash, job control, no setsid
+        ("dash", ("ps", "tr"), False),  # neither: the command shares the wrapper's group
+    ],
+)
+def test_the_wrapper_outlives_a_command_that_kills_its_group_where_the_host_allows(
+    shell: str, tools: tuple[str, ...], own_group: bool, tmp_path: Path
+) -> None:
+    """The wrapper's own sh, run here as sshd would run it (a session of its own, no
+    terminal), with only `tools` on its PATH."""
+    from etdeploy.devices.ssh.wire import _wrapper
+
+    for tool in tools:
+        (tmp_path / tool).symlink_to(shutil.which(tool) or pytest.skip(f"no {tool} here"))
+    sh = shutil.which(shell) or pytest.skip(f"no {shell} here")
+    # util-linux's setsid -w here plays sshd: a new session, no terminal, its status.
+    session = shutil.which("setsid") or pytest.skip("no setsid here")
+    done = subprocess.run(
+        [
+            session,
+            "-w",
+            sh,
+            "-c",
+            _wrapper("/bin/sh -c 'kill -KILL 0'; exit $?"),
+            "etdeploy-run-x",
+        ],
+        env={"PATH": str(tmp_path)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    marker, wrapper, _, command_group = done.stdout.split()
+    assert marker == "ETDEPLOY-PID" and int(wrapper) > 1
+    if own_group:
+        assert int(command_group) != int(wrapper)
+        assert done.returncode == 128 + 9  # the wrapper's exit-status, as sshd passes it on
+    else:
+        assert command_group == "-"
+        assert done.returncode == -9  # the wrapper went too: sshd would send exit-signal
 
 
 def test_the_token_kill_reaches_only_the_command_that_carries_the_token() -> None:
