@@ -30,17 +30,6 @@ PUBLIC = {
 # warnings.catch_warnings() saves and restores warnings.showwarning and the filters
 # (docs.python.org/3/library/warnings.html#warnings.catch_warnings, read 2026-12-05).
 SCOPED = {"warnings.showwarning": "catch_warnings"}
-# Not removed yet, each with why: listed here so that nothing else joins them.
-KNOWN = {
-    # paramiko has no public hook for a channel's exit-signal (RFC 4254 6.10): this
-    # transport's channel-request handler reads it (paramiko 5.1). Leaving it means a
-    # command whose wrapper shell dies by a signal reports -1; the fix belongs to the
-    # wire protocol (the wrapper in its own process group), not done in issue 36.
-    "etdeploy/devices/ssh/connection.py": {
-        "uses paramiko.Transport._channel_handler_table",
-        "uses paramiko.Channel._handle_request",
-    },
-}
 
 
 def _root(node: ast.expr) -> ast.expr:
@@ -196,11 +185,9 @@ def problems_of(source: str) -> list[str]:
 def test_no_module_of_etdeploy_patches_a_library_or_uses_its_private_names() -> None:
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        where = str(path.relative_to(PACKAGE.parent))
-        known = KNOWN.get(where, set())
-        problems = [p for p in problems_of(path.read_text()) if p.split(": ", 1)[1] not in known]
+        problems = problems_of(path.read_text())
         if problems:
-            found[where] = problems
+            found[str(path.relative_to(PACKAGE.parent))] = problems
     assert found == {}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -141,8 +142,8 @@ def test_a_chatty_command_past_its_deadline_is_not_called_idle(device: SshDevice
 
 
 def test_a_command_killed_by_a_signal_reports_it_as_the_shell_does(device: SshDevice) -> None:
-    # sshd sends a signal death as exit-signal, which paramiko reports as -1 (read
-    # as SIGHUP); the wrapper's shell reports 128 + the signal, as adb's does.
+    # sshd would send a signal death as exit-signal, which paramiko reads as no
+    # status (-1); the wrapper's shell reports 128 + the signal, as adb's does.
     out = device.run(["sh", "-c", "echo about to crash; kill -SEGV $$"], deadline_s=30)
     assert out.exit_code == 128 + 11, (out.exit_code, out.stderr)
     assert out.stdout == "about to crash\n"
@@ -151,10 +152,23 @@ def test_a_command_killed_by_a_signal_reports_it_as_the_shell_does(device: SshDe
 def test_a_command_killed_with_its_wrapper_reports_the_signal_not_sighup(
     device: SshDevice,
 ) -> None:
-    # The whole group goes (`pkill -f` of a runner's name matches its wrapper too):
-    # sshd reports the death as exit-signal, which paramiko alone read as -1 (SIGHUP).
+    # The command's whole group goes; the wrapper, in a group of its own, outlives
+    # it and reports the signal as a shell does.
     out = device.run(["sh", "-c", "kill -KILL 0"], deadline_s=30)
     assert out.exit_code == 128 + 9, (out.exit_code, out.stderr)
+
+
+def test_a_command_whose_wrapper_is_killed_from_outside_ended_without_a_status(
+    device: SshDevice,
+) -> None:
+    # The command's parent is the sh running its script; that sh's parent is the
+    # wrapper sshd started (the test user's login shell, bash, execs it). Killed, it
+    # leaves sshd nothing to send but exit-signal: no status, never "SIGHUP".
+    wrapper = 'kill -KILL "$(ps -o ppid= -p $PPID)"'
+    with pytest.raises(DeviceError) as caught:
+        device.run(["sh", "-c", wrapper], deadline_s=30)
+    assert "ended without an exit status" in caught.value.message
+    assert "SIGHUP" not in caught.value.message
 
 
 def test_a_stopped_command_is_gone_at_its_deadline(device: SshDevice) -> None:
@@ -163,6 +177,51 @@ def test_a_stopped_command_is_gone_at_its_deadline(device: SshDevice) -> None:
     out = device.run(["sh", "-c", "kill -STOP 0", marker], deadline_s=2)
     assert out.timed_out and time.monotonic() - started < 8
     assert processes_naming(marker) == []
+
+
+@pytest.mark.parametrize(
+    ("shell", "tools", "own_group"),
+    [
+        ("dash", ("ps", "tr", "setsid"), True),  # Linux: util-linux's setsid(1)
+        ("bash", ("ps", "tr"), True),  # macOS's /bin/sh: bash, job control, no setsid
+        ("dash", ("ps", "tr"), False),  # neither: the command shares the wrapper's group
+    ],
+)
+def test_the_wrapper_outlives_a_command_that_kills_its_group_where_the_host_allows(
+    shell: str, tools: tuple[str, ...], own_group: bool, tmp_path: Path
+) -> None:
+    """The wrapper's own sh, run here as sshd would run it (a session of its own, no
+    terminal), with only `tools` on its PATH."""
+    from etdeploy.devices.ssh.wire import _wrapper
+
+    for tool in tools:
+        (tmp_path / tool).symlink_to(shutil.which(tool) or pytest.skip(f"no {tool} here"))
+    sh = shutil.which(shell) or pytest.skip(f"no {shell} here")
+    # util-linux's setsid -w here plays sshd: a new session, no terminal, its status.
+    session = shutil.which("setsid") or pytest.skip("no setsid here")
+    done = subprocess.run(
+        [
+            session,
+            "-w",
+            sh,
+            "-c",
+            _wrapper("/bin/sh -c 'kill -KILL 0'; exit $?"),
+            "etdeploy-run-x",
+        ],
+        env={"PATH": str(tmp_path)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    marker, wrapper, _, command_group = done.stdout.split()
+    assert marker == "ETDEPLOY-PID" and int(wrapper) > 1
+    if own_group:
+        assert int(command_group) != int(wrapper)
+        assert done.returncode == 128 + 9  # the wrapper's exit-status, as sshd passes it on
+    else:
+        assert command_group == "-"
+        assert done.returncode == -9  # the wrapper went too: sshd would send exit-signal
 
 
 def test_the_token_kill_reaches_only_the_command_that_carries_the_token() -> None:

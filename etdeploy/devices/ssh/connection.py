@@ -20,7 +20,6 @@ import contextlib
 import getpass
 import logging
 import os
-import signal
 import socket
 import threading
 from pathlib import Path
@@ -79,33 +78,7 @@ def _transport_preferring_aead(sock: object, **kwargs: object) -> paramiko.Trans
     options = transport.get_security_options()
     ciphers = list(options.ciphers)
     options.ciphers = [c for c in ciphers if "gcm" in c] + [c for c in ciphers if "gcm" not in c]
-    # This transport's channels also take exit-signal (see _channel_request).
-    transport._channel_handler_table = {  # type: ignore[attr-defined]
-        **paramiko.Transport._channel_handler_table,  # type: ignore[attr-defined]
-        paramiko.common.MSG_CHANNEL_REQUEST: _channel_request,
-    }
     return transport
-
-
-def _channel_request(channel: paramiko.Channel, message: paramiko.Message) -> None:
-    """A channel request, with exit-signal read as a shell reports that death.
-
-    When the command sshd started dies by a signal, sshd sends "exit-signal" (the
-    signal's name without "SIG", whether it dumped core, a message, a language tag:
-    RFC 4254 section 6.10) instead of "exit-status". paramiko 5.1's
-    Channel._handle_request takes only exit-status (channel.py, read 2026-12-04), so
-    the channel never got a status and reported -1, which read as SIGHUP. Here the
-    status is 128 + the signal's number, as sh and adb's shell report it."""
-    start = message.packet.tell()
-    if message.get_text() == "exit-signal":
-        message.get_boolean()  # want-reply: always false for exit-signal
-        name = message.get_text()
-        known = signal.Signals.__members__.get(f"SIG{name}")
-        channel.exit_status = 128 + int(known) if known is not None else -1
-        channel.status_event.set()
-        return
-    message.packet.seek(start)
-    paramiko.Channel._handle_request(channel, message)  # type: ignore[attr-defined]
 
 
 def _expand_local(path: str) -> str:

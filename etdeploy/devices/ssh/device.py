@@ -268,6 +268,20 @@ class SshDevice(DeviceBase):
         done = self._link.execute(
             " ".join(parts), deadline_s=command.deadline_s, idle_timeout_s=command.idle_timeout_s
         )
+        if done.exit_code == -1 and not done.timed_out:
+            # sshd sent no exit-status: the wrapper itself was killed from outside
+            # (its command dying by a signal is reported as 128+N, wire.py). That
+            # is not a status, and -1 would read as SIGHUP where a status is read.
+            out = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+            raise DeviceError(
+                f"{command.argv[0]} ended without an exit status on {self.target.display}: "
+                "sshd sent none, as when the shell running it is killed from outside",
+                "see what on the host stops it (a `pkill -f` matching its command line "
+                "kills that shell too), then run it again",
+                device=self.name,
+                command=shlex.join(command.argv),
+                log=out or None,
+            )
         return command.output(
             done.exit_code,
             done.stdout.decode(errors="replace"),

@@ -4,10 +4,12 @@ Commands run under a small POSIX sh wrapper that reports its pid and process gro
 on the first stdout line, so a command past its deadline can be killed as a group
 from a second channel. A session costs the host a login shell (its rc files: 0.1 s
 and more), so the next command's session can be started ahead (start_command_session:
-a shell that waits for its script on stdin), while other work goes on. The wrapper stays the command's parent (no `exec`): a
-command killed by a signal reaches sshd as exit-signal, which paramiko reports as
--1, while the wrapper turns it into the shell's status 128+N, as adb's shell does. stdout and stderr are drained by two threads, so a command
-writing megabytes to both never blocks on a full window.
+a shell that waits for its script on stdin), while other work goes on. The wrapper
+stays the command's parent (no `exec`) and runs it in a process group of its own
+(_wrapper): a command killed by a signal, even with its whole group, is reported as
+the shell's status 128+N, as adb's shell does, never as sshd's exit-signal, which
+paramiko reads as no status (-1). stdout and stderr are drained by two threads, so
+a command writing megabytes to both never blocks on a full window.
 
 Uploads are written pipelined, each SFTP write sized to one SSH packet, to the
 temporary name the caller gives and renamed into place (posix-rename@openssh.com);
@@ -41,7 +43,8 @@ from etdeploy.devices.ssh.results import Cancelled, Completed, HelperResult, che
 from etdeploy.devices.transfer import HASH_CHUNK, Download, Upload, copy_stream
 from etdeploy.errors import DeviceError, EtdeployError, TransportError
 
-# Marker the wrapper prints first on stdout: "<marker> <pid> <pgid>".
+# Marker the wrapper prints first on stdout: "<marker> <pid> <pgid> <command's pgid>",
+# "-" for a group that is not known.
 _PID_MARKER = "ETDEPLOY-PID"
 # The start of the token each command's wrapper carries as its $0.
 _TOKEN_PREFIX = "etdeploy-run-"
@@ -105,24 +108,47 @@ def token_kill(token: str, tool: str = "pkill -KILL") -> str:
 
 
 def _wrapper(script: str) -> str:
+    """The sh that runs `script` and reports, on the first stdout line, its own pid,
+    its session's group and the group the script runs in.
+
+    The script runs in a process group of its own (setsid(1): util-linux and
+    busybox; else sh job control, which bash as macOS's /bin/sh has without a
+    terminal while dash and busybox sh refuse it, checked 2026-12-05 with dash
+    0.5.12, bash 5.2 and busybox 1.35), under this sh that waits for it. So a
+    command that kills its whole group (`kill -KILL 0`) leaves this sh to report
+    the death as 128+N in an exit-status: sshd would otherwise send exit-signal,
+    which paramiko 5.1 does not read (Channel._handle_request, read 2026-12-05).
+    Without either way the script runs in this sh's group, as before. The script's
+    sh carries the token as its $0 too, so the token kill finds it."""
     # The group kill is only safe when the group is this session's own: sshd
     # setsid()s each session, so its leader is this sh ($$) or the login shell
     # that started it ($PPID). Otherwise fall back to killing the pid alone.
+    inner = (
+        'g=-; [ "$3" = own ] && g=$$; '
+        f'printf "%s %s %s %s\\n" {_PID_MARKER} "$1" "${{2:--}}" "$g"; shift 3; ' + script
+    )
+    run = '/bin/sh -c "$c" "$0" "$$" "$pg"'
     return (
         'pg=$(ps -o pgid= -p $$ 2>/dev/null | tr -d " "); '
         'case "$pg" in "$$"|"$PPID") ;; *) pg="";; esac; '
-        f'printf "%s %s %s\\n" {_PID_MARKER} "$$" "$pg"; ' + script
+        f"c={shlex.quote(inner)}; "
+        f"if command -v setsid >/dev/null 2>&1; then setsid {run} own; "
+        # A job's status notice ("Killed") goes to the shell's stderr: not the command's.
+        f"else {{ set -m; }} 2>/dev/null; case $- in *m*) {run} own & wait $! 2>/dev/null;; "
+        f'*) {run} "";; esac; fi; exit $?'
     )
 
 
 class _PidHeader:
-    """stdout's writer: takes the wrapper's first line (pid and group) off the
+    """stdout's writer: takes the wrapper's first line (pid and groups) off the
     stream and passes the rest on."""
 
     def __init__(self, stdout: BoundedOutput) -> None:
         self.stdout = stdout
         self.pid: int | None = None
         self.pgid: int | None = None
+        #: The group the command runs in, when it has one of its own.
+        self.command_pgid: int | None = None
         self.known = threading.Event()
         self._header = bytearray()
 
@@ -137,7 +163,8 @@ class _PidHeader:
         fields = self._header[:newline].decode(errors="replace").split()
         if len(fields) >= 2 and fields[0] == _PID_MARKER:
             self.pid = int(fields[1])
-            self.pgid = int(fields[2]) if len(fields) > 2 else None
+            groups = [int(f) if f.isdigit() else None for f in fields[2:4]] + [None, None]
+            self.pgid, self.command_pgid = groups[0], groups[1]
             self.stdout.append(bytes(self._header[newline + 1 :]))
         else:
             self.stdout.append(bytes(self._header))
@@ -231,26 +258,30 @@ class HostLink:
 
     # -- commands ---------------------------------------------------------------
 
-    def _kill(self, pid: int | None, pgid: int | None, token: str) -> None:
-        """Stop a command: TERM to its group (and the wrapper), CONT so a stopped
+    def _kill(self, header: _PidHeader, token: str) -> None:
+        """Stop a command: TERM to its groups (and the wrapper), CONT so a stopped
         process acts on it now, KILL to what is left after the grace period; then
         KILL to anything still carrying the command's token (a wrapper that had not
         said its pid yet, a login shell outside the group)."""
         by_token = token_kill(token)
-        if pid is None:
+        if header.pid is None:
             script = by_token + "exit 0"
         else:
-            script = self._group_kill(pid, pgid) + by_token + "exit 0"
+            kill = self._group_kill(header.pid, header.pgid, header.command_pgid)
+            script = kill + by_token + "exit 0"
         with contextlib.suppress(Exception):
             self.execute(script, deadline_s=15, kill_on_timeout=False)
 
     @staticmethod
-    def _group_kill(pid: int, pgid: int | None) -> str:
-        targets = f"-{pgid} {pid}" if pgid else str(pid)
+    def _group_kill(pid: int, pgid: int | None, command_pgid: int | None = None) -> str:
+        """A shell script that stops the wrapper `pid`, its session's group `pgid` and
+        the group its command runs in, `command_pgid` (each where known)."""
+        # The command's group first: the wrapper outlives it, not the reverse.
+        targets = " ".join([f"-{g}" for g in (command_pgid, pgid) if g] + [str(pid)])
         # Liveness ignores zombies: an orphan whose reaper is slow (or a container
         # init that never reaps) is dead for our purpose. ps -A -o pgid,stat works
         # on macOS and procps alike; without ps, kill -0 is the fallback.
-        group = pgid or 0
+        group, command_group = pgid or 0, command_pgid or 0
         # Without a group of its own the wrapper's children (the command) are sent
         # the signal by their parent's pid first, while that parent still has them.
         children = (
@@ -258,8 +289,9 @@ class HostLink:
         )
         return (
             f"alive() {{ if command -v ps >/dev/null 2>&1; then "
-            f"ps -A -o pgid= -o pid= -o stat= 2>/dev/null | awk -v g={group} -v p={pid} "
-            "'($1==g || $2==p) && $3 !~ /^Z/ {n++} END {exit n ? 0 : 1}'; "
+            f"ps -A -o pgid= -o pid= -o stat= 2>/dev/null | awk -v g={group} "
+            f"-v c={command_group} -v p={pid} "
+            "'($1==g || $1==c || $2==p) && $3 !~ /^Z/ {n++} END {exit n ? 0 : 1}'; "
             f"else kill -s 0 -- {pid} 2>/dev/null; fi; }}; "
             f"{children}for t in {targets}; do kill -s TERM -- $t 2>/dev/null; "
             "kill -s CONT -- $t 2>/dev/null; done; i=0; "
@@ -316,7 +348,7 @@ class HostLink:
 
         def kill() -> None:
             if kill_on_timeout:
-                self._kill(header.pid, header.pgid, token)
+                self._kill(header, token)
 
         def kill_and_close() -> None:
             try:
