@@ -30,13 +30,17 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from etdeploy.history.records import PASSED, SEP, JobKey, JobRecord, unit_of
 
 MIN_RUN = 4  # nights: the shortest run that can be a level of its own
 WINDOW = 30  # nights either side a candidate is tested on
 P_VALUE = 1e-3
-PENALTY = 3.0  # times log(n), in units of the series' night-to-night noise
+# A night further than this many MADs from both levels around a change is an
+# outlier of both (a busy night), not a night of either level.
+OUTLIER_MADS = 3.0
+PENALTY = 1.0  # times log(n), in units of the nights' spread: the rank test confirms
 # (relative, absolute) shifts below which no change is reported, by unit.
 SHIFT_FLOORS: dict[str, tuple[float, float]] = {
     "ms": (0.05, 0.005),
@@ -147,7 +151,6 @@ def change_points(series: Series) -> list[ChangePoint]:
     """The series' sustained shifts, oldest first."""
     import numpy as np
     import ruptures
-    from scipy.stats import mannwhitneyu
 
     values = np.asarray(series.values, dtype=float)
     n = len(values)
@@ -158,17 +161,11 @@ def change_points(series: Series) -> list[ChangePoint]:
     scale = max(noise, absolute_floor / 2, 1e-12 * float(np.max(np.abs(values))), 1e-300)
     standard = (values - float(np.median(values))) / scale
     detector = ruptures.Binseg(model="l1", min_size=MIN_RUN, jump=1).fit(standard.reshape(-1, 1))
-    bounds = [0, *detector.predict(pen=PENALTY * math.log(n))]
+    candidates = detector.predict(pen=PENALTY * math.log(n))[:-1]
     found: list[ChangePoint] = []
-    for left, at, right in zip(bounds, bounds[1:], bounds[2:], strict=False):
-        before = values[max(left, at - WINDOW) : at]
-        after = values[at : min(right, at + WINDOW)]
-        was, now = float(np.median(before)), float(np.median(after))
+    for at, was, now, p_value in _confirmed(values, candidates):
         shift = abs(now - was)
         if shift < absolute_floor or shift < relative_floor * abs(was):
-            continue
-        p_value = float(mannwhitneyu(before, after, alternative="two-sided").pvalue)
-        if not p_value < P_VALUE:
             continue
         found.append(
             ChangePoint(
@@ -180,14 +177,60 @@ def change_points(series: Series) -> list[ChangePoint]:
     return found
 
 
-def _night_noise(values: Sequence[float]) -> float:
-    """The night-to-night noise: the normal-consistent MAD of the differences
-    between neighbouring nights, over sqrt(2) (a difference holds two nights' noise)."""
+def _confirmed(values: Any, candidates: list[int]) -> list[tuple[int, float, float, float]]:
+    """The candidates that the rank test confirms, as (index, median before, median
+    after, p-value). The weakest candidate that fails is dropped and the rest tested
+    again, its neighbours' windows now reaching across it (as Hunter prunes
+    E-Divisive's candidates): a spurious split must not starve a real one of nights."""
+    import numpy as np
+    from scipy.stats import mannwhitneyu
+
+    kept = list(candidates)
+    while True:
+        bounds = [0, *kept, len(values)]
+        tested = []
+        for left, at, right in zip(bounds, bounds[1:], bounds[2:], strict=False):
+            before = values[max(left, at - WINDOW) : at]
+            after = values[at : min(right, at + WINDOW)]
+            p_value = float(mannwhitneyu(before, after, alternative="two-sided").pvalue)
+            tested.append((at, float(np.median(before)), float(np.median(after)), p_value))
+        weakest = max(tested, key=lambda t: t[3], default=None)
+        if weakest is None or weakest[3] < P_VALUE:
+            return [(_first_inlier(values, bounds[i], t[0], bounds[i + 2]), *t[1:])
+                    for i, t in enumerate(tested)]  # fmt: skip
+        kept.remove(weakest[0])
+
+
+def _first_inlier(values: Any, left: int, at: int, right: int) -> int:
+    """The change's night: the first night at the new level that is not an outlier
+    of both levels. A busy night beside a change belongs to neither side, and the
+    median cost may place the boundary before it; it is moved past such nights."""
     import numpy as np
     from scipy.stats import median_abs_deviation
 
-    diffs = np.diff(np.asarray(values, dtype=float))
-    return float(median_abs_deviation(diffs, scale="normal")) / math.sqrt(2)
+    before = values[max(left, at - WINDOW) : at]
+    after = values[at : min(right, at + WINDOW)]
+
+    def outlier(value: float) -> bool:
+        return all(
+            abs(value - float(np.median(side)))
+            > OUTLIER_MADS * float(median_abs_deviation(side, scale="normal"))
+            for side in (before, after)
+        )
+
+    while at + 1 <= right - MIN_RUN and outlier(values[at]):
+        at += 1
+    return at
+
+
+def _night_noise(values: Sequence[float]) -> float:
+    """The spread of the nights, robustly: the normal-consistent median absolute
+    deviation (scipy), which busy nights (up to half of them) do not inflate, as
+    they inflate a standard deviation or the differences between neighbours."""
+    import numpy as np
+    from scipy.stats import median_abs_deviation
+
+    return float(median_abs_deviation(np.asarray(values, dtype=float), scale="normal"))
 
 
 def changed_inputs(points: Sequence[Point], at: int) -> tuple[InputChange, ...]:

@@ -1,0 +1,184 @@
+"""Sixty nights of a farm: two planted shifts are found at their night, each naming
+what changed, while a busy machine's noise raises no alarm; the single-baseline
+threshold judged night by night on the same data is counted beside it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from etdeploy.cli import app
+from etdeploy.history.judge import judge_tonight
+from etdeploy.history.records import record_of
+from etdeploy.report import compare_to_baseline
+from etdeploy.report.baseline_memory import memory_growth
+from etdeploy.report.result import RunResult
+from tests.history.conftest import RealNights
+from tests.history.nights import (
+    LATENCY_MODEL,
+    LATENCY_NIGHT,
+    MEMORY_MODEL,
+    MEMORY_NIGHT,
+    NEW_EXECUTORCH,
+    Doc,
+    sixty_nights,
+    write_night,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def history(*args: str | Path) -> Any:
+    return CliRunner().invoke(app, ["history", *map(str, args)], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def sixty(real_nights: RealNights, tmp_path_factory: pytest.TempPathFactory) -> list[list[Doc]]:
+    """The nights after the real ones, recorded with `etdeploy history record`
+    into the history the real nights' farm wrote."""
+    nights = sixty_nights(real_nights.nights)
+    folder = tmp_path_factory.mktemp("generated")
+    files = [write_night(night, folder / f"n{n:02d}.jsonl")
+             for n, night in enumerate(nights) if n >= len(real_nights.nights)]  # fmt: skip
+    done = history("record", *files, "--store", real_nights.history)
+    assert done.exit_code == 0, done.output
+    return nights
+
+
+def exported(store: Path, *pattern: str) -> list[dict[str, Any]]:
+    out = history("export", *pattern, "--format", "json", "--store", store)
+    assert out.exit_code == 0, out.output
+    return list(json.loads(out.stdout)["series"])
+
+
+def test_the_farm_records_every_real_night(real_nights: RealNights) -> None:
+    assert all("job(s) recorded" in output for output in real_nights.outputs)
+    series = exported(real_nights.history, "latency.median_ms")
+    assert {s["device"] for s in series} == {"local", "pixel-a"}
+    assert {s["model"] for s in series} == {"digits", "diabetes"}
+
+
+def test_both_planted_shifts_are_found_at_their_night_naming_what_changed(
+    real_nights: RealNights, sixty: list[list[Doc]]
+) -> None:
+    series = exported(real_nights.history)
+    shifted = {s["name"]: s for s in series if s["change_points"]}
+    for device in ("local", "pixel-a"):
+        latency = shifted[f"{LATENCY_MODEL}|portable|none|{device}|latency.median_ms"]
+        (change,) = latency["change_points"]
+        assert abs(change["index"] - LATENCY_NIGHT) <= 1, change
+        assert 0.12 < change["shift"] < 0.30
+        assert [c["input"] for c in change["changed"]] == ["model digest"]
+        planned = shifted[f"{MEMORY_MODEL}|portable|none|{device}|memory.planned_bytes"]
+        (change,) = planned["change_points"]
+        assert abs(change["index"] - MEMORY_NIGHT) <= 1, change
+        assert change["after"] == 4 * change["before"]
+        assert {"input": "executorch", "before": "1.5.1", "after": NEW_EXECUTORCH} in change[
+            "changed"
+        ]
+
+
+def test_noise_raises_no_alarm(real_nights: RealNights, sixty: list[list[Doc]]) -> None:
+    """Every change point found is one of the planted ones: the busy nights, the
+    noise-only series (diabetes' latency, every size and numeric) have none."""
+    for s in exported(real_nights.history):
+        if not s["change_points"]:
+            continue
+        planted = (
+            (s["model"] == LATENCY_MODEL and s["metric"].startswith("latency."), LATENCY_NIGHT),
+            (s["model"] == MEMORY_MODEL and "planned_bytes" in s["metric"], MEMORY_NIGHT),
+        )
+        night = next((night for match, night in planted if match), None)
+        assert night is not None, f"alarm on a noise-only series: {s['name']} {s['change_points']}"
+        assert all(abs(c["index"] - night) <= 1 for c in s["change_points"]), s["change_points"]
+    diabetes = exported(
+        real_nights.history, f"{MEMORY_MODEL}|portable|none|local|latency.median_ms"
+    )
+    values = [p["value"] for p in diabetes[0]["points"]]
+    assert max(values) > 1.5 * min(values)  # the busy nights are there, and not alarms
+
+
+def single_baseline_alarms(now: RunResult, before: RunResult) -> list[str]:
+    """The farm's judgement before issue 38 (report/baseline.py as it was): latency
+    over max(median x 1.10, the baseline's p90, its median + stdev), no floor and no
+    spread of the current run; memory as etdeploy.report.baseline_memory."""
+    found = []
+    a, b = before.latency_ms, now.latency_ms
+    if a is not None and b is not None and a.median is not None and b.median is not None:
+        limit = max(a.median * 1.10, a.p90 or a.median, a.median + (a.stdev or 0.0))
+        if b.median > limit:
+            found.append("latency")
+    if memory_growth(before, now, 0.10) is not None:
+        found.append("memory")
+    return found
+
+
+def test_change_points_against_the_single_baseline_threshold(
+    real_nights: RealNights, sixty: list[list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each night judged against the one before (the old way), and against the
+    history of the nights before it (`farm --baseline history`)."""
+    nights = [[RunResult.from_json(doc) for doc in night] for night in sixty]
+    truth = {(LATENCY_MODEL, "latency"): LATENCY_NIGHT, (MEMORY_MODEL, "memory"): MEMORY_NIGHT}
+
+    def true_alarm(model: str, kind: str, night: int, slack: int) -> bool:
+        planted = truth.get((model, kind))
+        return planted is not None and planted <= night <= planted + slack
+
+    old_true = old_false = 0
+    for n in range(1, len(nights)):
+        before = {r.farm.key: r for r in nights[n - 1] if r.farm}
+        for result in nights[n]:
+            for kind in single_baseline_alarms(result, before[result.farm.key]):  # type: ignore[union-attr]
+                if true_alarm(result.job.model or "", kind, n, 0):
+                    old_true += 1
+                else:
+                    old_false += 1
+    # The new one-file baseline on the same pairs: floors and both runs' spread.
+    new_file_false = sum(
+        1
+        for n in range(1, len(nights))
+        for r in compare_to_baseline(nights[n], nights[n - 1])
+        if not true_alarm(r.key.model, r.kind, n, 0)
+    )
+
+    events: set[tuple[str, str]] = set()  # (series, change night): one alarm per shift
+    history_false: list[str] = []
+    outliers = 0
+    records: list[Any] = []
+    for n, night in enumerate(nights):
+        judged = judge_tonight(night, records)
+        outliers += len(judged.outliers)
+        for regression in judged.regressions:
+            night_of_change = regression.message.split(" since ", 1)[1][:10]
+            event = (f"{regression.key.label}|{regression.part}", night_of_change)
+            if event in events:
+                continue
+            events.add(event)
+            # Found within one night, and reported as soon as MIN_RUN nights agree.
+            if not true_alarm(regression.key.model, regression.kind, n, 8):
+                history_false.append(f"night {n}: {regression.line}")
+        records += [record_of(r) for r in night]
+    found = {e for e in events if "latency.median_ms" in e[0] or "memory.planned_bytes" in e[0]}
+    with capsys.disabled():
+        print(
+            f"\n{len(nights)} nights x {len(nights[0])} jobs, planted: {LATENCY_MODEL} latency "
+            f"+20% at night {LATENCY_NIGHT}, {MEMORY_MODEL} planned x4 at night {MEMORY_NIGHT}\n"
+            f"  single baseline (before issue 38), night by night: {old_true} true alarm(s), "
+            f"{old_false} false alarm(s)\n"
+            f"  one-file baseline now (floor, both spreads): {new_file_false} false alarm(s)\n"
+            f"  history (change points): {len(events)} shift(s) alarmed, {len(history_false)} "
+            f"false; {outliers} single-night outlier(s) reported, not failed"
+        )
+    assert not history_false, history_false
+    assert len(found) == 4, sorted(found)  # median latency and planned bytes, two devices each
+    assert old_false > 5 * max(1, len(history_false))  # what the threshold costs on this data
+
+
+def _labels(results: Sequence[RunResult]) -> list[str]:
+    return [r.farm.key for r in results if r.farm]
