@@ -4,6 +4,7 @@ the exit code."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME, exit_code
-from etdeploy.report import validate_farm
+from etdeploy.report import JobKey, Regression, validate_farm
+from etdeploy.report.baseline import OUTLIER
 from tests.support.farm_fixtures import QUICK, farm, lines_of, tiny_result, write_spec
 
 
@@ -34,7 +36,11 @@ def test_exit_codes_rank_a_failed_check_over_bad_input_over_infrastructure() -> 
     assert exit_code([passed, infra]) == 3
     assert exit_code([infra, bad]) == 2
     assert exit_code([infra, bad, failed]) == 1
-    assert exit_code([passed], regressions=["slower"]) == 1
+    slower = Regression(JobKey("digits", "xnnpack", None, "local"), "latency", 1.0, 2.0, "slower")
+    assert exit_code([passed], regressions=[slower]) == 1
+    # A history's single-night outlier is told, not failed on.
+    outlier = dataclasses.replace(slower, alarm=OUTLIER)
+    assert exit_code([passed], regressions=[outlier]) == 0
     assert exit_code([]) == 0
 
 
