@@ -15,20 +15,23 @@ setup: $(STAMP) system-packages
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[build,test,docs,explore]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[build,test,docs,explore,history]'
 	$(BIN)/python -c 'import torch, executorch' # fail here, not in the first test
 	touch $(STAMP)
 
 # sshd for the SSH transport tests, Chromium for the HTML report's browser test,
-# the aarch64 cross compiler for the arm64 runner and qemu-user to run it in tests.
+# the aarch64 cross compiler for the arm64 runner and qemu-user to run it in tests,
+# PostgreSQL for the shared history's tests (Debian keeps initdb and pg_ctl in
+# /usr/lib/postgresql/VERSION/bin; the tests start their own server there).
 # Best effort: without root or apt those tests skip with a message saying so,
 # everything else still runs.
-SYSTEM_PACKAGES := openssh-server openssh-client chromium g++-aarch64-linux-gnu qemu-user
+SYSTEM_PACKAGES := openssh-server openssh-client chromium g++-aarch64-linux-gnu qemu-user postgresql
 system-packages:
 	@if [ -x /usr/sbin/sshd ] && [ -x /usr/bin/chromium ] && [ -x /usr/bin/qemu-aarch64 ] \
-		&& command -v aarch64-linux-gnu-g++ >/dev/null; then :; \
+		&& command -v aarch64-linux-gnu-g++ >/dev/null \
+		&& ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing $(SYSTEM_PACKAGES) (SSH, HTML report and arm64 tests)"; \
+		echo "installing $(SYSTEM_PACKAGES) (SSH, HTML report, arm64 and history tests)"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null) \
 		|| echo "warning: could not install $(SYSTEM_PACKAGES); those tests will skip"; \
 	else echo "note: sshd or chromium missing and cannot apt-get; those tests will skip"; fi

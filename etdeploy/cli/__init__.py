@@ -22,7 +22,7 @@ from etdeploy.cli import _app
 
 # Each command's module, in the order the help lists them.
 MODULES = (
-    "build", "bundle", "clean", "devices", "doctor", "explore", "farm", "release", "run",
+    "build", "bundle", "clean", "devices", "doctor", "explore", "farm", "history", "release", "run",
     "runner", "sizecheck",
 )  # fmt: skip
 # Commands a module registers besides the one named like it.

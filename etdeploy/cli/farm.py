@@ -43,6 +43,7 @@ from etdeploy.units import format_ms
 if TYPE_CHECKING:
     from etdeploy.farm import FarmEvent, FarmOutcome
     from etdeploy.farm.merge import MergeOutcome
+    from etdeploy.farm.reports import NightReport
     from etdeploy.report import JobKey, NotRun, Regression
     from etdeploy.report.result import RunResult
 
@@ -86,7 +87,7 @@ def farm_run_command(
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="farm", schema="etdeploy.farm/1") + " The tables then go to stderr."),
     junit_path: Path = typer.Option(None, "--junit", metavar="PATH", help="Write JUnit XML here (one testcase per job; skipped cells as skipped testcases)."),
     html_path: Path = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here."),
-    baseline: Path = typer.Option(None, "--baseline", metavar="PATH", help="A previous run's results (farm.json or results.jsonl) to compare with."),
+    baseline: str = typer.Option(None, "--baseline", metavar="PATH|history", help="Judge tonight against the farm's history (`history`: a regression is a sustained shift, a single noisy night is only reported) or a previous run's results (farm.json or results.jsonl)."),
     keyword: str = typer.Option(None, "-k", metavar="EXPR", help='Run only the jobs whose names match EXPR, as pytest -k: words that are parts of a job\'s name or key (int8, pixel8, "none" for float builds) joined by and, or, not and parentheses, e.g. -k "int8 and not pixel8".'),
     shard_index: int = typer.Option(None, "--shard-index", min=0, metavar="N", help="Run only this shard (0-based) of the matrix."),
     shard_count: int = typer.Option(None, "--shard-count", min=1, metavar="N", help="How many shards the matrix is split into."),
@@ -104,7 +105,8 @@ def farm_run_command(
     workers are stopped, the devices released, the finished jobs kept in
     OUT/results.jsonl for --resume.
     """
-    from etdeploy.farm import FARM_DOC_NAME, exit_code, load_farm_spec, run_farm, write_reports
+    from etdeploy.farm import FARM_DOC_NAME, exit_code, load_farm_spec, run_farm
+    from etdeploy.farm.reports import write_night
     from etdeploy.farm.select import select_jobs
 
     check_json_target(json_path)
@@ -136,15 +138,37 @@ def farm_run_command(
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (etdeploy.interrupts)
         _render_interrupted(spec_path, out_dir, signal_name(exc))
         raise typer.Exit(exit_code_of(exc)) from None
-    regressions = write_reports(
-        outcome, junit_path=junit_path, html_path=html_path, baseline_path=baseline
-    )
+    night = write_night(outcome, junit_path=junit_path, html_path=html_path, baseline=baseline)
+    regressions = night.regressions
     if json_path is not None:
         emit_json(json.loads((out_dir / FARM_DOC_NAME).read_text()), json_path)
     render_outcome(outcome, regressions, err_console if json_to_stdout(json_path) else console)
+    _render_history(night)
     code = exit_code(outcome.results, regressions)
     if code != EXIT_OK:
         raise typer.Exit(code)
+
+
+def _render_history(night: NightReport) -> None:
+    """The history's part of the night: outliers (told, not failed), flaky jobs, and
+    where the night went (or why it did not)."""
+    for outlier in night.outliers:
+        err_console.print(
+            f"[yellow]outlier:[/] {escape(outlier.line)}", highlight=False, soft_wrap=True
+        )
+    history = night.history
+    if history is None or history.store is None:
+        return
+    for flaky in history.judgement.flaky if history.judgement else ():
+        err_console.print(f"[yellow]flaky:[/] {escape(flaky.key.text)} flipped pass/fail {flaky.flips} "
+                          "times with no input changed", highlight=False, soft_wrap=True)  # fmt: skip
+    if history.problem is not None:
+        err_console.print(f"[yellow]history {escape(history.store)}:[/] {escape(history.problem)}",
+                          highlight=False, soft_wrap=True)  # fmt: skip
+    elif history.recorded is not None:
+        page = f"; trends in {history.trend_page}" if history.trend_page else ""
+        err_console.print(f"[dim]history {escape(history.store)}: {history.recorded.added} job(s) "
+                          f"recorded{escape(page)}[/]", highlight=False, soft_wrap=True)  # fmt: skip
 
 
 def _render_interrupted(spec_path: Path, out_dir: Path, signal: str) -> None:

@@ -82,6 +82,7 @@ def write_html(
     regressions: Sequence[Regression] | None = None,
     title: str = "etdeploy report",
     not_run: Sequence[NotRun] = (),
+    links: Sequence[tuple[str, str]] = (),
 ) -> None:
     """Write the HTML report of `results` to `path`, atomically.
 
@@ -97,7 +98,8 @@ def write_html(
     jobs = [Job(i, r, job_key(r)) for i, r in enumerate(results)]
     flagged: dict[JobKey, list[Regression]] = {}
     for regression in regressions:
-        flagged.setdefault(regression.key, []).append(regression)
+        if regression.is_regression:  # a history's single-night outlier is listed only
+            flagged.setdefault(regression.key, []).append(regression)
 
     parts = [
         "<!DOCTYPE html>",
@@ -106,6 +108,7 @@ def write_html(
         f"<title>{e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{e(title)}</h1>",
         _header(results, regressions, baseline is not None, not_run),
+        *(f'<p class="links"><a href="{e(href)}">{e(text)}</a></p>' for text, href in links),
         "<h2>Matrix</h2>",
         _matrix(jobs, flagged, not_run),
     ]
@@ -149,7 +152,8 @@ def _header(
         f'<span class="status-error input">{count(s["errors"] - s["infrastructure_errors"], "input error")}</span>',
     ]
     if has_baseline or regressions:
-        spans.append(f'<span class="status-failed">{count(len(regressions), "regression")}</span>')
+        failing = sum(1 for r in regressions if r.is_regression)
+        spans.append(f'<span class="status-failed">{count(failing, "regression")}</span>')
     skipped = sum(1 for n in not_run if n.skipped)
     if skipped:
         spans.append(f'<span class="status-skipped">{skipped} skipped</span>')
@@ -234,7 +238,7 @@ def _regression_table(regressions: Sequence[Regression]) -> str:
     ]
     for r in regressions:
         out.append(
-            f"<tr><td>{e(r.key.label)}</td><td>{e(r.kind)}</td>"
+            f"<tr><td>{e(r.key.label)}</td><td>{e(r.kind)}{e(f' ({r.alarm})' if r.alarm else '')}</td>"
             f"<td class=num>{e(regression_value(r.baseline, r.kind))}</td>"
             f"<td class=num>{e(regression_value(r.current, r.kind))}</td><td>{e(r.message)}</td></tr>"
         )

@@ -87,8 +87,10 @@ def write_junit(
             counts["failures" if tag == "failure" else "errors"] += 1
             node = ET.SubElement(case, tag, message=_xml_text(message), type=_xml_text(kind))
             node.text = _xml_text(text)
+        told = [f"{_alarm_name(r)} ({r.kind}): {r.message}" for r in by_key.get(key, [])
+                if not r.is_regression]  # fmt: skip
         out = "\n".join(
-            [*budget_lines(result.verdict), *accuracy_lines(result), joined_logs(result)]
+            [*told, *budget_lines(result.verdict), *accuracy_lines(result), joined_logs(result)]
         ).strip()
         if out:
             ET.SubElement(case, "system-out").text = _xml_text(out)
@@ -119,7 +121,9 @@ def write_junit(
 
 def _outcome(result: RunResult, regressions: list[Regression]) -> tuple[str, str, str, str] | None:
     """(tag, message, type, text) of the testcase's failure or error, or None."""
-    notes = [f"regression ({r.kind}): {r.message}" for r in regressions]
+    # A history's single-night outliers are told, never failed on (etdeploy.history.judge).
+    notes = [f"{_alarm_name(r)} ({r.kind}): {r.message}" for r in regressions]
+    regressions = [r for r in regressions if r.is_regression]
     if result.status == "error":
         error = result.error
         lines = [error.message if error is not None else "error"]
@@ -140,6 +144,15 @@ def _outcome(result: RunResult, regressions: list[Regression]) -> tuple[str, str
     if regressions:
         return "failure", "; ".join(r.message for r in regressions), "regression", "\n".join(notes)
     return None
+
+
+def _alarm_name(regression: Regression) -> str:
+    """regression, regression (change point), or outlier (single night)."""
+    if regression.alarm is None:
+        return "regression"
+    if regression.is_regression:
+        return f"regression, {regression.alarm}"
+    return f"{regression.alarm}, single night, not a regression"
 
 
 def _failure_details(result: RunResult) -> list[str]:

@@ -4,6 +4,7 @@ the exit code."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME, exit_code
-from etdeploy.report import validate_farm
+from etdeploy.report import JobKey, Regression, validate_farm
+from etdeploy.report.baseline import OUTLIER
 from tests.support.farm_fixtures import QUICK, farm, lines_of, tiny_result, write_spec
 
 
@@ -34,22 +36,30 @@ def test_exit_codes_rank_a_failed_check_over_bad_input_over_infrastructure() -> 
     assert exit_code([passed, infra]) == 3
     assert exit_code([infra, bad]) == 2
     assert exit_code([infra, bad, failed]) == 1
-    assert exit_code([passed], regressions=["slower"]) == 1
+    slower = Regression(JobKey("digits", "xnnpack", None, "local"), "latency", 1.0, 2.0, "slower")
+    assert exit_code([passed], regressions=[slower]) == 1
+    # A history's single-night outlier is told, not failed on.
+    outlier = dataclasses.replace(slower, alarm=OUTLIER)
+    assert exit_code([passed], regressions=[outlier]) == 0
     assert exit_code([]) == 0
 
 
 @pytest.mark.slow
-def test_a_slower_run_than_the_baseline_is_a_regression_and_exit_1(tmp_path: Path) -> None:
+def test_a_regression_against_the_baseline_is_flagged_and_exit_1(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "n.toml", {"models": ["digits"], "devices": ["local"], **QUICK})
     first = farm(spec, "--out", tmp_path / "first")
     assert first.exit_code == 0, first.output
-    # The same job, a hundred times faster in the baseline than it can be now.
+    # The same job with 4 MiB less memory at every phase's peak in the baseline (its
+    # runner part): the job now needs 4 MiB more. Latency growth this small job can
+    # show is under what one pair of runs can tell (report.baseline.LATENCY_FLOOR_MS).
     (result,) = lines_of(tmp_path / "first" / RESULTS_NAME)
-    latency = result["latency_ms"]
-    fast = latency["median"] / 100
-    latency.update(
-        min=fast, median=fast, p90=fast, max=fast, trimmed_mean=fast, stdev=0.0, iterations=[fast]
-    )
+    memory, removed = result["memory"], 4 << 20
+    for phase in memory["phases"]:
+        for part in phase["parts"]:
+            if part["part"] == "runner":
+                part["bytes"] -= removed
+        phase["peak_bytes"] -= removed
+    memory["peak_bytes"] -= removed
     baseline = tmp_path / "baseline.jsonl"
     baseline.write_text(json.dumps(result) + "\n")
     again = farm(
@@ -57,7 +67,7 @@ def test_a_slower_run_than_the_baseline_is_a_regression_and_exit_1(tmp_path: Pat
     )
     assert again.exit_code == 1, again.output
     # The regression line names its job, and the job's row does not say pass.
-    assert "regression: digits[xnnpack] on local: median latency" in again.output
+    assert "regression: digits[xnnpack] on local: memory, " in again.output
     (row,) = table_rows(again.output)
     assert row[1:3] == ["local", "REGRESSED"]
     assert "1 passed, 0 failed, 0 error(s), 1 regression(s)" in again.output

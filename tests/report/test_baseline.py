@@ -170,3 +170,29 @@ def test_regression_to_json(passed: Doc) -> None:
         "quantization": None,
         "device": "local",
     }
+
+
+def test_an_unchanged_program_on_a_busy_machine_does_not_regress(passed: Doc) -> None:
+    """Issue 38's back-to-back farms of unchanged programs: 28.9 µs -> 224.1 µs
+    (+675%) with a baseline stdev of 0.2 µs, and +56% of a 0.3 ms program, both
+    within the 0.25 ms floor that one pair of runs cannot see past."""
+    quiet = with_latency(passed, [0.0287, 0.0289, 0.0292])
+    busy = with_latency(passed, [0.2241, 0.2238, 0.2250])
+    assert compare([busy], [quiet]) == []
+    assert (
+        compare(
+            [with_latency(passed, [0.47, 0.48, 0.47])], [with_latency(passed, [0.30, 0.31, 0.30])]
+        )
+        == []
+    )
+    # Growth past the floor and both runs' spread is still a regression...
+    (found,) = compare(
+        [with_latency(passed, [2.9, 3.0, 3.1])], [with_latency(passed, [2.0, 2.0, 2.1])]
+    )
+    assert found.kind == "latency" and "0.25 ms floor" in found.message.replace(
+        "250.0 µs", "0.25 ms"
+    )
+    # ...but not when the current run's own spread covers it (a busy night's iterations).
+    scattered = with_latency(passed, [1.9, 2.0, 2.1, 3.9, 4.1, 4.3])
+    assert scattered["latency_ms"]["median"] > 2.0 * 1.10 + 0.25
+    assert compare([scattered], [with_latency(passed, [2.0, 2.0, 2.1])]) == []

@@ -1,0 +1,166 @@
+"""Tonight against the history (`etdeploy farm ... --baseline history`).
+
+Two kinds of alarm, told apart in every report:
+- a change point: the series shifted for the worse, lastly within the last
+  RECENT_NIGHTS nights, tonight included, and stayed (etdeploy.history.changes).
+  A regression: the job reads REGRESSED and the farm exits 1.
+- an outlier: tonight alone is worse than every one of the last WINDOW nights,
+  past the metric's floor. Reported, not a regression: one noisy night on a busy
+  machine is not news until the nights after it agree.
+A series with fewer than 2 x MIN_RUN nights of history is not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from etdeploy.history.changes import (
+    MIN_RUN,
+    SHIFT_FLOORS,
+    WINDOW,
+    ChangePoint,
+    Flaky,
+    Point,
+    Series,
+    change_points,
+    flaky_jobs,
+    tracked,
+)
+from etdeploy.history.records import PASSED, JobKey, JobRecord, record_of, unit_of
+from etdeploy.report.baseline import CHANGE_POINT, OUTLIER, Regression
+from etdeploy.report.result import RunResult
+from etdeploy.units import format_bytes, format_ms
+
+# A change point is tonight's news for this many nights after it.
+RECENT_NIGHTS = 7
+_UP_IS_WORSE = ("ms", "bytes", "")
+
+
+@dataclass(frozen=True)
+class HistoryJudgement:
+    regressions: tuple[Regression, ...]  # alarm "change point"
+    outliers: tuple[Regression, ...]  # alarm "outlier"
+    flaky: tuple[Flaky, ...]
+    judged_series: int
+    short_series: int  # series with too little history to judge
+
+
+def worse(metric: str, before: float, after: float) -> bool:
+    """Whether moving from `before` to `after` is worse for this metric."""
+    if metric == PASSED:
+        return after < before
+    return after > before if unit_of(metric) in _UP_IS_WORSE else after < before
+
+
+def regression_kind(metric: str) -> str:
+    """The Regression kind a metric's alarm is filed under."""
+    if metric == PASSED:
+        return "status"
+    head = metric.split(".", 1)[0]
+    if head == "numerics":
+        return "sqnr" if metric.endswith("sqnr_db") else "max_abs"
+    return head  # latency, memory, size, accuracy, or a new block's own name
+
+
+def shown(metric: str, value: float) -> str:
+    unit = unit_of(metric)
+    if unit == "ms":
+        return format_ms(value)
+    if unit == "bytes":
+        return format_bytes(int(value))
+    if unit == "dB":
+        return f"{value:.1f} dB"
+    if unit == "share":
+        return f"{value:.2%}"
+    return f"{value:.4g}"
+
+
+def judge_tonight(results: Sequence[RunResult], history: Sequence[JobRecord]) -> HistoryJudgement:
+    """Tonight's results against the nights before them."""
+    from etdeploy.report.common import job_key
+
+    tonight = [(result, record_of(result)) for result in results]
+    uids = {record.job_uid for _, record in tonight}
+    earlier: dict[tuple[JobKey, str], list[Point]] = {}
+    for old in history:
+        if old.job_uid in uids:
+            continue  # tonight, recorded already (a rerun of the judgement)
+        for name, value in old.metrics:
+            earlier.setdefault((old.key, name), []).append(Point(old.started_at, value, old))
+    regressions: list[Regression] = []
+    outliers: list[Regression] = []
+    judged = short = 0
+    for result, record in tonight:
+        if result.status == "error":
+            continue  # nothing measured
+        for metric, value in record.metrics:
+            if not tracked(metric):
+                continue
+            before = sorted(earlier.get((record.key, metric), ()), key=lambda p: p.started_at)
+            if len(before) < 2 * MIN_RUN:
+                short += 1
+                continue
+            judged += 1
+            series = Series(record.key, metric, (*before, Point(record.started_at, value, record)))
+            key = job_key(result)
+            shift = _recent_shift(series)
+            if shift is not None:
+                regressions.append(_change_regression(key, shift))
+            elif (outlier := _outlier(series)) is not None:
+                outliers.append(_outlier_regression(key, metric, *outlier))
+    return HistoryJudgement(
+        tuple(regressions), tuple(outliers),
+        tuple(flaky_jobs([*history, *(r for _, r in tonight)])), judged, short,
+    )  # fmt: skip
+
+
+def _recent_shift(series: Series) -> ChangePoint | None:
+    found = [
+        c
+        for c in change_points(series)
+        if c.index >= len(series.points) - RECENT_NIGHTS and worse(c.metric, c.before, c.after)
+    ]
+    return found[-1] if found else None
+
+
+def _outlier(series: Series) -> tuple[float, float] | None:
+    """(the window's median, tonight) when tonight is worse than every night of the
+    window before it and past the metric's floors."""
+    import numpy as np
+
+    values = series.values
+    window, now = values[-1 - WINDOW : -1], values[-1]
+    median = float(np.median(window))
+    relative, absolute = SHIFT_FLOORS.get(unit_of(series.metric), SHIFT_FLOORS[""])
+    if abs(now - median) < max(absolute, relative * abs(median)):
+        return None
+    beyond = now > max(window) if worse(series.metric, 0.0, 1.0) else now < min(window)
+    return (median, now) if beyond else None
+
+
+def _change_regression(key: object, change: ChangePoint) -> Regression:
+    from etdeploy.report.common import JobKey as ReportKey
+
+    assert isinstance(key, ReportKey)
+    nights = f"{change.night[:10]}"
+    message = (
+        f"{change.metric} {shown(change.metric, change.before)} -> "
+        f"{shown(change.metric, change.after)} ({change.shift:+.0%}) since {nights}, "
+        f"a change point (p={change.p_value:.1g}); that night: {change.cause}"
+    )
+    return Regression(key, regression_kind(change.metric), change.before, change.after,
+                      message, part=change.metric, alarm=CHANGE_POINT)  # fmt: skip
+
+
+def _outlier_regression(key: object, metric: str, median: float, now: float) -> Regression:
+    from etdeploy.report.common import JobKey as ReportKey
+
+    assert isinstance(key, ReportKey)
+    message = (
+        f"{metric} {shown(metric, now)} tonight against {shown(metric, median)} "
+        f"(median of the last {WINDOW} nights): a single-night outlier, not a regression "
+        f"unless the next nights agree"
+    )
+    return Regression(key, regression_kind(metric), median, now, message, part=metric,
+                      alarm=OUTLIER)  # fmt: skip

@@ -1,0 +1,1 @@
+"""The history store's revisions (alembic loads each file by path)."""

@@ -1,0 +1,90 @@
+"""`etdeploy farm --baseline history`: a sustained shift reads REGRESSED and fails
+the night, named a change point in every report; a single night out of line is an
+outlier, reported and not failed."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from etdeploy.farm import FARM_DOC_NAME
+from tests.history.conftest import RealNights
+from tests.history.nights import Doc, set_latency, write_night
+from tests.support.farm_fixtures import farm
+
+pytestmark = pytest.mark.slow
+
+EARLIER, RECENT = 14, 6  # nights of history: digits was faster, then as now
+
+
+def planted_history(real: list[list[Doc]]) -> list[list[Doc]]:
+    """Twenty nights before tonight, from the real ones: digits 30% faster until six
+    nights ago (so tonight continues a shift), diabetes five times faster on every
+    night (so tonight alone is out of line)."""
+    nights = []
+    start = datetime.datetime(2026, 11, 1)
+    for n in range(EARLIER + RECENT):
+        night = []
+        for doc in real[n % len(real)]:
+            doc = copy.deepcopy(doc)
+            scale = 0.7 if doc["job"]["model"] == "digits" and n < EARLIER else 1.0
+            if doc["job"]["model"] == "diabetes":
+                scale = 0.2
+            set_latency(doc, [t * scale for t in doc["latency_ms"]["iterations"]])
+            doc["started_at"] = (start + datetime.timedelta(days=n)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            doc["job"]["id"] = f"planted-{n}-{doc['farm']['key']}"
+            night.append(doc)
+        nights.append(night)
+    return nights
+
+
+def test_a_sustained_shift_regresses_and_one_night_out_of_line_is_only_told(
+    real_nights: RealNights, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "history.sqlite"
+    files = [write_night(night, tmp_path / "planted" / f"n{n}.jsonl")
+             for n, night in enumerate(planted_history(real_nights.nights))]  # fmt: skip
+    recorded = farm_history_record(files, store)
+    assert recorded.exit_code == 0, recorded.output
+    monkeypatch.setenv("ETDEPLOY_HISTORY", str(store))
+    out = tmp_path / "tonight"
+    tonight = farm(real_nights.spec, "--out", out, "--baseline", "history",
+                   "--junit", tmp_path / "junit.xml", "--html", tmp_path / "report.html")  # fmt: skip
+    assert tonight.exit_code == 1, tonight.output
+    text = " ".join(tonight.output.split())
+    assert "REGRESSED" in text
+    assert "regression: digits[portable] on local: latency.median_ms" in text
+    assert "a change point" in text
+    assert "outlier: diabetes[portable] on local: latency.median_ms" in text
+
+    doc = json.loads((out / FARM_DOC_NAME).read_text())
+    alarms = {(a["label"], a["part"], a["alarm"]) for a in doc["regressions"]}
+    assert ("digits[portable] on local", "latency.median_ms", "change point") in alarms
+    assert ("diabetes[portable] on local", "latency.median_ms", "outlier") in alarms
+    assert not any(
+        a["alarm"] == "change point" and "diabetes" in a["label"] for a in doc["regressions"]
+    )
+
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")}
+    digits = cases["digits[portable] on local"].find("failure")
+    assert digits is not None and digits.get("type") == "regression"
+    assert "regression, change point (latency)" in (digits.text or "")
+    diabetes = cases["diabetes[portable] on local"]
+    assert diabetes.find("failure") is None
+    assert "outlier, single night, not a regression" in (diabetes.findtext("system-out") or "")
+    report = (tmp_path / "report.html").read_text()
+    assert "latency (change point)" in report and "latency (outlier)" in report
+
+
+def farm_history_record(files: list[Path], store: Path) -> object:
+    from typer.testing import CliRunner
+
+    from etdeploy.cli import app
+
+    return CliRunner().invoke(app, ["history", "record", *map(str, files), "--store", str(store)],
+                              catch_exceptions=False)  # fmt: skip
