@@ -106,16 +106,17 @@ def set_latency(doc: Doc, times: list[float]) -> None:
     )  # fmt: skip
 
 
-def grow_planned(doc: Doc, factor: int) -> None:
-    """Planned buffers x factor: the planned part of each phase, and its peak with it."""
+def grow_planned(doc: Doc, factor: float) -> None:
+    """Planned buffers x factor (below 1 shrinks them): the planned part of each
+    phase, and its peak with it."""
     memory = doc["memory"]
-    grown = memory["planned_bytes"] * (factor - 1)
-    memory["planned_bytes"] *= factor
-    memory["planned_buffers"] = [b * factor for b in memory["planned_buffers"]]
+    grown = round(memory["planned_bytes"] * factor) - memory["planned_bytes"]
+    memory["planned_bytes"] += grown
+    memory["planned_buffers"] = [round(b * factor) for b in memory["planned_buffers"]]
     for phase in memory["phases"]:
         for part in phase["parts"]:
             if part["part"] == "planned":
-                part["bytes"] *= factor
+                part["bytes"] = round(part["bytes"] * factor)
         phase["peak_bytes"] += grown
         for name in ("rss_bytes", "pss_bytes"):
             if phase.get(name) is not None:
