@@ -177,7 +177,7 @@ class FarmJob(MatrixCell):
 
         bundle = self.settings.get(BUNDLE_KEY)
         if bundle is not None:
-            from etdeploy.bundle.settings import farm_bundle_job
+            from etdeploy.pipeline.job import farm_bundle_job
 
             return farm_bundle_job(Path(bundle), self.device, self.settings)
 
