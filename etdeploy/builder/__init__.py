@@ -162,7 +162,7 @@ def build(
 
     require_build_extra(f"building {model}")
     from etdeploy.builder.backends import get_backend
-    from etdeploy.builder.logs import captured_library_output
+    from etdeploy.library_output import captured_library_output
 
     say = status or (lambda _text: None)
 

@@ -456,7 +456,7 @@ def _verdict(
     module: str | None,
 ) -> tuple[str, str]:
     """The localisation's status and its one-line reason."""
-    from etdeploy.pipeline.taps import describe_error, where
+    from etdeploy.report.result_localization import describe_error, where
 
     over = [r for r in rows if r.status != "ok"]
     if first is not None:
