@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from etdeploy.builder.manifest import program_record_from_json
 from etdeploy.bundle.manifest import INPUTS_FILE, BundleManifest, read_bundle_manifest
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import EtdeployError, UsageError
@@ -85,10 +86,6 @@ def prepare(bundle: JobBundle) -> Prepared:
 
 
 def bundle_program(bundle: JobBundle) -> Program:
-    # Only here: the record module loads etdeploy.builder, which the rest of a
-    # bundle's run does without.
-    from etdeploy.builder.manifest import program_record_from_json
-
     m = bundle.manifest
     pte = bundle.file(m.pte)
     try:
