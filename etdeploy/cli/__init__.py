@@ -16,9 +16,10 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from etdeploy.cli import _startup
+from etdeploy.lazy import lazy_exports
 
 # Before typer, rich and etdeploy's records are imported: their dataclasses are made then.
 _startup.cache_dataclass_code()
@@ -78,11 +79,10 @@ def entry() -> None:
     end_process(0)
 
 
-def __getattr__(name: str) -> Any:
-    if name == "app":
-        load_commands()
-        return _app.app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"app": "etdeploy.cli._all_commands"})
+
+if TYPE_CHECKING:
+    from etdeploy.cli._all_commands import app
 
 
 __all__ = ["app", "entry", "main"]

@@ -21,8 +21,9 @@ kinds, and the result is data for the report writers.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from etdeploy.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
@@ -36,27 +37,16 @@ if TYPE_CHECKING:
     from etdeploy.report.result import RESULT_SCHEMA_ID as RESULT_SCHEMA
     from etdeploy.report.result import RunResult
 
-# Where each public name lives: imported on first use, so naming the job (the CLI
-# parsing a command line) does not import the stages (numpy, the devices).
-_HOMES = {
-    "RunJob": "etdeploy.pipeline.job",
-    "StatusCallback": "etdeploy.pipeline.job",
-    "new_job_id": "etdeploy.pipeline.job",
-    "RunContext": "etdeploy.pipeline.run",
-    "as_error": "etdeploy.pipeline.run",
-    "error_result": "etdeploy.pipeline.run",
-    "run_job": "etdeploy.pipeline.run",
-    "write_result_json": "etdeploy.pipeline.run",
+# Where each public name lives: imported on first use (etdeploy.lazy), so naming the
+# job (the CLI parsing a command line) does not import the stages (numpy, the devices).
+_EXPORTS = {
+    **dict.fromkeys(("RunJob", "StatusCallback", "new_job_id"), "etdeploy.pipeline.job"),
+    **dict.fromkeys(("RunContext", "as_error", "error_result", "run_job", "write_result_json"),
+                    "etdeploy.pipeline.run"),
     "RunResult": "etdeploy.report.result",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name == "RESULT_SCHEMA":
-        return importlib.import_module("etdeploy.report.result").RESULT_SCHEMA_ID
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'etdeploy.pipeline' has no attribute {name!r}")
+    "RESULT_SCHEMA": "etdeploy.report.result:RESULT_SCHEMA_ID",
+}  # fmt: skip
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [
