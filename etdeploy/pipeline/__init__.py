@@ -1,7 +1,9 @@
 """`etdeploy run`: the stages of design.md, one module each, read top to bottom.
 
-    job.py         resolve   the frozen RunJob (flags over etdeploy.toml over defaults)
-    build.py       build     the .pte (cached build, or --pte) and what it says of itself
+    job.py         resolve   the frozen RunJob (flags over etdeploy.toml over defaults;
+                             a --bundle's over its settings)
+    build.py       build     the .pte (cached build, or --pte) as a Program (etdeploy.program);
+                             a job bundle's Program and Staged come from etdeploy.bundle.load
     stage.py       stage     real inputs checked against the method, encoded for the runner
     references.py            what each sample should give (eager model, file, host runtime)
     deploy.py      deploy    the runner that fits the device (runner_for); then runner, .pte
@@ -14,6 +16,10 @@
     taps.py                  whose error outgrows its inputs' (localize_runs.py: the
                              tapped twin run on the device and eagerly)
     run.py         run_job   the stages composed into one RunResult (etdeploy.report.result)
+    shapes.py                (--shapes) the program run at points of its dynamic range
+                             (shape_points.py: the points parsed and resolved)
+    make_bundle.py           `etdeploy bundle`: build, stage and references written as a job
+                             bundle a device host runs without torch
 
 Nothing here prints: progress goes through callbacks, failures raise EtdeployError
 kinds, and the result is data for the report writers.
