@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundations", frozenset({
         "errors", "et_errors", "ahead", "interrupts", "ipc", "jsontext", "lazy", "npz",
         "paths", "atomic", "extras", "files", "units", "library_output", "accuracy",
-        "digests",
+        "digests", "background",
     })),
     ("readers of files and models", frozenset({
         "pte", "model", "inputs", "profile", "dataset", "quarantine",
