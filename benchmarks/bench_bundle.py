@@ -12,10 +12,10 @@ Rounds alternate the two; each figure is a median. The loopback phone is
 tests/support/loopback_adb.py behind the real adb server; it runs what it is sent on
 this machine, so the bundle carries the host runner.
 
-etdeploy is timed as a loop of runs gets it, served by its warm server (etdeploy.warm:
-the first run starts it), and beside that with ETDEPLOY_WARM=0, each command starting
-Python and importing etdeploy. The start-up share: `python -X importtime` of the same command, its modules summed
-(what a run of a bundle imports), and whether torch was among them.
+etdeploy is timed as every user gets it: each command starts Python and imports what
+it uses (there is no server in the background; issue 36). The start-up share:
+`python -X importtime` of the same command, its modules summed (what a run of a bundle
+imports), and whether torch was among them.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-from benchmarks.warm_server import ORDINARY, stop_server, wait_for_server
 
 REPO = Path(__file__).resolve().parent.parent
 ROUNDS = 7
@@ -49,10 +47,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _timed(command: list[str], extra: dict[str, str] | None = None) -> float:
+def _timed(command: list[str]) -> float:
     started = time.perf_counter()
-    env = {**_env(), **(extra or {})}
-    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(command, env=_env(), cwd=REPO, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(
@@ -113,23 +110,19 @@ def main() -> None:
             target = f"{bed.server.port}:{bed.serial('pixel')}:/data/local/tmp/scripted"
             scripted = [sys.executable, str(SCRIPT), target, runner, pte, str(bundle), *flags]
             _timed(scripted)  # compiles its bytecode
-            server = wait_for_server(_env())  # the first run started it
-            ours, ordinary, theirs = [], [], []
+            ours, theirs = [], []
             for _ in range(ROUNDS):
                 ours.append(_timed([*etdeploy, "-q"]))
-                ordinary.append(_timed([*etdeploy, "-q"], ORDINARY))
                 theirs.append(_timed(scripted))
-            stop_server(server)
             imports, torch = _import_seconds([*etdeploy, "-q"])
             script_imports, _ = _import_seconds(scripted)
-    a, b, c = statistics.median(ours), statistics.median(theirs), statistics.median(ordinary)
+    a, b = statistics.median(ours), statistics.median(theirs)
     print(f"   digits bundle ({samples} sample(s)) on the loopback phone, median of {ROUNDS}:")
-    print(f"     etdeploy run --bundle        {a:6.3f} s  (served by the warm server)")
     print(
-        f"     ... with ETDEPLOY_WARM=0     {c:6.3f} s  (imports {imports:.3f} s; torch: {torch})"
+        f"     etdeploy run --bundle        {a:6.3f} s  (imports {imports:.3f} s; torch: {torch})"
     )
     print(f"     adb push/shell/pull + numpy  {b:6.3f} s  (imports {script_imports:.3f} s)")
-    print(f"   ratio {a / b:.2f}x (goal: 1.5x or less); without the warm server {c / b:.2f}x")
+    print(f"   ratio {a / b:.2f}x (goal: 1.5x or less)")
 
 
 if __name__ == "__main__":

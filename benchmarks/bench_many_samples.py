@@ -4,9 +4,8 @@
 one call, the outputs back as one tar, a numpy comparison with stored references), on
 the local device, the loopback phone (tests/support/loopback_adb.py behind the real adb
 server) and a real sshd on loopback; and etdeploy on each transport against etdeploy
-on the local device (issue 31 wants each ratio at 1.5x or less). etdeploy is timed as a
-loop of runs gets it, served by its warm server (etdeploy.warm), and with
-ETDEPLOY_WARM=0 beside it.
+on the local device (issue 31 wants each ratio at 1.5x or less). etdeploy is timed as
+every user gets it: a process per command, nothing in the background (issue 36).
 
 Both sides run as fresh processes, as a user runs them, pair by pair (etdeploy, then
 the script) so load on the machine hits them alike; the figures are medians. Every run
@@ -26,8 +25,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from benchmarks.warm_server import ORDINARY, stop_server, wait_for_server
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = 1000
@@ -72,13 +69,10 @@ def _references(samples: Path, out: Path) -> Path:
     return out
 
 
-def _etdeploy(
-    args: list[str], result: Path, extra: dict[str, str] | None = None
-) -> tuple[float, dict]:
+def _etdeploy(args: list[str], result: Path) -> tuple[float, dict]:
     command = [sys.executable, "-m", "etdeploy", "run", "digits", *args, "--json", str(result)]
     started = time.perf_counter()
-    env = {**_env(), **(extra or {})}
-    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(command, env=_env(), cwd=REPO, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{shlex.join(command)} failed:\n{done.stderr[-2000:]}")
@@ -103,28 +97,24 @@ def _remote_paths(document: dict) -> tuple[str, str]:
 
 
 def _pairs(label: str, etdeploy_args: list[str], script: list[str], tmp: Path,
-           adb_dir: str | None = None) -> tuple[float, float]:  # fmt: skip
-    """Medians of etdeploy served warm and with ETDEPLOY_WARM=0, each paired with the script."""
+           adb_dir: str | None = None) -> float:  # fmt: skip
+    """The median of etdeploy, each run paired with the script."""
     _, document = _etdeploy(etdeploy_args, tmp / "warm.json")  # puts everything on the device
-    server = wait_for_server(_env())  # that run started it
     runner, pte = _remote_paths(document)
     args = [*script[:2], runner, pte, *script[2:]]
     _script(args, adb_dir)  # warms the script's own files
-    ours, ordinary, theirs = [], [], []
+    ours, theirs = [], []
     for round_ in range(ROUNDS):
-        for extra, times in ((None, ours), (ORDINARY, ordinary)):
-            elapsed, document = _etdeploy(etdeploy_args, tmp / f"{label}-{round_}.json", extra)
-            if document["status"] != "passed" or document["deploy"]["bytes_sent"] > 100_000:
-                raise RuntimeError(f"{label}: not a warm passing run: {document['deploy']}")
-            times.append(elapsed)
+        elapsed, document = _etdeploy(etdeploy_args, tmp / f"{label}-{round_}.json")
+        if document["status"] != "passed" or document["deploy"]["bytes_sent"] > 100_000:
+            raise RuntimeError(f"{label}: not a warm passing run: {document['deploy']}")
+        ours.append(elapsed)
         theirs.append(_script(args, adb_dir))
-    for name, times in (("etdeploy", ours), ("ETDEPLOY_WARM=0", ordinary)):
-        ratios = [a / b for a, b in zip(times, theirs, strict=True)]
-        print(f"   {label}: {name} {statistics.median(times):.2f} s, script "
-              f"{statistics.median(theirs):.2f} s: {statistics.median(ratios):.2f}x "
-              f"(pairs {min(ratios):.2f}..{max(ratios):.2f})")  # fmt: skip
-    stop_server(server)
-    return statistics.median(ours), statistics.median(ordinary)
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+    print(f"   {label}: etdeploy {statistics.median(ours):.2f} s, script "
+          f"{statistics.median(theirs):.2f} s: {statistics.median(ratios):.2f}x "
+          f"(pairs {min(ratios):.2f}..{max(ratios):.2f})")  # fmt: skip
+    return statistics.median(ours)
 
 
 def main() -> None:
@@ -170,6 +160,5 @@ def main() -> None:
                 ["ssh", f"{ssh_config}:bench:{tmp / 'script-ssh'}", str(samples), str(references)],
                 tmp,
             )  # fmt: skip
-        for i, name in ((0, "etdeploy"), (1, "ETDEPLOY_WARM=0")):
-            print(f"   {name} on the loopback phone vs on the local device: "
-                  f"{phone[i] / local[i]:.2f}x; over ssh vs local: {host[i] / local[i]:.2f}x")  # fmt: skip
+        print(f"   etdeploy on the loopback phone vs on the local device: "
+              f"{phone / local:.2f}x; over ssh vs local: {host / local:.2f}x")  # fmt: skip

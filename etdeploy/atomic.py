@@ -31,11 +31,17 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def write_json(doc: Any, path: Path) -> None:
-    """`doc` as JSON indented at its outer levels (etdeploy.jsontext), written atomically."""
-    from etdeploy.jsontext import dumps
+def json_text(doc: Any) -> str:
+    """`doc` as indented JSON text ending with a newline; a value JSON cannot hold (a
+    Path) is written as its str()."""
+    import json
 
-    atomic_write(Path(path), dumps(doc).encode("utf-8"))
+    return json.dumps(doc, indent=2, default=str) + "\n"
+
+
+def write_json(doc: Any, path: Path) -> None:
+    """`doc` as indented JSON (json_text), written atomically."""
+    atomic_write(Path(path), json_text(doc).encode("utf-8"))
 
 
 def atomic_copy_all(pairs: Sequence[tuple[Path, Path]]) -> None:

@@ -1,7 +1,6 @@
-"""JSON messages over a local stream socket, one a line: what etdeploy's background
-processes (the warm server, etdeploy.warm; an SSH host's keeper,
-etdeploy.devices.ssh.keeper) and the commands they serve say to each other. Standard
-library only: the warm server's client imports it before anything else of etdeploy."""
+"""JSON messages over a local stream socket, one a line: what a background helper the
+user turned on (an SSH host's keeper, etdeploy.devices.ssh.keeper) and the commands
+it serves say to each other."""
 
 from __future__ import annotations
 
@@ -10,22 +9,17 @@ import socket
 from typing import Any
 
 
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    """One message; with `fds`, those file descriptors travel with it (SCM_RIGHTS)."""
-    data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
-    if fds:
-        socket.send_fds(sock, [data], fds)
-    else:
-        sock.sendall(data)
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    """One message."""
+    sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
 
 class LineReader:
-    """Messages off a socket, one a line; None at the end of the stream. `first`: bytes
-    already received with it (socket.recv_fds' data, read with the descriptors)."""
+    """Messages off a socket, one a line; None at the end of the stream."""
 
-    def __init__(self, sock: socket.socket, first: bytes = b"") -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._buffer = bytearray(first)
+        self._buffer = bytearray()
 
     def read(self) -> dict[str, Any] | None:
         while True:

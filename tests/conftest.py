@@ -21,9 +21,6 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(config.rootpath) / ".pytest_cache" / "etdeploy-cache"
     root.mkdir(parents=True, exist_ok=True)
     os.environ["ETDEPLOY_CACHE_DIR"] = str(root)
-    # Each test's commands start the ordinary way (tests/test_warm.py serves them warm):
-    # a server outliving one test would carry it into the next.
-    os.environ["ETDEPLOY_WARM"] = "0"
 
 
 @pytest.fixture

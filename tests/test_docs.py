@@ -9,6 +9,7 @@ them directly, then build the real site once with mkdocs.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -243,7 +244,7 @@ def test_every_command_and_option_is_in_the_cli_reference() -> None:
 
 def test_exit_codes_page_has_each_code_with_its_meaning() -> None:
     page = cli_page.render_exit_codes()
-    for value in (0, 1, 2, 3, 130, 143):
+    for value in (0, 1, 2, 3, 130, 141, 143):
         row = next(r for r in rows(page) if r.startswith(f"| `{value}`"))
         assert row.split("|")[3].strip() not in ("", pagetext.NONE)
     assert "`DeviceError`" in next(r for r in rows(page) if r.startswith("| `3`"))
@@ -299,3 +300,41 @@ def test_the_readme_is_a_readme() -> None:
     end = next(i for i in range(start, len(readme)) if readme[i].startswith("## "))
     commands = [line.strip() for line in readme[start:end] if line.startswith("    ")]
     assert commands == ["make demo", "make test"]
+
+
+# -- the documents' schemas ------------------------------------------------------------------
+
+SCHEMA_ID = re.compile(r"etdeploy\.([a-z_-]+)/(\d+)")
+
+
+def test_every_schema_the_docs_name_is_the_version_the_code_writes() -> None:
+    """A document's schema named in the docs (etdeploy.result/2) is the newest version of
+    that schema in the code: the docs move when a schema does."""
+    newest: dict[str, int] = {}
+    for path in (REPO / "etdeploy").rglob("*.py"):
+        for name, version in re.findall(r'"etdeploy\.([a-z_-]+)/(\d+)"', path.read_text()):
+            newest[name] = max(newest.get(name, 0), int(version))
+    pages = [*(REPO / "docs").rglob("*.md"), REPO / "README.md"]
+    named = [
+        (page.relative_to(REPO), m) for page in pages for m in SCHEMA_ID.finditer(page.read_text())
+    ]
+    assert named
+    for page, found in named:
+        name, version = found.group(1), int(found.group(2))
+        assert name in newest, (page, found.group(0))
+        assert version == newest[name], (
+            f"{page} names {found.group(0)}, the code writes /{newest[name]}"
+        )
+
+
+def test_every_command_with_json_is_named_where_the_guide_says_it_takes_a_dash() -> None:
+    """Each command's --json takes PATH or - (stdout), and the command-line guide says so
+    for each of them."""
+    guide = (REPO / "docs" / "guides" / "command-line.md").read_text()
+    paragraph = " ".join(guide[guide.index("`--json PATH`") :].split("\n\n")[0].split())
+    for path, command in cli_page.commands():
+        option = next((p for p in command.params if "--json" in getattr(p, "opts", [])), None)
+        if option is None:
+            continue
+        assert option.metavar == "PATH|-", path
+        assert f"`{path.removeprefix('etdeploy ')}`" in paragraph, path

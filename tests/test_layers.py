@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("sources of a run's program", frozenset({"bundle"})),
     ("the run", frozenset({"pipeline", "doctor"})),
     ("what runs many", frozenset({"farm", "release"})),
-    ("the command line", frozenset({"cli", "warm", "launch", "__main__"})),
+    ("the command line", frozenset({"cli", "launch", "__main__"})),
 )  # fmt: skip
 
 PACKAGE_ROOT = Path(etdeploy.__file__).parent

@@ -19,6 +19,7 @@ from pagetext import code, docstring, first_sentence, source_path, table, toml_v
 from rich.text import Text
 
 from etdeploy import errors, settings
+from etdeploy.cli._exit import EXIT_OUTPUT_CLOSED
 
 GLOBAL_FLAGS = ("--verbose", "--quiet", "--help")
 
@@ -140,12 +141,21 @@ SIGNAL_EXITS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped 
 
 
 def exit_codes() -> dict[int, str]:
-    """etdeploy's exit codes by their constants: 0 1 2 3 from etdeploy/errors.py, and
-    128 + the signal for a run stopped by SIGINT or SIGTERM (etdeploy/interrupts.py)."""
+    """etdeploy's exit codes by their constants: 0 1 2 3 from etdeploy/errors.py,
+    128 + the signal for a run stopped by SIGINT or SIGTERM (etdeploy/interrupts.py),
+    and 128 + SIGPIPE for an output whose reader went away (etdeploy/cli/_exit.py)."""
     names = {value: name for name, value in vars(errors).items() if name.startswith("EXIT_")}
     for signum in SIGNAL_EXITS:
         names[128 + signum] = f"128 + {signum.name}"
+    names[EXIT_OUTPUT_CLOSED] = "EXIT_OUTPUT_CLOSED (128 + SIGPIPE)"
     return dict(sorted(names.items()))
+
+
+OUTPUT_CLOSED_MEANING = (
+    "the reader of its output went away (`etdeploy run ... | head -2`): nothing more is "
+    "written and nothing is said; not a failed check (a shell reports the same for a "
+    "program a closed pipe ended)"
+)
 
 
 def code_meanings() -> dict[int, str]:
@@ -165,6 +175,8 @@ def error_kinds() -> list[type[errors.EtdeployError]]:
 
 
 def _signal_meaning(value: int) -> str:
+    if value == EXIT_OUTPUT_CLOSED:
+        return OUTPUT_CLOSED_MEANING
     return next(text for signum, text in SIGNAL_EXITS.items() if 128 + signum == value)
 
 

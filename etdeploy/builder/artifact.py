@@ -3,10 +3,11 @@ it is, never over a different program without --force, all files whole or none."
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from etdeploy.builder.manifest import manifest_path, read_manifest
+from etdeploy.builder.manifest import BuildManifest, manifest_path, read_manifest
 from etdeploy.builder.options import (
     BuildOptions,
     BuildResult,
@@ -61,7 +62,7 @@ def export_artifact(
     new_sha = result.manifest.sha256
     existing = _sha256_of(output) if output.exists() else None
     if existing is not None and existing != new_sha and not force:
-        raise _clobber_error(output)
+        raise _clobber_error(output, result.manifest.model.files)
     copies = [(result.manifest_path, manifest_path(output))]
     if quantized_program_path(result.pte).is_file():
         # A run of the copy is judged against it like a run of the cached build.
@@ -93,13 +94,21 @@ def export_artifact(
     return Exported(output, tuple(dst for _, dst in copies), existing == new_sha, replaced)
 
 
-def check_output_free(output: Path, cache_key: str, *, cached: bool, force: bool) -> None:
+def check_output_free(
+    output: Path,
+    cache_key: str,
+    *,
+    cached: bool,
+    force: bool,
+    model_files: Mapping[str, str] | None = None,
+) -> None:
     """Before a build: refuse an -o that holds a program of another build, so the
     refusal comes before the lowering, not after it. A program whose manifest records
     this build's cache key is this very build; with the build cached, export_artifact
     compares the bytes at no cost. Otherwise the file is refused as export_artifact
     would refuse it (an identical program from another build, one not recorded in a
-    manifest, needs --force too)."""
+    manifest, needs --force too). `model_files` (ModelRef.fingerprint_files) lets the
+    refusal name the model's files that changed since the program there was built."""
     if force or not output.is_file() or cached:
         return
     try:
@@ -108,13 +117,13 @@ def check_output_free(output: Path, cache_key: str, *, cached: bool, force: bool
         recorded = None
     if recorded is not None and recorded.cache_key == cache_key:
         return
-    raise _clobber_error(output)
+    raise _clobber_error(output, model_files)
 
 
-def _clobber_error(output: Path) -> UsageError:
+def _clobber_error(output: Path, model_files: Mapping[str, str] | None = None) -> UsageError:
     return UsageError(
-        f"{output} exists and holds another program ({_describe_existing(output)}); "
-        "not overwriting it",
+        f"{output} exists and holds another program "
+        f"({_describe_existing(output, model_files)}); not overwriting it",
         "pass --force to replace it, or choose another -o (without -o the name "
         "carries the backend and quantization)",
     )
@@ -164,7 +173,10 @@ def _sha256_of(path: Path) -> str:
         ) from None
 
 
-def _describe_existing(path: Path) -> str:
+def _describe_existing(path: Path, model_files: Mapping[str, str] | None) -> str:
+    """What the program at `path` is, and which of the model's files differ from the
+    ones it was built from (`model_files`: the files the build about to be written
+    covers, by name and sha256)."""
     try:
         manifest = read_manifest(path)
     except (OSError, ValueError):
@@ -172,4 +184,22 @@ def _describe_existing(path: Path) -> str:
     if manifest is None:
         return "not built by etdeploy, or its manifest is gone"
     quant = manifest.quantization.mode if manifest.quantization else None
-    return f"{manifest.backend}{' ' + quant if quant else ''}, built {manifest.built_at}"
+    what = f"{manifest.backend}{' ' + quant if quant else ''}, built {manifest.built_at}"
+    changes = _model_changes(manifest, model_files)
+    return f"{what}; {changes}" if changes else what
+
+
+def _model_changes(manifest: BuildManifest, model_files: Mapping[str, str] | None) -> str:
+    """ "since then: weights.npy changed, labels2.npy added" when the program was built
+    from files of the same names (the same model), else ""."""
+    from etdeploy.model.loader import changed_files
+
+    recorded = manifest.model.files
+    if not recorded or not model_files or not set(recorded) & set(model_files):
+        return ""
+    changes = changed_files(recorded, model_files)
+    said = [changes.describe] if changes.describe else []
+    said += [f"{name} added" for name in changes.added]
+    if not said:
+        return "from the same model files, with other build options or versions"
+    return "since then: " + ", ".join(said)

@@ -347,13 +347,13 @@ def _give_taps_values(exported: Any) -> None:
     """Each tap node's meta["val"] (what its reducer gives on the fake input),
     which the tap pass leaves out and torch.export.save requires."""
     from executorch.devtools.intermediate_output_tap import find_tap_nodes, get_reducer
-    from torch._guards import detect_fake_mode
 
     for tap in find_tap_nodes(exported.graph_module):
         if "val" in tap.meta:
             continue
         source = tap.args[0].meta["val"]
-        mode = detect_fake_mode([source])
+        # An exported graph's values are fake tensors, each naming its fake mode.
+        mode = getattr(source, "fake_mode", None)
         assert mode is not None
         with mode:
             tap.meta["val"] = get_reducer(str(tap.args[1])).eager(source)

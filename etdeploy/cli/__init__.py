@@ -16,15 +16,9 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from etdeploy.cli import _startup
+from etdeploy.cli import _app
 from etdeploy.lazy import lazy_exports
-
-# Before typer, rich and etdeploy's records are imported: their dataclasses are made then.
-_startup.cache_dataclass_code()
-
-from etdeploy.cli import _app  # noqa: E402  isort: skip
 
 # Each command's module, in the order the help lists them.
 MODULES = (
@@ -44,11 +38,14 @@ def load_commands(modules: Sequence[str] = MODULES) -> None:
 
 def modules_for(argv: Sequence[str]) -> Sequence[str]:
     """The command modules a command line needs: the one its command word names, or
-    all (no command, an unknown one, or typer's completion asking)."""
+    all (no command, an unknown one, or typer's completion asking); none for
+    `--version`, which the root answers before any command is looked at."""
     if any(key.startswith("_ETDEPLOY_COMPLETE") for key in os.environ):
         return MODULES
     # Every option before the command word is a flag of the root (-v, -q, --version).
     word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None and "--version" in argv and not {"-h", "--help"} & set(argv):
+        return ()
     module = _ALSO.get(word or "", word)
     return (module,) if module in MODULES else MODULES
 
@@ -67,22 +64,8 @@ def main() -> None:
     _app.main()
 
 
-def entry() -> None:
-    """The console script and `python -m etdeploy`: main(), then the process ends
-    without the interpreter's teardown (etdeploy.cli._exit)."""
-    from etdeploy.cli._exit import end_process
-
-    try:
-        main()
-    except SystemExit as exc:
-        end_process(exc.code)
-    end_process(0)
-
-
+# `app` with every command registered (cli/_all_commands.py), made when first asked for.
 __getattr__ = lazy_exports(__name__, {"app": "etdeploy.cli._all_commands"})
 
-if TYPE_CHECKING:
-    from etdeploy.cli._all_commands import app
 
-
-__all__ = ["app", "entry", "main"]
+__all__ = ["app", "main"]

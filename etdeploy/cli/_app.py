@@ -3,6 +3,7 @@ the `--json PATH|-` convention every command shares."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
@@ -11,19 +12,18 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
+from typer.core import TyperGroup
+from typer.models import ParameterInfo
 
 import etdeploy
-from etdeploy.cli._startup import after_import, defer_option_coercion
+from etdeploy.cli._exit import EXIT_OUTPUT_CLOSED, flush_or_closed, is_closed_pipe, output_closed
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_INFRA, EtdeployError, InfraError, UsageError
 from etdeploy.interrupts import exit_code_of, signal_name, terminate_as_interrupt
-
-if TYPE_CHECKING:
-    import click
 
 # Without a terminal (a CI log, `| tee`) rich would wrap and cut at 80 columns,
 # truncating the very numbers etdeploy exists to report ("1.25e-…"). Tables take
@@ -34,34 +34,10 @@ PIPED_WIDTH = 4096
 PIPED_HELP_WIDTH = 120
 
 
-def _hide_python_types() -> None:
-    """typer prints each parameter's Python type in help (`<list[str]>`, `<bool>`
-    beside a flag); etdeploy's options carry a metavar that says what to write
-    (PATH, NAME, N), flags take nothing, and an argument's name is its metavar."""
-    from typer import core
-
-    option = getattr(core, "TyperOption", None)
-    argument = getattr(core, "TyperArgument", None)
-    if option is None or argument is None or not hasattr(option, "display_type_rich"):
-        return  # another typer: its help is what it is
-    shown = option.display_type_rich
-
-    def option_type(self: Any, ctx: Any) -> str | None:
-        return None if getattr(self, "is_flag", False) else shown(self, ctx)
-
-    option.display_type_rich = option_type
-    argument.display_type_rich = lambda self, ctx: None
-
-
-_hide_python_types()
-
-
-def _usage_error(exc: click.ClickException) -> None:
+def _usage_error(exc: typer.TyperException) -> int:
     """A usage error click or typer found (an unknown option, a value out of its
     range, a missing argument) as every other error is told: one `error:` line, a
     `hint:` line, exit 2, instead of typer's boxed panel under the usage."""
-    if type(exc).__name__ == "NoArgsIsHelpError":
-        return  # `etdeploy` alone: the help was shown, nothing went wrong
     message = " ".join(exc.format_message().split())
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "etdeploy"
@@ -71,19 +47,49 @@ def _usage_error(exc: click.ClickException) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    exc.exit_code = EXIT_BAD_INPUT
+    return EXIT_BAD_INPUT
 
 
-def _one_line_usage_errors(rich_utils: Any) -> None:
-    """typer shows click's usage errors through rich_utils.rich_format_error (typer
-    0.29 core._main, read 2026-12-04): route them to _usage_error. Applied when typer
-    imports rich_utils (etdeploy.cli._startup): a run that prints neither help nor a
-    usage error never imports it."""
-    if hasattr(rich_utils, "rich_format_error"):
-        rich_utils.rich_format_error = _usage_error
+class _EtdeployGroup(TyperGroup):
+    """The root command: click runs it in its non-standalone mode (click's documented
+    way for a program to handle what it raises: click.palletsprojects.com, "Exception
+    Handling and Exit Codes", read 2026-12-05), and etdeploy ends the process itself:
+    a usage error as one line and a hint, a closed output pipe quietly
+    (etdeploy.cli._exit), every other status as click would."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, False, **extra)
+        except typer.TyperException as exc:  # click's exceptions, as typer vendors click
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                status = exc.exit_code  # `etdeploy` alone: the help is shown already
+            else:
+                status = _usage_error(exc)
+        except typer.Abort:
+            err_console.print("[bold red]aborted[/]")
+            status = 1
+        except OSError as exc:
+            if not is_closed_pipe(exc):
+                raise
+            status = output_closed()
+        # A command returns None (0) or exits with a status (typer.Exit: its int).
+        code = status if isinstance(status, int) else 0
+        if not flush_or_closed():
+            code = EXIT_OUTPUT_CLOSED
+        sys.exit(code)
 
 
 app = typer.Typer(
+    cls=_EtdeployGroup,
     name="etdeploy",
     help="Build an ExecuTorch .pte, run it on a device, and check it against eager PyTorch.",
     no_args_is_help=True,
@@ -138,12 +144,16 @@ class _Console(Console):
     def file(self, new_file: IO[str]) -> None:
         Console.file.fset(self, new_file)  # type: ignore[attr-defined]
 
+    def on_broken_pipe(self) -> None:
+        """rich's hook for a reader that has gone (its default exits 1, which says a
+        check failed here): quiet, with etdeploy.cli._exit's status."""
+        self.quiet = True
+        raise SystemExit(output_closed(self.file))
+
 
 # Results go to stdout; progress, warnings and errors to stderr so `--json -` pipes.
 console: Console = _Console()
 err_console: Console = _Console(stderr=True)
-after_import("typer.rich_utils", _one_line_usage_errors)
-defer_option_coercion()
 
 _state = {"verbose": False, "quiet": False}
 
@@ -233,6 +243,23 @@ def examples_epilog(examples: Sequence[str]) -> str:
     return f"[b]Examples[/]\n\n{lines}"
 
 
+def plain_text(text: str) -> str:
+    """Help text as written: the help is rendered with rich markup (for the examples'
+    bold), so a bracketed word such as `[release]` (a TOML table) would be taken for
+    a style and dropped."""
+    return escape(text)
+
+
+def _plain_help(parameter: inspect.Parameter) -> inspect.Parameter:
+    """The parameter with its help (typer.Option's or typer.Argument's) as written."""
+    declared = parameter.default
+    if not isinstance(declared, ParameterInfo) or not declared.help:
+        return parameter
+    shown = copy.copy(declared)
+    shown.help = plain_text(declared.help)
+    return parameter.replace(default=shown)
+
+
 def with_global_flags(fn: F) -> Callable[..., Any]:
     """`fn` with -v/--verbose and -q/--quiet added to its parameters, and its
     EtdeployErrors turned into one line, a hint and the exit code."""
@@ -250,8 +277,18 @@ def with_global_flags(fn: F) -> Callable[..., Any]:
             # Ctrl-C, or SIGTERM (etdeploy.interrupts): everything unwound on the way.
             err_console.print(f"[bold red]interrupted[/] by {signal_name(exc)}")
             raise typer.Exit(exit_code_of(exc)) from None
+        except OSError as exc:
+            # Here, before typer's own handler (which exits 1, "a check failed").
+            if not is_closed_pipe(exc):
+                raise
+            raise typer.Exit(output_closed()) from None
 
-    params = [*signature.parameters.values(), *_global_parameters()]
+    written = inspect.getdoc(fn)
+    if written:
+        # What typer shows as the command's help, when no help= is given.
+        wrapper.__doc__ = plain_text(written)
+    own = [_plain_help(p) for p in signature.parameters.values()]
+    params = [*own, *_global_parameters()]
     wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {
         **{p.name: p.annotation for p in params},
@@ -272,6 +309,8 @@ def command(
     EtdeployErrors as one line + exit code."""
 
     def decorate(fn: F) -> F:
+        if kwargs.get("help"):
+            kwargs["help"] = plain_text(kwargs["help"])
         if examples:
             kwargs.setdefault("epilog", examples_epilog(examples))
         (group or app).command(name, **kwargs)(with_global_flags(fn))
@@ -301,9 +340,9 @@ def check_json_target(target: str | None) -> None:
 
 def emit_json(document: Any, target: str) -> None:
     """`--json -`: the document alone on stdout; `--json PATH`: written atomically."""
-    from etdeploy.jsontext import dumps
+    from etdeploy.atomic import json_text
 
-    text = dumps(document)
+    text = json_text(document)
     if target == "-":
         sys.stdout.write(text)
         sys.stdout.flush()

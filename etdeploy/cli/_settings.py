@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from etdeploy.settings import Declared, RunSettings, declared
 
@@ -43,8 +42,7 @@ def option_parameter(entry: Declared) -> inspect.Parameter:
         None,
         *flags,
         metavar=option.metavar,
-        # Help is rich markup in typer: "[run]" in a help text is a table's name.
-        help=escape(option.help),
+        help=option.help,  # escaped once, where the command is declared (_app._plain_help)
         rich_help_panel=option.panel,
         show_default=False,
     )

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 OUTPUT_PANEL = "Output"
 # `build --json`: each backend's build, its files and its manifest (etdeploy.manifest/1).
 BUILD_SCHEMA = "etdeploy.build/1"
+# `inspect --json`: {"schema", "manifest" (the .pte.json beside it, or null), "pte" (its layout)}.
+INSPECT_SCHEMA = "etdeploy.inspect/1"
 # The run settings that are build options: flags, help and [build] keys from etdeploy.settings.
 BUILD_SETTINGS = ("quantize", "calibration", "dynamic", "external_weights", "use_cache")
 
@@ -56,7 +58,7 @@ def build_command(
     output: Path = typer.Option(None, "--output", "-o", metavar="PATH", help="The .pte to write, or a folder for it (default ./MODEL-BACKEND[-QUANT].pte).", rich_help_panel=OUTPUT_PANEL),
     force: bool = typer.Option(False, "--force", help="Replace a different program already at the output path.", rich_help_panel=OUTPUT_PANEL),
     etrecord: bool = typer.Option(False, "--etrecord", help="Also write the ETRecord beside the .pte: what `run --pte FILE --profile` needs to name operators and modules.", rich_help_panel=OUTPUT_PANEL),
-    config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read for its \\[build] table (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
+    config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read for its [build] table (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="build", schema=BUILD_SCHEMA) + " The tables then go to stderr.", rich_help_panel=OUTPUT_PANEL),
     settings: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
@@ -64,7 +66,7 @@ def build_command(
 
     Builds are cached by content; the output is a copy named by what it is
     (model, backend, quantization). A different program already at the output
-    path is never overwritten without --force. etdeploy.toml's \\[build] table gives
+    path is never overwritten without --force. etdeploy.toml's [build] table gives
     the defaults of these options.
     """
     from etdeploy.builder import check_output_free, default_output_name, planned_build
@@ -80,7 +82,8 @@ def build_command(
         raise UsageError(
             "-o names one file but several backends were asked for", "give -o a folder"
         )
-    name = parse_model_ref(model).name
+    ref = parse_model_ref(model)
+    name = ref.name
     planned = []
     for be in backends:
         options = _options(job, be, random_calibration)
@@ -89,7 +92,10 @@ def build_command(
     for options, target in planned:
         if target.exists() and not force:
             plan = planned_build(model, options)
-            check_output_free(target, plan.key, cached=plan.cached, force=force)
+            check_output_free(
+                target, plan.key, cached=plan.cached, force=force,
+                model_files=ref.fingerprint_files(),
+            )  # fmt: skip
     out = err_console if json_to_stdout(json_path) else console
     built = [
         _build_one(job, options, target, force=force, etrecord=etrecord, out=out)
@@ -247,7 +253,7 @@ def _describe(meta: ValueRecord) -> str:
 )
 def inspect_command(
     pte: Path = typer.Argument(..., metavar="PTE", help="A .pte file."),
-    json_out: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="inspection", schema="manifest and layout")),
+    json_out: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="inspection", schema=INSPECT_SCHEMA)),
 ) -> None:  # fmt: skip
     """Show the manifest beside a .pte, and what the .pte itself says."""
     from etdeploy.builder.inspect import describe_pte
@@ -259,7 +265,14 @@ def inspect_command(
     layout = describe_pte(pte)  # before the manifest: a file that is not a .pte is exit 2
     manifest = read_manifest(pte)
     if json_out is not None:
-        emit_json({"manifest": manifest.to_json() if manifest else None, "pte": layout}, json_out)
+        emit_json(
+            {
+                "schema": INSPECT_SCHEMA,
+                "manifest": manifest.to_json() if manifest else None,
+                "pte": layout,
+            },
+            json_out,
+        )
         if json_to_stdout(json_out):
             return
     if manifest:

@@ -53,7 +53,7 @@ def bundle_command(
     The program (and its .ptd), a prebuilt runner per --abi, the staged samples,
     the reference outputs (float eager; quantized eager for a quantized build; the
     host runtime's with --host-check), the job's settings and a manifest with every
-    file's sha256. Needs the build extra (pip install 'etdeploy\\[build]').
+    file's sha256. Needs the build extra (pip install 'etdeploy[build]').
     """
     from etdeploy.cli._feedback import Feedback
     from etdeploy.config import config_settings, load_config

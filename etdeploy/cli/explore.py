@@ -39,7 +39,7 @@ def explore_command(
     Each node shows its error vs eager (from --localize) and its device time (from
     --profile).
 
-    Needs the explore extra: pip install 'etdeploy\[explore]'. Serves until Ctrl-C.
+    Needs the explore extra: pip install 'etdeploy[explore]'. Serves until Ctrl-C.
     """
     from etdeploy.explore import require_explore_extra
 

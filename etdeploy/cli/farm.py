@@ -32,16 +32,15 @@ from etdeploy.cli._app import (
     console,
     emit_json,
     err_console,
+    is_quiet,
     json_to_stdout,
+    plain_text,
 )
 from etdeploy.errors import EXIT_OK, EtdeployError, UsageError
 from etdeploy.interrupts import exit_code_of, signal_name
 from etdeploy.units import format_ms
 
 if TYPE_CHECKING:
-    # typer vendors click; its Context is the one a group's parse_args receives.
-    from typer._click import Context
-
     from etdeploy.farm import FarmEvent, FarmOutcome
     from etdeploy.farm.merge import MergeOutcome
     from etdeploy.report import JobKey, NotRun, Regression
@@ -53,7 +52,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 class _FarmGroup(TyperGroup):
     """`farm`'s subcommands, with `run` taken when the first word names none."""
 
-    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+    # ctx: the click context typer makes (typer vendors click, under a private name).
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
             args = ["run", *args]
         return super().parse_args(ctx, args)
@@ -62,8 +62,10 @@ class _FarmGroup(TyperGroup):
 farm_app = typer.Typer(
     cls=_FarmGroup,
     no_args_is_help=True,
-    help="Run a farm spec's matrix (`farm run SPEC.toml`, or `farm SPEC.toml`), merge "
-    "the results of its shards, or export it to a device-farm service.",
+    help=plain_text(
+        "Run a farm spec's matrix (`farm run SPEC.toml`, or `farm SPEC.toml`), merge "
+        "the results of its shards, or export it to a device-farm service."
+    ),
 )
 app.add_typer(farm_app, name="farm")
 
@@ -179,8 +181,14 @@ def _progress(event: FarmEvent) -> str:
 
 
 def _render_event(event: FarmEvent) -> None:
+    """A job's progress line on stderr; with --quiet only a job that did not pass has
+    one (the summary table follows either way)."""
     from etdeploy.farm.results import farm_seconds
 
+    if is_quiet() and not (
+        event.kind == "finish" and event.result is not None and event.result.status != "passed"
+    ):
+        return
     label = escape(event.job.label)
     head = _progress(event)
     if event.kind == "start":

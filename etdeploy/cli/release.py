@@ -20,6 +20,7 @@ from etdeploy.cli._app import (
     err_console,
     json_to_stdout,
     note,
+    plain_text,
 )
 from etdeploy.errors import EXIT_OK
 
@@ -27,13 +28,16 @@ if TYPE_CHECKING:
     from etdeploy.devices.base import Device
     from etdeploy.release.package import Release
     from etdeploy.release.proof import DeliveryProof
+    from etdeploy.release.rules import DeviceProperties
     from etdeploy.release.spec import ReleaseSpec
 
 release_app = typer.Typer(
     no_args_is_help=True,
-    help="Release sets: one artefact per device class, packaged for Play (AI pack with "
-    "device targeting) and Apple (asset packs), and the proof that each class's variant "
-    "works on its devices.",
+    help=plain_text(
+        "Release sets: one artefact per device class, packaged for Play (AI pack with "
+        "device targeting) and Apple (asset packs), and the proof that each class's variant "
+        "works on its devices."
+    ),
 )
 app.add_typer(release_app, name="release")
 
@@ -133,6 +137,7 @@ def release_check_command(
     device: list[str] = typer.Option(..., "--device", "-d", metavar="NAME", help="A device to prove the release on (repeat): a devices.NAME table of etdeploy.toml, a serial, a model name, or local."),
     skip_unavailable: bool = typer.Option(False, "--skip-unavailable", help=SKIP_HELP),
     iterations: int = typer.Option(None, "--iterations", "-n", min=1, metavar="N", help="Timed executions per device (default 10)."),
+    inputs: list[str] = typer.Option(None, "--inputs", "-i", metavar="PATH", help="Real samples to verify each variant on (FILE, DIR or GLOB; repeat), as `run --inputs` takes them. Default: etdeploy.toml's [run] inputs, else the samples the model ships."),
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one)."),
     adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host."),
     adb_port: int = typer.Option(None, "--adb-port", metavar="PORT", help="The adb server's port."),
@@ -141,7 +146,8 @@ def release_check_command(
     """Verify on each device the variant the store would deliver to it.
 
     Each device's properties choose its variant as the store would; the variant is
-    verified there as `run` does (real inputs, eager reference, budget).
+    verified there as `run` does (real inputs, eager reference, budget). The inputs:
+    --inputs, else etdeploy.toml's [run] inputs, else the samples the model ships.
 
     Exit 0 when every device's variant passes, 1 when one fails its check, 3 when a
     device or its runner fails, 2 for bad input. Variants no device verified are listed
@@ -157,7 +163,7 @@ def release_check_command(
     check_json_target(json_path)
     spec = _load(spec_path)
     config = load_config(config_path)
-    base = RunJob.resolve(spec.model, config, {"iterations": iterations})
+    base = RunJob.resolve(spec.model, config, {"iterations": iterations, "inputs": inputs})
 
     def job_for(name: str, pte: Path) -> RunJob:
         # The device's own [devices.NAME] runner, unless --runner or [run] names one.
@@ -186,18 +192,28 @@ def _ram(value: int | None) -> str:
     return "?" if value is None else format_bytes(value)
 
 
+def properties_text(p: DeviceProperties) -> str:
+    """What the store sees of a device, the parts it has: a phone's brand/device and
+    model, SoC, RAM, SDK and features; a host's OS, architecture, model, SoC and RAM."""
+    if p.os == "android":
+        parts = [f"{p.brand}/{p.device} {p.model}".strip(" /") or "an Android device"]
+    else:
+        parts = [" ".join(x for x in (p.os or "a host", p.abi, p.model and f"({p.model})") if x)]
+    soc = " ".join(x for x in (p.soc_manufacturer, p.soc_model) if x)
+    parts += [f"SoC {soc}"] if soc else []
+    parts.append(f"RAM {_ram(p.ram_bytes)}")
+    if p.os == "android":
+        parts.append(f"SDK {p.sdk if p.sdk is not None else '?'}")
+        parts.append(f"{len(p.features)} features")
+    return ", ".join(parts)
+
+
 def render_proof(proof: DeliveryProof) -> None:
     table = Table(title=f"delivery proof: release {proof.release}")
     for column in ("device", "properties", "group", "variant", "loads", "verdict"):
         table.add_column(column)
     for row in proof.devices:
-        p = row.properties
-        props = (
-            f"{p.brand}/{p.device} {p.model}, SoC {p.soc_manufacturer or '?'} {p.soc_model or '?'}, "
-            f"RAM {_ram(p.ram_bytes)}, SDK {p.sdk if p.sdk is not None else '?'}, "
-            f"{len(p.features)} features"
-            if p else "-"
-        )  # fmt: skip
+        props = "-" if row.properties is None else properties_text(row.properties)
         group = "-" if row.selected is None else row.selected.group
         if row.selected and len(row.selected.matched) > 1:
             group += f" (also in {', '.join(row.selected.matched[1:])})"
@@ -214,6 +230,11 @@ def render_proof(proof: DeliveryProof) -> None:
             err_console.print(
                 f"[red]{escape(row.device)}:[/] {escape(why)}", highlight=False, soft_wrap=True
             )
+            hint = row.result.error.hint if row.result and row.result.error else None
+            if hint and not row.problem:
+                err_console.print(
+                    f"  [dim]hint:[/] {escape(hint)}", highlight=False, soft_wrap=True
+                )
         for text in row.notes:
             err_console.print(
                 f"[yellow]note:[/] {escape(row.device)}: {escape(text)}",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from etdeploy.cli._app import app, examples_epilog, note, with_global_flags
+from etdeploy.cli._app import app, examples_epilog, note, plain_text, with_global_flags
 
 runner_app = typer.Typer(
     name="runner",
-    help="The C++ runner that executes .pte programs on a device.",
+    help=plain_text("The C++ runner that executes .pte programs on a device."),
     no_args_is_help=True,
 )
 app.add_typer(runner_app, name="runner")

@@ -49,10 +49,6 @@ def _check_port(host: str, port: int) -> None:
             ) from None
 
 
-def _no_release_check(print_msg: bool = True) -> dict[str, str]:
-    return {"version": "", "runningVersion": "", "releaseUrl": "", "desktopAppUrl": ""}
-
-
 def _config(exploration: Exploration) -> Any:
     from model_explorer import config as new_config
 
@@ -74,8 +70,6 @@ def serving(exploration: Exploration, host: str = "127.0.0.1", port: int = 0) ->
     chosen = port or free_port(host)
     _check_port(host, chosen)
     config = _config(exploration)
-    # Looked up as a module global on each call, at start and by the page's request.
-    server._check_new_version = _no_release_check
     with captured_library_output() as captured:
         thread = threading.Thread(
             target=server.start,

@@ -11,7 +11,7 @@ The whole protocol between the farm (etdeploy.farm.attempt) and a worker:
   own, with worker_env(): this etdeploy first on PYTHONPATH, so the worker runs
   the farm's code whatever else is installed.
 - The worker (worker_main) opens the device, runs pipeline.run_job, writes
-  FOLDER/result.json (etdeploy.result/1; status "error" when the job raised) and
+  FOLDER/result.json (etdeploy.result/N; status "error" when the job raised) and
   exits 0. Its stderr goes to FOLDER/worker.log, a line per step, so the last
   line of a hung job's log says where it hung.
 - SIGTERM: the worker unwinds its `finally` blocks (the device lock, the job
@@ -131,7 +131,7 @@ class _Terminated(BaseException):
 
 
 def worker_main(argv: Sequence[str]) -> int:
-    """Run one job attempt: REQUEST.json in, RESULT.json out (etdeploy.result/1,
+    """Run one job attempt: REQUEST.json in, RESULT.json out (etdeploy.result/N,
     "error" when it raised). The exit code is 0 whenever a result was written."""
     request_path, result_path = Path(argv[0]), Path(argv[1])
     request = json.loads(request_path.read_text())

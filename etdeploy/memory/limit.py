@@ -80,7 +80,7 @@ def judge_limit(limit: MaxMemory, accounts: Sequence[tuple[str, Memory]]) -> Mem
             f"; its largest part: {largest.label} {format_bytes(largest.bytes)}" if largest else ""
         )
         message = (
-            f"peak memory {format_bytes(phase.peak_bytes)} ({place}) passes the limit "
+            f"peak memory {format_bytes(phase.peak_bytes)} ({place}) exceeds the limit "
             f"{bound} by {format_bytes(phase.peak_bytes - limit.bytes)}{biggest}"
         )
     return MemoryLimit(

@@ -51,19 +51,20 @@ class ModelRef:
     def fingerprint(self) -> str:
         """sha256 over the source: what changes when the model could change.
 
-        For a model file, the other files beside it count too, by name, size and
-        modification time (weights a factory loads: w.npy, model.pt); reading a
-        multi-GB checkpoint on every run would cost more than the cache saves.
-        What etdeploy itself writes there (programs, manifests, ETRecords, result
-        documents) does not count, nor do folders. Data elsewhere is not seen:
-        `--no-cache` rebuilds and recomputes.
+        For a model file, the other files beside it count too, by name and content
+        (weights a factory loads: w.npy, model.pt): a copy of the same bytes is the
+        same model. Their sha256 comes from etdeploy.digests, which reads a file again
+        only when its stat changed, so a multi-GB checkpoint is hashed once, not on
+        every run. What is not an input of the program does not count: what etdeploy
+        itself writes there (programs, manifests, ETRecords, result documents), a
+        verification set's files (label tables, images, notes: _NOT_MODEL_INPUTS) and
+        folders. Data elsewhere is not seen: `--no-cache` rebuilds and recomputes.
         """
         return self._fingerprinted()[0]
 
     def fingerprint_files(self) -> dict[str, str]:
-        """What the fingerprint covers, file by file: a source file's sha256, a data
-        file's size and mtime. A build manifest records it, so a refusal can say
-        which file changed (changed_files)."""
+        """What the fingerprint covers, file by file: each file's sha256. A build
+        manifest records it, so a refusal can say which file changed (changed_files)."""
         return self._fingerprinted()[1]
 
     def _fingerprinted(self) -> tuple[str, dict[str, str]]:
@@ -75,10 +76,12 @@ class ModelRef:
             digest.update(data)
             files[path.name] = hashlib.sha256(data).hexdigest()
         if self.kind == "file" and self.source_files:
+            from etdeploy.digests import file_sha256
+
             for data_file in _data_files_beside(self.source_files[0]):
-                stat = data_file.stat()
-                digest.update(f"{data_file.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-                files[data_file.name] = f"{stat.st_size} bytes, mtime {stat.st_mtime_ns}"
+                content = file_sha256(data_file)
+                digest.update(f"{data_file.name}\0{content}\n".encode())
+                files[data_file.name] = content
         return digest.hexdigest(), files
 
 
@@ -115,11 +118,17 @@ _OUTPUT_SUFFIXES = (".pte", ".ptd", ".etrecord", ".etdump", ".pte.json", ".quant
 _DOCUMENT_MARK = b'"schema": "etdeploy.'
 
 
+# Files beside a model that no factory turns into weights or structure: a verification
+# set's label tables and images (what --labels and --inputs read), and notes. Arrays
+# (.npy, .npz, .pt) stay in: they are as often weights as samples.
+_NOT_MODEL_INPUTS = (".csv", ".tsv", ".png", ".jpg", ".jpeg", ".md", ".rst")
+
+
 def _data_files_beside(path: Path) -> list[Path]:
     return sorted(
         p for p in path.parent.iterdir()
         if p.is_file() and p.suffix not in (".py", ".pyc") and not p.name.startswith(".")
-        and not _etdeploy_output(p)
+        and p.suffix.lower() not in _NOT_MODEL_INPUTS and not _etdeploy_output(p)
     )  # fmt: skip
 
 

@@ -117,9 +117,13 @@ def _inputs_check(job: RunJob) -> InputsCheck | None:
         return None
 
     def check(metas: list[dict[str, Any]]) -> None:
-        from etdeploy.inputs import check_against, load_samples, parse_preprocess
+        # The loader stage reads them with (etdeploy.dataset): a folder a class and a
+        # labelled .npz are sets of samples here too, not folders or files of arrays.
+        from etdeploy.dataset import load_labelled
+        from etdeploy.inputs import check_against, parse_preprocess
 
-        for sample in load_samples(list(job.inputs), metas, parse_preprocess(job.preprocess)):
+        preprocess = parse_preprocess(job.preprocess)
+        for sample in load_labelled(list(job.inputs), metas, preprocess).samples:
             check_against(sample, metas)
 
     return check

@@ -8,6 +8,7 @@ import dataclasses
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,6 @@ def _run_tapped_eagerly(
     path: Path, samples: Sequence[tuple[np.ndarray, ...]]
 ) -> list[list[np.ndarray]]:
     import torch
-    import torch.utils._pytree as pytree
 
     from etdeploy.builder.tapped import load_reference
 
@@ -55,7 +55,7 @@ def _run_tapped_eagerly(
     with torch.no_grad():
         for sample in samples:
             result = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in sample))
-            leaves, _ = pytree.tree_flatten(result)
+            leaves = _leaves(result)
             rows.append(
                 [
                     t.detach().contiguous().numpy()
@@ -65,6 +65,16 @@ def _run_tapped_eagerly(
                 ]
             )
     return rows
+
+
+def _leaves(value: Any) -> list[Any]:
+    """An exported module's outputs in the order torch's pytree flattens them (tuples,
+    lists and dicts in order, dicts by insertion), without its private module."""
+    if isinstance(value, tuple | list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    return [value]
 
 
 @dataclasses.dataclass(frozen=True)

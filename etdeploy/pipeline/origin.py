@@ -6,7 +6,9 @@ names the origin: the first operator over its bound from which a departing
 value descends. When no operator is over its bound and the outputs still
 depart, the model is ill-conditioned in float32 there: the origin is the
 operator whose own (allowed) rounding, amplified on the way, contributes most,
-and the amplifiers are the operators within their bound whose output's
+among those whose value differs from the reference's at all (a rounding eager
+makes too, bit for bit, is no part of the device's difference: an add that makes
+values large rounds them the same on both sides), and the amplifiers are the operators within their bound whose output's
 relative error is far larger than their inputs' (a subtraction of nearly equal
 values, a division by small values, an exponential of large ones).
 """
@@ -89,11 +91,14 @@ def blame(rows: Sequence[TapResult], diverged: bool) -> Blame | None:
         first = over[0]
         origin = _origin(first, True, _local(first).rel * gains[first.node])
     else:
-        scored = [(_local(r).rel * gains[r.node], i) for i, r in enumerate(measured)]
+        # Only where the device's value first differs from eager's can their
+        # difference start; a rounding both make alike is shared, not born here.
+        differing = [r for r in measured if r.metrics.max_abs > 0] or measured
+        scored = [(_local(r).rel * gains[r.node], i) for i, r in enumerate(differing)]
         contribution, index = max(scored)
         if contribution <= 0:
             return None
-        origin = _origin(measured[index], False, contribution)
+        origin = _origin(differing[index], False, contribution)
     amplifiers = tuple(
         _amplifier(r)
         for r in rows

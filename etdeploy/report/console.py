@@ -17,10 +17,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from etdeploy.report.common import metric_text, paired_line
 from etdeploy.report.console_memory import failure_lines, render_memory, render_shapes
 from etdeploy.report.result import (
     OutputMetrics,
-    PairedDifference,
     RunResult,
     SizeSummary,
     TaskAccuracy,
@@ -146,13 +146,11 @@ class RunConsole:
         as_pct = found.task == "classification"
         for score in found.scores:
             cells = [score.eager, *([score.quantized] if quantized else []), score.device]
-            table.add_row(score.metric, *(_metric(v, as_pct) for v in cells))
+            table.add_row(score.metric, *(metric_text(v, as_pct) for v in cells))
         self.out.print(table)
         for paired in (found.quantized_vs_eager, found.device_vs_eager):
             if paired is not None:
-                self.out.print(
-                    escape(_paired_line(paired, as_pct)), highlight=False, soft_wrap=True
-                )
+                self.out.print(escape(paired_line(paired, as_pct)), highlight=False, soft_wrap=True)
         for d in found.disagreements:
             where = f"  (etdeploy run ... --inputs {d.input} --localize)" if d.input else ""
             self.out.print(
@@ -173,11 +171,13 @@ class RunConsole:
         )
 
     def render_verdict_line(self, result: RunResult, out: Console) -> None:
-        """PASS or FAIL with the reason; a numeric FAIL also says the loosest setting
-        that would have passed, so a reader can tell a near miss from a broken model."""
+        """The numerics' PASS or FAIL with the reason; a numeric FAIL also says the
+        loosest setting that would have passed, so a reader can tell a near miss from a
+        broken model. Each other gate that failed (size, memory, a shape point) gets its
+        own FAIL line after it: a line says what its own check found."""
         verdict = result.verdict
         assert verdict is not None
-        mark = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+        mark = "[bold green]PASS[/]" if verdict.passed else "[bold red]FAIL[/]"
         reason = verdict.reason
         if not verdict.passed:
             passing = passing_setting(verdict)
@@ -350,32 +350,6 @@ def _counted(names: Iterable[str]) -> str:
 
 def _share(share: float | None) -> str:
     return "-" if share is None else f"{share:.0%}"
-
-
-def _metric(value: float | None, as_pct: bool) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:.2%}" if as_pct else f"{value:.4g}"
-
-
-def _paired_line(paired: PairedDifference, as_pct: bool) -> str:
-    """ "device vs float eager: -0.28 pp (95% CI -1.56..+0.77), p = 0.5 (McNemar ...)"."""
-    scale, unit = (100, " pp") if as_pct else (1, "")
-
-    def signed(value: float) -> str:
-        return f"{value * scale:+.2f}" if as_pct else f"{value:+.3g}"
-
-    p = "" if paired.p_value is None else f", p = {paired.p_value:.2g}"
-    counts = (
-        f"; {paired.reference_only} only eager right, {paired.program_only} only {paired.program} right"
-        if as_pct
-        else ""
-    )
-    return (
-        f"{paired.program} vs {paired.reference}: {signed(paired.difference)}{unit} "
-        f"(95% CI {signed(paired.ci_low)}..{signed(paired.ci_high)}{unit}){p}{counts} "
-        f"[{paired.method}]"
-    )
 
 
 def _num(value: float, spec: str) -> str:

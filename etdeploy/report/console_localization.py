@@ -82,6 +82,14 @@ def render_localization(found: Localization, out: Console) -> None:
             f"origin: {escape(where(o))}  {escape(o.code or '')}  "
             f"— its own error: {escape(describe_own_error(o.error))}"
         )
+        # Where the device's value first differs from eager's, when that is not the
+        # origin (an origin over its bound after values that differ within theirs).
+        departs = next((t for t in found.taps if t.metrics.max_abs > 0 and not t.context), None)
+        if departs is not None and departs.node != o.node:
+            say(
+                f"first difference from {escape(found.reference)}: {escape(where(departs))} "
+                f"— {escape(describe_error(departs.metrics))}"
+            )
         if found.amplifiers:
             say(f"amplified: {escape(describe_amplifiers(found.amplifiers))}")
     elif (divergence := found.first_divergence) is not None and divergence.source:

@@ -78,10 +78,10 @@ def render_memory(result: RunResult, out: Console) -> None:
         for line in account_lines(memory):
             out.print(line, markup=False, highlight=False, soft_wrap=True)
     if memory.limit is not None:
-        mark = "within" if memory.limit.passed else "[bold red]over[/]"
-        out.print(
-            f"memory limit: {mark} {escape(memory.limit.message)}", highlight=False, soft_wrap=True
-        )
+        # The message says it: "peak … is within …" or "peak memory … exceeds the limit …".
+        said = escape(memory.limit.message)
+        said = said if memory.limit.passed else f"[bold red]{said}[/]"
+        out.print(f"memory limit: {said}", highlight=False, soft_wrap=True)
 
 
 def render_shapes(points: tuple[ShapePoint, ...], out: Console) -> None:

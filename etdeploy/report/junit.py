@@ -3,7 +3,8 @@
 The layout is the common one CI servers read (Jenkins, GitLab, GitHub actions
 that render test reports): <testsuites> holding one <testsuite> with the counts
 tests/failures/errors/skipped/time, and per testcase at most one <failure> or
-<error>, then <system-out> (the clipped logs) and <system-err> (the warnings).
+<error>, then <system-out> (the error budget, the task-accuracy block when the samples
+carry labels, the clipped logs) and <system-err> (the warnings).
 A planned job without a result (etdeploy.report.NotRun: a combination that
 cannot run, a shard that never reported) is a testcase with <skipped>, so CI
 lists it instead of forgetting it.
@@ -26,6 +27,7 @@ from etdeploy.report.baseline import Regression
 from etdeploy.report.common import (
     JobKey,
     NotRun,
+    accuracy_lines,
     budget_lines,
     clip,
     error_type,
@@ -85,7 +87,9 @@ def write_junit(
             counts["failures" if tag == "failure" else "errors"] += 1
             node = ET.SubElement(case, tag, message=_xml_text(message), type=_xml_text(kind))
             node.text = _xml_text(text)
-        out = "\n".join([*budget_lines(result.verdict), joined_logs(result)]).strip()
+        out = "\n".join(
+            [*budget_lines(result.verdict), *accuracy_lines(result), joined_logs(result)]
+        ).strip()
         if out:
             ET.SubElement(case, "system-out").text = _xml_text(out)
         if result.warnings:

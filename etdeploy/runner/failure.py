@@ -18,10 +18,14 @@ if TYPE_CHECKING:
 # Our runner: "error: method load failed: OperatorMissing (0x14)".
 _OUR_ERROR = re.compile(r"^error: (.+)$", re.MULTILINE)
 _NAMED_CODE = re.compile(r"\b([A-Z][A-Za-z]+) \(0x([0-9a-fA-F]+)\)")
-# Upstream: "... failed with status 0x14", "Could not prepare inputs: 0x12".
+# Upstream: "... failed with status 0x14", "Could not prepare inputs: 0x12". Matched
+# line by line, and only on lines with a hex code: searched over a whole output its
+# lazy prefix retries from every character (~15 s on the 16 MB a runner that logs each
+# of its iterations leaves at a deadline, ~30 s on a busy host).
 _UPSTREAM_CODE = re.compile(
     r"(?P<what>(?:[A-Za-z][^\]\n]*?)?(?:failed|Could not [a-z ]+))(?: with status)?:? 0x(?P<code>[0-9a-fA-F]+)"
 )
+_HEX_CODE = re.compile(r" 0x[0-9a-fA-F]")
 _MISSING_OPERATOR = re.compile(r"Missing operator: \[\d+\] (\S+)")
 _MISSING_BACKEND = re.compile(r"Backend (\S+) is not registered")
 # The dynamic loader, when a library the runner links is not beside it.
@@ -89,11 +93,26 @@ def find_et_error(text: str) -> EtError | None:
     for line in _OUR_ERROR.findall(text):
         if (match := _NAMED_CODE.search(line)) is not None:
             return EtError(match.group(1), int(match.group(2), 16))
-    if (match := _UPSTREAM_CODE.search(text)) is not None:
+    if (match := _upstream_code(text)) is not None:
         from etdeploy.et_errors import ET_ERRORS
 
         code = int(match.group("code"), 16)
         return EtError(ET_ERRORS.get(code, "Unknown"), code)
+    return None
+
+
+def _upstream_code(text: str) -> re.Match[str] | None:
+    """The first upstream error-code line of `text`, in time linear in its length."""
+    searched_to = 0
+    for hex_code in _HEX_CODE.finditer(text):
+        if hex_code.start() < searched_to:
+            continue  # a second code on a line already searched
+        start = text.rfind("\n", 0, hex_code.start()) + 1
+        end = text.find("\n", hex_code.end())
+        end = len(text) if end < 0 else end
+        if (match := _UPSTREAM_CODE.search(text, start, end)) is not None:
+            return match
+        searched_to = end
     return None
 
 

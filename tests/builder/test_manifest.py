@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from etdeploy.atomic import json_text
 from etdeploy.builder import BuildOptions, build
 from etdeploy.builder.manifest import (
     SCHEMA,
@@ -22,7 +23,6 @@ from etdeploy.builder.manifest import (
     program_record_from_json,
     read_manifest,
 )
-from etdeploy.jsontext import dumps
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def test_a_written_manifest_reads_and_writes_back_to_the_same_text(options: Buil
     read = BuildManifest.from_json(document)
     assert read == manifest
     assert read.to_json() == document
-    assert dumps(read.to_json()) == text  # byte for byte: the schema stays etdeploy.manifest/1
+    assert json_text(read.to_json()) == text  # byte for byte: the schema stays etdeploy.manifest/1
     assert document["schema"] == SCHEMA == "etdeploy.manifest/1"
 
 
@@ -152,7 +152,7 @@ def test_a_tapped_twins_manifest_reads_and_writes_back_to_the_same_text() -> Non
     tapped = build_tapped("digits", BuildOptions(), TapPlan())
     text = manifest_path(tapped.pte).read_text()
     read = TappedManifest.from_json(json.loads(text))
-    assert read == tapped.manifest and dumps(read.to_json()) == text
+    assert read == tapped.manifest and json_text(read.to_json()) == text
     assert len(read.taps) > 0 and read.model_outputs == 1
     assert [v.name for v in read.methods[0].outputs][1:] == [f"tap:{t.node}" for t in read.taps]
     # Described as a build is, for a run of it: the same program, nothing declared.

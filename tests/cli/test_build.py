@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.cli.conftest import PROGRESS_LINE, assert_one_line_error, etdeploy
@@ -162,3 +164,49 @@ def test_a_cold_build_says_each_stage_with_its_time_when_piped(
                      ETDEPLOY_CACHE_DIR=str(fresh_cache))  # fmt: skip
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.progress == [] and "wrote" not in quiet.stderr and "backend" in quiet.stdout
+
+
+WEIGHTED_MODEL = """\
+import numpy as np
+import torch
+from pathlib import Path
+
+
+def build():
+    weights = torch.from_numpy(np.load(Path(__file__).with_name("weights.npy")))
+    layer = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        layer.weight.copy_(weights)
+    return layer.eval(), (torch.zeros(1, 4),)
+"""
+
+
+def test_a_copy_of_the_same_weights_changes_nothing_and_new_ones_are_named(
+    tmp_path: Path,
+) -> None:
+    """The files beside a model count by their bytes: `cp` of identical weights is the same
+    build (already at -o); other weights are refused at -o naming the file that changed;
+    a CSV of labels beside the model is no part of its build."""
+    folder = tmp_path / "shapes"
+    folder.mkdir()
+    (folder / "model.py").write_text(f"# {tmp_path.name}\n{WEIGHTED_MODEL}")
+    weights = np.arange(12, dtype=np.float32).reshape(3, 4) / 12
+    np.save(folder / "weights.npy", weights)
+    model, target = f"{folder / 'model.py'}:build", tmp_path / "out" / "shapes.pte"
+    first = etdeploy("build", model, "-b", "portable", "-o", target, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    before = sha256(target)
+
+    np.save(tmp_path / "weights.npy", weights)  # the same bytes, written again, then `cp`
+    shutil.copyfile(tmp_path / "weights.npy", folder / "weights.npy")
+    (folder / "labels.csv").write_text("a,0\nb,1\n")
+    same = etdeploy("build", model, "-b", "portable", "-o", target, cwd=tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert "already held this program" in same.stderr and sha256(target) == before
+    assert "importing torch" not in "\n".join(same.progress)  # a cache hit: no rebuild
+
+    np.save(folder / "weights.npy", weights * 2)
+    refused = etdeploy("build", model, "-b", "portable", "-o", target, cwd=tmp_path)
+    assert_one_line_error(refused, 2, f"{target} exists and holds another program (portable")
+    assert "since then: weights.npy changed" in " ".join(refused.errors[0].split())
+    assert sha256(target) == before

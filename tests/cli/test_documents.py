@@ -20,6 +20,13 @@ def test_one_run_writes_junit_and_html_beside_its_json(tmp_path: Path) -> None:
     case = ET.parse(tmp_path / "junit.xml").getroot().find(".//testcase")
     assert case is not None and case.find("failure") is None
     assert "digits" in (case.get("name") or "")
+    # The task-accuracy block the accuracy guide promises in JUnit, as the console has it.
+    said = case.findtext("system-out") or ""
+    assert "task accuracy: classification of logits on 360 labelled samples" in said
+    top1 = result["accuracy"]["scores"][0]
+    assert f"top-1: float eager {top1['eager']:.2%}, device {top1['device']:.2%}" in said
+    assert "device vs float eager: " in said and "ACCURACY " in said
+    assert f"throughput: {result['throughput']['samples']} samples" in said
     page = (tmp_path / "run.html").read_text()
     assert result["job"]["id"] in page or "digits" in page
     assert "Task accuracy" in page
@@ -33,6 +40,16 @@ def test_build_json_dash_is_the_manifest_alone_on_stdout(tmp_path: Path) -> None
     assert doc["schema"] == "etdeploy.build/1" and built["manifest"]["backend"] == "portable"
     assert Path(tmp_path / built["pte"]).is_file() or Path(built["pte"]).is_file()
     assert "delegated" in done.stderr  # the table, on stderr
+
+
+def test_inspect_json_dash_is_a_document_with_its_schema(tmp_path: Path) -> None:
+    built = etdeploy("build", "digits", "-b", "portable", "-o", "d.pte", cwd=tmp_path)
+    assert built.returncode == 0, built.stderr
+    done = etdeploy("inspect", "d.pte", "--json", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "etdeploy.inspect/1"
+    assert doc["manifest"]["backend"] == "portable" and doc["pte"]
 
 
 def test_farm_json_dash_prints_the_farm_document_not_a_file_named_dash(tmp_path: Path) -> None:

@@ -331,8 +331,8 @@ def test_simulator_settings_from_one_device_table() -> None:
     settings = SimulatorSettings.from_mapping(
         {"host": "mac", "user": "ci", "name": "iPhone 15", "runtime": "17.5", "boot": False}
     )
-    # The Mac is an ssh device from etdeploy.toml: its connection is kept (persist_s).
-    assert settings.ssh == SshSettings(host="mac", user="ci", persist_s=60.0)
+    # The Mac is an ssh device from etdeploy.toml: no keeper unless persist_s says so.
+    assert settings.ssh == SshSettings(host="mac", user="ci", persist_s=0.0)
     assert (settings.name, settings.runtime, settings.boot) == ("iPhone 15", "17.5", False)
     with pytest.raises(UsageError, match=r"devices\.sim\.boot: expected bool"):
         SimulatorSettings.from_mapping({"host": "mac", "boot": "yes"}, where="devices.sim")

@@ -162,3 +162,21 @@ def test_own_errors_read_back_from_json_with_an_infinite_ratio() -> None:
     error = OperatorError(math.inf, math.inf, math.inf, 1e-6, "sum", 64, sample="s0")
     assert OperatorError.from_json(error.to_json()) == error
     assert np.isinf(OperatorError.from_json(error.to_json()).ratio) and error.over_bound
+
+
+def test_a_rounding_eager_shares_bit_for_bit_is_not_the_origin_of_a_difference() -> None:
+    """Issue 39's case: values made large by an add (~1,000), a mean over 4,096 of them
+    that departs from eager by 1 ULP, a subtraction that cancels (x67,148). The add's own
+    rounding is the larger, but eager rounds the same: its output equals the reference's
+    exactly. The origin is the mean, where the device's value first differs."""
+    ulp = 6.1e-5 / 1013.0  # float32's spacing near 1,013, relative
+    rows = [
+        _row("add", "add", 0.0, 0.5 * ulp, 0.12),
+        _row("mean", "mean", ulp, 0.2 * ulp, 0.002, ("add",), status="departs"),
+        _row("sub", "sub", ulp * 67_148, 0.0, 0.0, ("mean", "add"), carried=ulp, status="departs"),
+    ]
+    found = blame(rows, diverged=True)
+    assert found is not None and found.ill_conditioned
+    assert found.origin.node == "mean"
+    [amplifier] = found.amplifiers
+    assert (amplifier.op, amplifier.factor) == ("sub", pytest.approx(67_148))

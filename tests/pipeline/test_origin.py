@@ -40,6 +40,7 @@ CASES = {
     "ratio": f"{MODELS / 'conditioning.py'}:ratio",
     "attention": f"{MODELS / 'conditioning.py'}:attention",
     "thermal": f"{MODELS / 'conditioning.py'}:thermal",
+    "altitude": f"{MODELS / 'conditioning.py'}:altitude",
 }
 
 
@@ -91,6 +92,23 @@ def test_a_mean_whose_rounding_a_subtraction_reveals_is_the_origin_and_the_sub_a
     assert found["status"] == "ill_conditioned"
     assert f"relative error × {amplifier['factor']:,.0f} at sub: cancellation" in found["reason"]
     assert "subtract the common level" in found["hint"]
+
+
+def test_an_add_that_makes_values_large_is_not_the_origin_when_eager_rounds_it_alike(
+    runs: dict[str, Any],
+) -> None:
+    """Issue 39's case: a level added (~1,013 m), a mean over 4,096 values, a subtraction.
+    The add rounds as eager does, bit for bit: its value is eager's, and the ORIGIN row
+    is the mean, the first value that differs."""
+    found = origin_of(runs["altitude"])
+    taps = {t["node"]: t for t in found["taps"]}
+    assert taps["add"]["metrics"]["max_abs"] == 0 and taps["add"]["local"]["rel"] > 0
+    assert found["origin"]["op"] == "mean" and found["status"] == "ill_conditioned"
+    assert taps["mean"]["metrics"]["max_abs"] > 0
+    [amplifier] = found["amplifiers"]
+    assert (amplifier["op"], amplifier["cause"]) == ("sub", "cancellation")
+    origin_row = next(line for line in runs["altitude"][2].splitlines() if "ORIGIN" in line)
+    assert " mean " in origin_row and "0.00e+00" not in origin_row
 
 
 def test_a_division_by_a_small_mean_is_named_as_the_amplifier(runs: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -124,3 +125,36 @@ def test_a_variant_no_device_verified_is_listed_as_unproven(
     assert proof["unproven"] == ["int8"]
     assert proof["untried_groups"] == ["snapdragon", "low_ram", "other"]
     assert "unproven: int8" in output
+
+
+def test_a_model_without_samples_is_checked_on_the_inputs_given_and_this_machine_reads_well(
+    tmp_path: Path,
+) -> None:
+    """`release check -d local` of a model that ships no samples: without inputs, one line
+    and the hint that names --inputs (exit 2); with --inputs, the variant verified on them;
+    this machine's properties read as what it is (no empty brand, no "SoC ? ?")."""
+    models = Path(__file__).resolve().parents[1] / "data" / "models"
+    spec = tmp_path / "release.toml"
+    spec.write_text(
+        '[release]\nname = "mlp"\n'
+        f'model = "{models / "two_io.py"}:batch_mlp"\nfallback = "fp32"\n\n'
+        '[release.variants.fp32]\nbackend = "xnnpack"\n'
+    )
+    t = np.arange(20, dtype=np.float64).reshape(4, 5)
+    for i in range(3):  # four readings of five slow sensors, three windows
+        np.save(tmp_path / f"window{i}.npy", np.sin(t / (7.0 + i) + i).astype(np.float32))
+    config = write_config(tmp_path / "etdeploy.toml", {})
+    args = ["release", "check", str(spec), "--config", str(config), "-d", "local", "-n", "1"]
+
+    bare = CliRunner().invoke(app, args)
+    assert bare.exit_code == 2, bare.output
+    assert "local: no inputs to verify with" in bare.output
+    assert "hint: give --inputs" in " ".join(bare.output.split())
+
+    given = CliRunner().invoke(app, [*args, "--inputs", str(tmp_path / "window*.npy"),
+                                     "--json", str(tmp_path / "proof.json")])  # fmt: skip
+    assert given.exit_code == 0, given.output
+    (row,) = json.loads((tmp_path / "proof.json").read_text())["devices"]
+    assert row["verdict"] == "passed" and len(row["result"]["inputs"]["samples"]) == 3
+    assert "/ ," not in given.output and "SoC ?" not in given.output
+    assert f"{row['properties']['os']} {row['properties']['abi']}" in given.output

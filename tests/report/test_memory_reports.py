@@ -6,14 +6,17 @@ result document (tests/data/results/passed_memory_shapes.json)."""
 from __future__ import annotations
 
 import copy
+import io
 import re
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from etdeploy.errors import UsageError
 from etdeploy.report import farm_document, validate_farm, validate_result, write_html, write_junit
 from etdeploy.report.common import failure_kind, failure_message
+from etdeploy.report.console import RunConsole
 from tests.report.docs import Doc, as_result
 
 
@@ -24,7 +27,7 @@ def over_limit(doc: Doc) -> Doc:
     limit = memory["peak_bytes"] - 1
     memory["limit"].update(
         limit_bytes=limit, passed=False, source="--max-memory 6MB",
-        message=f"peak memory {memory['peak_bytes']} B passes the limit {limit} B (--max-memory 6MB)",
+        message=f"peak memory {memory['peak_bytes']} B exceeds the limit {limit} B (--max-memory 6MB)",
     )  # fmt: skip
     failed.update(status="failed", exit_code=1)
     return failed
@@ -79,7 +82,7 @@ def test_a_run_over_its_limit_fails_on_memory_in_every_report(
     assert failure_message(result).startswith("memory: peak memory ")
     write_junit([result], tmp_path / "junit.xml")
     junit = (tmp_path / "junit.xml").read_text()
-    assert 'type="memory"' in junit and "passes the limit" in junit
+    assert 'type="memory"' in junit and "exceeds the limit" in junit
 
 
 def test_the_html_page_shows_the_account_the_limit_the_points_and_the_bar(
@@ -104,3 +107,25 @@ def test_the_html_page_shows_the_account_the_limit_the_points_and_the_bar(
     # The stacked bar per phase is one of the plots, drawn (not "no data").
     figure = html[html.index("Memory per phase, by part of the account") :]
     assert figure[: figure.index("</figure>")].count("data:image/png;base64,") == 1
+
+
+def console_lines(result_doc: Doc) -> list[str]:
+    """What `etdeploy run` prints for the result, piped."""
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    RunConsole(console, console).render_result(as_result(result_doc))
+    return out.getvalue().splitlines()
+
+
+def test_on_the_console_each_gate_says_what_it_found(passed_memory: Doc) -> None:
+    """Over the memory limit, the outputs that held still read PASS and the memory
+    gate has its own FAIL line; a limit that held reads as one sentence."""
+    over = console_lines(over_limit(passed_memory))
+    numerics = next(line for line in over if "max abs error" in line and "holds" in line)
+    assert numerics.startswith("PASS "), over
+    assert over[-1].startswith("FAIL peak memory ") and "exceeds the limit" in over[-1]
+    assert not any(line.startswith("FAIL max abs") for line in over)
+
+    within = next(line for line in console_lines(passed_memory) if "memory limit:" in line)
+    assert within.startswith("memory limit: peak ") and "is within 1.00 GB" in within
+    assert within.count("within") == 1

@@ -63,7 +63,8 @@ SEND (the partial file stays, as when adbd dies mid-write); `stall_after_send_by
 stops reading the connection, so nothing is answered, until `release_stall()`;
 `no_space_after_bytes` makes SEND fail with adbd's "write failed: No space left
 on device" (the partial file removed, as adbd does), which a real full disk
-under the sandbox (a small tmpfs mounted there) does too; `fail_shell_pattern` makes
+under the sandbox (a small tmpfs mounted there) does too; `send_bytes_per_s` takes a
+SEND's data no faster than that (a slow link; the push stays healthy); `fail_shell_pattern` makes
 any shell command matching the regex fail without running. Drop and stall fire
 once, then reset; the others stay until cleared. `stall_next_recv` stalls the next
 RECV (a pull) the same way, once.
@@ -174,6 +175,8 @@ class LoopbackFaults:
     # The next RECV (a pull) stalls as a SEND does past stall_after_send_bytes.
     stall_next_recv: bool = False
     no_space_after_bytes: int | None = None
+    # A slow link (a phone on weak Wi-Fi): a SEND's data is taken at most this fast.
+    send_bytes_per_s: float | None = None
     fail_shell_pattern: str | None = None
     fail_shell_exit_code: int = 1
 
@@ -1053,8 +1056,12 @@ class LoopbackAdbDevice:
                 self._drain_send(stream)
                 return False
         written = mtime = 0
+        started = time.monotonic()
         try:
             while True:
+                rate = faults.send_bytes_per_s
+                if rate is not None:
+                    time.sleep(max(0.0, started + written / rate - time.monotonic()))
                 kind, size = struct.unpack("<4sI", stream.read_exact(8))
                 if kind == b"DONE":
                     mtime = size  # DONE carries the file's mtime where DATA has a length
@@ -1113,8 +1120,14 @@ class LoopbackAdbDevice:
                     return False
                 out = None
                 mode &= 0o7777
-                os.chmod(path, mode or 0o644)
-                os.utime(path, (mtime, mtime))  # adbd: lutimes() to the DONE timestamp
+                try:
+                    os.chmod(path, mode or 0o644)
+                    os.utime(path, (mtime, mtime))  # adbd: lutimes() to the DONE timestamp
+                except FileNotFoundError:
+                    # Removed while it was written (the host gave up on it): adbd's
+                    # lutimes() fails the same way, and it answers FAIL.
+                    self._sync_fail(stream, "utimensat failed: No such file or directory")
+                    return False
             stream.write(b"OKAY" + struct.pack("<I", 0))
             return True
         finally:

@@ -287,7 +287,8 @@ class CuttingProxy:
     Unarmed it relays faithfully. `arm(n)` makes it close both sockets of every
     open connection once n more bytes have gone from client to server, which cuts
     an upload part-way through with no timing involved. `stall(n)` instead stops
-    relaying there, both ways, as a link that hangs does, until `down()`; `down()`
+    relaying there, both ways, as a link that hangs does, until `down()`; `throttle(r)`
+    relays from client to server at most r bytes a second (a slow link that works); `down()`
     cuts every connection and refuses new ones (the host is gone) until `up()`.
     """
 
@@ -301,6 +302,7 @@ class CuttingProxy:
         self._lock = threading.Lock()
         self._budget: int | None = None
         self._stall_budget: int | None = None
+        self._bytes_per_s: float | None = None
         self._down = threading.Event()
         self.stalled = threading.Event()
         self._stopping = threading.Event()
@@ -319,6 +321,11 @@ class CuttingProxy:
     def disarm(self) -> None:
         with self._lock:
             self._budget = None
+
+    def throttle(self, bytes_per_s: float | None) -> None:
+        """Relay from client to server at most this fast (None: as fast as it comes)."""
+        with self._lock:
+            self._bytes_per_s = bytes_per_s
 
     def stall(self, after_bytes: int | None) -> None:
         """Hang once n more bytes have gone from client to server (None: do not)."""
@@ -398,6 +405,8 @@ class CuttingProxy:
                                     return
                                 self._budget -= len(data)
                         server.sendall(data)
+                        if self._bytes_per_s is not None:
+                            time.sleep(len(data) / self._bytes_per_s)
                     else:
                         client.sendall(data)
         except OSError:

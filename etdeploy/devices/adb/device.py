@@ -192,6 +192,16 @@ class AdbDevice(DeviceBase):
             self._link.check("; ".join(fixes), f"updating {target}")
 
     def _upload(self, upload: Upload) -> int:
+        try:
+            return self._send_and_move(upload)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM (etdeploy.interrupts) while the file was on its way or
+            # being moved into place, the phone still there: its partial file goes
+            # before the run unwinds (after the move there is none, and rm -f is a no-op).
+            self._link.drop_partial(upload.partial)
+            raise
+
+    def _send_and_move(self, upload: Upload) -> int:
         self._link.send(upload.local, upload.partial, upload.target, upload.mode, upload.progress)
         # The digest (hashed while sending) is recorded for the file, so the next
         # push of it needs no hashing on the phone.

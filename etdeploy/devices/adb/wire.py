@@ -347,7 +347,7 @@ class PhoneLink:
                 ) from exc
             except (OSError, EOFError) as exc:
                 connection.close()
-                landed = self._drop_partial(partial)
+                landed = self.drop_partial(partial)
                 received = (
                     f"the device had received {landed} of {size} bytes (removed)"
                     if landed is not None
@@ -364,9 +364,10 @@ class PhoneLink:
         finally:
             connection.close()
 
-    def _drop_partial(self, partial: str) -> int | None:
+    def drop_partial(self, partial: str) -> int | None:
         """After a cut push: how many bytes of it the phone holds, removing them; None
-        when the phone does not answer at once (the next push of the file drops them)."""
+        when the phone does not answer at once (the next push of the file drops them:
+        devices/transfer.py, stale partials)."""
         quoted = shlex.quote(partial)
         script = f's=$(stat -c %s {quoted} 2>/dev/null); rm -f {quoted}; echo "${{s:-0}}"'
         try:

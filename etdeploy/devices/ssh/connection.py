@@ -26,8 +26,8 @@ import threading
 from pathlib import Path
 from typing import cast
 
-# paramiko without invoke (_import.py)
-from etdeploy.devices.ssh._import import paramiko
+import paramiko
+
 from etdeploy.devices.ssh.settings import (  # the settings, also importable from here
     DEFAULT_SSH_PORT,
     SSH_SETTING_TYPES,

@@ -23,10 +23,9 @@ import threading
 import time
 import uuid
 
-from etdeploy.devices.process import BoundedOutput
+import paramiko
 
-# paramiko without invoke (_import.py)
-from etdeploy.devices.ssh._import import paramiko
+from etdeploy.devices.process import BoundedOutput
 from etdeploy.devices.ssh.connection import SshConnection
 from etdeploy.devices.ssh.results import HelperResult
 

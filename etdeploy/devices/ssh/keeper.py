@@ -34,6 +34,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from etdeploy.background import Untrusted, check_peer, fork_child
 from etdeploy.devices.lock import held_lock
 from etdeploy.devices.ssh.keeper_ipc import (
     PROTOCOL,
@@ -165,6 +166,14 @@ class Keeper:
                 sock, _ = self.listener.accept()
             except OSError:  # the listener was closed: the keeper is leaving
                 return
+            try:
+                check_peer(sock, "a client of the keeper")
+            except (Untrusted, OSError) as exc:
+                # Another user's process (the directory is private: it should not
+                # have got here) is answered with nothing.
+                print(f"refused: {exc}", file=sys.stderr, flush=True)
+                sock.close()
+                continue
             with self._lock:
                 if self._closing:
                     sock.close()
@@ -396,33 +405,44 @@ def _listen(paths: KeeperPaths) -> socket.socket:
     """The keeper's socket (its starter holds the lock: a socket file there is stale)."""
     paths.socket.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(paths.socket))
-    os.chmod(paths.socket, 0o600)
+    # Made 0600 from the start (the directory is private too): no moment when
+    # another user could connect.
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(str(paths.socket))
+    finally:
+        os.umask(old_umask)
     listener.listen(64)
     return listener
 
 
 def main(argv: list[str] | None = None) -> int:
     spec = json.loads((sys.argv[1:] if argv is None else argv)[0])
-    # Away from the starter: it reaps this first process at once and reads the ready
-    # line from the one that stays (the pipe is shared); no zombie is left to it.
-    if os.fork() != 0:
-        os._exit(0)
+    # The keeper is a forked child, away from its starter: the starter reaps this
+    # first process at once and reads the ready line from the child (the pipe is
+    # shared), so no zombie is left to it; the child ends only with os._exit.
+    fork_child(lambda: _keep(spec))
+    return 0
+
+
+def _keep(spec: dict[str, Any]) -> int:
     settings = SshSettings(**spec["settings"])
     paths = KeeperPaths.of(Path(spec["dir"]), str(spec["key"]))
     try:
         keeper = _connected(settings, str(spec["name"]), paths)
     except EtdeployError as exc:
-        _report({"error": error_to_wire(exc)})
+        # Said, then gone at once: the starter waits for this process's end (its
+        # stdout closing) before it raises the error.
+        os.write(1, json.dumps({"error": error_to_wire(exc)}).encode() + b"\n")
         return 1
     except Exception as exc:  # the starter connects in its own process instead
         traceback.print_exc()
-        _report({"failed": f"{type(exc).__name__}: {exc}"})
+        os.write(1, json.dumps({"failed": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
         return 1
     keeper.serve()
-    sys.stderr.flush()
-    # Nothing is left to do; paramiko's threads may sit in a read of the dead socket.
-    os._exit(0)
+    # Nothing is left to do; paramiko's threads may sit in a read of the dead socket:
+    # end_child ends the process with os._exit.
+    return 0
 
 
 def _connected(settings: SshSettings, name: str, paths: KeeperPaths) -> Keeper:

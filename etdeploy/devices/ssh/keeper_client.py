@@ -13,7 +13,13 @@ for the keeper's answer: a command's group is killed on the host before this
 process goes on unwinding, as in-process. A keeper that cannot be had (it would not
 start, or died before answering) is replaced by a connection in this process, and
 the command goes on; one that vanishes in the middle of a request is a lost
-connection, as a dropped SSH connection is.
+connection, as a dropped SSH connection is. A keeper directory or socket that is
+not this user's alone (etdeploy.background) is refused with one warning line (the
+"etdeploy" logger), and the command connects itself.
+
+The keeper gets only the allowed environment variables (etdeploy.background), and
+SSH_AUTH_SOCK when the device lets the agent be used; path settings are sent
+expanded, so that none of them depends on a variable it does not get.
 
 Nothing here imports paramiko: it is ~60-80 ms of every command that needs none.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import select
 import socket
@@ -33,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from etdeploy.background import Untrusted, check_peer, environment
 from etdeploy.devices.lock import held_lock
 from etdeploy.devices.ssh.keeper_ipc import (
     PROTOCOL,
@@ -62,6 +70,10 @@ _CANCEL_WAIT_DEFAULT_S = 5.0
 _HELLO_MARGIN_S = 5.0
 # Python's start and the keeper's imports, on top of the connect's own timeouts.
 _START_MARGIN_S = 30.0
+# How long a keeper that said it failed gets to be gone (it ends with os._exit).
+_GONE_WAIT_S = 5.0
+
+_log = logging.getLogger("etdeploy")
 
 
 class _Channel:
@@ -113,9 +125,23 @@ class KeeperLink:
                     return channel
                 channel.close()
         try:
+            channel = self._kept_channel()
+        except Untrusted as exc:
+            _log.warning(
+                "%s: ssh keeper not used: %s; this command connects itself "
+                "(persist_s = 0 in its device table keeps no keeper)",
+                self.name,
+                exc,
+            )
+            channel = None
+        if channel is None:
+            self._fall_back()
+        return channel
+
+    def _kept_channel(self) -> _Channel | None:
+        try:
             paths = self._paths()
         except OSError:
-            self._fall_back()
             return None
         channel = self._dial(paths)
         if channel is not None:
@@ -126,17 +152,25 @@ class KeeperLink:
                 channel = self._dial(paths)
                 if channel is None and self._start(paths):
                     channel = self._dial(paths)
-        if channel is None:
-            self._fall_back()
         return channel
 
     def _dial(self, paths: KeeperPaths) -> _Channel | None:
-        """A socket to a live keeper that said hello, or None."""
+        """A socket to a live keeper that said hello, or None; Untrusted when what
+        listens there is another user's process."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         channel = _Channel(sock)
         try:
             sock.settimeout(self.settings.connect_timeout_s + _HELLO_MARGIN_S)
             sock.connect(str(paths.socket))
+        except OSError:
+            channel.close()
+            return None
+        try:
+            check_peer(sock, f"the keeper at {paths.socket}")
+        except Untrusted:
+            channel.close()
+            raise
+        try:
             send(sock, {"op": "hello"})
             answer = channel.reader.read()
             sock.settimeout(None)
@@ -160,12 +194,13 @@ class KeeperLink:
         its connect failed (the one a direct connect raises), False when it could not
         be started at all."""
         spec = {
-            "settings": asdict(self.settings),
+            "settings": _expanded(self.settings),
             "name": self.name,
             "dir": str(paths.socket.parent),
             "key": paths.key,
         }
         command = [sys.executable, "-m", "etdeploy.devices.ssh.keeper", json.dumps(spec)]
+        agent = ("SSH_AUTH_SOCK",) if self.settings.allow_agent else ()
         try:
             with open(paths.log, "wb") as log:
                 process = subprocess.Popen(
@@ -175,20 +210,22 @@ class KeeperLink:
                     stderr=log,
                     start_new_session=True,
                     close_fds=True,
+                    env=environment(extra=agent),
                 )
         except OSError:
             return False
         assert process.stdout is not None
         try:
             line = _read_line(process.stdout.fileno(), self._start_timeout_s())
+            word = _word(line)
+            if "ready" not in word:
+                # A keeper that failed ends as it says so: its stdout closes when it
+                # is gone, and only then is its error this command's.
+                _read_to_end(process.stdout.fileno(), _GONE_WAIT_S)
         finally:
             process.stdout.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=5)  # the first process forks and leaves at once
-        try:
-            word = json.loads(line) if line else {}
-        except ValueError:
-            return False
         if "error" in word:
             raise error_from_wire(word["error"])
         return "ready" in word
@@ -399,6 +436,33 @@ class KeeperLink:
             channel.close()
         if self._direct is not None:
             self._direct.close()
+
+
+def _word(line: bytes) -> dict[str, Any]:
+    try:
+        word = json.loads(line) if line else {}
+    except ValueError:
+        return {}
+    return word if isinstance(word, dict) else {}
+
+
+def _expanded(settings: SshSettings) -> dict[str, Any]:
+    """The settings with ~ and $VARIABLES of their paths expanded here, where the
+    variables are (the keeper gets only the allowed ones)."""
+    values = asdict(settings)
+    for key in ("key_filename", "known_hosts", "ssh_config"):
+        if values.get(key):
+            values[key] = os.path.expanduser(os.path.expandvars(values[key]))
+    return values
+
+
+def _read_to_end(fd: int, timeout_s: float) -> None:
+    """Read fd until its writers have all closed it (or timeout_s has passed)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable or not os.read(fd, 65536):
+            return
 
 
 def _read_line(fd: int, timeout_s: float) -> bytes:

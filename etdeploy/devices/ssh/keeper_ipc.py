@@ -5,9 +5,12 @@ A keeper is found by a digest of everything that decides what it connects to and
 how it behaves: the device's settings and name, the ssh_config file as it is now
 (path, size, mtime, inode), the local user, $HOME, the ssh-agent socket when the
 agent is allowed, the working directory when a path setting is relative, and the
-etdeploy code itself (its version and where it is installed: two checkouts of one
-version must not share a keeper). Change any of them and the next command starts
-a keeper of its own; the old one leaves after its idle time.
+code it runs (etdeploy.background.code_stamp: etdeploy's version and sources,
+paramiko and its crypto libraries as installed, the interpreter). Change any of them and
+the next command starts a keeper of its own; the old one leaves after its idle time.
+
+Its directory is private (etdeploy.background.private_directory): a directory there
+that is a link, another user's or open to others is refused, not repaired.
 
 Messages are JSON lines on a Unix socket. A request is {"op": ..., args}; the
 keeper answers with any number of {"progress": ...} lines and then exactly one of
@@ -29,8 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import etdeploy
 import etdeploy.errors
+from etdeploy.background import code_stamp, private_directory
 from etdeploy.devices.ssh.results import Completed, HelperResult
 from etdeploy.devices.ssh.settings import SshSettings, SshTarget
 from etdeploy.errors import EtdeployError, InfraError, TransportError
@@ -45,24 +48,19 @@ _SOCKET_DIR_MAX = 80
 _PATH_SETTINGS = ("key_filename", "known_hosts", "ssh_config")
 
 
+# The modules a keeper imports besides etdeploy: a new version of one installed under a
+# running keeper makes it stale.
+KEEPER_MODULES = ("paramiko", "cryptography", "bcrypt", "nacl")
+
+
 def keeper_dir() -> Path:
-    """The private directory (0700) of this cache's keepers."""
+    """The private directory (0700) of this cache's keepers; Untrusted when what is
+    there is not this user's alone (etdeploy.background.private_directory)."""
     root = cache_root()
-    directory = root / "keepers"
-    if len(str(directory)) > _SOCKET_DIR_MAX:
-        tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
-        directory = Path(tempfile.gettempdir()) / f"etdeploy-{os.getuid()}" / tag
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    private = [directory]
-    if directory.parent.name == f"etdeploy-{os.getuid()}":  # the shared temp dir's
-        private.append(directory.parent)
-    for path in private:
-        info = path.stat()
-        if info.st_uid != os.getuid():
-            raise PermissionError(f"{path} belongs to another user")
-        if info.st_mode & 0o077:
-            os.chmod(path, 0o700)
-    return directory
+    if len(str(root / "keepers")) <= _SOCKET_DIR_MAX:
+        return private_directory(root, ["keepers"])
+    tag = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    return private_directory(Path(tempfile.gettempdir()), [f"etdeploy-{os.getuid()}", tag])
 
 
 @dataclass(frozen=True)
@@ -105,8 +103,7 @@ def keeper_key(settings: SshSettings, name: str) -> str:
     )
     identity = {
         "protocol": PROTOCOL,
-        "version": etdeploy.__version__,
-        "code": str(Path(etdeploy.__file__).resolve().parent),
+        "code": code_stamp(KEEPER_MODULES),
         "settings": values,
         "name": name,
         "config": config_id,

@@ -1,6 +1,6 @@
 """What SshDevice needs from the host's link, and which link it gets.
 
-With persist_s > 0 the link is a keeper's client (keeper_client.py): the connection,
+With persist_s > 0 (the user turned it on) the link is a keeper's client (keeper_client.py): the connection,
 its helper shell, its SFTP session and a command session started ahead live in a
 background process that outlives the command, and this process never imports
 paramiko. With persist_s = 0 it is wire.HostLink in this process, as before keepers.
@@ -8,10 +8,9 @@ paramiko. With persist_s = 0 it is wire.HostLink in this process, as before keep
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Protocol
 
+from etdeploy.background import supported
 from etdeploy.devices.ssh.results import Completed, HelperResult
 from etdeploy.devices.ssh.settings import SshSettings, SshTarget
 from etdeploy.devices.transfer import Download, Upload
@@ -60,8 +59,9 @@ def direct_link(settings: SshSettings, name: str) -> SshLink:
 
 def open_link(settings: SshSettings, name: str) -> SshLink:
     """A keeper's client when the settings keep the connection, else the direct link."""
-    # A keeper needs a Unix socket and fork(); without them (Windows) none is kept.
-    if settings.persist_s > 0 and hasattr(socket, "AF_UNIX") and hasattr(os, "fork"):
+    # A keeper needs a Unix socket, fork() and a peer's uid to check
+    # (etdeploy.background.supported); without them (Windows, macOS) none is kept.
+    if settings.persist_s > 0 and supported():
         from etdeploy.devices.ssh.keeper_client import KeeperLink
 
         return KeeperLink(settings, name)

@@ -16,10 +16,11 @@ HostKeyPolicy = Literal["strict", "accept-new"]
 
 DEFAULT_SSH_PORT = 22
 
-# How long a keeper stays after the last command, for devices from etdeploy.toml.
-# Ansible's ssh connection keeps its master for the same 60 s (ControlPersist=60s in
-# its default ssh_args, docs.ansible.com ssh connection plugin, read 2026-12-05).
-TOML_PERSIST_S = 60.0
+# How long a keeper stays after the last command when nobody said: none is kept.
+# Nothing runs in the background unless the user turns it on (design.md); a user who
+# wants one sets persist_s (Ansible keeps its master 60 s, ControlPersist=60s in its
+# default ssh_args, docs.ansible.com ssh connection plugin, read 2026-12-05).
+TOML_PERSIST_S = 0.0
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,7 @@ class SshSettings:
     # Longest silence tolerated on an SFTP request before the transfer is given up.
     io_timeout_s: float = 60.0
     # Seconds a keeper process holds the connection after the last command that used
-    # it (keeper.py); 0: each command connects itself. Devices from etdeploy.toml
-    # default to TOML_PERSIST_S, settings built in code to 0.
+    # it (keeper.py); 0 (the default): each command connects itself.
     persist_s: float = 0.0
 
     @classmethod

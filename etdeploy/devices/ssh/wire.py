@@ -26,6 +26,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import paramiko
+
 from etdeploy.devices.process import (
     BoundedOutput,
     OutputPump,
@@ -33,9 +35,6 @@ from etdeploy.devices.process import (
     killed_if_interrupted,
     wait_until_ended,
 )
-
-# paramiko without invoke (_import.py)
-from etdeploy.devices.ssh._import import paramiko
 from etdeploy.devices.ssh.connection import SshConnection
 from etdeploy.devices.ssh.helper import HelperShell
 from etdeploy.devices.ssh.results import Cancelled, Completed, HelperResult, checked_output

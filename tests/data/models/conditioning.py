@@ -95,6 +95,48 @@ def detrend():
     )
 
 
+# -- altitude: a level added on the way, then a mean and a subtraction ---------------------------
+
+ALTITUDE_WINDOW = 4096  # barometric altitude at 20 Hz: about 3.4 minutes
+
+
+def _height_m(count: int = 4) -> list[Path]:
+    """Height above the launch site in metres (a drone holding its altitude: a slow
+    drift of a few centimetres and a 0.5 Hz bob of millimetres), at the sensor's
+    0.1 mm resolution."""
+    t = np.arange(ALTITUDE_WINDOW) / 20.0
+    paths = []
+    for i in range(count):
+        drift = (0.03 + 0.01 * i) * np.sin(2 * np.pi * t / (120.0 + 30.0 * i))
+        bob = 0.004 * np.sin(2 * np.pi * 0.5 * t + i)
+        reading = np.round((drift + bob) * 10_000.0) / 10_000.0
+        paths.append(_save(SAMPLES / "height_m", f"flight{i}", reading.reshape(1, -1)))
+    return paths
+
+
+class Altitude(nn.Module):
+    """Height above sea level (the site's elevation added: values near 1,000 m), its
+    window mean removed, then a small head: the add makes the values large, the mean's
+    rounding differs between the device and eager, the subtraction cancels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(23)
+        self.head = nn.Linear(ALTITUDE_WINDOW, 4)
+
+    def forward(self, height: torch.Tensor) -> torch.Tensor:
+        altitude = height + 1_013.0
+        level = altitude.mean(dim=-1, keepdim=True)
+        return self.head(altitude - level)
+
+
+def altitude():
+    return _spec(
+        Altitude(), torch.zeros((1, ALTITUDE_WINDOW)), "altitude", "height", "features",
+        _height_m(),
+    )  # fmt: skip
+
+
 # -- ratio: a division by a small value ------------------------------------------------------------
 
 ACCEL_WINDOW = 1024  # 100 Hz
