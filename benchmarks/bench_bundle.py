@@ -88,8 +88,8 @@ def _import_seconds(command: list[str]) -> tuple[float, bool]:
 
 
 def main() -> None:
-    from etdeploy.bundle.make import make_bundle
     from etdeploy.pipeline.job import RunJob
+    from etdeploy.pipeline.make_bundle import make_bundle
     from tests.support.adb_server import adb_testbed
     from tests.support.device_config import write_config
 

@@ -41,7 +41,7 @@ from etdeploy.quarantine import QUARANTINE_KIND
 
 if TYPE_CHECKING:
     from etdeploy.devices.base import Device
-    from etdeploy.devices.workdir import Listing
+    from etdeploy.devices.records import Listing
 
 # Cache kinds that are not items to prune: the device locks (held across
 # processes), the local device's work dir (`etdeploy clean --device local`), and

@@ -108,8 +108,8 @@ OPERATOR_CALL = "OPERATOR_CALL"
 
 def _event_blocks(etdump: Path, etrecord: Path | None) -> list[tuple[Any, list[Any]]]:
     """The Inspector's event blocks of an ETDump, each with its events."""
-    from etdeploy.builder.logs import captured_library_output
     from etdeploy.extras import require_build_extra
+    from etdeploy.library_output import captured_library_output
 
     require_build_extra("reading the ETDump (--profile)")
 

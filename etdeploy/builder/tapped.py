@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from etdeploy.builder import BuildOptions, cache_key, parse_dynamic, versions
 from etdeploy.builder.backends import Backend
+from etdeploy.builder.cached_build import cache_key, parse_dynamic, versions
 from etdeploy.builder.calibration import calibration_batches, calibration_unchanged
 from etdeploy.builder.manifest import manifest_path, write_json_atomic
 from etdeploy.builder.manifest_records import (
@@ -43,6 +43,7 @@ from etdeploy.builder.manifest_records import (
     ModelSource,
     Quantization,
 )
+from etdeploy.builder.options import BuildOptions
 from etdeploy.builder.tap_plan import (
     FULL,
     STATS,

@@ -9,9 +9,12 @@ settings, and bundle.json listing each file with its sha256. A run of it takes t
 same stages as `etdeploy run MODEL` from deploy on, so it reaches the same verdict.
 
     manifest.py   bundle.json: the typed manifest, its layout, reading it
-    make.py       writing a bundle (the build side: build, stage, runners)
-    load.py       a bundle as the pipeline's records (Program, Staged, runners)
-    settings.py   the settings of a run of a bundle (the bundle's, the machine's, flags)
+    load.py       a bundle as a run's records (Program, Staged, runners): one more
+                  source of a run's program, beside a build and a --pte
+
+A bundle sits below the pipeline and imports none of it: making one runs the
+pipeline's own stages (etdeploy.pipeline.make_bundle), and a run of one takes its
+settings in etdeploy.pipeline.job (bundle_job).
 """
 
 from etdeploy.bundle.manifest import BUNDLE_FILE, BUNDLE_SCHEMA, BundleManifest, is_bundle

@@ -2,7 +2,7 @@
 references, the host runtime's outputs, and the runner a device gets.
 
 Nothing here imports torch or executorch: the program is read with the torch-free
-.pte reader (pipeline.build.describe_program, given the build manifest the bundle
+.pte reader (etdeploy.program.describe_program, given the build manifest the bundle
 carries), the tables with numpy. Every file is checked against the size and sha256
 bundle.json lists before it is used (a file's digest is recognised by its stat on a
 warm run, etdeploy.digests), so a bundle damaged on its way to a farm host is refused
@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from etdeploy.builder.manifest import program_record_from_json
 from etdeploy.bundle.manifest import INPUTS_FILE, BundleManifest, read_bundle_manifest
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import EtdeployError, UsageError
-from etdeploy.pipeline.build import DataFile, Program, describe_program
-from etdeploy.pipeline.stage import Staged
+from etdeploy.program import DataFile, Program, describe_program
 from etdeploy.runner_build import KIND_HOST, RunnerBundle
+from etdeploy.staged import Staged
 
 _HINT = "copy the bundle again whole, or make it again with `etdeploy bundle MODEL -o DIR`"
 
@@ -85,10 +86,6 @@ def prepare(bundle: JobBundle) -> Prepared:
 
 
 def bundle_program(bundle: JobBundle) -> Program:
-    # Only here: the record module loads etdeploy.builder, which the rest of a
-    # bundle's run does without.
-    from etdeploy.builder.manifest import program_record_from_json
-
     m = bundle.manifest
     pte = bundle.file(m.pte)
     try:

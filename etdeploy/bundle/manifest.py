@@ -81,7 +81,7 @@ class BundleManifest:
     on_noise: bool
     references: References
     # The job's settings (etdeploy.settings.RunSettings fields, scope JOB and BUILD;
-    # MACHINE settings never travel): etdeploy.bundle.settings applies them.
+    # MACHINE settings never travel): etdeploy.pipeline.job.bundle_job applies them.
     settings: Mapping[str, Any]
     # What the build and the staging warned about, said again where it runs.
     program_warnings: tuple[str, ...] = ()

@@ -16,9 +16,9 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from etdeploy.cli import _app
+from etdeploy.lazy import lazy_exports
 
 # Each command's module, in the order the help lists them.
 MODULES = (
@@ -64,11 +64,8 @@ def main() -> None:
     _app.main()
 
 
-def __getattr__(name: str) -> Any:
-    if name == "app":
-        load_commands()
-        return _app.app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# `app` with every command registered (cli/_all_commands.py), made when first asked for.
+__getattr__ = lazy_exports(__name__, {"app": "etdeploy.cli._all_commands"})
 
 
 __all__ = ["app", "main"]

@@ -131,7 +131,7 @@ class _Console(Console):
 
     @property
     def file(self) -> IO[str]:
-        # While a build diverts torch's prints (etdeploy.builder.logs), etdeploy's
+        # While a build diverts torch's prints (etdeploy.library_output), etdeploy's
         # own output still reaches the real stream.
         stream = super().file
         passthrough = getattr(stream, "etdeploy_passthrough", None)

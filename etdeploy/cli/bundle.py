@@ -1,5 +1,5 @@
 """`etdeploy bundle`: a job bundle a device host runs without torch. Parses and renders
-only; etdeploy.bundle.make does the work.
+only; etdeploy.pipeline.make_bundle does the work.
 
 A command of its own rather than `build --bundle`: a bundle is a whole job (the
 program, its runners, the staged samples, the references, the settings), where
@@ -55,9 +55,9 @@ def bundle_command(
     host runtime's with --host-check), the job's settings and a manifest with every
     file's sha256. Needs the build extra (pip install 'etdeploy[build]').
     """
-    from etdeploy.bundle.make import make_bundle, runners_for
     from etdeploy.cli._feedback import Feedback
     from etdeploy.config import config_settings, load_config
+    from etdeploy.pipeline.make_bundle import make_bundle, runners_for
     from etdeploy.settings import from_flags, layered
 
     config = load_config(config_path)

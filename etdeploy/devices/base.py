@@ -51,7 +51,15 @@ from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
 from etdeploy.devices.process import RunClock, check_env_names
-from etdeploy.devices.records import StatFlavour, probe_batches, probes_script, read_probes
+from etdeploy.devices.records import (
+    Listing,
+    StatFlavour,
+    listing_script,
+    parse_listing,
+    probe_batches,
+    probes_script,
+    read_probes,
+)
 from etdeploy.devices.transfer import (
     BackgroundDigest,
     Download,
@@ -62,7 +70,6 @@ from etdeploy.devices.transfer import (
     Upload,
     local_partial,
 )
-from etdeploy.devices.workdir import Listing, listing_script, parse_listing
 from etdeploy.errors import DeviceError, UsageError
 
 # ProgressCallback is part of push's signature.

@@ -24,7 +24,7 @@ from etdeploy.devices.process import (
     killed_if_interrupted,
     wait_until_ended,
 )
-from etdeploy.devices.records import StatFlavour
+from etdeploy.devices.records import Listing, StatFlavour, StoredFile
 from etdeploy.devices.transfer import (
     Download,
     RemoteFile,
@@ -33,7 +33,6 @@ from etdeploy.devices.transfer import (
     drop_local_partials,
     local_partial,
 )
-from etdeploy.devices.workdir import Listing, StoredFile
 from etdeploy.digests import file_sha256, known_sha256, sha256_file
 from etdeploy.errors import DeviceError, RunnerError
 from etdeploy.paths import cache_dir

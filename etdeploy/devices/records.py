@@ -18,7 +18,8 @@ rewrite of the same size in that second would keep its stat. Sub-second stamps
 
 Every probe touches the record, so its mtime says when the file was last wanted;
 `etdeploy clean --device` prunes by that. `--verify-remote` hashes on the device
-regardless, and rewrites the record.
+regardless, and rewrites the record. The listing of the whole work dir (Listing)
+reads the same stat formats.
 
 The stat formats: GNU coreutils and toybox take `stat -c` (toybox's %y and %z
 print nanoseconds, toys/other/stat.c, read 2026-12-03); macOS and the BSDs take
@@ -28,6 +29,7 @@ usr.bin/stat/stat.c, format1 with FMTF_FLOAT, read 2026-12-03).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shlex
@@ -226,3 +228,57 @@ def _racy(identity: str, recorded_at: int) -> bool:
     if fraction is not None and int(fraction.group(1)) != 0:
         return False
     return recorded_at < int(fields[1]) + RACY_MARGIN_S
+
+
+_LISTING_LINE = re.compile(r"^(\d+) (\d+) \./(.+)$")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """One file in a device's work dir."""
+
+    path: str  # relative to the work dir
+    size: int
+    mtime: int  # the device's clock, seconds
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every file in a work dir, and the device's clock when it was read."""
+
+    workdir: str
+    now: int
+    files: tuple[StoredFile, ...]
+
+
+def listing_script(workdir: str, flavour: StatFlavour, names: Sequence[str] = ()) -> str:
+    """Size, mtime and path (relative, so a stand-in device that rewrites paths
+    cannot confuse it) of every file below workdir, after `now SECONDS`; with
+    `names`, only the files whose name matches one of those find patterns (only
+    those are stat'ed). toybox's find takes `-exec ... {} +` as GNU's and BSD's do
+    (toys/posix/find.c, read 2026-12-03), and POSIX's parenthesised -o (the same
+    file: "Parentheses can only stack 4096 deep", read 2026-12-04)."""
+    fmt = "%s %Y %n" if flavour == "gnu" else "%z %m %N"
+    flag = "-c" if flavour == "gnu" else "-f"
+    chosen = ""
+    if names:
+        chosen = "\\( " + " -o ".join(f"-name {shlex.quote(n)}" for n in names) + " \\) "
+    return (
+        'echo "now $(date +%s)"; '
+        f"cd {shlex.quote(workdir)} 2>/dev/null || exit 0; "
+        f"find . -type f {chosen}-exec stat {flag} {shlex.quote(fmt)} {{}} +"
+    )
+
+
+def parse_listing(output: str, workdir: str) -> Listing:
+    now = 0
+    files: list[StoredFile] = []
+    for line in output.splitlines():
+        if line.startswith("now "):
+            with contextlib.suppress(ValueError):
+                now = int(line[4:].strip())
+            continue
+        match = _LISTING_LINE.match(line)
+        if match:  # a name with a newline in it splits: not ours, and left alone
+            files.append(StoredFile(match.group(3), int(match.group(1)), int(match.group(2))))
+    return Listing(workdir.rstrip("/"), now, tuple(files))

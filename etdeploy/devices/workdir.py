@@ -33,11 +33,10 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from etdeploy.devices.records import RECORD_DIR, StatFlavour, record_path
+from etdeploy.devices.records import RECORD_DIR, record_path
 from etdeploy.devices.transfer import MACHINE_TAG, PARTIAL_MARKER, parse_owner
 from etdeploy.errors import EtdeployError
 from etdeploy.paths import cache_dir
@@ -51,58 +50,6 @@ SHARED_DIRS = ("runners", "programs", "inputs")
 PIDS_DIR = ".pids"
 # An etdeploy before the work dir's record folder kept a record beside each file.
 _LEGACY_RECORD = re.compile(r"^\..+\.etdeploy-sha256$")
-_LISTING_LINE = re.compile(r"^(\d+) (\d+) \./(.+)$")
-
-
-@dataclass(frozen=True)
-class StoredFile:
-    """One file in a device's work dir."""
-
-    path: str  # relative to the work dir
-    size: int
-    mtime: int  # the device's clock, seconds
-
-
-@dataclass(frozen=True)
-class Listing:
-    """Every file in a work dir, and the device's clock when it was read."""
-
-    workdir: str
-    now: int
-    files: tuple[StoredFile, ...]
-
-
-def listing_script(workdir: str, flavour: StatFlavour, names: Sequence[str] = ()) -> str:
-    """Size, mtime and path (relative, so a stand-in device that rewrites paths
-    cannot confuse it) of every file below workdir, after `now SECONDS`; with
-    `names`, only the files whose name matches one of those find patterns (only
-    those are stat'ed). toybox's find takes `-exec ... {} +` as GNU's and BSD's do
-    (toys/posix/find.c, read 2026-12-03), and POSIX's parenthesised -o (the same
-    file: "Parentheses can only stack 4096 deep", read 2026-12-04)."""
-    fmt = "%s %Y %n" if flavour == "gnu" else "%z %m %N"
-    flag = "-c" if flavour == "gnu" else "-f"
-    chosen = ""
-    if names:
-        chosen = "\\( " + " -o ".join(f"-name {shlex.quote(n)}" for n in names) + " \\) "
-    return (
-        'echo "now $(date +%s)"; '
-        f"cd {shlex.quote(workdir)} 2>/dev/null || exit 0; "
-        f"find . -type f {chosen}-exec stat {flag} {shlex.quote(fmt)} {{}} +"
-    )
-
-
-def parse_listing(output: str, workdir: str) -> Listing:
-    now = 0
-    files: list[StoredFile] = []
-    for line in output.splitlines():
-        if line.startswith("now "):
-            with contextlib.suppress(ValueError):
-                now = int(line[4:].strip())
-            continue
-        match = _LISTING_LINE.match(line)
-        if match:  # a name with a newline in it splits: not ours, and left alone
-            files.append(StoredFile(match.group(3), int(match.group(1)), int(match.group(2))))
-    return Listing(workdir.rstrip("/"), now, tuple(files))
 
 
 def is_garbage(path: str) -> bool:

@@ -63,7 +63,7 @@ def etrecord_graph(etrecord: Path) -> ProgramGraph:
     from etrecord_adapter_model_explorer.main import ETRecordAdapter
     from executorch.devtools.etrecord import parse_etrecord
 
-    from etdeploy.builder.logs import captured_library_output
+    from etdeploy.library_output import captured_library_output
 
     try:
         with captured_library_output():

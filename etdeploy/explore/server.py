@@ -10,7 +10,7 @@ process ends; it writes no file.
 Two things of Model Explorer's are turned off, because etdeploy never calls out and
 the core never prints: its check for a newer release (at start and from the page,
 it asks pypi.org and api.github.com) answers "none", and its startup lines go to
-the captured library output (etdeploy.builder.logs), not the terminal.
+the captured library output (etdeploy.library_output), not the terminal.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def serving(exploration: Exploration, host: str = "127.0.0.1", port: int = 0) ->
     """Serve `exploration`; yields the page's URL once the server answers."""
     from model_explorer import server
 
-    from etdeploy.builder.logs import captured_library_output
+    from etdeploy.library_output import captured_library_output
 
     chosen = port or free_port(host)
     _check_port(host, chosen)

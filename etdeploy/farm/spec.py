@@ -67,7 +67,7 @@ from etdeploy.farm.checks import (
     strings,
 )
 from etdeploy.farm.exclude import excluded, parse_excludes
-from etdeploy.farm.sources import DeviceSource, check_source_names, parse_sources
+from etdeploy.farm.sources.parse import DeviceSource, check_source_names, parse_sources
 from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
 from etdeploy.settings import expect_type
 
@@ -177,7 +177,7 @@ class FarmJob(MatrixCell):
 
         bundle = self.settings.get(BUNDLE_KEY)
         if bundle is not None:
-            from etdeploy.bundle.settings import farm_bundle_job
+            from etdeploy.pipeline.job import farm_bundle_job
 
             return farm_bundle_job(Path(bundle), self.device, self.settings)
 

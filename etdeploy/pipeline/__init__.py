@@ -1,7 +1,9 @@
 """`etdeploy run`: the stages of design.md, one module each, read top to bottom.
 
-    job.py         resolve   the frozen RunJob (flags over etdeploy.toml over defaults)
-    build.py       build     the .pte (cached build, or --pte) and what it says of itself
+    job.py         resolve   the frozen RunJob (flags over etdeploy.toml over defaults;
+                             a --bundle's over its settings)
+    build.py       build     the .pte (cached build, or --pte) as a Program (etdeploy.program);
+                             a job bundle's Program and Staged come from etdeploy.bundle.load
     stage.py       stage     real inputs checked against the method, encoded for the runner
     references.py            what each sample should give (eager model, file, host runtime)
     deploy.py      deploy    the runner that fits the device (runner_for); then runner, .pte
@@ -14,6 +16,10 @@
     taps.py                  whose error outgrows its inputs' (localize_runs.py: the
                              tapped twin run on the device and eagerly)
     run.py         run_job   the stages composed into one RunResult (etdeploy.report.result)
+    shapes.py                (--shapes) the program run at points of its dynamic range
+                             (shape_points.py: the points parsed and resolved)
+    make_bundle.py           `etdeploy bundle`: build, stage and references written as a job
+                             bundle a device host runs without torch
 
 Nothing here prints: progress goes through callbacks, failures raise EtdeployError
 kinds, and the result is data for the report writers.
@@ -21,8 +27,9 @@ kinds, and the result is data for the report writers.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from etdeploy.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
@@ -36,27 +43,16 @@ if TYPE_CHECKING:
     from etdeploy.report.result import RESULT_SCHEMA_ID as RESULT_SCHEMA
     from etdeploy.report.result import RunResult
 
-# Where each public name lives: imported on first use, so naming the job (the CLI
-# parsing a command line) does not import the stages (numpy, the devices).
-_HOMES = {
-    "RunJob": "etdeploy.pipeline.job",
-    "StatusCallback": "etdeploy.pipeline.job",
-    "new_job_id": "etdeploy.pipeline.job",
-    "RunContext": "etdeploy.pipeline.run",
-    "as_error": "etdeploy.pipeline.run",
-    "error_result": "etdeploy.pipeline.run",
-    "run_job": "etdeploy.pipeline.run",
-    "write_result_json": "etdeploy.pipeline.run",
+# Where each public name lives: imported on first use (etdeploy.lazy), so naming the
+# job (the CLI parsing a command line) does not import the stages (numpy, the devices).
+_EXPORTS = {
+    **dict.fromkeys(("RunJob", "StatusCallback", "new_job_id"), "etdeploy.pipeline.job"),
+    **dict.fromkeys(("RunContext", "as_error", "error_result", "run_job", "write_result_json"),
+                    "etdeploy.pipeline.run"),
     "RunResult": "etdeploy.report.result",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name == "RESULT_SCHEMA":
-        return importlib.import_module("etdeploy.report.result").RESULT_SCHEMA_ID
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'etdeploy.pipeline' has no attribute {name!r}")
+    "RESULT_SCHEMA": "etdeploy.report.result:RESULT_SCHEMA_ID",
+}  # fmt: skip
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

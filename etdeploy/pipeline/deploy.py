@@ -33,10 +33,10 @@ import numpy as np
 from etdeploy import runner as contract
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, Push, job_dir
 from etdeploy.errors import EtdeployError
-from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob, StatusCallback
-from etdeploy.pipeline.stage import Staged
 from etdeploy.preflight.describe import remote_runner_dir
+from etdeploy.program import Program
+from etdeploy.staged import Staged
 
 if TYPE_CHECKING:
     from etdeploy.runner_build import RunnerBundle

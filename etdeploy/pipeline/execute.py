@@ -26,12 +26,12 @@ import numpy as np
 from etdeploy import runner as contract
 from etdeploy.devices.base import RunOutput
 from etdeploy.errors import InputError, RunnerError
-from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.deploy import Deployed, Target, shapes_if_dynamic
 from etdeploy.pipeline.job import RunJob
-from etdeploy.pipeline.stage import Staged
+from etdeploy.program import Program
 from etdeploy.report.result import Latency, Profile
 from etdeploy.report.result_accuracy import Throughput
+from etdeploy.staged import Staged
 
 LOG_HEAD_LINES = 40
 LOG_TAIL_LINES = 200

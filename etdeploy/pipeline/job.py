@@ -3,7 +3,7 @@
 A RunJob is a run's settings (etdeploy.settings.RunSettings: flags over etdeploy.toml
 over defaults, each declared once there) plus what one invocation names: the model,
 a --pte built elsewhere, a --reference, or a --bundle that carries all of it (its
-settings come from the bundle: etdeploy.bundle.settings). Its checks run when it is
+settings come from the bundle: bundle_job below). Its checks run when it is
 made, so a bad value
 fails before anything is built. A farm worker receives it as JSON (to_json/from_json).
 """
@@ -23,9 +23,12 @@ from etdeploy.errors import UsageError
 from etdeploy.settings import (
     BUILD,
     INPUTS_PANEL,
+    JOB,
     MACHINE,
     MODEL_PANEL,
+    Declared,
     RunSettings,
+    declared,
     from_flags,
     layered,
     setting,
@@ -78,7 +81,7 @@ class RunJob(RunSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.bundle is not None:
-            return  # etdeploy.bundle.settings checked what may go with it
+            return  # bundle_job checked what may go with it
         if self.model is None and (self.pte is None or self.reference is None):
             raise UsageError(
                 "no model given",
@@ -99,7 +102,7 @@ class RunJob(RunSettings):
                 "name the model the .pte was built from: etdeploy run MODEL --pte FILE --localize",
             )
         if self.shapes:
-            from etdeploy.pipeline.shapes import parse_points
+            from etdeploy.pipeline.shape_points import parse_points
 
             parse_points(self.shapes)  # a malformed point fails here; ranges once built
             if self.model is None:
@@ -119,12 +122,10 @@ class RunJob(RunSettings):
     ) -> RunJob:
         """The job of `etdeploy run MODEL [flags]`: the flags given over etdeploy.toml
         over the defaults (etdeploy.settings); with --bundle, over the bundle's settings
-        (etdeploy.bundle.settings). The memory limit has one more layer: a device's own
+        (bundle_job). The memory limit has one more layer: a device's own
         [devices.NAME] max_memory lies between the flag and [run]'s (or the bundle's)."""
         given = from_flags(flags or {}, cls)
         if given.get("bundle") is not None:
-            from etdeploy.bundle.settings import bundle_job
-
             job = bundle_job(given["bundle"], model, config_settings(config), given)
             mine = {"device": job.device, "max_memory_bytes": job.max_memory_bytes}
             return dataclasses.replace(job, **memory_limit(config, mine, given))
@@ -181,3 +182,83 @@ def memory_limit(
 
 def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+# -- the job of a bundle --------------------------------------------------------------
+#
+# The settings of a run of a job bundle: the bundle's own, the machine's, the flags.
+#
+# Each setting's Option says what a bundle does with it (etdeploy.settings scopes):
+# - JOB settings (iterations, warm-up, deadline, tolerances, output kinds...) come from
+#   the bundle, as it was made: the same verdict wherever it runs. A flag still wins
+#   (`--iterations 50`), as it would over etdeploy.toml; this machine's etdeploy.toml
+#   does not, since it was written for its own runs, not for this job;
+# - MACHINE settings (the device, a runner, the lock timeout, --keep) come from this
+#   machine's etdeploy.toml and the flags, never from the bundle;
+# - BUILD settings were spent making the bundle (the build, the inputs, the
+#   references): given as a flag with --bundle they are an error naming the flag, and
+#   the backend and quantization are taken from the bundle, for the record.
+
+# Recorded build settings a bundle's job keeps: what its results say was built.
+_RECORDED = ("backend", "quantize")
+
+
+def bundle_job(
+    path: Path,
+    model: str | None,
+    machine_values: Mapping[str, Any],
+    flags: Mapping[str, Any],
+) -> RunJob:
+    """The RunJob of `etdeploy run --bundle PATH [flags]`. `machine_values` are this
+    machine's etdeploy.toml settings (only its MACHINE ones are used), `flags` the
+    field values the flags gave."""
+    entries = {entry.name: entry for entry in declared(RunJob)}
+    if model is not None:
+        raise UsageError(
+            f"MODEL ({model}) and --bundle both given: a bundle names its own model",
+            f"run it alone: etdeploy run --bundle {path}",
+        )
+    for name in flags:
+        if entries[name].option.scope == BUILD:
+            raise UsageError(
+                f"{_flag(entries[name])} cannot be used with --bundle: the bundle was made with "
+                "its program, inputs and references",
+                f"make another bundle with it: etdeploy bundle MODEL {_flag(entries[name])} ... "
+                "-o DIR",
+            )
+    # Here: a run without --bundle does not import its manifest's module (~0.01 s).
+    from etdeploy.bundle.manifest import read_bundle_manifest
+
+    manifest = read_bundle_manifest(Path(path))
+    travelled = {}
+    for name, value in manifest.settings.items():
+        entry = entries.get(name)
+        if entry is None:
+            continue  # a setting this etdeploy no longer has: the bundle is older
+        if entry.option.scope == JOB or name in _RECORDED:
+            where = f"{path}: settings.{name}"
+            travelled[name] = None if value is None else entry.from_given(value, where)
+    machine = {
+        name: value
+        for name, value in machine_values.items()
+        if name in entries and entries[name].option.scope == MACHINE
+    }
+    bundle_field = {"bundle": Path(path)}
+    return RunJob(model=manifest.model, **layered(machine, travelled, flags, bundle_field))
+
+
+def farm_bundle_job(path: Path, device: str, settings: Mapping[str, Any]) -> RunJob:
+    """The RunJob of a farm job that names a bundle (etdeploy.farm.spec): the spec's
+    job settings act as flags would, except those spent on making a bundle, which a
+    spec's [farm] or [run] may set for its other jobs."""
+    entries = {entry.name: entry for entry in declared(RunJob)}
+    given = {
+        name: value
+        for name, value in settings.items()
+        if name != "bundle" and name in entries and entries[name].option.scope != BUILD
+    }
+    return bundle_job(path, None, {}, {**given, "device": device})
+
+
+def _flag(entry: Declared) -> str:
+    return entry.flag or entry.name

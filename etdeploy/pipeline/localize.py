@@ -32,15 +32,14 @@ from etdeploy.builder.tapped import TappedBuild
 from etdeploy.builder.tapped_manifest import TapInfo
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.errors import EtdeployError, InputError, UsageError
-from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.deploy import Target
 from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.pipeline.localize_runs import LocalizeContext, Values, eager_values
 from etdeploy.pipeline.origin import blame, hint_for
 from etdeploy.pipeline.origin import verdict as origin_verdict
-from etdeploy.pipeline.stage import Staged
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
 from etdeploy.pipeline.verify import Judged, is_quantized
+from etdeploy.program import Program
 from etdeploy.report.result_localization import (
     Amplifier,
     FirstDivergence,
@@ -52,6 +51,7 @@ from etdeploy.report.result_localization import (
     TapResult,
     TapTolerance,
 )
+from etdeploy.staged import Staged
 
 _WHAT = {
     "ops": "every operator",
@@ -456,7 +456,7 @@ def _verdict(
     module: str | None,
 ) -> tuple[str, str]:
     """The localisation's status and its one-line reason."""
-    from etdeploy.pipeline.taps import describe_error, where
+    from etdeploy.report.result_localization import describe_error, where
 
     over = [r for r in rows if r.status != "ok"]
     if first is not None:

@@ -16,12 +16,12 @@ from etdeploy import verify as metrics
 from etdeploy.builder.tapped import TappedBuild
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.devices.lock import device_lock
-from etdeploy.pipeline.build import Program, describe_program
 from etdeploy.pipeline.deploy import Target
 from etdeploy.pipeline.job import RunJob, StatusCallback
-from etdeploy.pipeline.stage import Staged
 from etdeploy.pipeline.verify import Judged
+from etdeploy.program import Program, describe_program
 from etdeploy.report.result_localization import TapTolerance
+from etdeploy.staged import Staged
 
 # Per sample, per output of the tapped program (by output index).
 Values = list[dict[int, np.ndarray]]

@@ -10,9 +10,9 @@ from dataclasses import replace
 from etdeploy.errors import EXIT_CHECK_FAILED
 from etdeploy.memory.account import account
 from etdeploy.memory.limit import MaxMemory, judge_limit
-from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.execute import Executed
 from etdeploy.pipeline.job import RunJob
+from etdeploy.program import Program
 from etdeploy.report.result import RunResult
 from etdeploy.report.result_memory import Memory
 from etdeploy.report.result_shapes import ShapePoint

@@ -33,7 +33,7 @@ from etdeploy.errors import (
     Interruption,
     UsageError,
 )
-from etdeploy.pipeline.build import Program, build_program
+from etdeploy.pipeline.build import build_program
 from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
 from etdeploy.pipeline.execute import (
     Executed,
@@ -47,10 +47,11 @@ from etdeploy.pipeline.execute import (
 from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
 from etdeploy.pipeline.memory import memory_of, with_memory
 from etdeploy.pipeline.references import host_runtime_outputs
-from etdeploy.pipeline.stage import Staged, stage
+from etdeploy.pipeline.stage import stage
 from etdeploy.pipeline.task import check_task
 from etdeploy.pipeline.verify import Judged, judge, size_verdict
 from etdeploy.preflight import PreflightReport, preflight
+from etdeploy.program import Program
 from etdeploy.quarantine import noticed_damage
 from etdeploy.report.result import (
     Artifact,
@@ -68,6 +69,7 @@ from etdeploy.report.result import (
     ShapePoint,
 )
 from etdeploy.runner_build import RunnerBundle
+from etdeploy.staged import Staged
 
 if TYPE_CHECKING:
     import numpy as np

@@ -10,14 +10,13 @@ program's input metadata before anything runs, paired with its expected outputs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from etdeploy.dataset import Labels
 from etdeploy.errors import InputError
 from etdeploy.inputs import Sample
-from etdeploy.pipeline.build import Program, declared_task, default_sample_paths
+from etdeploy.pipeline.build import declared_task, default_sample_paths
 from etdeploy.pipeline.job import RunJob
 from etdeploy.pipeline.references import (
     QuantizedProgram,
@@ -26,29 +25,8 @@ from etdeploy.pipeline.references import (
     load_reference_file,
     quantized_reference,
 )
-
-
-@dataclass(frozen=True)
-class Staged:
-    sample_names: tuple[str, ...]
-    samples: tuple[tuple[np.ndarray, ...], ...]
-    # references[s][k]: the expected value of the k-th tensor output of sample s.
-    references: tuple[tuple[np.ndarray, ...], ...]
-    reference_kind: str  # eager | file
-    on_noise: bool
-    warnings: tuple[str, ...] = ()
-    # For a quantized build: the converted program's eager outputs, what the
-    # device must reproduce to the quantization step. None when there is none
-    # (a float build, or a quantized .pte built elsewhere run without MODEL).
-    quantized: tuple[tuple[np.ndarray, ...], ...] | None = None
-    # The samples' answers, when they came with them (--labels, a labelled set),
-    # and what they score: the task as given or as the model declares it.
-    labels: Labels | None = None
-    task: str | None = None
-    # Where that program came from (the verdict says it), and, when it is not the
-    # build's own (a .pte built elsewhere), each output's quantization step.
-    quantized_source: str | None = None
-    quantized_steps: tuple[float | None, ...] | None = None
+from etdeploy.program import Program
+from etdeploy.staged import Staged
 
 
 def stage(job: RunJob, program: Program) -> Staged:

@@ -28,7 +28,6 @@ from etdeploy.builder.tapped_manifest import TapInfo
 from etdeploy.report.result import (
     FirstDivergence,
     OperatorError,
-    Origin,
     TapMetrics,
     TapResult,
     TapTolerance,
@@ -228,30 +227,3 @@ def tap_results(
 def _worst_own(node: str, own: Mapping[str, Mapping[str, OperatorError]]) -> OperatorError | None:
     found = [replace(errors[node], sample=name) for name, errors in own.items() if node in errors]
     return max(found, key=lambda e: e.ratio) if found else None
-
-
-def where(tap: TapResult | FirstDivergence | Origin) -> str:
-    """'layer_norm in norm (model.py:42), CPU kernel native_layer_norm'."""
-    place = f"{tap.op} in {tap.module}" if tap.module else f"{tap.op} ({tap.node})"
-    if tap.source:
-        place += f" at {tap.source}"
-    ran = f"CPU kernel {tap.kernel}" if tap.partition == "CPU" else tap.partition
-    return f"{place}, {ran}"
-
-
-def describe_error(metrics: TapMetrics) -> str:
-    """'4.1% of its magnitude (SQNR 27.3 dB, 3.5e+05 ULPs)' or in steps."""
-    if metrics.steps is not None:
-        return (
-            f"{metrics.steps:.1f} quantization step(s) ({_percent(metrics.rel)} of its magnitude)"
-        )
-    extra = [f"{metrics.ulps:.2g} ULPs"]
-    if metrics.sqnr_db is not None:
-        extra.insert(0, f"SQNR {metrics.sqnr_db:.1f} dB")
-    return f"{_percent(metrics.rel)} of its magnitude ({', '.join(extra)})"
-
-
-def _percent(rel: float) -> str:
-    if not math.isfinite(rel):
-        return "non-finite"
-    return f"{rel:.2%}" if rel >= 1e-3 else f"{rel:.2g}"

@@ -17,15 +17,16 @@ import numpy as np
 from etdeploy import accuracy
 from etdeploy.dataset import Labels
 from etdeploy.errors import InputError
-from etdeploy.pipeline.build import Program, declared_task
+from etdeploy.pipeline.build import declared_task
 from etdeploy.pipeline.job import RunJob
-from etdeploy.pipeline.stage import Staged
+from etdeploy.program import Program
 from etdeploy.report.result_accuracy import (
     Disagreement,
     PairedDifference,
     TaskAccuracy,
     TaskScore,
 )
+from etdeploy.staged import Staged
 
 # The disagreeing samples a report lists (the worst); the count says how many there were.
 DISAGREEMENTS_LISTED = 10

@@ -20,12 +20,12 @@ import numpy as np
 
 from etdeploy import verify as metrics
 from etdeploy.config import Config
-from etdeploy.pipeline.build import Program
 from etdeploy.pipeline.job import RunJob
-from etdeploy.pipeline.stage import Staged
 from etdeploy.pipeline.task import task_accuracy
+from etdeploy.program import Program
 from etdeploy.report.result import HostCheck, SizeSummary, Thresholds, Verdict
 from etdeploy.report.result_accuracy import TaskAccuracy
+from etdeploy.staged import Staged
 
 
 @dataclass(frozen=True)

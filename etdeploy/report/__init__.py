@@ -10,15 +10,15 @@ this package at start-up.
 
 from __future__ import annotations
 
-import importlib
 import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from etdeploy.atomic import write_json
 from etdeploy.errors import UsageError
+from etdeploy.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from etdeploy.report.baseline import Regression, compare_to_baseline
@@ -36,27 +36,21 @@ if TYPE_CHECKING:
         validate_result,
     )
 
-# What this package exports, from the module that defines it: loaded on first use, so
-# a run that only builds a result (etdeploy.report.result, on every warm run) does not
-# import the writers (JUnit's XML, HTML, the schema and its validator, the baseline).
+# What this package exports, from the module that defines it: loaded on first use
+# (etdeploy.lazy), so a run that only builds a result (etdeploy.report.result, on every
+# warm run) does not import the writers (JUnit's XML, HTML, the schema and its
+# validator, the baseline).
+_AT = "etdeploy.report."
 _EXPORTS = {
-    "Regression": "baseline", "compare_to_baseline": "baseline",
-    "JobKey": "common", "NotRun": "common", "job_key": "common",
-    "write_html": "html", "write_junit": "junit",
-    "RESULT_SCHEMA_ID": "result", "RunResult": "result",
-    "FARM_SCHEMA": "schema", "FARM_SCHEMA_ID": "schema", "RESULT_SCHEMA": "schema",
-    "farm_document": "farm_document", "summarize": "common",
-    "validate_farm": "schema", "validate_result": "schema",
+    "Regression": _AT + "baseline", "compare_to_baseline": _AT + "baseline",
+    "JobKey": _AT + "common", "NotRun": _AT + "common", "job_key": _AT + "common",
+    "write_html": _AT + "html", "write_junit": _AT + "junit",
+    "RESULT_SCHEMA_ID": _AT + "result", "RunResult": _AT + "result",
+    "FARM_SCHEMA": _AT + "schema", "FARM_SCHEMA_ID": _AT + "schema", "RESULT_SCHEMA": _AT + "schema",
+    "farm_document": _AT + "farm_document", "summarize": _AT + "common",
+    "validate_farm": _AT + "schema", "validate_result": _AT + "schema",
 }  # fmt: skip
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -21,8 +21,12 @@ def render_localization(found: Localization, out: Console) -> None:
     is not squeezed to 80 columns, and the lines do not wrap."""
     from rich import box
 
-    from etdeploy.pipeline.taps import describe_error, where
-    from etdeploy.report.result_localization import describe_amplifiers, describe_own_error
+    from etdeploy.report.result_localization import (
+        describe_amplifiers,
+        describe_error,
+        describe_own_error,
+        where,
+    )
 
     def say(text: str) -> None:
         out.print(text, highlight=False, soft_wrap=True)

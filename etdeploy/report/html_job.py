@@ -34,7 +34,7 @@ from etdeploy.report.html_format import (
 )
 from etdeploy.report.html_localization import localization_block
 from etdeploy.report.html_memory import memory_block
-from etdeploy.report.plots import Job
+from etdeploy.report.plots_base import Job
 from etdeploy.report.result import Latency, RunResult, SizeSummary, Verdict
 from etdeploy.report.result_memory import PART_LABELS
 from etdeploy.units import format_ms

@@ -17,32 +17,18 @@ import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING
 
 from etdeploy.report.common import JobKey, metrics_by_output, short_model
+from etdeploy.report.plots_base import LIMIT_COLOUR, Job, _cap, _height, _short
+from etdeploy.report.plots_memory import plot_memory
 from etdeploy.report.result import Delegation, Latency, RunResult, SizeSummary, Verdict
 
-_PLOT_LABEL_CHARS = 48
-# Rows per plot; past this a plot shows the worst rows (a PNG over 2**16 pixels
-# tall cannot be drawn, and nobody reads 500 bars).
-_MAX_PLOT_ROWS = 80
 # The colours of the report's matrix (its CSS), reused here so a reader maps one
 # to the other.
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "infra": "#e65100", "input": "#6a1b9a"}
-# A limit drawn on a plot (a tolerance, a floor), and the baseline's median.
-LIMIT_COLOUR = "#b71c1c"
+# The baseline's median drawn on a plot (a limit: plots_base.LIMIT_COLOUR).
 BASELINE_COLOUR = "#1565c0"
-
-T = TypeVar("T")
-
-
-class Job(NamedTuple):
-    """One result of the report, with its place in the page (#job-<position>) and key."""
-
-    position: int
-    result: RunResult
-    key: JobKey
-
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -50,9 +36,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    # A plot: the figure and a note (what a capped plot left out), or None
-    # when no job has anything to show.
-    Drawn: TypeAlias = tuple[Figure, str | None] | None
+    from etdeploy.report.plots_base import Drawn
+
     Drawing: TypeAlias = Callable[[Sequence[Job], type[Figure]], Drawn]
 
 
@@ -60,8 +45,6 @@ def plots_html(jobs: Sequence[Job], *, baseline: Mapping[JobKey, Latency] | None
     """The plots, each a figure under its title ("no data" where nothing
     applies), side by side where the page is wide enough; the error plot, the
     widest, on its own row. `baseline`: the baseline's latency of each job."""
-    from etdeploy.report.plots_memory import plot_memory
-
     out = ['<div class="plots">']
     for title, draw, wide in (
         ("Latency per iteration", partial(plot_latency, baseline=baseline or {}), False),
@@ -316,24 +299,6 @@ def status_colour(result: RunResult) -> str:
     if result.status == "error":
         return COLOURS["infra" if result.is_infrastructure else "input"]
     return COLOURS.get(result.status, "#555")
-
-
-def _cap(rows: list[T], badness: Callable[[T], float], what: str) -> tuple[list[T], str | None]:
-    """At most _MAX_PLOT_ROWS of `rows`: the worst by `badness` (higher is worse),
-    in their original order, and a note saying what was left out."""
-    if len(rows) <= _MAX_PLOT_ROWS:
-        return rows, None
-    ranked = sorted(range(len(rows)), key=lambda i: badness(rows[i]), reverse=True)
-    keep = sorted(ranked[:_MAX_PLOT_ROWS])
-    return [rows[i] for i in keep], f"showing the {_MAX_PLOT_ROWS} {what} of {len(rows)}"
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= _PLOT_LABEL_CHARS else text[: _PLOT_LABEL_CHARS - 1] + "…"
-
-
-def _height(rows: int) -> float:
-    return 1.2 + 0.32 * rows
 
 
 def _e(value: object) -> str:

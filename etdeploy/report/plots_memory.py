@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from etdeploy.report.plots_base import LIMIT_COLOUR, Job, _cap, _height, _short
 from etdeploy.report.result_memory import PART_LABELS, UNEXPLAINED, MemoryPhase
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from etdeploy.report.plots import Drawn, Job
+    from etdeploy.report.plots_base import Drawn
 
 # One colour per part, in stacking order; the process it started in is grey.
 PART_COLOURS = {
@@ -31,8 +32,6 @@ PART_COLOURS = {
 
 
 def plot_memory(jobs: Sequence[Job], figure: type[Figure]) -> Drawn:
-    from etdeploy.report.plots import LIMIT_COLOUR, _cap, _height, _short
-
     rows: list[tuple[str, MemoryPhase, int | None]] = []
     for job in jobs:
         memory = job.result.memory

@@ -85,10 +85,24 @@ def _hints(cls: type) -> dict[str, Any]:
     try:
         return typing.get_type_hints(cls)
     except NameError:
-        # A name its module imports when first asked for (etdeploy.lazy): ask for them.
-        module = sys.modules[cls.__module__]
-        lazy = {name: getattr(module, name) for name in getattr(module, "LAZY_NAMES", ())}
-        return typing.get_type_hints(cls, localns=lazy)
+        # A name its module imports when first asked for (etdeploy.lazy): the module's
+        # attribute, which imports it.
+        return typing.get_type_hints(cls, localns=_ModuleNames(sys.modules[cls.__module__]))
+
+
+class _ModuleNames(dict[str, Any]):
+    """A module's names as a namespace, each looked up as its attribute (so a name
+    the module exports lazily is imported when an annotation names it)."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        super().__init__()
+        self.module = module
+
+    def __missing__(self, name: str) -> Any:
+        try:
+            return getattr(self.module, name)
+        except AttributeError:
+            raise KeyError(name) from None
 
 
 @functools.cache

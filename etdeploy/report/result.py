@@ -74,13 +74,13 @@ if TYPE_CHECKING:
 
 # The localization's twenty records are read only by a run that localized: imported
 # when first named (etdeploy.lazy), not by every run (~0.005 s).
-LAZY_NAMES = dict.fromkeys(
+_EXPORTS = dict.fromkeys(
     ("AMPLIFIER_CAUSES", "TAP_STATUSES", "Amplifier", "FirstDivergence", "Localization",
      "LocalizeAttempt", "OperatorError", "Origin", "TapMetrics", "TappedProgram", "TapResult",
      "TapTolerance"),
     "etdeploy.report.result_localization",
 )  # fmt: skip
-__getattr__ = lazy_exports(__name__, LAZY_NAMES)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 RESULT_SCHEMA_ID = "etdeploy.result/2"
 # /2 (2026-12-04): a budget stage's `metrics` keep its worst samples per output (the

@@ -252,3 +252,30 @@ def describe_own_error(error: OperatorError) -> str:
     }.get(error.kind, f"an operator reading {error.n} values per result")
     share = f"{error.rel:.2%}" if error.rel >= 1e-3 else f"{error.rel:.2g}"
     return f"{share} of its magnitude, {error.ratio:.3g}x what float32 allows {allowed}"
+
+
+def where(tap: TapResult | FirstDivergence | Origin) -> str:
+    """'layer_norm in norm (model.py:42), CPU kernel native_layer_norm'."""
+    place = f"{tap.op} in {tap.module}" if tap.module else f"{tap.op} ({tap.node})"
+    if tap.source:
+        place += f" at {tap.source}"
+    ran = f"CPU kernel {tap.kernel}" if tap.partition == "CPU" else tap.partition
+    return f"{place}, {ran}"
+
+
+def describe_error(metrics: TapMetrics) -> str:
+    """'4.1% of its magnitude (SQNR 27.3 dB, 3.5e+05 ULPs)' or in steps."""
+    if metrics.steps is not None:
+        return (
+            f"{metrics.steps:.1f} quantization step(s) ({_percent(metrics.rel)} of its magnitude)"
+        )
+    extra = [f"{metrics.ulps:.2g} ULPs"]
+    if metrics.sqnr_db is not None:
+        extra.insert(0, f"SQNR {metrics.sqnr_db:.1f} dB")
+    return f"{_percent(metrics.rel)} of its magnitude ({', '.join(extra)})"
+
+
+def _percent(rel: float) -> str:
+    if not math.isfinite(rel):
+        return "non-finite"
+    return f"{rel:.2%}" if rel >= 1e-3 else f"{rel:.2g}"

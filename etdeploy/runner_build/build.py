@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from etdeploy.errors import RunnerError
 from etdeploy.paths import cache_dir
+from etdeploy.runner_build import x86_64
 from etdeploy.runner_build.bundle import (
     BUNDLE_MANIFEST,
     BUNDLE_SCHEMA,
@@ -43,10 +44,13 @@ def cached_runner(
     abi: str = "host", *, kernels: Sequence[str] = (), backends: Sequence[str] = DEFAULT_BACKENDS
 ) -> RunnerBundle | None:
     """The bundle `ensure_runner` would return, if it is already built; never builds."""
-    from etdeploy.runner_build import x86_64
-
     if x86_64.applies(abi):
-        return x86_64.cached_bundle(kernels=kernels, backends=backends)
+        # The x86_64 bundle is the host runner made self-contained: both must be built.
+        host = cached_runner("host", kernels=kernels, backends=backends)
+        if host is None:
+            return None
+        key = x86_64.bundle_key(host, x86_64.host_toolchain())
+        return verified_bundle(cache_dir("runners") / x86_64.bundle_name(key))
     plan = with_components(plan_for(abi), kernels, backends)
     key = plan_key(plan, harness_dir())
     return verified_bundle(cache_dir("runners") / f"{plan.abi}-{key[:16]}")
@@ -251,12 +255,8 @@ def ensure_runner(
     in a temporary directory renamed into place, under a lock, so concurrent
     callers build once and nobody sees half a bundle.
     """
-    from etdeploy.runner_build import x86_64
-
     if x86_64.applies(abi):
-        return x86_64.ensure_bundle(
-            rebuild=rebuild, progress=progress, kernels=kernels, backends=backends
-        )
+        return _ensure_x86_64(rebuild, progress, kernels, backends)
     from etdeploy.extras import require_build_extra
 
     # Compiled against the executorch wheel's CMake package; a device host takes it
@@ -269,6 +269,27 @@ def ensure_runner(
     return cached_or_built(
         f"{plan.abi}-{key[:16]}",
         lambda staging: _build(plan, harness, key, staging, report),
+        rebuild=rebuild,
+        progress=report,
+    )
+
+
+def _ensure_x86_64(
+    rebuild: bool, progress: Progress | None, kernels: Sequence[str], backends: Sequence[str]
+) -> RunnerBundle:
+    """The x86_64 bundle: the host runner (built if the cache lacks it) copied and
+    made self-contained (x86_64.assemble), once per host bundle and glibc; under a
+    lock, staged in a temporary directory renamed into place, so nobody sees half a
+    bundle."""
+    report: Progress = progress or (lambda _message: None)
+    toolchain = x86_64.host_toolchain()
+    host = ensure_runner(
+        "host", rebuild=rebuild, progress=report, kernels=kernels, backends=backends
+    )
+    key = x86_64.bundle_key(host, toolchain)
+    return cached_or_built(
+        x86_64.bundle_name(key),
+        lambda staging: x86_64.assemble(host, key, toolchain, staging / "bundle", report),
         rebuild=rebuild,
         progress=report,
     )

@@ -23,12 +23,10 @@ import platform
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 
 from etdeploy.digests import sha256_file
 from etdeploy.errors import UsageError
-from etdeploy.paths import cache_dir
 from etdeploy.runner_build.bundle import (
     BUNDLE_MANIFEST,
     BUNDLE_SCHEMA,
@@ -43,7 +41,7 @@ from etdeploy.runner_build.glibc_bundle import (
     glibc_release,
     self_contain,
 )
-from etdeploy.runner_build.plans import DEFAULT_BACKENDS, ndk_configured
+from etdeploy.runner_build.plans import ndk_configured
 
 KIND = KIND_X86_64
 ABI = "x86_64"
@@ -88,57 +86,18 @@ def host_toolchain() -> GlibcToolchain:
     )
 
 
-def cached_bundle(
-    *, kernels: Sequence[str] = (), backends: Sequence[str] = DEFAULT_BACKENDS
-) -> RunnerBundle | None:
-    """The bundle `ensure_bundle` would return, if the host runner and it are built."""
-    from etdeploy.runner_build.build import cached_runner, verified_bundle
-
-    host = cached_runner("host", kernels=kernels, backends=backends)
-    if host is None:
-        return None
-    toolchain = host_toolchain()
-    return verified_bundle(cache_dir("runners") / _name(_key(host, toolchain)))
-
-
-def ensure_bundle(
-    *,
-    rebuild: bool = False,
-    progress: Progress | None = None,
-    kernels: Sequence[str] = (),
-    backends: Sequence[str] = DEFAULT_BACKENDS,
-) -> RunnerBundle:
-    """The x86_64 bundle: the host runner (built if the cache lacks it) copied and
-    made self-contained, once per host bundle and glibc; under a lock, staged in a
-    temporary directory renamed into place, so nobody sees half a bundle."""
-    from etdeploy.runner_build.build import cached_or_built, ensure_runner
-
-    report: Progress = progress or (lambda _message: None)
-    toolchain = host_toolchain()
-    host = ensure_runner(
-        "host", rebuild=rebuild, progress=report, kernels=kernels, backends=backends
-    )
-    key = _key(host, toolchain)
-    return cached_or_built(
-        _name(key),
-        lambda staging: _assemble(host, key, toolchain, staging / "bundle", report),
-        rebuild=rebuild,
-        progress=report,
-    )
-
-
-def _key(host: RunnerBundle, toolchain: GlibcToolchain) -> str:
+def bundle_key(host: RunnerBundle, toolchain: GlibcToolchain) -> str:
     libc = toolchain.find_library("libc.so.6")
     glibc = glibc_release(libc) if libc is not None else None
     parts = (f"host={host.key}", f"revision={REVISION}", f"glibc={glibc}", f"kind={KIND}")
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
-def _name(key: str) -> str:
+def bundle_name(key: str) -> str:
     return f"{KIND}-{key[:16]}"
 
 
-def _assemble(
+def assemble(
     host: RunnerBundle, key: str, toolchain: GlibcToolchain, bundle: Path, progress: Progress
 ) -> Path:
     """The host bundle's files copied into `bundle`, made self-contained, described."""

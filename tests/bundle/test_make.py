@@ -58,8 +58,8 @@ def test_an_old_bundle_is_replaced_whole(digits_bundle: Path, tmp_path: Path) ->
 def test_a_bundle_that_fails_half_way_leaves_nothing_behind(tmp_path: Path) -> None:
     """A runner file that vanished while the bundle was being written (a cache cleaned
     meanwhile): the error surfaces, and neither the bundle nor its partial folder stays."""
-    from etdeploy.bundle.make import make_bundle, runners_for
     from etdeploy.pipeline.job import RunJob
+    from etdeploy.pipeline.make_bundle import make_bundle, runners_for
     from etdeploy.runner_build import RunnerBundle
 
     (host,) = runners_for(("host",))

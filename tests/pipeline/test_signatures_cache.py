@@ -1,4 +1,4 @@
-"""A program's method signatures (etdeploy.pipeline.build.method_signatures): read from
+"""A program's method signatures (etdeploy.program.method_signatures): read from
 the .pte once, then from the cache by the program's sha256; what the cache gives is
 what the file says, and an entry that cannot be read is read from the file again."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from etdeploy.digests import file_sha256
 from etdeploy.paths import cache_dir
-from etdeploy.pipeline.build import describe_program, method_signatures
+from etdeploy.program import describe_program, method_signatures
 from tests.support.manifests import build_manifest_code
 from tests.support.programs import BuiltPrograms
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from etdeploy.config import Config
 from etdeploy.digests import file_sha256
 from etdeploy.paths import cache_dir
-from etdeploy.pipeline.build import describe_program
 from etdeploy.pipeline.verify import size_verdict
+from etdeploy.program import describe_program
 from tests.support.manifests import build_manifest_code, build_manifest_of
 from tests.support.programs import BuiltPrograms
 

@@ -9,7 +9,8 @@ import math
 from matplotlib.figure import Figure
 
 from etdeploy.report import job_key
-from etdeploy.report.plots import Job, error_limits, plot_errors, plot_latency
+from etdeploy.report.plots import error_limits, plot_errors, plot_latency
+from etdeploy.report.plots_base import Job
 from tests.report.docs import Doc, as_result, on_device, with_latency
 
 

@@ -16,8 +16,8 @@ from etdeploy.bundle.manifest import BUNDLE_FILE
 
 @pytest.fixture(scope="session")
 def digits_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from etdeploy.bundle.make import make_bundle
     from etdeploy.pipeline.job import RunJob
+    from etdeploy.pipeline.make_bundle import make_bundle
 
     out = tmp_path_factory.mktemp("bundles") / "digits-job"
     return make_bundle(RunJob(model="digits"), out).path

@@ -155,7 +155,7 @@ def export_aws_device_farm(spec_path: Path, out_dir: Path, device: str | None = 
 def _bundle_job(job: FarmJob, target: Path, runner: RunnerBundle) -> None:
     """The job as a bundle carrying the device's runner; a job that is a bundle
     already is copied as it is."""
-    from etdeploy.bundle.make import make_bundle
+    from etdeploy.pipeline.make_bundle import make_bundle
 
     existing = job.settings.get("bundle")
     if existing is not None:

@@ -1,7 +1,7 @@
 """Device sources: devices a farm claims from a device-farm service for its run,
 beside the [devices.NAME] tables it is given.
 
-A spec names its sources in [farm.sources.KIND] (today: stf, see
+A spec names its sources in [farm.sources.KIND] (parse.py reads them; today: stf, see
 etdeploy.farm.sources.stf). Each source provides device names that farm.devices
 and [[farm.job]] entries use like any other; the jobs' keys, shards and reports
 do not change with where a device came from.
@@ -29,11 +29,10 @@ from typing import TYPE_CHECKING, Any
 from etdeploy.atomic import write_json
 from etdeploy.config import DeviceConfig
 from etdeploy.errors import InfraError, UsageError
-from etdeploy.farm.sources.stf import KIND as STF_KIND
+from etdeploy.farm.sources.parse import DeviceSource
 from etdeploy.farm.sources.stf import (
     StfClaim,
     StfClient,
-    StfSource,
     claim_device,
     release_device,
 )
@@ -42,43 +41,6 @@ if TYPE_CHECKING:
     from etdeploy.farm.spec import FarmSpec
 
 CLAIMS_NAME = "device-claims.json"
-
-# The source kinds a spec may name in [farm.sources.KIND].
-KINDS = (STF_KIND,)
-
-DeviceSource = StfSource
-
-
-def parse_sources(table: Any, label: str, base_dir: Path) -> tuple[DeviceSource, ...]:
-    """[farm.sources] of a spec; a bad kind, key or value is a UsageError naming it."""
-    if not isinstance(table, dict):
-        raise UsageError(f"{label}: farm.sources: expected a table", "write [farm.sources.stf]")
-    sources: list[DeviceSource] = []
-    for kind, sub in table.items():
-        if kind != STF_KIND:
-            raise UsageError(f"{label}: unknown device source farm.sources.{kind}",
-                             f"sources etdeploy knows: {', '.join(KINDS)}")  # fmt: skip
-        sources.append(StfSource.parse(sub, label, base_dir))
-    return tuple(sources)
-
-
-def check_source_names(
-    sources: Sequence[DeviceSource], tables: Mapping[str, Any], label: str
-) -> None:
-    """A provided name is no [devices.NAME] table and no other source's name."""
-    seen: dict[str, str] = {}
-    for source in sources:
-        for name in source.names:
-            if name in tables:
-                raise UsageError(
-                    f"{label}: {source.where}.devices names {name!r}, which [devices.{name}] "
-                    "also defines",
-                    "a device comes from a table or from a source, not both: rename one",
-                )
-            if name in seen:
-                raise UsageError(f"{label}: device {name!r} is in {seen[name]} and {source.where}",
-                                 "give each device one source")  # fmt: skip
-            seen[name] = source.where
 
 
 # -- the claims journal --------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Torch's and ExecuTorch's own output during a build, kept instead of printed.
+"""Torch's and ExecuTorch's own output, kept instead of printed (a build, the
+profile of a run, the explorer).
 
 torch.export and the lowering log warnings (a data-dependent guard prints the
 graph it was tracing, about 30 lines), emit UserWarnings on every export, and

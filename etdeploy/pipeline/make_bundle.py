@@ -38,9 +38,9 @@ from etdeploy.bundle.manifest import (
 )
 from etdeploy.errors import UsageError
 from etdeploy.pipeline.job import RunJob
-from etdeploy.pipeline.stage import Staged
 from etdeploy.runner_build import RunnerBundle
 from etdeploy.settings import MACHINE, RunSettings, declared
+from etdeploy.staged import Staged
 
 Say = Callable[[str], None]
 # Per sample, per array.
