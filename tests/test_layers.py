@@ -17,7 +17,7 @@ import etdeploy
 # The layers, from the ground up. A new package takes its place here.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundations", frozenset({
-        "errors", "et_errors", "ahead", "interrupts", "ipc", "jsontext", "lazy", "npz",
+        "errors", "et_errors", "ahead", "interrupts", "ipc", "lazy", "npz",
         "paths", "atomic", "extras", "files", "units", "library_output", "accuracy",
         "digests", "background",
     })),
@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("the build and the program", frozenset({"builder", "program", "preflight", "explore"})),
     ("sources of a run's program", frozenset({"bundle"})),
     ("the run", frozenset({"pipeline", "doctor"})),
-    ("what runs many", frozenset({"farm", "release"})),
+    ("what runs many", frozenset({"farm", "release", "history"})),
     ("the command line", frozenset({"cli", "launch", "__main__"})),
 )  # fmt: skip
 
