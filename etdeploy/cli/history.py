@@ -80,8 +80,9 @@ def history_list_command(
     since: str = typer.Option(None, "--since", metavar="DATE", help=SINCE_HELP),
     pattern: str = typer.Option(None, "-k", metavar="PATTERN", help="Only series whose name contains PATTERN (or matches it, with * ? [)."),
 ) -> None:  # fmt: skip
-    """List the series (model|backend|quantization|device|metric) with their nights,
-    last value and change points."""
+    """List the series with their nights, last value and change points.
+
+    A series is model|backend|quantization|device|metric."""
     from etdeploy.history.judge import shown
 
     where, records = _records(store, since)
@@ -111,8 +112,9 @@ def history_show_command(
     store: str = typer.Option(None, "--store", metavar="PATH|URL", help=STORE_HELP),
     since: str = typer.Option(None, "--since", metavar="DATE", help=SINCE_HELP),
 ) -> None:  # fmt: skip
-    """Show the matching series: each night's value, and every change point with its
-    shift and the recorded input that changed that night."""
+    """Show the matching series: each night's value and its change points.
+
+    Each change point with its shift and the recorded input that changed that night."""
     from etdeploy.history.changes import flaky_jobs
     from etdeploy.history.judge import shown
 
@@ -149,8 +151,10 @@ def history_record_command(
     sources: list[Path] = typer.Argument(..., metavar="RESULTS...", help="results.jsonl or farm.json files of farm nights (or single results)."),
     store: str = typer.Option(None, "--store", metavar="PATH|URL", help=STORE_HELP),
 ) -> None:  # fmt: skip
-    """Record farm nights into the history, or replay them: a job the history holds
-    already (by its id) is not added twice, so results.jsonl can always be replayed."""
+    """Record farm nights into the history, or replay them.
+
+    A job the history holds already (by its id) is not added twice, so results.jsonl
+    can always be replayed."""
     from etdeploy.history.night import store_location
     from etdeploy.history.records import record_of
     from etdeploy.history.store import open_store
@@ -180,8 +184,10 @@ def history_export_command(
     store: str = typer.Option(None, "--store", metavar="PATH|URL", help=STORE_HELP),
     since: str = typer.Option(None, "--since", metavar="DATE", help=SINCE_HELP),
 ) -> None:  # fmt: skip
-    """Export series: CSV rows (series, night, value, job id) or a JSON document with
-    each series' points and change points."""
+    """Export series as CSV or JSON.
+
+    CSV rows (series, night, value, job id), or a JSON document with each series'
+    points and change points."""
     if fmt not in ("csv", "json"):
         raise UsageError(f"--format {fmt!r}: not csv or json", "give --format csv or --format json")
     where, records = _records(store, since)
@@ -214,8 +220,10 @@ def history_trend_command(
     store: str = typer.Option(None, "--store", metavar="PATH|URL", help=STORE_HELP),
     since: str = typer.Option(None, "--since", metavar="DATE", help=SINCE_HELP),
 ) -> None:  # fmt: skip
-    """Write the trend page: one small plot per series, change points marked with
-    the input that changed that night, flaky jobs listed. Self-contained HTML."""
+    """Write the trend page: one small plot per series, its change points marked.
+
+    Each change point names the input that changed that night; flaky jobs are
+    listed. Self-contained HTML."""
     from etdeploy.history.changes import flaky_jobs
     from etdeploy.history.trend import write_trend_page
 
