@@ -463,6 +463,11 @@ class HostLink:
                 f"`etdeploy clean --device {self.name}` removes what earlier runs left there",
                 device=self.name,
             ) from exc
+        except BaseException:
+            # An interruption (Ctrl-C, SIGTERM as SystemExit) with the link still up:
+            # what was sent is removed now, not left for the next push to find.
+            self._discard(partial)
+            raise
         return sent
 
     def _free_bytes(self, directory: str) -> int | None:
