@@ -142,6 +142,7 @@ def test_a_wrong_prompt_length_does_not_pass(
     reference_ids, _ = reference(lm_programs.float_s1, right)
     assert generated.result.generated_ids != reference_ids
     # The teacher-forced pass does not depend on the prompt length: still the same.
+    assert generated.result.logits is not None
     assert np.array_equal(generated.result.logits, reference(lm_programs.float_s1, right)[1])
 
 
@@ -251,7 +252,7 @@ def test_a_host_over_ssh_generates_what_the_python_runtime_generates(
 ) -> None:
     from etdeploy.devices.ssh import SshDevice
 
-    device = SshDevice("box", ssh_settings(sshd, tmp_path, persist_s=0.0))
+    device = SshDevice(ssh_settings(sshd, tmp_path, persist_s=0.0), name="box")
     try:
         pte = lm_programs.float_chunked
         for one in on_device(device, pte, lm_programs.requests[:3], tmp_path):

@@ -53,19 +53,20 @@ def export_program(folder: Path, pte: Path, *, chunk: int = 1, int4: bool = Fals
     from transformers import AutoModelForCausalLM
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    model: Any = AutoModelForCausalLM.from_pretrained(folder)
+    model.eval()
     model.generation_config.cache_implementation = "static"
     model.generation_config.cache_config = {"batch_size": 1, "max_cache_len": MAX_CACHE_LEN}
     if int4:
         from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
         from torchao.quantization.granularity import PerGroup
 
-        quantize_(
-            model,
-            Int8DynamicActivationIntxWeightConfig(
-                weight_dtype=torch.int4, weight_granularity=PerGroup(GROUP_SIZE)
-            ),
+        # torch 2.13 has torch.int4; its stubs do not say so.
+        int4_dtype = torch.int4  # type: ignore[attr-defined]
+        config = Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=int4_dtype, weight_granularity=PerGroup(GROUP_SIZE)
         )
+        quantize_(model, config)
     wrapper = TorchExportableModuleForDecoderOnlyLM(model)
     if chunk == 1:
         exported = wrapper.export(input_ids=torch.tensor([[0]]), cache_position=torch.tensor([0]))
@@ -104,7 +105,7 @@ def runtime_generation(pte: Path, request: GenerationRequest) -> tuple[tuple[int
         logits = method.execute([torch.tensor([[token]]), torch.tensor([position])])[0]
         return logits.reshape(-1, logits.shape[-1])[-1].numpy().copy()
 
-    row = None
+    row: Any = None
     for position, token in enumerate(request.token_ids[: request.prompt_len]):
         row = last_row(token, position)
     generated = [int(np.argmax(row))]
