@@ -18,7 +18,9 @@ from etdeploy.report.result import (
     Preflight,
     RunnerInfo,
     RunResult,
+    SizeSummary,
 )
+from etdeploy.report.result_lm import LmMemory
 from etdeploy.report.result_verdict import Verdict
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ def lm_run_result(
     report: PreflightReport,
     generated: DeviceGeneration,
     block: LanguageModelResult,
+    size: SizeSummary | None = None,
 ) -> RunResult:
     import etdeploy
     from etdeploy.pipeline.execute import latency_of
@@ -50,10 +53,11 @@ def lm_run_result(
     decode_ms = [ms for r in results for ms in r.timings.decode_ms]
     peaks = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
     comparison = block.comparison("quantized eager")
+    passed = block.passed and (size is None or size.passed)
     return RunResult(
         etdeploy=etdeploy.__version__,
-        status="passed" if block.passed else "failed",
-        exit_code=EXIT_OK if block.passed else EXIT_CHECK_FAILED,
+        status="passed" if passed else "failed",
+        exit_code=EXIT_OK if passed else EXIT_CHECK_FAILED,
         job=JobInfo(
             id=job_id,
             model=job.model,
@@ -102,7 +106,11 @@ def lm_run_result(
         ),
         # One decode call a token: the latency of a step of generation.
         latency_ms=latency_of(block.speed.load_ms, decode_ms),
-        memory=Memory(peak_rss_bytes=max(peaks) if peaks else None),
+        memory=Memory(
+            planned_bytes=block.memory.planned_bytes if block.memory else None,
+            peak_rss_bytes=max(peaks) if peaks else None,
+        ),
+        size=size,
         verdict=Verdict(
             passed=block.passed,
             reason=block.reason,
@@ -112,6 +120,23 @@ def lm_run_result(
         language_model=block,
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         seconds=round(time.time() - started, 3),
+    )
+
+
+def lm_memory(program: LmProgram, peak_rss_bytes: int | None) -> LmMemory:
+    """The memory account of an LM program, read from the .pte (no torch): the KV cache
+    is the export's mutable key/value buffers, planned with the arena."""
+    from etdeploy.pte import read_pte
+
+    layout = read_pte(program.pte)
+    planned = layout.method("forward").planned_arena_bytes
+    return LmMemory(
+        max_seq_len=program.options.max_seq_len,
+        kv_cache_bytes=program.kv_cache_bytes,
+        activations_bytes=max(planned - program.kv_cache_bytes, 0),
+        planned_bytes=planned,
+        weights_bytes=sum(segment.size for segment in layout.segments),
+        peak_rss_bytes=peak_rss_bytes,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from etdeploy.devices.base import Device
@@ -35,6 +35,7 @@ from etdeploy.llm.verify_tokens import (
     matched_length,
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.report.result import SizeSummary
 from etdeploy.report.result_lm import (
     GenerationSpeed,
     LanguageModelResult,
@@ -121,10 +122,20 @@ def run_lm_job(
     with device_lock(device):
         generated = generate_on_device(target, program, requests, job, job_id)
     say("computing float and quantized eager")
-    block = language_model_block(checked, program, generated.results)
-    from etdeploy.llm.result import lm_run_result
+    from etdeploy.llm.result import lm_memory, lm_run_result
+    from etdeploy.sizecheck import summary_for_result
 
-    return lm_run_result(job, job_id, started, checked, program, target, report, generated, block)
+    peaks = [r.peak_rss_bytes for r in generated.results if r.peak_rss_bytes is not None]
+    block = replace(
+        language_model_block(checked, program, generated.results),
+        memory=lm_memory(program, max(peaks) if peaks else None),
+    )
+    size = SizeSummary.from_json(
+        summary_for_result(program.pte, context.size_config, sha256=program.sha256)
+    )
+    return lm_run_result(
+        job, job_id, started, checked, program, target, report, generated, block, size
+    )
 
 
 def language_model_block(

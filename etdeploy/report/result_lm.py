@@ -86,6 +86,21 @@ class PromptSample(Record):
 
 
 @dataclass(frozen=True)
+class LmMemory(Record):
+    """The program's memory at its context length, the KV cache its own part: the
+    cache's keys and values (mutable buffers planned with the arena), the rest of the
+    planned arena (activations), the weights the program carries, and what the runner
+    measured."""
+
+    max_seq_len: int
+    kv_cache_bytes: int
+    activations_bytes: int  # the planned arena without the KV cache
+    planned_bytes: int
+    weights_bytes: int  # the program's constant and delegate data
+    peak_rss_bytes: int | None = omitted_if_none()
+
+
+@dataclass(frozen=True)
 class LmGates(Record):
     min_token_agreement: float  # device vs quantized eager, teacher-forced top-1
     max_kld: float  # device vs quantized eager, mean KL divergence
@@ -109,6 +124,7 @@ class LanguageModelResult(Record):
     passed: bool
     reason: str
     samples: tuple[PromptSample, ...] = ()
+    memory: LmMemory | None = omitted_if_none()
     group_size: int | None = omitted_if_none()
 
     def comparison(self, reference: str) -> TokenComparison | None:
