@@ -170,6 +170,17 @@ def build_lm(folder: LmFolder, options: LmBuildOptions, *, use_cache: bool = Tru
     return LmProgram(pte, sha, len(buffer), options, False, kv_bytes, folder.vocab_size)
 
 
+def given_program(pte: Path, folder: LmFolder, options: LmBuildOptions) -> LmProgram:
+    """A .pte built elsewhere (--pte), run against the folder's references; its KV cache
+    as the folder's config gives it at --max-seq-len."""
+    from etdeploy.digests import file_sha256
+
+    return LmProgram(
+        pte, file_sha256(pte), pte.stat().st_size, options, True,
+        folder.kv_cache_bytes(options.max_seq_len), folder.vocab_size,
+    )  # fmt: skip
+
+
 def _lowered(folder: LmFolder, options: LmBuildOptions) -> tuple[bytes, int]:
     """The program's bytes and its KV cache's size."""
     import torch

@@ -42,6 +42,15 @@ class LmFolder:
     def hidden_size(self) -> int:
         return int(self.config.get("hidden_size") or 0)
 
+    def kv_cache_bytes(self, max_seq_len: int, dtype_bytes: int = 4) -> int:
+        """Keys and values of every layer for `max_seq_len` positions (batch 1), as a
+        static cache holds them: what a program built elsewhere carries, from config.json."""
+        heads = int(self.config.get("num_attention_heads") or 0)
+        kv_heads = int(self.config.get("num_key_value_heads") or heads)
+        head_dim = int(self.config.get("head_dim") or (self.hidden_size // heads if heads else 0))
+        layers = int(self.config.get("num_hidden_layers") or 0)
+        return 2 * layers * kv_heads * head_dim * max_seq_len * dtype_bytes
+
     def linear_input_sizes(self) -> dict[str, int]:
         """The input size of each kind of linear layer a decoder block has (what a
         4-bit group must divide): attention's projections and output, the MLP's."""

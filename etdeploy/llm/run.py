@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 from etdeploy.devices.base import Device
 from etdeploy.devices.lock import device_lock
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
-from etdeploy.llm.export import LmBuildOptions, LmProgram, build_lm, check_options
+from etdeploy.llm.export import (
+    LmBuildOptions,
+    LmProgram,
+    build_lm,
+    check_options,
+    given_program,
+)
 from etdeploy.llm.folder import LmFolder, open_lm_folder
 from etdeploy.llm.prompts import Prompt, check_context, read_prompts
 from etdeploy.llm.verify_tokens import (
@@ -67,11 +73,13 @@ class LmJob:
 
 def check_lm_job(job: RunJob) -> LmJob:
     """The folder, build options and prompts checked (bad input: exit 2), no torch."""
-    if job.pte is not None or job.reference is not None:
+    if job.reference is not None or job.data is not None:
         raise UsageError(
-            "--pte and --reference are not taken with a language-model folder",
-            "etdeploy builds the folder itself: drop --pte/--reference",
+            "--reference and --data are not taken with a language-model folder",
+            "the folder's model is the reference: drop --reference/--data",
         )
+    if job.pte is not None and not job.pte.is_file():
+        raise UsageError(f"--pte {job.pte}: no such file", "give the .pte to run")
     folder = open_lm_folder(str(job.model))
     options = LmBuildOptions(
         max_seq_len=job.max_seq_len,
@@ -104,8 +112,11 @@ def run_lm_job(
     say: StatusCallback = context.status or (lambda _text: None)
     started = time.time()
     checked = check_lm_job(job)
-    say(f"building {checked.folder.path.name} ({checked.options.label})")
-    program = build_lm(checked.folder, checked.options, use_cache=job.use_cache)
+    if job.pte is not None:
+        program = given_program(job.pte, checked.folder, checked.options)
+    else:
+        say(f"building {checked.folder.path.name} ({checked.options.label})")
+        program = build_lm(checked.folder, checked.options, use_cache=job.use_cache)
     target = target_for(job, device, say, (), context.device_runner)
     say(f"checking that the runner for {target.info.name} can run the program")
     report = preflight(
