@@ -142,7 +142,7 @@ class RunSettings:
         flags=("--backend", "-b"), metavar="NAME", panel=MODEL_PANEL, section="build", scope=BUILD,
     )  # fmt: skip
     quantize: str | None = setting(
-        None, "int8 (calibrated on real samples) or int8-dynamic; for a language model 8da4w or int8-weight.",
+        None, "int8 (calibrated on real samples) or int8-dynamic; for a language model folder 8da4w.",
         flags=("--quantize",), metavar="MODE", panel=MODEL_PANEL, section="build", scope=BUILD,
     )  # fmt: skip
     calibration: tuple[str, ...] = setting(

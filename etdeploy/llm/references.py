@@ -33,7 +33,7 @@ def eager_runs(model: Any, prompts: Sequence[Prompt], new_tokens: int) -> tuple[
             generated = [int(logits[-1].argmax())]
             for _ in range(new_tokens - 1):
                 step = torch.tensor([[generated[-1]]], dtype=torch.long)
-                out = model(input_ids=step, past_key_values=out.past_key_values, use_cache=True)
+                out = model(input_ids=step, cache=out.cache, use_cache=True)
                 generated.append(int(out.logits[0, -1].argmax()))
             runs.append(PromptRun(prompt.name, prompt.token_ids, logits.numpy(), tuple(generated)))
     return tuple(runs)

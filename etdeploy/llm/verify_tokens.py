@@ -115,6 +115,15 @@ def token_nll(run: PromptRun) -> np.ndarray:
     return -logp[np.arange(len(ids)), ids]
 
 
+def _exp(value: float) -> float:
+    """exp, infinite past float range: a broken program's perplexity can overflow."""
+    return math.exp(value) if value < 700 else math.inf
+
+
+def _expm1(value: float) -> float:
+    return math.expm1(value) if value < 700 else math.inf
+
+
 def compare_perplexity(
     reference_name: str, device: Sequence[PromptRun], reference: Sequence[PromptRun]
 ) -> Perplexity:
@@ -126,14 +135,14 @@ def compare_perplexity(
     return Perplexity(
         reference=reference_name,
         tokens=int(diff.size),
-        device=math.exp(float(dev.mean())),
-        eager=math.exp(float(ref.mean())),
+        device=_exp(float(dev.mean())),
+        eager=_exp(float(ref.mean())),
         nll_difference=mean,
         ci_low=mean - half,
         ci_high=mean + half,
-        increase=math.expm1(mean),
-        increase_low=math.expm1(mean - half),
-        increase_high=math.expm1(mean + half) if math.isfinite(half) else math.inf,
+        increase=_expm1(mean),
+        increase_low=_expm1(mean - half),
+        increase_high=_expm1(mean + half) if math.isfinite(half) else math.inf,
     )
 
 

@@ -110,7 +110,7 @@ class LmGates(Record):
 @dataclass(frozen=True)
 class LanguageModelResult(Record):
     architecture: str
-    quantization: str  # float32, 8da4w g32, int8-weight
+    quantization: str  # float32, 8da4w g32 (+emb8)
     max_seq_len: int
     vocab_size: int
     kv_cache_bytes: int

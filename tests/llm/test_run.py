@@ -4,7 +4,8 @@ the runner, and held token by token to float eager and quantized eager.
 One 8da4w and one float build per session (cached by content: every later run reads
 them back). A correct build passes with its figures in --json; two planted regressions
 fail with exit 1, naming the first position where the device departs: one 4-bit group's
-scale altered in the .pte, and a program built from the differently trained twin.
+scale altered in the .pte, and a program built from the differently trained twin (the
+runner tests' own, tests/support/lm_programs.py: built once for both).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 from etdeploy.report.schema import validate_result
 from tests.cli.conftest import Done, etdeploy
 from tests.support.adb_server import AdbTestbed, adb_testbed
+from tests.support.lm_programs import MAX_CACHE_LEN, LmPrograms
 from tests.support.planted_lm import alter_one_group_scale
 from tests.support.tiny_lm import TinyLm
 
@@ -103,16 +105,17 @@ def test_one_altered_4bit_scale_fails_naming_where_the_device_departs(
     assert "FAIL" in run.done.stdout
 
 
-def test_a_program_of_another_model_fails(tiny_lm: TinyLm, tmp_path: Path) -> None:
-    from etdeploy.llm.export import LmBuildOptions, build_lm
-    from etdeploy.llm.folder import open_lm_folder
-
-    other = build_lm(open_lm_folder(tiny_lm.other_folder), LmBuildOptions(quantize="8da4w"))
-    run = run_lm(tiny_lm.folder, tmp_path, "--quantize", "8da4w", "--pte", other.pte)
+def test_a_program_of_another_model_fails(
+    tiny_lm: TinyLm, lm_programs: LmPrograms, tmp_path: Path
+) -> None:
+    # The twin's float program (shared with the runner's tests) run as if it were MODEL's.
+    other = lm_programs.other_s1
+    run = run_lm(tiny_lm.folder, tmp_path, "--pte", other, "--max-seq-len", str(MAX_CACHE_LEN))
     assert run.done.returncode == 1, run.done.stderr
-    quantized = run.comparison("quantized eager")
-    assert quantized["top1_agreement"] < 0.9 and quantized["kld_mean"] > 0.1
-    assert quantized["first_divergence"]["position"] < 5
+    floats = run.comparison("float eager")
+    assert floats["top1_agreement"] < 0.9 and floats["kld_mean"] > 0.1
+    assert floats["first_divergence"]["position"] < 5
+    assert "first departs at prompts.txt:1 position" in run.document["verdict"]["reason"]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,9 @@ def scale_entries(pte: Path) -> list[tuple[int, int]]:
     ]
 
 
-def alter_one_group_scale(pte: Path, into: Path, *, entry: int = 0, factor_exponent: int = 4) -> Path:
+def alter_one_group_scale(
+    pte: Path, into: Path, *, entry: int = 0, factor_exponent: int = 4
+) -> Path:
     """A copy of `pte` with one group's scale multiplied by 2**factor_exponent (XNNPACK
     refuses a negative scale when it loads the program): the largest scale of the `entry`-th 4-bit linear (the first
     layer's attention projection by default), so the damage starts in the first block."""
