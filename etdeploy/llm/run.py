@@ -41,7 +41,7 @@ from etdeploy.llm.verify_tokens import (
     matched_length,
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback
-from etdeploy.report.result import SizeSummary
+from etdeploy.report.result import Memory, SizeSummary
 from etdeploy.report.result_lm import (
     GenerationSpeed,
     LanguageModelResult,
@@ -144,9 +144,13 @@ def run_lm_job(
     size = SizeSummary.from_json(
         summary_for_result(program.pte, context.size_config, sha256=program.sha256)
     )
-    return lm_run_result(
+    from etdeploy.pipeline.memory import with_memory
+
+    result = lm_run_result(
         job, job_id, started, checked, program, target, report, generated, block, size
     )
+    # --max-memory and a device's max_memory judge the runner's peak, as for any run.
+    return with_memory(result, result.memory or Memory(), (), job)
 
 
 def language_model_block(
