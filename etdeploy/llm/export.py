@@ -205,4 +205,12 @@ def _lowered(folder: LmFolder, options: LmBuildOptions) -> tuple[bytes, int]:
             cache_position=torch.tensor([0], dtype=torch.long),
         )
     edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    if options.quantize_embeddings:
+        # XNNPACK takes no embedding: torchao's dequantize + embedding pair becomes
+        # quantized_decomposed::embedding_byte, a kernel of the quantized library our
+        # runner links (executorch.exir.passes.quant_fusion_pass, executorch 1.5.1, the
+        # pass its own tests apply to torchao embeddings; read 2026-12-05).
+        from executorch.exir.passes.quant_fusion_pass import quant_fusion_and_const_prop_pass
+
+        quant_fusion_and_const_prop_pass(edge.exported_program())
     return bytes(edge.to_executorch().buffer), kv_bytes

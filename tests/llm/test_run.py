@@ -93,6 +93,24 @@ def test_a_float_build_matches_float_eager(tiny_lm: TinyLm, tmp_path: Path) -> N
     assert abs(run.perplexity("float eager")["increase"]) < 1e-4
 
 
+def test_quantized_embeddings_shrink_the_program_and_still_match_their_reference(
+    tiny_lm: TinyLm, int4_run: LmRun, tmp_path: Path
+) -> None:
+    # The int8 table runs as quantized_decomposed::embedding_byte, a kernel our runner
+    # links (ExecuTorch's Python runtime does not).
+    run = run_lm(tiny_lm.folder, tmp_path, "--quantize", "8da4w", "--quantize-embeddings")
+    assert run.done.returncode == 0, run.done.stderr
+    assert run.block["quantization"] == "8da4w g32 +emb8"
+    weights, before = (
+        run.block["memory"]["weights_bytes"],
+        int4_run.block["memory"]["weights_bytes"],
+    )
+    # 512 x 64 float32 embeddings (131 kB) become int8 (33 kB) and a scale per row.
+    assert before - weights > 90_000
+    quantized = run.comparison("quantized eager")
+    assert quantized["top1_agreement"] >= 0.95 and quantized["kld_mean"] < 0.01
+
+
 def test_one_altered_4bit_scale_fails_naming_where_the_device_departs(
     tiny_lm: TinyLm, int4_run: LmRun, tmp_path: Path
 ) -> None:
