@@ -211,6 +211,20 @@ def test_preflight_refuses_a_runner_that_cannot_generate_before_pushing_the_prog
     assert not (tmp_path / "device" / "programs").exists()
 
 
+def test_preflight_refuses_a_program_with_llm_custom_ops_saying_where_they_are(
+    local: LocalDevice, tmp_path: Path
+) -> None:
+    from etdeploy.builder import BuildOptions, build
+
+    sdpa = Path(__file__).resolve().parent.parent / "data" / "models" / "llm_sdpa.py"
+    pte = build(f"{sdpa}:build", BuildOptions(backend="xnnpack")).pte
+    with pytest.raises(PreflightError) as refused:
+        check_generation(local, runner_for_device(local.info()), pte)
+    assert "llama::custom_sdpa.out" in refused.value.message
+    assert "libcustom_ops_aot_lib.so" in (refused.value.hint or "")
+    assert not (tmp_path / "device" / "programs").exists()
+
+
 def test_a_result_that_disagrees_with_the_request_names_the_file(
     lm_programs: LmPrograms, local: LocalDevice, tmp_path: Path
 ) -> None:
