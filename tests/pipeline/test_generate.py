@@ -54,7 +54,7 @@ SETTINGS = GenerationSettings(deadline_s=300.0)
 # quantization), so within these fractions of the logits' range; ids and every
 # position's argmax must still be equal. Measured 2026-12-05 under qemu (max,sme=off),
 # two prompts each: float at most 2.7e-7 of the range; 8da4w 1.1e-7 on one prompt and
-# 4.8e-3 (0.094 of 19.3) on the other, the per-token activation scales rounding apart.
+# 4.8e-3 (0.094 of 19.3) on the other (likely an activation rounding to another int8).
 ARM_TOLERANCE = {"float": 1e-4, "int4": 2e-2}
 
 _references: dict[tuple[Path, GenerationRequest], tuple[tuple[int, ...], Any]] = {}
