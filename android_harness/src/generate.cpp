@@ -224,14 +224,35 @@ struct Timings {
   std::vector<double> decode_ms;
   double teacher_forced_ms = -1.0;  // < 0: not run
   int64_t tokens_per_call = 1;
+  // Leading positions whose teacher-forced logits the generation pass computed.
+  int64_t teacher_forced_reused = 0;
 };
 
-// (a) Prefill of the prompt, then greedy decoding one token a call.
+// Appends the logits rows of one call to `table` while every position so far has
+// its row; a call that returned the last position's only ends the capture.
+void capture(std::vector<float>* table, bool& complete, const float* logits, int64_t rows,
+             int64_t count, int64_t vocab) {
+  if (table == nullptr || !complete) {
+    return;
+  }
+  if (rows != count) {
+    complete = false;
+    table->clear();
+    return;
+  }
+  table->insert(table->end(), logits, logits + rows * vocab);
+}
+
+// (a) Prefill of the prompt, then greedy decoding one token a call. With `table`,
+// every position's logits are kept as they come (the teacher-forced pass reuses
+// those whose ids are the ones it feeds); `captured` is then how many.
 bool generate(Stepper& stepper, const Signature& signature, const std::vector<int64_t>& ids,
               int64_t prompt_len, int64_t new_tokens, std::vector<int64_t>& generated,
-              Timings& timings, GenerationFailure& failure) {
+              std::vector<float>* table, int64_t& captured, Timings& timings,
+              GenerationFailure& failure) {
   const float* logits = nullptr;
   int64_t rows = 0;
+  bool complete = true;
   const Clock::time_point start = Clock::now();
   for (int64_t at = 0; at < prompt_len; at += signature.max_chunk) {
     const int64_t count = std::min(signature.max_chunk, prompt_len - at);
@@ -239,6 +260,7 @@ bool generate(Stepper& stepper, const Signature& signature, const std::vector<in
     if (!stepper.step(ids.data() + at, count, at, logits, rows, failure)) {
       return false;
     }
+    capture(table, complete, logits, rows, count, stepper.vocab());
   }
   generated.push_back(argmax(logits + (rows - 1) * stepper.vocab(), stepper.vocab()));
   timings.prefill_ms = elapsed_ms(start, Clock::now());
@@ -249,18 +271,42 @@ bool generate(Stepper& stepper, const Signature& signature, const std::vector<in
     }
     generated.push_back(argmax(logits, stepper.vocab()));
     timings.decode_ms.push_back(elapsed_ms(token_start, Clock::now()));
+    capture(table, complete, logits, rows, 1, stepper.vocab());
   }
+  captured = complete ? prompt_len + new_tokens - 1 : 0;
   return true;
 }
 
-// (b) Every id again from position 0, every position's logits kept.
+// How many leading positions of the ids the generation pass fed exactly: the
+// prompt, then as long as the ids go on as the generated tokens did. Their logits
+// are the teacher-forced ones (the same ids at the same positions through the same
+// cache), and the cache already holds them.
+int64_t reusable_positions(const std::vector<int64_t>& ids, int64_t prompt_len,
+                           const std::vector<int64_t>& generated, int64_t captured) {
+  if (captured == 0) {
+    return 0;
+  }
+  const int64_t total = static_cast<int64_t>(ids.size());
+  int64_t same = prompt_len;
+  while (same < captured && same < total &&
+         ids[static_cast<size_t>(same)] == generated[static_cast<size_t>(same - prompt_len)]) {
+    ++same;
+  }
+  return std::min(same, total);
+}
+
+// (b) The ids from position `from` on (the rows before it are in `table`), every
+// position's logits appended.
 bool teacher_force(Stepper& stepper, const Signature& signature, const std::vector<int64_t>& ids,
-                   std::vector<float>& table, Timings& timings, GenerationFailure& failure) {
+                   int64_t from, std::vector<float>& table, Timings& timings,
+                   GenerationFailure& failure) {
   const int64_t total = static_cast<int64_t>(ids.size());
   // Logits of the last position only: one token a call, so every position has its row.
   const int64_t chunk = signature.every_position ? signature.max_chunk : 1;
+  table.resize(static_cast<size_t>(from * stepper.vocab()));
+  table.reserve(static_cast<size_t>(total * stepper.vocab()));
   const Clock::time_point start = Clock::now();
-  for (int64_t at = 0; at < total; at += chunk) {
+  for (int64_t at = from; at < total; at += chunk) {
     const int64_t count = std::min(chunk, total - at);
     const float* logits = nullptr;
     int64_t rows = 0;
@@ -272,12 +318,10 @@ bool teacher_force(Stepper& stepper, const Signature& signature, const std::vect
                     "the method returned logits for 1 of " + std::to_string(count) +
                         " positions although its signature says every position");
     }
-    if (table.empty()) {
-      table.reserve(static_cast<size_t>(total * stepper.vocab()));
-    }
     table.insert(table.end(), logits, logits + rows * stepper.vocab());
   }
   timings.teacher_forced_ms = elapsed_ms(start, Clock::now());
+  timings.teacher_forced_reused = from;
   return true;
 }
 
@@ -333,6 +377,8 @@ std::string result_document(const GenerationCall& call, int64_t token_count, int
       : json.value(per_second(static_cast<double>(timings.decode_ms.size()), decode_total));
   json.key("teacher_forced_ms");
   timings.teacher_forced_ms < 0 ? json.null() : json.value(timings.teacher_forced_ms);
+  json.key("teacher_forced_reused");
+  timings.teacher_forced_ms < 0 ? json.null() : json.value(timings.teacher_forced_reused);
   json.key("peak_rss_bytes");
   json.value(call.peak_rss_bytes ? call.peak_rss_bytes() : static_cast<uint64_t>(0));
   json.key("generated_file");
@@ -396,18 +442,23 @@ bool run_generation(Program& program, Method& method, const MethodMeta& meta,
   Stepper stepper(method, signature);
   Timings timings;
   std::vector<int64_t> generated;
-  if (!generate(stepper, signature, ids, call.prompt_len, call.max_new_tokens, generated, timings,
-                failure)) {
+  std::vector<float> table;
+  const bool teacher_forced = !call.logits_file.empty();
+  int64_t captured = 0;
+  if (!generate(stepper, signature, ids, call.prompt_len, call.max_new_tokens, generated,
+                teacher_forced ? &table : nullptr, captured, timings, failure)) {
     return false;
   }
   std::printf("Prefilled %" PRId64 " token(s) in %f ms; generated %zu token(s)\n",
               call.prompt_len, timings.prefill_ms, generated.size());
-  std::vector<float> table;
-  if (!call.logits_file.empty()) {
-    if (!teacher_force(stepper, signature, ids, table, timings, failure)) {
+  if (teacher_forced) {
+    const int64_t from = reusable_positions(ids, call.prompt_len, generated, captured);
+    if (!teacher_force(stepper, signature, ids, from, table, timings, failure)) {
       return false;
     }
-    std::printf("Teacher-forced %" PRId64 " token(s) in %f ms\n", total, timings.teacher_forced_ms);
+    std::printf("Teacher-forced %" PRId64 " token(s) in %f ms (%" PRId64
+                " reused from generation)\n",
+                total, timings.teacher_forced_ms, from);
   }
   const std::string document =
       result_document(call, total, stepper.vocab(), max_seq_len, timings);

@@ -36,9 +36,16 @@ One runner call per prompt
         written to GEN (raw int64 little-endian, exactly N; no stop at an end
         token, so every device generates the same count). N >= 1; P + N - 1
         positions are used.
-    (b) teacher forcing, only with --logits_file: all T ids again from
-        position 0; the logits of every position, T x V float32 little-endian,
-        to OUT. Row t is the distribution of the token after ids[0..t].
+    (b) teacher forcing, only with --logits_file: the logits of every position
+        of all T ids, T x V float32 little-endian, to OUT. Row t is the
+        distribution of the token after ids[0..t]. The rows pass (a) computed
+        for the same ids at the same positions are kept rather than computed
+        again (the prompt's, when the method returns every position's logits,
+        then each decode step's while the ids go on as the generated tokens did:
+        the cache holds the same state for them); the pass feeds the rest from
+        the first position where the ids depart, on the cache as (a) left it.
+        Verifying a generation against its own greedy continuation then costs
+        one more call, not a second generation.
     The cache length is the program's (its `get_max_seq_len` method when it has
     one, as ExecuTorch's LLM export writes it): a request beyond it is refused
     (exit 2) before any execution. Every file is written under a temporary
@@ -50,7 +57,9 @@ The result document (R, schema GENERATION_SCHEMA)
     max_new_tokens N; prefill_ms (time to first token: from the first prefill
     call to the first new token's id), prefill_tokens_per_s; decode_ms (one per
     decode call, N - 1 of them), decode_tokens_per_s (N - 1 over their sum; null
-    when N == 1); teacher_forced_ms (null without --logits_file); peak_rss_bytes;
+    when N == 1); teacher_forced_ms (the calls of pass (b) alone; null without
+    --logits_file) and teacher_forced_reused (its leading rows taken from (a));
+    peak_rss_bytes;
     the file names as given.
 
 Failures are the runner's: one line `error: ...` on stderr and its exit codes
@@ -227,8 +236,10 @@ class GenerationTimings:
     decode_ms: tuple[float, ...]
     # None when nothing was decoded after the first token (N == 1).
     decode_tokens_per_s: float | None
-    # The teacher-forced pass over all T ids; None when it was not asked for.
+    # The teacher-forced pass's own calls; None when it was not asked for.
     teacher_forced_ms: float | None
+    # How many leading positions' logits it took from the generation pass.
+    teacher_forced_reused: int | None = None
 
     @property
     def time_to_first_token_ms(self) -> float:
@@ -327,6 +338,7 @@ def read_generation(
         raise _bad(result_json, f"decode_ms lists no {request.max_new_tokens - 1} times")
     decode_ms = tuple(_number({"t": t}, "t", result_json) or 0.0 for t in decode)
     max_seq_len = raw.get("max_seq_len")
+    reused = raw.get("teacher_forced_reused")
     timings = GenerationTimings(
         load_ms=_number(raw, "load_ms", result_json) or 0.0,
         prefill_ms=_number(raw, "prefill_ms", result_json) or 0.0,
@@ -334,6 +346,7 @@ def read_generation(
         decode_ms=decode_ms,
         decode_tokens_per_s=_number(raw, "decode_tokens_per_s", result_json, optional=True),
         teacher_forced_ms=_number(raw, "teacher_forced_ms", result_json, optional=True),
+        teacher_forced_reused=reused if type(reused) is int else None,
     )
     peak = raw.get("peak_rss_bytes")
     version = raw.get("runner_version")
