@@ -6,9 +6,10 @@ Programs: Llama-architecture models exported as the generation contract expects
 (transformers' TorchExportableModuleForDecoderOnlyLM over a static cache, S = 1,
 XNNPACK), float32 and 8da4w (4-bit weights in groups of 32). TextLLMRunner reads
 the program's metadata methods (get_max_seq_len, get_vocab_size, use_kv_cache,
-enable_dynamic_shape, get_bos_id, get_eos_ids; the names
-executorch/extension/llm/runner's shared library looks up, read from its strings
-2026-12-05), so this benchmark's export adds them as constant methods; both
+enable_dynamic_shape, get_bos_id, get_eos_ids: the names the wheel's 1.5.1
+runner logs as it reads them, "Metadata: get_max_seq_len = 256" from
+llm_runner_helper.cpp, seen 2026-12-05), so this benchmark's export adds them as
+constant methods; both
 runners load the same file. Two sizes: the tiny Llama the tests train on license
 texts (2 layers, hidden 64: per-call overhead dominates) and a wider one of
 random weights (8 layers, hidden 512: kernels dominate; speed does not depend on
