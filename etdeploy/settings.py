@@ -280,7 +280,8 @@ class RunSettings:
         low=2, example="128", scope=BUILD,
     )  # fmt: skip
     group_size: int = setting(
-        32, "8da4w's 4-bit weight group along each linear's input: 32, 64 or 128 (default 32).",
+        32, "8da4w's 4-bit weight group along each linear's input: a multiple of 32 "
+        "dividing every layer's input, e.g. 32, 64 or 128 (default 32).",
         flags=("--group-size",), metavar="N", panel=LM_PANEL, section="build", farm=True,
         low=1, example="32", scope=BUILD,
     )  # fmt: skip

@@ -32,14 +32,25 @@ from etdeploy.errors import UsageError
 from etdeploy.llm.folder import LmFolder
 
 # --quantize for a language model: None (float), and these. int8 weight-only
-# (torchao IntxWeightOnlyConfig, int8 per channel) was tried and left out: lowered to
-# XNNPACK by executorch 1.5.1 its program's logits are off by thousands, in ExecuTorch's
-# Python runtime as in our runner, for the test model (2026-12-05); a run would only
-# ever fail.
+# (torchao IntxWeightOnlyConfig, int8 per channel) is left out: executorch 1.5.1's
+# XnnpackPartitioner lowers it without its scales. LinearConfig refuses a quantized
+# weight with float activations, the linear decomposes to permute + mm, and MMConfig's
+# source-partition walk (get_deps_from_src_partition's find_partition_args follows
+# each argument's first input) reaches the int8 data itself, classes the mm as FP32
+# and takes the dequantize into the partition: the program computes x @ qdata.T
+# (exactly, on one Linear), off by 1/scale. Not the scale dtype (per-channel scales
+# stay float32 in get_quant_params). backends/xnnpack/partition/config/
+# gemm_configs.py, read and measured 2026-12-05; a run would only ever fail.
 LM_QUANTIZATIONS = ("8da4w",)
-GROUP_SIZES = (32, 64, 128, 256)
+# XNNPACK lowers a 4-bit group only when its size is a multiple of 32 (an assertion in
+# NodeVisitor._check_per_channel_group_params: executorch 1.5.1,
+# backends/xnnpack/operators/node_visitor.py, read 2026-12-05); checked here so the
+# user hears it in one line before the build, not as a traceback from the lowering.
+XNNPACK_GROUP_MULTIPLE = 32
+COMMON_GROUP_SIZES = (32, 64, 128, 256)
 # Bump when what a build writes changes for the same inputs.
-_BUILD_RECIPE = "etdeploy.llm.export/1"
+# 2: 8da4w's group scales made bfloat16 in the eager module (programs of 1 differ).
+_BUILD_RECIPE = "etdeploy.llm.export/2"
 
 
 @dataclass(frozen=True)
@@ -71,14 +82,15 @@ def check_options(folder: LmFolder, options: LmBuildOptions) -> None:
         raise UsageError(f"--max-seq-len must be at least 2, got {options.max_seq_len}")
     if options.quantize != "8da4w":
         return
-    if options.group_size not in GROUP_SIZES:
+    if options.group_size <= 0 or options.group_size % XNNPACK_GROUP_MULTIPLE:
         raise UsageError(
-            f"--group-size {options.group_size} is not one of {', '.join(map(str, GROUP_SIZES))}",
+            f"--group-size {options.group_size} is not a multiple of "
+            f"{XNNPACK_GROUP_MULTIPLE}, which XNNPACK requires of 4-bit groups",
             "use 32 (most accurate), 64 or 128 (smallest)",
         )
     for layer, size in folder.linear_input_sizes().items():
         if size % options.group_size:
-            fits = [g for g in GROUP_SIZES if size % g == 0]
+            fits = [g for g in COMMON_GROUP_SIZES if size % g == 0]
             raise UsageError(
                 f"--group-size {options.group_size} does not divide {layer}'s input size {size}",
                 f"use a group size that divides every layer's input: {', '.join(map(str, fits))}"
@@ -116,6 +128,15 @@ def apply_quantization(model: Any, options: LmBuildOptions) -> None:
         config: Any = Int8DynamicActivationIntxWeightConfig(
             weight_dtype=torch.int4,  # type: ignore[attr-defined]  # in torch 2.13, not its stubs
             weight_granularity=PerGroup(options.group_size),
+            # XNNPACK stores 4-bit group scales as bfloat16 whatever the graph holds
+            # (NodeVisitor.get_quant_params casts `per_channel_group` scales with
+            # scale.to(torch.bfloat16): executorch 1.5.1,
+            # backends/xnnpack/operators/node_visitor.py, read 2026-12-05). With
+            # torchao's float32 scales the eager module is not the program: its logits
+            # departed from the device's by ~0.008 of their range on the test model;
+            # with bfloat16 scales by ~5e-7. The reference and the program are this
+            # one module, so both get them.
+            weight_scale_dtype=torch.bfloat16,
         )
         quantize_(model, config)
 

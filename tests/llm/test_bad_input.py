@@ -79,6 +79,22 @@ def test_a_group_size_that_does_not_divide_a_layer_is_refused(
     assert "32, 64" in done.errors[1]
 
 
+def test_a_group_size_xnnpack_cannot_lower_is_refused_before_the_build(
+    tiny_lm: TinyLm, tmp_path: Path
+) -> None:
+    # XNNPACK's rule (a multiple of 32) is named, not the layer a size happens not to divide.
+    with pytest.raises(UsageError, match="not a multiple of 32"):
+        check_options(
+            open_lm_folder(tiny_lm.folder), LmBuildOptions(quantize="8da4w", group_size=48)
+        )
+    done = etdeploy(
+        "run", tiny_lm.folder, "--quantize", "8da4w", "--group-size", "48",
+        cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert_one_line_error(done, 2, "--group-size 48 is not a multiple of 32")
+    assert "use 32" in done.errors[1]
+
+
 def test_an_unknown_quantization_is_refused(tiny_lm: TinyLm, tmp_path: Path) -> None:
     done = etdeploy("run", tiny_lm.folder, "--quantize", "int4", cwd=tmp_path, timeout=120)
     assert_one_line_error(done, 2, "unknown quantization 'int4'")

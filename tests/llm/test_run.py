@@ -63,9 +63,10 @@ def test_a_correct_8da4w_build_passes_with_the_figures_users_quote(int4_run: LmR
     block = int4_run.block
     assert block["quantization"] == "8da4w g32" and block["group_size"] == 32
     assert block["passed"] and int4_run.document["status"] == "passed"
-    # The device computes what the quantized eager program computes...
+    # The device computes what the quantized eager program computes (bfloat16 group
+    # scales in both: measured 1.0 and 2.6e-7; with float32 eager scales 0.997 and 2.4e-4)...
     quantized = int4_run.comparison("quantized eager")
-    assert quantized["top1_agreement"] >= 0.95 and quantized["kld_mean"] < 0.01
+    assert quantized["top1_agreement"] >= 0.999 and quantized["kld_mean"] < 1e-5
     # ...and departs from float eager by what 4 bits cost, which is more.
     floats = int4_run.comparison("float eager")
     assert floats["kld_mean"] > 10 * quantized["kld_mean"]
