@@ -24,9 +24,8 @@ from etdeploy.report.result_lm import LmMemory
 from etdeploy.report.result_verdict import Verdict
 
 if TYPE_CHECKING:
-    from etdeploy.llm.device import DeviceGeneration
     from etdeploy.llm.export import LmProgram
-    from etdeploy.llm.run import LmJob
+    from etdeploy.llm.run import DeviceGeneration, LmJob
     from etdeploy.pipeline.deploy import Target
     from etdeploy.pipeline.job import RunJob
     from etdeploy.preflight import PreflightReport

@@ -13,9 +13,11 @@ ordinary RunResult with the `language_model` block (etdeploy.report.result_lm).
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.devices.base import Device
@@ -51,6 +53,7 @@ from etdeploy.report.result_lm import (
 from etdeploy.runner.generation import GenerationRequest, GenerationResult
 
 if TYPE_CHECKING:
+    from etdeploy.pipeline.deploy import Target
     from etdeploy.pipeline.run import RunContext
     from etdeploy.report.result import RunResult
 
@@ -107,7 +110,7 @@ def run_lm_job(
     job: RunJob, device: Device, context: RunContext, job_id: str
 ) -> RunResult:  # pragma: no branch
     from etdeploy.pipeline.deploy import target_for
-    from etdeploy.preflight import preflight
+    from etdeploy.pipeline.generate import check_generation
 
     say: StatusCallback = context.status or (lambda _text: None)
     started = time.time()
@@ -119,19 +122,16 @@ def run_lm_job(
         program = build_lm(checked.folder, checked.options, use_cache=job.use_cache)
     target = target_for(job, device, say, (), context.device_runner)
     say(f"checking that the runner for {target.info.name} can run the program")
-    report = preflight(
-        device, target.bundle, program.pte, None, status=say, verify=job.verify_remote,
+    # Refuses a runner without --generate too, before anything is pushed.
+    report = check_generation(
+        device, target.bundle, program.pte, status=say, verify=job.verify_remote,
         sha256=program.sha256,
     )  # fmt: skip
     requests = [
         GenerationRequest(p.token_ids, len(p.token_ids), job.max_new_tokens)
         for p in checked.prompts
     ]
-    say(f"generating on {target.info.name}")
-    from etdeploy.llm.device import generate_on_device
-
-    with device_lock(device):
-        generated = generate_on_device(target, program, requests, job, job_id)
+    generated = generate_prompts(target, program.pte, requests, job, job_id, say)
     say("computing float and quantized eager")
     from etdeploy.llm.result import lm_memory, lm_run_result
     from etdeploy.sizecheck import summary_for_result
@@ -151,6 +151,60 @@ def run_lm_job(
     )
     # --max-memory and a device's max_memory judge the runner's peak, as for any run.
     return with_memory(result, result.memory or Memory(), (), job)
+
+
+@dataclass(frozen=True)
+class DeviceGeneration:
+    """Every prompt's generation on the device and what deploying it cost."""
+
+    results: tuple[GenerationResult, ...]
+    bytes_sent: int
+    files_sent: int
+    files_skipped: int
+    deploy_seconds: float
+
+
+def generate_prompts(
+    target: Target,
+    pte: Path,
+    requests: Sequence[GenerationRequest],
+    job: RunJob,
+    job_id: str,
+    say: StatusCallback,
+) -> DeviceGeneration:
+    """etdeploy.pipeline.generate's deploy and one runner call a prompt, while holding
+    the device (its job directory swept and journaled as generate_on_device does; taken
+    apart here only to keep the deploy's figures for the result)."""
+    from etdeploy.devices.workdir import JobDirs
+    from etdeploy.pipeline.generate import GenerationSettings, deploy_generator, generate
+
+    settings = GenerationSettings(
+        cpu_threads=job.cpu_threads, deadline_s=job.deadline_s,
+        idle_timeout_s=job.idle_timeout_s, verify_remote=job.verify_remote, keep=job.keep,
+    )  # fmt: skip
+    # A push reports progress only for the files it sends; the others were on the device.
+    sent: set[str] = set()
+    device = target.device
+    say(f"waiting for {target.info.name}")
+    with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-lm-") as local:
+        jobs = JobDirs(device)
+        jobs.sweep(but=job_id)
+        jobs.begin(job_id)
+        try:
+            say(f"deploying to {target.info.name}")
+            deployed = deploy_generator(
+                target, pte, requests, job_id, verify=job.verify_remote,
+                progress=lambda path, _done, _total: sent.add(path),
+            )  # fmt: skip
+            say(f"generating on {target.info.name}")
+            generated = generate(target, deployed, requests, settings, Path(local))
+        finally:
+            jobs.end(job_id, keep=job.keep)
+    pushed = len(target.bundle.files) + 1 + len(set(deployed.token_ids))
+    return DeviceGeneration(
+        tuple(g.result for g in generated), deployed.bytes_sent, len(sent),
+        pushed - len(sent), deployed.seconds,
+    )  # fmt: skip
 
 
 def language_model_block(
