@@ -14,7 +14,8 @@
 // (the kernels, backends and versions it was built with, as JSON). Unlike
 // upstream it never aborts: every failure is one line
 // "error: <what> failed: <Error> (0x..)" on stderr and a non-zero exit status
-// (see usage_text() in src/flags.cpp).
+// (see usage_text() in src/flags.cpp). --generate runs a causal language model
+// token by token instead (src/generate.h).
 //
 // Built on the runtime API (Program, Method, MemoryManager) rather than
 // extension::Module so that each stage reports its own error: a program that
@@ -53,6 +54,7 @@
 #include "src/batch.h"
 #include "src/describe.h"
 #include "src/flags.h"
+#include "src/generate.h"
 #include "src/json_writer.h"
 #include "src/memory_probe.h"
 #include "src/names.h"
@@ -878,6 +880,20 @@ int main(int argc, char** argv) {
   }
   std::printf("Model loaded in %f ms.\n", load_ms);
   std::fflush(stdout);
+
+  if (flags.generate) {
+    etdeploy_runner::GenerationCall generation{
+        flags.model_path,     flags.data_path,   flags.method_name, flags.token_ids,
+        flags.generated_file, flags.logits_file, flags.result_json, flags.prompt_len,
+        flags.max_new_tokens, pool_threads,      load_ms,           ETDEPLOY_RUNNER_VERSION,
+        ETDEPLOY_EXECUTORCH_VERSION, [] { return process_peak_rss_bytes(); }};
+    etdeploy_runner::GenerationFailure failure;
+    if (!etdeploy_runner::run_generation(*program, *method, *meta, generation, failure)) {
+      return fail(failure.exit_code, failure.message);
+    }
+    std::fflush(stdout);
+    return 0;
+  }
 
   const CallFacts call{flags.model_path, flags.data_path, flags.method_name, pool_threads,
                        load_ms};

@@ -44,6 +44,7 @@ TIMING_PANEL = "Timing and profiling"
 VERIFY_PANEL = "Verification"
 LOCALIZE_PANEL = "Localization"
 ACCURACY_PANEL = "Task accuracy"
+LM_PANEL = "Language models (a Hugging Face causal-LM folder as MODEL)"
 
 # The etdeploy.toml tables run settings live in.
 SECTIONS = ("build", "run", "verify")
@@ -141,7 +142,7 @@ class RunSettings:
         flags=("--backend", "-b"), metavar="NAME", panel=MODEL_PANEL, section="build", scope=BUILD,
     )  # fmt: skip
     quantize: str | None = setting(
-        None, "int8 (calibrated on real samples) or int8-dynamic.",
+        None, "int8 (calibrated on real samples) or int8-dynamic; for a language model folder 8da4w.",
         flags=("--quantize",), metavar="MODE", panel=MODEL_PANEL, section="build", scope=BUILD,
     )  # fmt: skip
     calibration: tuple[str, ...] = setting(
@@ -271,6 +272,43 @@ class RunSettings:
         None, "Fail when the device's top-1 is below eager's by more than this, significantly (the drop's 95% interval lies beyond it), e.g. 0.5pp.",
         flags=("--max-accuracy-drop",), metavar="PP", panel=ACCURACY_PANEL, section="verify",
         farm=True, parse=_drop, toml=(str, int, float), low=0, high=1, example="0.5pp",
+    )  # fmt: skip
+    # Language models (etdeploy.llm): a folder with config.json as MODEL takes that road.
+    max_seq_len: int = setting(
+        128, "The program's context: KV-cache positions (default 128).",
+        flags=("--max-seq-len",), metavar="N", panel=LM_PANEL, section="build", farm=True,
+        low=2, example="128", scope=BUILD,
+    )  # fmt: skip
+    group_size: int = setting(
+        32, "8da4w's 4-bit weight group along each linear's input: a multiple of 32 "
+        "dividing every layer's input, e.g. 32, 64 or 128 (default 32).",
+        flags=("--group-size",), metavar="N", panel=LM_PANEL, section="build", farm=True,
+        low=1, example="32", scope=BUILD,
+    )  # fmt: skip
+    quantize_embeddings: bool = setting(
+        False, "Also quantize the token embedding table to int8 (per row).",
+        flags=("--quantize-embeddings",), panel=LM_PANEL, section="build", farm=True,
+        scope=BUILD,
+    )  # fmt: skip
+    max_new_tokens: int = setting(
+        16, "Tokens generated greedily after each prompt (default 16).",
+        flags=("--max-new-tokens",), metavar="N", panel=LM_PANEL, section="run", farm=True,
+        low=1, example="16",
+    )  # fmt: skip
+    min_token_agreement: float | None = setting(
+        None, "Teacher-forced next-token agreement of the device with the quantized eager program, 0-1 (default 0.95).",
+        flags=("--min-token-agreement",), metavar="X", panel=LM_PANEL, section="verify",
+        farm=True, low=0, high=1, example="0.95",
+    )  # fmt: skip
+    max_kld: float | None = setting(
+        None, "Mean KL divergence of the device's next-token distributions from the quantized eager program's, nats (default 0.01).",
+        flags=("--max-kld",), metavar="X", panel=LM_PANEL, section="verify", farm=True,
+        low=0, example="0.01",
+    )  # fmt: skip
+    max_ppl_increase: float | None = setting(
+        None, "Device perplexity over float eager's on the prompts, relative (default 0.25: +25%).",
+        flags=("--max-ppl-increase",), metavar="X", panel=LM_PANEL, section="verify",
+        farm=True, low=0, example="0.25",
     )  # fmt: skip
     runner: Path | None = setting(
         None, "A runner bundle dir, or an executor_runner binary (upstream's works).",

@@ -12,8 +12,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Real .pte programs built once per session, for the .pte reader and the size checks;
 # the base install (no torch) in a venv, and a digits job bundle, for what must run
-# without it.
-pytest_plugins = ["tests.support.programs", "tests.support.base_install", "tests.support.bundles"]
+# without it. A tiny Llama trained on license texts, as a Hugging Face folder, and its
+# programs for the runner's generation.
+pytest_plugins = [
+    "tests.support.programs",
+    "tests.support.base_install",
+    "tests.support.bundles",
+    "tests.support.tiny_lm",
+    "tests.support.lm_programs",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:

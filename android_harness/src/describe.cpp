@@ -46,6 +46,12 @@ std::string describe_json(const BuildFacts& facts) {
   json.key("backend_libraries");
   string_list(json, facts.backend_libraries);
   json.end_object();
+  // What the runner can do besides running one method on input files; etdeploy's
+  // preflight refuses a generation job to a runner without "generate".
+  json.key("capabilities");
+  json.begin_array();
+  json.value("generate");
+  json.end_array();
 
   // Static initializers of the linked kernel libraries filled this registry
   // before main(); it is exactly what Method::load resolves operators against.

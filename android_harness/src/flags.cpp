@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <utility>
+#include <vector>
 
 namespace etdeploy_runner {
 namespace {
@@ -24,6 +26,49 @@ bool parse_int(const std::string& text, int64_t& out) {
   return true;
 }
 
+// --generate's own flags belong to it, and the sample flags do not apply to it.
+bool check_generation_flags(const Flags& flags, std::string& error) {
+  const bool any_generation_flag = !flags.token_ids.empty() || !flags.generated_file.empty() ||
+                                   !flags.logits_file.empty() || flags.prompt_len != 0 ||
+                                   flags.max_new_tokens != 0;
+  if (!flags.generate) {
+    if (any_generation_flag) {
+      error = "--token_ids, --prompt_len, --max_new_tokens, --generated_file and --logits_file "
+              "go with --generate";
+      return false;
+    }
+    return true;
+  }
+  const std::vector<std::pair<const char*, bool>> not_with = {
+      {"inputs", !flags.inputs.empty()},           {"output_file", !flags.output_file.empty()},
+      {"input_shapes", !flags.input_shapes.empty()}, {"etdump_path", !flags.etdump_path.empty()},
+      {"next_sample", !flags.next_samples.empty()}, {"samples_file", !flags.samples_file.empty()},
+      {"batch_output", !flags.batch_output.empty()}, {"memory", flags.memory},
+      {"warmup", flags.warmup != 0},               {"num_executions", flags.num_executions != 1},
+  };
+  for (const auto& [name, given] : not_with) {
+    if (given) {
+      error = std::string("flag --") + name + " does not apply to --generate";
+      return false;
+    }
+  }
+  for (const auto& [name, value] : std::vector<std::pair<const char*, const std::string*>>{
+           {"token_ids", &flags.token_ids},
+           {"generated_file", &flags.generated_file},
+           {"result_json", &flags.result_json}}) {
+    if (value->empty()) {
+      error = std::string("--generate needs --") + name;
+      return false;
+    }
+  }
+  if (flags.prompt_len < 1 || flags.max_new_tokens < 1) {
+    error = "--generate needs --prompt_len and --max_new_tokens of at least 1, got " +
+            std::to_string(flags.prompt_len) + " and " + std::to_string(flags.max_new_tokens);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
@@ -38,17 +83,23 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       {"input_shapes", &flags.input_shapes},
       {"samples_file", &flags.samples_file},
       {"batch_output", &flags.batch_output},
+      {"token_ids", &flags.token_ids},
+      {"generated_file", &flags.generated_file},
+      {"logits_file", &flags.logits_file},
   };
   std::map<std::string, int64_t*> int_flags = {
       {"num_executions", &flags.num_executions},
       {"warmup", &flags.warmup},
       {"cpu_threads", &flags.cpu_threads},
+      {"prompt_len", &flags.prompt_len},
+      {"max_new_tokens", &flags.max_new_tokens},
   };
   std::map<std::string, bool*> bool_flags = {
       {"help", &flags.help},
       {"version", &flags.version},
       {"describe", &flags.describe},
       {"memory", &flags.memory},
+      {"generate", &flags.generate},
   };
   // After a --next_sample only these name the new sample's files; anything else
   // belongs to the whole call and must come before the first --next_sample.
@@ -147,6 +198,9 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
     error = "--method_name must not be empty";
     return false;
   }
+  if (!check_generation_flags(flags, error)) {
+    return false;
+  }
   if (!flags.samples_file.empty() && !read_samples_file(flags.samples_file, flags.next_samples, error)) {
     return false;
   }
@@ -188,6 +242,14 @@ std::string usage_text(const char* program) {
       "                         its result document into BASE.json\n"
       "  --memory               measure memory per phase (load, first execution,\n"
       "                         steady state) into the first --result_json\n"
+      "  --generate             run a causal language model with a static KV cache:\n"
+      "                         greedy generation and teacher-forced logits (below)\n"
+      "  --token_ids PATH       with --generate: token ids, raw int64 little-endian\n"
+      "  --prompt_len P         the first P ids are the prompt to generate from\n"
+      "  --max_new_tokens N     tokens to generate greedily (ids to --generated_file)\n"
+      "  --generated_file PATH  the N generated ids, raw int64\n"
+      "  --logits_file PATH     every id teacher-forced, their logits (T x V float32);\n"
+      "                         timings and counts go to --result_json\n"
       "  --version              print the runner and ExecuTorch versions\n"
       "  --describe             print, as JSON, the ExecuTorch version, every\n"
       "                         registered kernel and backend, and the bundle's\n"

@@ -57,6 +57,15 @@ struct Flags {
   std::string samples_file;
   // Ours: every sample's outputs into BASE.bin and documents into BASE.json.
   std::string batch_output;
+  // Ours: --generate runs a causal LM with a static KV cache (src/generate.h):
+  // greedy generation from the first prompt_len of the ids in token_ids, and
+  // with logits_file every position's logits under teacher forcing.
+  bool generate = false;
+  std::string token_ids;
+  std::string generated_file;
+  std::string logits_file;
+  int64_t prompt_len = 0;
+  int64_t max_new_tokens = 0;
 
   // The first sample: the one timed with --warmup and --num_executions.
   SampleFlags first_sample() const { return {inputs, input_shapes, output_file, result_json}; }

@@ -33,6 +33,7 @@ from etdeploy.errors import (
     Interruption,
     UsageError,
 )
+from etdeploy.llm.folder import looks_like_lm_folder
 from etdeploy.pipeline.build import build_program
 from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
 from etdeploy.pipeline.execute import (
@@ -128,6 +129,10 @@ def _run_job(
     say = context.status or (lambda _text: None)
     started = time.time()
     job_id = job_id or new_job_id()
+    if job.bundle is None and looks_like_lm_folder(job.model):
+        from etdeploy.llm.run import run_lm_job  # a causal-LM folder: its own road
+
+        return run_lm_job(job, device, context, job_id)
 
     # What the device is (a round trip or two; over SSH the connection too) is asked
     # while the program and samples are read here; target_for then has it.

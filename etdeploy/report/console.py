@@ -43,7 +43,12 @@ class RunConsole:
         """Everything a run found, then the one-line verdict."""
         verdict = result.verdict
         assert verdict is not None and result.artifact is not None  # a result that ran
-        self._render_outputs(result)
+        if result.language_model is not None:
+            from etdeploy.report.console_lm import render_language_model
+
+            render_language_model(self.out, result.language_model)
+        else:
+            self._render_outputs(result)
         if len(verdict.budget) > 1 or (verdict.budget and verdict.budget[0].rule != "allclose"):
             self._render_budget(verdict)
         if result.accuracy is not None:

@@ -30,6 +30,7 @@ from etdeploy.report.result_accuracy import (  # noqa: F401 - re-exported
     TaskScore,
     Throughput,
 )
+from etdeploy.report.result_lm import LanguageModelResult
 from etdeploy.report.result_memory import (  # noqa: F401 - re-exported
     Memory,
     MemoryLimit,
@@ -385,6 +386,8 @@ class RunResult(Record):
     localization: Localization | None = omitted_if_none()
     # run --shapes: the program at points of its dynamic range.
     shapes: tuple[ShapePoint, ...] | None = omitted_if_none()
+    # A language model (etdeploy.llm): its tokens against float and quantized eager.
+    language_model: LanguageModelResult | None = omitted_if_none()
     warnings: tuple[str, ...] = ()
     error: ErrorInfo | None = None
     started_at: str

@@ -16,6 +16,7 @@ from typing import Any
 from etdeploy.errors import UsageError
 from etdeploy.report.common import summarize
 from etdeploy.report.result import READ_SCHEMA_IDS, RESULT_SCHEMA_ID, RunResult
+from etdeploy.report.schema_lm import LANGUAGE_MODEL
 from etdeploy.report.schema_localization import DEFS as LOCALIZATION_DEFS
 from etdeploy.report.schema_memory import MEMORY, MEMORY_DEFS, SHAPE_POINT, check_account
 from etdeploy.report.schema_parts import (
@@ -155,6 +156,8 @@ RESULT_SCHEMA: Schema = {
         },
         "throughput": THROUGHPUT,
         "accuracy": ACCURACY,
+        # A causal language model (etdeploy.llm): its tokens against eager.
+        "language_model": LANGUAGE_MODEL,
         "memory": MEMORY,
         # run --shapes: the program at points of its dynamic range.
         "shapes": {"type": "array", "items": SHAPE_POINT},

@@ -33,6 +33,13 @@ class RunnerDescription:
     # and dim orders (runtime/kernel/operator_registry.h).
     kernels: dict[str, frozenset[str | None]]
     backends: tuple[str, ...]
+    # What it can do besides running a method on input files: "generate" (a causal
+    # LM's greedy generation and teacher-forced logits, etdeploy.runner.generation).
+    # Empty for a runner that predates the list.
+    capabilities: tuple[str, ...] = ()
+
+    def can(self, capability: str) -> bool:
+        return capability in self.capabilities
 
     def to_json(self) -> dict[str, Any]:
         """The --describe document this was read from (its schema)."""
@@ -52,6 +59,7 @@ class RunnerDescription:
                 for key in sorted(self.kernels[op], key=lambda k: (k is not None, k or ""))
             ],
             "backends": list(self.backends),
+            "capabilities": list(self.capabilities),
         }
 
 
@@ -107,4 +115,5 @@ def parse_describe(text: str | bytes | dict[str, Any]) -> RunnerDescription:
         backend_libraries=tuple(str(x) for x in bundle.get("backend_libraries", ())),
         kernels={op: frozenset(keys) for op, keys in kernels.items()},
         backends=tuple(str(b) for b in backends),
+        capabilities=tuple(str(c) for c in raw.get("capabilities") or () if isinstance(c, str)),
     )

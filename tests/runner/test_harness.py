@@ -570,7 +570,31 @@ def test_describe_lists_the_kernel_registry_the_backends_and_the_build(
     for op in ("aten::add.out", "aten::convolution.out", "quantized_decomposed::quantize_per_tensor.out",
                "aten::sym_size.int"):  # fmt: skip
         assert described.kernels.get(op) == frozenset({None}), op
+    assert described.capabilities == ("generate",) and described.can("generate")
     assert parse_describe(json.dumps(described.to_json())) == described
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--generate", "--prompt_len=2", "--max_new_tokens=3", "--generated_file=g",
+          "--result_json=r"], "--generate needs --token_ids"),
+        (["--generate", "--token_ids=i", "--prompt_len=0", "--max_new_tokens=3",
+          "--generated_file=g", "--result_json=r"], "--prompt_len and --max_new_tokens of at least 1"),
+        (["--generate", "--token_ids=i", "--prompt_len=2", "--max_new_tokens=3",
+          "--generated_file=g", "--result_json=r", "--inputs=x.bin"],
+         "flag --inputs does not apply to --generate"),
+        (["--token_ids=i", "--prompt_len=2"], "go with --generate"),
+    ],
+)  # fmt: skip
+def test_generation_flags_out_of_place_are_one_usage_error_line(
+    runner_bundle: RunnerBundle, args: list[str], error: str
+) -> None:
+    done = run_runner(runner_bundle, "--model_path=m.pte", *args)
+    assert done.returncode == 2
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert error in line
 
 
 @pytest.mark.slow

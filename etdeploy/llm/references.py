@@ -1,0 +1,39 @@
+"""The eager references of a language-model run: float eager and quantized eager.
+
+Both see the same ids the device sees. Every position's logits come from one forward
+pass over the whole prompt; greedy generation then feeds one token a step through
+transformers' ordinary dynamic cache (not the static cache the program was exported
+with, so the reference does not share the logic it checks). No end-of-text stop: the
+device generates exactly N tokens, and so does the reference.
+The quantized eager model is the torchao-quantized module the program was exported
+from (etdeploy.llm.export.quantized_model): with 8da4w its activations are quantized
+per token at run time, as XNNPACK's dynamically quantized linears do, so it computes
+what the backend computes and the device can be held to it token for token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from etdeploy.llm.prompts import Prompt
+from etdeploy.llm.verify_tokens import PromptRun
+
+
+def eager_runs(model: Any, prompts: Sequence[Prompt], new_tokens: int) -> tuple[PromptRun, ...]:
+    """Every prompt through `model`: its positions' logits and its greedy continuation."""
+    import torch
+
+    runs = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = torch.tensor([prompt.token_ids], dtype=torch.long)
+            out = model(input_ids=ids, use_cache=True)
+            logits = out.logits[0].float()
+            generated = [int(logits[-1].argmax())]
+            for _ in range(new_tokens - 1):
+                step = torch.tensor([[generated[-1]]], dtype=torch.long)
+                out = model(input_ids=step, cache=out.cache, use_cache=True)
+                generated.append(int(out.logits[0, -1].argmax()))
+            runs.append(PromptRun(prompt.name, prompt.token_ids, logits.numpy(), tuple(generated)))
+    return tuple(runs)

@@ -1,0 +1,148 @@
+"""The RunResult of a language-model run: the ordinary blocks (job, device, artifact,
+runner, preflight, deploy, latency, memory, verdict) filled from what the LM stages
+returned, and the `language_model` block that carries the token-level comparison."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK
+from etdeploy.report.result import (
+    Artifact,
+    DeployStats,
+    DeviceSummary,
+    InputsInfo,
+    JobInfo,
+    Memory,
+    Preflight,
+    RunnerInfo,
+    RunResult,
+    SizeSummary,
+)
+from etdeploy.report.result_lm import LmMemory
+from etdeploy.report.result_verdict import Verdict
+
+if TYPE_CHECKING:
+    from etdeploy.llm.export import LmProgram
+    from etdeploy.llm.run import DeviceGeneration, LmJob
+    from etdeploy.pipeline.deploy import Target
+    from etdeploy.pipeline.job import RunJob
+    from etdeploy.preflight import PreflightReport
+    from etdeploy.report.result_lm import LanguageModelResult
+
+
+def lm_run_result(
+    job: RunJob,
+    job_id: str,
+    started: float,
+    checked: LmJob,
+    program: LmProgram,
+    target: Target,
+    report: PreflightReport,
+    generated: DeviceGeneration,
+    block: LanguageModelResult,
+    size: SizeSummary | None = None,
+) -> RunResult:
+    import etdeploy
+    from etdeploy.pipeline.execute import latency_of
+
+    info, bundle = target.info, target.bundle
+    results = generated.results
+    decode_ms = [ms for r in results for ms in r.timings.decode_ms]
+    peaks = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
+    comparison = block.comparison("quantized eager")
+    passed = block.passed and (size is None or size.passed)
+    return RunResult(
+        etdeploy=etdeploy.__version__,
+        status="passed" if passed else "failed",
+        exit_code=EXIT_OK if passed else EXIT_CHECK_FAILED,
+        job=JobInfo(
+            id=job_id,
+            model=job.model,
+            backend="xnnpack",
+            quantization=block.quantization,
+            method="forward",
+            iterations=len(results),
+            warmup=0,
+        ),
+        device=DeviceSummary(
+            name=info.name,
+            transport=info.transport,
+            serial=info.serial,
+            os=info.os,
+            os_version=info.os_version,
+            abi=info.abi,
+            model=info.model,
+            soc=info.soc,
+        ),
+        artifact=Artifact(
+            pte=str(program.pte),
+            sha256=program.sha256,
+            size_bytes=program.size_bytes,
+            backend="xnnpack",
+            quantization=block.quantization,
+            built_with=_built_with(),
+        ),
+        runner=RunnerInfo(
+            flavor=bundle.flavor,
+            abi=bundle.abi,
+            kind=bundle.kind,
+            version=results[0].runner_version if results else None,
+            path=str(bundle.executable_path),
+        ),
+        inputs=InputsInfo(
+            names=("input_ids", "cache_position"),
+            samples=tuple(p.name for p in checked.prompts),
+            reference="eager",
+        ),
+        preflight=Preflight.from_json(report.to_json()),
+        deploy=DeployStats(
+            bytes_sent=generated.bytes_sent,
+            files_sent=generated.files_sent,
+            files_skipped=generated.files_skipped,
+            seconds=round(generated.deploy_seconds, 3),
+        ),
+        # One decode call a token: the latency of a step of generation.
+        latency_ms=latency_of(block.speed.load_ms, decode_ms),
+        memory=Memory(
+            planned_bytes=block.memory.planned_bytes if block.memory else None,
+            peak_rss_bytes=max(peaks) if peaks else None,
+        ),
+        size=size,
+        verdict=Verdict(
+            passed=block.passed,
+            reason=block.reason,
+            top1_agreement=comparison.top1_agreement if comparison else None,
+            reference="quantized eager",
+        ),
+        language_model=block,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        seconds=round(time.time() - started, 3),
+    )
+
+
+def lm_memory(program: LmProgram, peak_rss_bytes: int | None) -> LmMemory:
+    """The memory account of an LM program, read from the .pte (no torch): the KV cache
+    is the export's mutable key/value buffers, planned with the arena."""
+    from etdeploy.pte import read_pte
+
+    layout = read_pte(program.pte)
+    planned = layout.method("forward").planned_arena_bytes
+    return LmMemory(
+        max_seq_len=program.options.max_seq_len,
+        kv_cache_bytes=program.kv_cache_bytes,
+        activations_bytes=max(planned - program.kv_cache_bytes, 0),
+        planned_bytes=planned,
+        weights_bytes=sum(segment.size for segment in layout.segments),
+        peak_rss_bytes=peak_rss_bytes,
+    )
+
+
+def _built_with() -> dict[str, str | None]:
+    from importlib.metadata import version
+
+    import etdeploy
+
+    names = ("torch", "executorch", "transformers", "torchao")
+    return {"etdeploy": etdeploy.__version__, **{n: version(n) for n in names}}

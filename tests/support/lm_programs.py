@@ -1,0 +1,129 @@
+"""ExecuTorch programs of the tiny Llama (tests/support/tiny_lm.py), built once per
+session, and what ExecuTorch's Python runtime generates with them.
+
+Each program is exported the way the generation contract expects
+(etdeploy/runner/generation.py): transformers' TorchExportableModuleForDecoderOnlyLM
+over a static cache, `forward(input_ids int64[1, S], cache_position int64[S])`,
+lowered to XNNPACK. They stand for what etdeploy's LLM build produces; the runner's
+tests need the programs, not that build.
+
+- `float_s1`: float32, one token per call (S fixed at 1);
+- `float_chunked`: float32, S dynamic up to CHUNK (prefill and teacher forcing in chunks);
+- `int4`: 8da4w (int8 dynamic activations, 4-bit weights in groups of 32), S = 1;
+- `other_s1`: float32, S = 1, of the differently trained twin (the wrong program).
+
+The requests are the held-out prompts, tokenized on the host as etdeploy does: each
+line's ids, the first half of them the prompt, the rest its real continuation,
+which teacher forcing scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from etdeploy.runner.generation import GenerationRequest
+from tests.support.tiny_lm import TinyLm
+
+MAX_CACHE_LEN = 96
+CHUNK = 16
+NEW_TOKENS = 12
+GROUP_SIZE = 32
+
+
+@dataclass(frozen=True)
+class LmPrograms:
+    float_s1: Path
+    float_chunked: Path
+    int4: Path
+    other_s1: Path
+    requests: tuple[GenerationRequest, ...]
+    vocab_size: int
+
+
+def export_program(folder: Path, pte: Path, *, chunk: int = 1, int4: bool = False) -> Path:
+    """The model in `folder` as a .pte with a static cache of MAX_CACHE_LEN positions."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from transformers import AutoModelForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(folder)
+    model.eval()
+    model.generation_config.cache_implementation = "static"
+    model.generation_config.cache_config = {"batch_size": 1, "max_cache_len": MAX_CACHE_LEN}
+    if int4:
+        from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+        from torchao.quantization.granularity import PerGroup
+
+        # torch 2.13 has torch.int4; its stubs do not say so.
+        int4_dtype = torch.int4  # type: ignore[attr-defined]
+        config = Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=int4_dtype, weight_granularity=PerGroup(GROUP_SIZE)
+        )
+        quantize_(model, config)
+    wrapper = TorchExportableModuleForDecoderOnlyLM(model)
+    if chunk == 1:
+        exported = wrapper.export(input_ids=torch.tensor([[0]]), cache_position=torch.tensor([0]))
+    else:
+        length = torch.export.Dim("length", min=1, max=chunk)
+        exported = wrapper.export(
+            input_ids=torch.tensor([[0, 0]]),
+            cache_position=torch.tensor([0, 1]),
+            dynamic_shapes={"input_ids": {1: length}, "cache_position": {0: length}},
+        )
+    program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    pte.write_bytes(program.to_executorch().buffer)
+    return pte
+
+
+def prompt_requests(folder: Path, prompts: Path) -> tuple[GenerationRequest, ...]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    requests = []
+    for line in prompts.read_text(encoding="utf-8").splitlines():
+        ids = tokenizer(line)["input_ids"]
+        requests.append(GenerationRequest(tuple(ids), len(ids) // 2, NEW_TOKENS))
+    return tuple(requests)
+
+
+def runtime_generation(pte: Path, request: GenerationRequest) -> tuple[tuple[int, ...], Any]:
+    """What ExecuTorch's Python runtime gives for `request`, one token per call: the
+    greedy ids from the prompt, and every position's logits under teacher forcing."""
+    import torch
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(str(pte)).load_method("forward")
+
+    def last_row(token: int, position: int) -> Any:
+        logits = method.execute([torch.tensor([[token]]), torch.tensor([position])])[0]
+        return logits.reshape(-1, logits.shape[-1])[-1].numpy().copy()
+
+    row: Any = None
+    for position, token in enumerate(request.token_ids[: request.prompt_len]):
+        row = last_row(token, position)
+    generated = [int(np.argmax(row))]
+    for k in range(1, request.max_new_tokens):
+        generated.append(int(np.argmax(last_row(generated[-1], request.prompt_len + k - 1))))
+    table = np.stack([last_row(t, p) for p, t in enumerate(request.token_ids)])
+    return tuple(generated), table
+
+
+@pytest.fixture(scope="session")
+def lm_programs(tiny_lm: TinyLm, tmp_path_factory: pytest.TempPathFactory) -> LmPrograms:
+    root = tmp_path_factory.mktemp("lm-programs")
+    requests = prompt_requests(tiny_lm.folder, tiny_lm.prompts)
+    return LmPrograms(
+        float_s1=export_program(tiny_lm.folder, root / "float-s1.pte"),
+        float_chunked=export_program(tiny_lm.folder, root / "float-chunked.pte", chunk=CHUNK),
+        int4=export_program(tiny_lm.folder, root / "int4.pte", int4=True),
+        other_s1=export_program(tiny_lm.other_folder, root / "other-s1.pte"),
+        requests=requests,
+        vocab_size=512,
+    )
