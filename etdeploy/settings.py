@@ -273,7 +273,7 @@ class RunSettings:
         flags=("--max-accuracy-drop",), metavar="PP", panel=ACCURACY_PANEL, section="verify",
         farm=True, parse=_drop, toml=(str, int, float), low=0, high=1, example="0.5pp",
     )  # fmt: skip
-    # Language models (etdeploy.llm): a folder with config.json as MODEL takes that road.
+    # Language models (etdeploy.pipeline.llm): a folder with config.json as MODEL takes that road.
     max_seq_len: int = setting(
         128, "The program's context: KV-cache positions (default 128).",
         flags=("--max-seq-len",), metavar="N", panel=LM_PANEL, section="build", farm=True,

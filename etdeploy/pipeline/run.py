@@ -33,7 +33,6 @@ from etdeploy.errors import (
     Interruption,
     UsageError,
 )
-from etdeploy.llm.folder import looks_like_lm_folder
 from etdeploy.pipeline.build import build_program
 from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
 from etdeploy.pipeline.execute import (
@@ -46,6 +45,7 @@ from etdeploy.pipeline.execute import (
     throughput_of,
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
+from etdeploy.pipeline.llm.folder import looks_like_lm_folder
 from etdeploy.pipeline.memory import memory_of, with_memory
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import stage
@@ -130,7 +130,7 @@ def _run_job(
     started = time.time()
     job_id = job_id or new_job_id()
     if job.bundle is None and looks_like_lm_folder(job.model):
-        from etdeploy.llm.run import run_lm_job  # a causal-LM folder: its own road
+        from etdeploy.pipeline.llm.run import run_lm_job  # a causal-LM folder: its own road
 
         return run_lm_job(job, device, context, job_id)
 

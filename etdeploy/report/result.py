@@ -386,7 +386,7 @@ class RunResult(Record):
     localization: Localization | None = omitted_if_none()
     # run --shapes: the program at points of its dynamic range.
     shapes: tuple[ShapePoint, ...] | None = omitted_if_none()
-    # A language model (etdeploy.llm): its tokens against float and quantized eager.
+    # A language model (etdeploy.pipeline.llm): its tokens against float and quantized eager.
     language_model: LanguageModelResult | None = omitted_if_none()
     warnings: tuple[str, ...] = ()
     error: ErrorInfo | None = None

@@ -156,7 +156,7 @@ RESULT_SCHEMA: Schema = {
         },
         "throughput": THROUGHPUT,
         "accuracy": ACCURACY,
-        # A causal language model (etdeploy.llm): its tokens against eager.
+        # A causal language model (etdeploy.pipeline.llm): its tokens against eager.
         "language_model": LANGUAGE_MODEL,
         "memory": MEMORY,
         # run --shapes: the program at points of its dynamic range.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import InputError
-from etdeploy.llm.folder import LmFolder
+from etdeploy.pipeline.llm.folder import LmFolder
 
 
 @dataclass(frozen=True)

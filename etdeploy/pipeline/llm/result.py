@@ -24,10 +24,10 @@ from etdeploy.report.result_lm import LmMemory
 from etdeploy.report.result_verdict import Verdict
 
 if TYPE_CHECKING:
-    from etdeploy.llm.export import LmProgram
-    from etdeploy.llm.run import DeviceGeneration, LmJob
     from etdeploy.pipeline.deploy import Target
     from etdeploy.pipeline.job import RunJob
+    from etdeploy.pipeline.llm.export import LmProgram
+    from etdeploy.pipeline.llm.run import DeviceGeneration, LmJob
     from etdeploy.preflight import PreflightReport
     from etdeploy.report.result_lm import LanguageModelResult
 

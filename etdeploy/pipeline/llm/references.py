@@ -6,7 +6,7 @@ transformers' ordinary dynamic cache (not the static cache the program was expor
 with, so the reference does not share the logic it checks). No end-of-text stop: the
 device generates exactly N tokens, and so does the reference.
 The quantized eager model is the torchao-quantized module the program was exported
-from (etdeploy.llm.export.quantized_model): with 8da4w its activations are quantized
+from (etdeploy.pipeline.llm.export.quantized_model): with 8da4w its activations are quantized
 per token at run time, as XNNPACK's dynamically quantized linears do, so it computes
 what the backend computes and the device can be held to it token for token.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from etdeploy.llm.prompts import Prompt
-from etdeploy.llm.verify_tokens import PromptRun
+from etdeploy.pipeline.llm.prompts import Prompt
+from etdeploy.pipeline.llm.verify_tokens import PromptRun
 
 
 def eager_runs(model: Any, prompts: Sequence[Prompt], new_tokens: int) -> tuple[PromptRun, ...]:

@@ -23,16 +23,17 @@ from typing import TYPE_CHECKING
 from etdeploy.devices.base import Device
 from etdeploy.devices.lock import device_lock
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
-from etdeploy.llm.export import (
+from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.llm.export import (
     LmBuildOptions,
     LmProgram,
     build_lm,
     check_options,
     given_program,
 )
-from etdeploy.llm.folder import LmFolder, open_lm_folder
-from etdeploy.llm.prompts import Prompt, check_context, read_prompts
-from etdeploy.llm.verify_tokens import (
+from etdeploy.pipeline.llm.folder import LmFolder, open_lm_folder
+from etdeploy.pipeline.llm.prompts import Prompt, check_context, read_prompts
+from etdeploy.pipeline.llm.verify_tokens import (
     DEFAULT_MAX_KLD,
     DEFAULT_MAX_PPL_INCREASE,
     DEFAULT_MIN_TOKEN_AGREEMENT,
@@ -42,7 +43,6 @@ from etdeploy.llm.verify_tokens import (
     judge_tokens,
     matched_length,
 )
-from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.report.result import Memory, SizeSummary
 from etdeploy.report.result_lm import (
     GenerationSpeed,
@@ -133,7 +133,7 @@ def run_lm_job(
     ]
     generated = generate_prompts(target, program.pte, requests, job, job_id, say)
     say("computing float and quantized eager")
-    from etdeploy.llm.result import lm_memory, lm_run_result
+    from etdeploy.pipeline.llm.result import lm_memory, lm_run_result
     from etdeploy.sizecheck import summary_for_result
 
     peaks = [r.peak_rss_bytes for r in generated.results if r.peak_rss_bytes is not None]
@@ -211,10 +211,10 @@ def language_model_block(
     checked: LmJob, program: LmProgram, results: Sequence[GenerationResult]
 ) -> LanguageModelResult:
     """The device's runs against float eager and quantized eager, gated."""
-    from etdeploy.llm.export import quantized_model
-    from etdeploy.llm.folder import load_causal_lm
-    from etdeploy.llm.prompts import load_tokenizer
-    from etdeploy.llm.references import eager_runs
+    from etdeploy.pipeline.llm.export import quantized_model
+    from etdeploy.pipeline.llm.folder import load_causal_lm
+    from etdeploy.pipeline.llm.prompts import load_tokenizer
+    from etdeploy.pipeline.llm.references import eager_runs
 
     new_tokens = len(results[0].generated_ids)
     device = tuple(

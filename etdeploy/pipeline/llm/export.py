@@ -14,7 +14,7 @@ etdeploy.runner.generation). optimum-executorch pins transformers 5.0.0rc1.
 
 One token per call: the program's sequence length is 1, so prefill feeds the prompt one
 token at a time (the figures say so). The quantized eager module is kept: it is the
-reference the device must reproduce (etdeploy.llm.references).
+reference the device must reproduce (etdeploy.pipeline.llm.references).
 
 Builds are cached by content: the folder's config and weights, the options, and the
 versions of the libraries that make the program.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import UsageError
-from etdeploy.llm.folder import LmFolder
+from etdeploy.pipeline.llm.folder import LmFolder
 
 # --quantize for a language model: None (float), and these. int8 weight-only
 # (torchao IntxWeightOnlyConfig, int8 per channel) is left out: executorch 1.5.1's
@@ -50,7 +50,7 @@ XNNPACK_GROUP_MULTIPLE = 32
 COMMON_GROUP_SIZES = (32, 64, 128, 256)
 # Bump when what a build writes changes for the same inputs.
 # 2: 8da4w's group scales made bfloat16 in the eager module (programs of 1 differ).
-_BUILD_RECIPE = "etdeploy.llm.export/2"
+_BUILD_RECIPE = "etdeploy.pipeline.llm.export/2"
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def check_options(folder: LmFolder, options: LmBuildOptions) -> None:
 def quantized_model(folder: LmFolder, options: LmBuildOptions) -> Any:
     """The eager model quantized as the program will be (float when no quantization):
     the reference the device is held to."""
-    from etdeploy.llm.folder import load_causal_lm
+    from etdeploy.pipeline.llm.folder import load_causal_lm
 
     model = load_causal_lm(folder)
     apply_quantization(model, options)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from etdeploy.errors import ModelError, UsageError
-from etdeploy.llm.export import LmBuildOptions, check_options
-from etdeploy.llm.folder import looks_like_lm_folder, open_lm_folder
+from etdeploy.pipeline.llm.export import LmBuildOptions, check_options
+from etdeploy.pipeline.llm.folder import looks_like_lm_folder, open_lm_folder
 from tests.cli.conftest import assert_one_line_error, etdeploy
 from tests.support.tiny_lm import TinyLm
 
@@ -112,7 +112,7 @@ def test_a_prompt_longer_than_the_context_is_refused(tiny_lm: TinyLm, tmp_path: 
 def test_prompts_come_from_a_file_a_folder_or_the_model_folder(
     tiny_lm: TinyLm, tmp_path: Path
 ) -> None:
-    from etdeploy.llm.prompts import prompt_texts
+    from etdeploy.pipeline.llm.prompts import prompt_texts
 
     folder = open_lm_folder(tiny_lm.folder)
     own = prompt_texts((), folder)
