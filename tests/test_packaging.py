@@ -73,7 +73,10 @@ def test_make_setup_pins_the_tested_pair_which_the_ranges_admit() -> None:
     build = requirements(PROJECT["optional-dependencies"]["build"])
     assert build["torch"].specifier.contains(TESTED_PAIR[0])
     assert build["executorch"].specifier.contains(TESTED_PAIR[1])
-    assert "-c constraints.txt -e '.[build,test,docs,explore]'" in (REPO / "Makefile").read_text()
+    assert (
+        "-c constraints.txt -e '.[build,test,docs,explore,history]'"
+        in (REPO / "Makefile").read_text()
+    )
 
 
 def test_installing_the_build_extra_keeps_the_torch_already_installed(tmp_path: Path) -> None:
