@@ -35,11 +35,10 @@ RUN_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="session")
-def runner_bundle(tmp_path_factory: pytest.TempPathFactory) -> RunnerBundle:
-    """The runner, built once per session into a session cache."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ETDEPLOY_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "runner-cache"))
-        return ensure_runner()
+def runner_bundle() -> RunnerBundle:
+    """The runner of the session's etdeploy cache (tests/conftest.py): the same build
+    every other test runs, built once per session."""
+    return ensure_runner()
 
 
 @dataclass(frozen=True)
