@@ -186,14 +186,16 @@ def test_build_failure_carries_the_compiler_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     harness = _copy_harness(tmp_path)
-    broken = harness / "src" / "names.cpp"
+    # The runner's main source: ninja compiles it among the first, so the failed build
+    # stops after two of the nine objects (4 s of CPU, not the 15 s of a whole compile).
+    broken = harness / "etdeploy_runner.cpp"
     broken.write_text(broken.read_text() + "\nthis is not C++;\n")
     monkeypatch.setenv("ETDEPLOY_HARNESS_DIR", str(harness))
     monkeypatch.setenv("ETDEPLOY_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(RunnerError, match="while compiling") as caught:
         ensure_runner()
     assert caught.value.log is not None
-    assert "names.cpp" in caught.value.log and "error" in caught.value.log
+    assert "etdeploy_runner.cpp" in caught.value.log and "error" in caught.value.log
     runners = tmp_path / "cache" / "runners"
     assert [p.name for p in runners.iterdir() if not p.name.endswith(".lock")] == []
 
