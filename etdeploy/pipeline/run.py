@@ -126,14 +126,19 @@ def _run_job(
     job: RunJob, device: Device, context: RunContext | None = None, *, job_id: str | None = None
 ) -> RunResult:
     context = context or RunContext()
-    say = context.status or (lambda _text: None)
-    started = time.time()
     job_id = job_id or new_job_id()
     if job.bundle is None and looks_like_lm_folder(job.model):
         from etdeploy.pipeline.llm.run import run_lm_job  # a causal-LM folder: its own road
 
         return run_lm_job(job, device, context, job_id)
+    return _run_program(job, device, context, job_id)
 
+
+def _run_program(job: RunJob, device: Device, context: RunContext, job_id: str) -> RunResult:
+    """A program's road: built (or given, or read from a bundle), staged, run on the
+    device, and judged once."""
+    say = context.status or (lambda _text: None)
+    started = time.time()
     plan = plan_of(job)
     # What the device is (a round trip or two; over SSH the connection too) is asked
     # while the program and samples are read here; target_for then has it.
@@ -153,7 +158,14 @@ def _run_job(
     deployed, executed, points, lock, etdump = _on_device(
         plan, job_id, target, program, staged, context
     )
-    profile, profile_warnings = _profile(etdump, program, say)
+    profile, profile_warnings = None, ()
+    if etdump is not None:
+        say("reading the profile")
+        try:
+            profile = profile_of(etdump, program)
+        except EtdeployError as exc:
+            # The run itself succeeded: keep its verdict, say why there is no profile.
+            profile_warnings = (f"no profile: {exc.message}",)
     # The one verdict of the run: outputs, task, size and memory together.
     judged = judge(
         plan.verify, program, staged, executed.outputs, host_outputs=host_outputs,
@@ -243,40 +255,19 @@ def _on_device(
             # Outputs may be views of a mapped file in `tmp`: a mapping outlives the
             # file's removal (POSIX), so they are read as compared, never copied.
             executed = execute(target, deployed, program, staged, plan.execute, Path(tmp))
-            points = _shape_points(plan, target, program, staged, job_id, Path(tmp), context)
+            points: tuple[ShapePoint, ...] = ()
+            if plan.shapes is not None:  # --shapes: the program at points of its range
+                from etdeploy.pipeline.shapes import run_points
+
+                points = run_points(
+                    plan.shapes, target, program, staged, job_id=job_id, local_dir=Path(tmp),
+                    say=say, progress=context.progress,
+                )  # fmt: skip
         finally:
             jobs.end(job_id, keep=plan.keep)
         etdump = keep_etdump(executed.etdump, job_id) if executed.etdump else None
         lock = DeviceLock(round(held_from - waited_from, 3), held_from, time.time())
     return deployed, executed, points, lock, etdump
-
-
-def _shape_points(
-    plan: RunPlan, target: Target, program: Program, staged: Staged, job_id: str, tmp: Path,
-    context: RunContext,
-) -> tuple[ShapePoint, ...]:  # fmt: skip
-    """run --shapes: the program at each point of its range (etdeploy.pipeline.shapes)."""
-    if plan.shapes is None:
-        return ()
-    from etdeploy.pipeline.shapes import run_points
-
-    return run_points(
-        plan.shapes, target, program, staged, job_id=job_id, local_dir=tmp,
-        say=context.status or (lambda _text: None), progress=context.progress,
-    )  # fmt: skip
-
-
-def _profile(
-    etdump: Path | None, program: Program, say: StatusCallback
-) -> tuple[Profile | None, tuple[str, ...]]:
-    if etdump is None:
-        return None, ()
-    say("reading the profile")
-    try:
-        return profile_of(etdump, program), ()
-    except EtdeployError as exc:
-        # The run itself succeeded: keep its verdict, say why there is no profile.
-        return None, (f"no profile: {exc.message}",)
 
 
 def result_of(stages: Stages) -> RunResult:

@@ -125,7 +125,11 @@ def judge(
     when the caller has it already (size_verdict, which needs nothing the device
     returns), else computed here; `memory`: the memory account judged against the
     limit, and the shape points (etdeploy.pipeline.memory.judge_memory)."""
-    thresholds = settings.thresholds
+    # What is judged, and by which limits, before anything is measured.
+    thresholds, tolerance = settings.thresholds, tolerance_for(settings, program)
+    reference = "float eager" if staged.reference_kind == "eager" else "reference file"
+    chain = budget_chain(settings.quantize, program, staged, outputs, host_outputs, reference)
+    size = size or size_verdict(program, size_config)
     names = program.output_names
     declared = {**program.declared_kinds, **settings.declared_kinds}  # checked at staging
     shapes = [r.shape for r in staged.references[0]] if staged.references else []
@@ -141,7 +145,7 @@ def judge(
             want,
             staged.sample_names,
             names,
-            tolerance_for(settings, program),
+            tolerance,
             on_noise=staged.on_noise,
             measured=measured,
         )
@@ -153,7 +157,6 @@ def judge(
             device_vs_host=compare(outputs, host_outputs),
             host_vs_reference=compare(host_outputs, staged.references),
         )
-    reference = "float eager" if staged.reference_kind == "eager" else "reference file"
     # A .pte built elsewhere has no manifest to say its outputs' grids: the
     # quantized program derived from MODEL does.
     steps = (
@@ -161,7 +164,7 @@ def judge(
     )
     stages = [
         metrics.judge_stage(c, staged.sample_names, kinds, thresholds, steps, measured)
-        for c in budget_chain(settings.quantize, program, staged, outputs, host_outputs, reference)
+        for c in chain
     ]
     verdict = metrics.budget_verdict(stages, end_to_end, kinds, thresholds, reference)
     if staged.quantized is not None:
@@ -186,7 +189,6 @@ def judge(
             + ": its kind-specific metrics are reported, not required; declare it with "
             "--output-kind NAME=KIND or ModelSpec.output_kinds"
         )
-    size = size or size_verdict(program, size_config)
     task = task_accuracy(settings.gate, program, staged, outputs, job_id or "run")
     if memory is not None:
         warnings.extend(memory.warnings)
