@@ -132,14 +132,15 @@ def _program(args: tuple[str, ...]) -> tuple[Path, Path]:
     from etdeploy.dataset import load_labelled
     from etdeploy.inputs import raw_bytes
     from etdeploy.pipeline import RunJob
-    from etdeploy.pipeline.build import build_program, default_sample_paths
+    from etdeploy.pipeline.build import build_program
+    from etdeploy.pipeline.plan import plan_of
 
     model = args[0]
     flags = dict(zip(args[1::2], args[2::2], strict=True))
     job = RunJob(model=model, backend=flags.get("--backend", "xnnpack"),
                  quantize=flags.get("--quantize"))  # fmt: skip
-    program = build_program(job, lambda _text: None)
-    sample = load_labelled(default_sample_paths(program), program.input_metas, None).samples[0]
+    program = build_program(plan_of(job).build, lambda _text: None)
+    sample = load_labelled(program.own_samples, program.input_metas, None).samples[0]
     raw = Path(tempfile.gettempdir()) / f"bench-memory-{program.sha256[:12]}.bin"
     raw.write_bytes(raw_bytes(sample.arrays[0]))
     return program.pte, raw

@@ -141,6 +141,21 @@ class Program:
         return dict(self.manifest.output_kinds) if self.manifest is not None else {}
 
     @property
+    def own_samples(self) -> list[str]:
+        """The real samples the model ships: recorded in the manifest at build time,
+        or, for a .pte built elsewhere, named by the model's factory."""
+        return list(self.manifest.samples) if self.manifest is not None else []
+
+    @property
+    def declared_task(self) -> tuple[str | None, str | None, tuple[str, ...]]:
+        """What the model's factory says of its samples' answers: its labels file, its
+        task, and its classes' names (ModelSpec.labels, task, label_names)."""
+        manifest = self.manifest
+        if manifest is None:
+            return None, None, ()
+        return manifest.labels, manifest.task, manifest.label_names
+
+    @property
     def quantized_program(self) -> Path | None:
         """The converted program a quantized build lowered, kept beside the .pte."""
         from etdeploy.builder import quantized_program_path

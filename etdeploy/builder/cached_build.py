@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import etdeploy
 from etdeploy.builder.artifact import (
@@ -42,7 +42,7 @@ from etdeploy.builder.manifest import (
     read_manifest,
     write_manifest,
 )
-from etdeploy.builder.manifest_records import OutputQuantization, ValueRecord
+from etdeploy.builder.manifest_records import JsonObject, OutputQuantization, ValueRecord
 from etdeploy.builder.options import (
     EXTERNAL_WEIGHT_BACKENDS,
     BuildOptions,
@@ -62,6 +62,7 @@ from etdeploy.paths import cache_dir
 from etdeploy.quarantine import noticed_damage
 
 if TYPE_CHECKING:
+    import torch
     from torch.export import ExportedProgram
 
     from etdeploy.builder.lower import Lowered
@@ -356,13 +357,13 @@ class _Quantization:
     # Each output's quantization steps (None for a float output).
     output_steps: list[QuantizationStep | None]
     # How it was calibrated (etdeploy.builder.calibration).
-    calibration: dict[str, Any] | None
+    calibration: JsonObject | None
 
 
 def _quantize(
     exported: ExportedProgram,
     mode: str,
-    calibration: tuple[list[tuple[Any, ...]], dict[str, Any]],
+    calibration: tuple[list[tuple[torch.Tensor, ...]], JsonObject],
     say: StatusCallback,
 ) -> _Quantization:
     from etdeploy.builder.quantize import output_quantization, quantize, saved

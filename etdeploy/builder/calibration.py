@@ -16,6 +16,8 @@ from etdeploy.errors import EtdeployError, InputError
 from etdeploy.model.spec import ModelSpec
 
 if TYPE_CHECKING:
+    import torch
+
     from etdeploy.builder.tapped_manifest import TappedManifest
 
 
@@ -28,7 +30,7 @@ def calibration_digest(paths: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def calibration_warning(record: dict[str, Any] | None) -> str | None:
+def calibration_warning(record: Mapping[str, object] | None) -> str | None:
     """What a verdict must say about where int8's ranges came from."""
     kind = (record or {}).get("kind")
     if kind == "random":
@@ -96,7 +98,7 @@ def example_metas(spec: ModelSpec) -> list[dict[str, Any]]:
 
 def calibration_batches(
     spec: ModelSpec, options: BuildOptions
-) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+) -> tuple[list[tuple[torch.Tensor, ...]], JsonObject]:
     import torch
 
     from etdeploy.dataset import load_labelled

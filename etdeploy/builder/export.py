@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from etdeploy.errors import ModelError, UsageError
 from etdeploy.model.loader import find_user_line
 from etdeploy.model.spec import ModelSpec
+
+if TYPE_CHECKING:  # imported where torch is
+    from torch.export import ExportedProgram
 
 # (pattern in the exception text or type, what it means, the usual fix)
 _KNOWN_FAILURES: list[tuple[str, str, str]] = [
@@ -34,7 +37,7 @@ _KNOWN_FAILURES: list[tuple[str, str, str]] = [
 ]
 
 
-def export_model(spec: ModelSpec, source_files: tuple[Path, ...]) -> Any:
+def export_model(spec: ModelSpec, source_files: tuple[Path, ...]) -> ExportedProgram:
     """Return a torch.export.ExportedProgram for the spec (a .pt2 passes through)."""
     import torch
 
@@ -52,7 +55,7 @@ def export_model(spec: ModelSpec, source_files: tuple[Path, ...]) -> Any:
         raise explain_export_failure(exc, source_files) from exc
 
 
-def dynamic_shapes_for(spec: ModelSpec) -> tuple[Any, ...] | None:
+def dynamic_shapes_for(spec: ModelSpec) -> tuple[dict[int, object] | None, ...] | None:
     from torch.export import Dim
 
     if not spec.dynamic:
@@ -64,14 +67,14 @@ def dynamic_shapes_for(spec: ModelSpec) -> tuple[Any, ...] | None:
             f"--dynamic names input {unknown[0]!r}, which the model does not have",
             f"inputs are: {', '.join(names)}",
         )
-    shapes: list[Any] = []
+    shapes: list[dict[int, object] | None] = []
     for index, name in enumerate(names):
         dims = spec.dynamic.get(name)
         if not dims:
             shapes.append(None)
             continue
         rank = spec.example_inputs[index].dim()
-        per_input = {}
+        per_input: dict[int, object] = {}
         for dim, (low, high) in dims.items():
             if not 0 <= dim < rank:
                 raise UsageError(

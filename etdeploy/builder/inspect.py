@@ -9,9 +9,9 @@ inspect` starts fast and maps multi-GB programs without reading their weights.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from etdeploy.builder.lower import _scalar_name
+from etdeploy.builder.manifest_records import JsonObject
 from etdeploy.errors import UsageError
 from etdeploy.pte.layout import MethodValue
 from etdeploy.pte.reader import read_pte
@@ -24,7 +24,7 @@ def _value(v: MethodValue) -> str:
     return f"{_scalar_name(v.tensor.dtype.upper())}{list(v.tensor.sizes)}"
 
 
-def describe_pte(path: Path) -> dict[str, Any]:
+def describe_pte(path: Path) -> JsonObject:
     """A JSON-ready description of the .pte at `path`; UsageError (exit 2) if it is not one.
 
     Sizes are bytes. `named_data` and `delegate_blobs` are "none" when the program has none.

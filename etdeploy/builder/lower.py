@@ -7,11 +7,29 @@ import io
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, TYPE_CHECKING, Protocol
 
 from etdeploy.builder.backends import Backend
 from etdeploy.builder.manifest_records import DelegationRecord, MethodRecord, OpCounts, ValueRecord
 from etdeploy.errors import ModelError
+
+if TYPE_CHECKING:  # imported where torch and executorch are
+    from executorch.exir.schema import ExecutionPlan
+    from torch.export import ExportedProgram
+    from torch.fx import GraphModule
+
+
+class _ETRecord(Protocol):
+    def save(self, path: IO[bytes]) -> None: ...
+
+
+class _Serialised(Protocol):
+    """What is read here of executorch's ExecutorchProgramManager."""
+
+    def write_tensor_data_to_file(self, outdir: str) -> None: ...
+
+    def get_etrecord(self) -> _ETRecord: ...
+
 
 # Below this share of the graph a backend is mostly transfers around CPU ops.
 LOW_DELEGATION_SHARE = 0.5
@@ -79,14 +97,14 @@ class Lowered:
 _BOOKKEEPING = {"getitem", "executorch_call_delegate"}
 
 
-def _op_name(target: Any) -> str:
-    name = getattr(target, "__name__", str(target))
+def _op_name(target: object) -> str:
+    name = str(getattr(target, "__name__", target))
     # aten.convolution.default -> convolution: the namespace and overload only add noise
     parts = name.split(".")
     return parts[-2] if len(parts) >= 3 else parts[0]
 
 
-def count_delegation(graph_module: Any) -> Delegation:
+def count_delegation(graph_module: GraphModule) -> Delegation:
     result = Delegation()
     delegated: Counter[str] = Counter()
     kept: Counter[str] = Counter()
@@ -107,7 +125,7 @@ def count_delegation(graph_module: Any) -> Delegation:
 
 
 def lower(
-    exported: Any,
+    exported: ExportedProgram,
     backend: Backend,
     status: Callable[[str], None] | None = None,
     external_data: str | None = None,
@@ -150,7 +168,7 @@ def lower(
     return Lowered(buffer, delegation, methods, delegates, _etrecord_bytes(program), data)
 
 
-def tag_delegate_constants(exported: Any, name: str) -> None:
+def tag_delegate_constants(exported: ExportedProgram, name: str) -> None:
     """Mark the weights of `exported` (parameters, constant buffers, lifted constants) for
     the external data file `name`, as a delegate reads it when it serialises them.
 
@@ -178,7 +196,7 @@ def tag_delegate_constants(exported: Any, name: str) -> None:
             node.meta.setdefault("custom", {})["delegate_constant_tag"] = name
 
 
-def _external_data(program: Any, name: str) -> bytes | None:
+def _external_data(program: _Serialised, name: str) -> bytes | None:
     """The external data file `program` serialised under `name`, through the public writer
     (ExecutorchProgramManager.write_tensor_data_to_file writes NAME.ptd into a directory);
     None when the program has no weights to put there."""
@@ -201,7 +219,7 @@ def _external_data(program: Any, name: str) -> bytes | None:
         return written[0].read_bytes()
 
 
-def _etrecord_bytes(program: Any) -> bytes | None:
+def _etrecord_bytes(program: _Serialised) -> bytes | None:
     # Profiling is a bonus: a lowering whose record cannot be written still builds.
     try:
         record = io.BytesIO()
@@ -211,7 +229,7 @@ def _etrecord_bytes(program: Any) -> bytes | None:
     return record.getvalue()
 
 
-def _method_info(plan: Any) -> MethodRecord:
+def _method_info(plan: ExecutionPlan) -> MethodRecord:
     """The method's values (named input_0, output_0, ... until the model names them)
     and its memory plan."""
     from executorch.exir.schema import Tensor
@@ -252,6 +270,6 @@ _SCALAR_NAMES = {
 }
 
 
-def _scalar_name(scalar_type: Any) -> str:
-    name = getattr(scalar_type, "name", str(scalar_type))
+def _scalar_name(scalar_type: object) -> str:
+    name = str(getattr(scalar_type, "name", scalar_type))
     return _SCALAR_NAMES.get(name, name.lower())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from etdeploy.atomic import write_json
 from etdeploy.builder.manifest_records import (
@@ -187,7 +186,7 @@ class ModelNames:
     task: str | None
     label_names: tuple[str, ...]
     output_kinds: dict[str, str]
-    examples: tuple[dict[str, Any], ...]
+    examples: tuple[JsonObject, ...]
 
     @property
     def executorch_version(self) -> None:

@@ -11,14 +11,21 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from etdeploy.errors import InputError
+
+if TYPE_CHECKING:  # imported where torch is
+    import torch
+    from torch.export import ExportedProgram
+    from torch.fx import GraphModule, Node
 
 MODES = ("int8", "int8-dynamic")
 
 
-def quantize(exported: Any, mode: str, calibration: Sequence[tuple[Any, ...]]) -> Any:
+def quantize(
+    exported: ExportedProgram, mode: str, calibration: Sequence[tuple[torch.Tensor, ...]]
+) -> ExportedProgram:
     """Return an ExportedProgram whose graph carries quantize/dequantize pairs."""
     import torch
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
@@ -49,7 +56,7 @@ def quantize(exported: Any, mode: str, calibration: Sequence[tuple[Any, ...]]) -
     return torch.export.export(converted, tuple(args), dynamic_shapes=_dynamic_shapes_of(exported))
 
 
-def per_token_dynamic_activations(converted: Any) -> int:
+def per_token_dynamic_activations(converted: GraphModule) -> int:
     """Make each dynamically quantized input of a linear quantized per row (token), as
     XNNPACK quantizes it on the device; returns how many inputs were rewritten.
 
@@ -83,8 +90,8 @@ def per_token_dynamic_activations(converted: Any) -> int:
         if quantize_node.target != ops.quantize_per_tensor.tensor:
             continue
         source, scale, _zero_point = quantize_node.args[:3]
-        chooser: Any = getattr(scale, "args", (None,))[0]
-        if getattr(chooser, "target", None) != ops.choose_qparams.tensor:
+        chooser = scale.args[0] if isinstance(scale, torch.fx.Node) and scale.args else None
+        if not isinstance(chooser, torch.fx.Node) or chooser.target != ops.choose_qparams.tensor:
             continue  # a static grid (int8): not a dynamic activation
         if not _feeds_a_linear(quantize_node):
             continue
@@ -114,7 +121,7 @@ def per_token_dynamic_activations(converted: Any) -> int:
     return rewritten
 
 
-def _feeds_a_linear(quantize_node: Any) -> bool:
+def _feeds_a_linear(quantize_node: Node) -> bool:
     # As XNNPACK decides between a linear's and a convolution's dynamic input
     # (QuantParams._feeds_into_conv): the first of the two found below the node.
     pending = list(quantize_node.users)
@@ -129,7 +136,7 @@ def _feeds_a_linear(quantize_node: Any) -> bool:
     return False
 
 
-def _dynamic_shapes_of(exported: Any) -> Any:
+def _dynamic_shapes_of(exported: ExportedProgram) -> tuple[dict[int, object] | None, ...] | None:
     # Re-exporting the quantized module must keep the dims the first export made dynamic.
     from torch.export import Dim
 
@@ -140,7 +147,7 @@ def _dynamic_shapes_of(exported: Any) -> Any:
             continue
         node = next(n for n in exported.graph.nodes if n.name == spec.arg.name)
         val = node.meta.get("val")
-        dims = {}
+        dims: dict[int, object] = {}
         for i, size in enumerate(getattr(val, "shape", ())):
             if not isinstance(size, int):
                 rng = exported.range_constraints.get(size.node.expr)
@@ -162,7 +169,7 @@ class QuantizationStep(TypedDict):
     dtype: str  # int8, uint8
 
 
-def output_quantization(exported: Any) -> list[QuantizationStep | None]:
+def output_quantization(exported: ExportedProgram) -> list[QuantizationStep | None]:
     """Per output of the converted program, its quantization when the graph ends in
     a per-tensor dequantize (the output is a grid of `scale` steps), else None.
 
@@ -194,7 +201,7 @@ def output_quantization(exported: Any) -> list[QuantizationStep | None]:
     return found
 
 
-def saved(exported: Any) -> bytes:
+def saved(exported: ExportedProgram) -> bytes:
     """The converted program as torch.export.save writes it."""
     import torch
 
@@ -203,7 +210,7 @@ def saved(exported: Any) -> bytes:
     return buffer.getvalue()
 
 
-def load_quantized(path: Path) -> Any:
+def load_quantized(path: Path) -> torch.nn.Module:
     """The converted program saved beside a quantized build, ready to run eagerly."""
     import torch
 

@@ -11,9 +11,28 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from etdeploy.errors import ModelError, UsageError
+
+if TYPE_CHECKING:  # imported where torch is: the tapped build
+    import torch
+    from torch.export import ExportedProgram
+    from torch.fx import Graph, Node
+
+    from etdeploy.builder.manifest_records import JsonObject
+
+    # What identifies a value: the node that computed it, or a quantized value
+    # with its grid (value_key).
+    ValueKey = Node | tuple[str, Node, tuple[str, ...]]
+
+
+class ValueRange(Protocol):
+    """A dynamic size's range, as the exported program's range constraints give it."""
+
+    @property
+    def upper(self) -> object: ...
+
 
 # How finely to tap: every operator; each leaf module's output; or only values
 # that already leave a partition (a delegate's outputs and CPU kernels' outputs),
@@ -52,7 +71,7 @@ class TapPlan:
         if self.budget_bytes < 0:
             raise UsageError(f"--localize-budget must be 0 or more, got {self.budget_bytes}")
 
-    def key_fields(self) -> dict[str, Any]:
+    def key_fields(self) -> JsonObject:
         return {
             "granularity": self.granularity,
             "module": self.module,
@@ -61,14 +80,20 @@ class TapPlan:
         }
 
 
-def _tensor_val(node: Any) -> Any:
+def graph_outputs(graph: Graph) -> tuple[object, ...]:
+    """What a graph returns, in order: its output node's values."""
+    returned = graph.output_node().args[0]
+    return tuple(returned) if isinstance(returned, (list, tuple)) else (returned,)
+
+
+def _tensor_val(node: Node) -> torch.Tensor | None:
     import torch
 
     val = node.meta.get("val")
     return val if isinstance(val, torch.Tensor) else None
 
 
-def candidates(exported: Any) -> list[Any]:
+def candidates(exported: ExportedProgram) -> list[Node]:
     """Every operator whose value is one floating-point tensor, in graph order:
     what can carry a numeric error (an index or a mask is exact or wrong)."""
     found = []
@@ -81,7 +106,7 @@ def candidates(exported: Any) -> list[Any]:
     return found
 
 
-def module_paths(node: Any) -> list[str]:
+def module_paths(node: Node) -> list[str]:
     """The module instances a node ran inside, outermost first ('' is the model)."""
     stack = node.meta.get("nn_module_stack") or {}
     paths = []
@@ -99,11 +124,11 @@ def path_matches(path: str, pattern: str) -> bool:
     )
 
 
-def in_module(node: Any, pattern: str) -> bool:
+def in_module(node: Node, pattern: str) -> bool:
     return any(path_matches(p, pattern) for p in module_paths(node))
 
 
-def _leaf_terminal(node: Any) -> bool:
+def _leaf_terminal(node: Node) -> bool:
     """The value leaving its innermost module: no user runs inside that module."""
     stack = node.meta.get("nn_module_stack") or {}
     if len(stack) < 2:  # the model itself: its output is compared anyway
@@ -112,7 +137,7 @@ def _leaf_terminal(node: Any) -> bool:
     return all(leaf not in (user.meta.get("nn_module_stack") or {}) for user in node.users)
 
 
-def select_nodes(exported: Any, plan: TapPlan) -> tuple[list[Any], set[str]]:
+def select_nodes(exported: ExportedProgram, plan: TapPlan) -> tuple[list[Node], set[str]]:
     """The nodes to tap, in graph order, and which of them are only the values
     carried into --localize-module's module."""
     pool = candidates(exported)
@@ -152,7 +177,7 @@ def select_nodes(exported: Any, plan: TapPlan) -> tuple[list[Any], set[str]]:
     return pool, feeding & {n.name for n in pool}
 
 
-def int_dims(shape: Sequence[Any]) -> list[int]:
+def int_dims(shape: Sequence[int | torch.SymInt]) -> list[int]:
     """A shape's sizes; a dynamic dim is its example size, or -1 if unknown."""
     dims = []
     for d in shape:
@@ -164,10 +189,12 @@ def int_dims(shape: Sequence[Any]) -> list[int]:
     return dims
 
 
-def value_bytes(node: Any, ranges: Mapping[Any, Any]) -> int | None:
+def value_bytes(node: Node, ranges: Mapping[object, ValueRange]) -> int | None:
     """Bytes of the node's value; of a dynamic size, at its largest (None: no
     upper bound). Never int() on a symbolic size: that pins it to the example's."""
     val = _tensor_val(node)
+    if val is None:
+        return None
     size: int = val.element_size()
     for dim in val.shape:
         if isinstance(dim, int):
@@ -182,12 +209,13 @@ def value_bytes(node: Any, ranges: Mapping[Any, Any]) -> int | None:
     return size
 
 
-def _is_dynamic(node: Any) -> bool:
-    return any(not isinstance(dim, int) for dim in _tensor_val(node).shape)
+def _is_dynamic(node: Node) -> bool:
+    val = _tensor_val(node)
+    return val is not None and any(not isinstance(dim, int) for dim in val.shape)
 
 
 def assign_reducers(
-    nodes: Sequence[Any], budget_bytes: int, ranges: Mapping[Any, Any]
+    nodes: Sequence[Node], budget_bytes: int, ranges: Mapping[object, ValueRange]
 ) -> dict[str, str | None]:
     """Full tensors in graph order while they fit the budget (a dynamic size at
     its largest); the summary beyond. A dynamic value beyond it is not tapped
@@ -204,11 +232,11 @@ def assign_reducers(
     return chosen
 
 
-def tapped_inputs(exported: Any, tapped: set[str]) -> dict[str, tuple[str, ...]]:
+def tapped_inputs(exported: ExportedProgram, tapped: set[str]) -> dict[str, tuple[str, ...]]:
     """For each tapped node, the nearest tapped nodes it is computed from."""
     memo: dict[str, tuple[str, ...]] = {}
 
-    def sources(node: Any) -> tuple[str, ...]:
+    def sources(node: Node) -> tuple[str, ...]:
         if node.name in memo:
             return memo[node.name]
         found: list[str] = []
@@ -223,7 +251,7 @@ def tapped_inputs(exported: Any, tapped: set[str]) -> dict[str, tuple[str, ...]]
     return {n.name: sources(n) for n in exported.graph.nodes if n.name in tapped}
 
 
-def named(names: set[str]) -> Callable[[Any], bool]:
+def named(names: set[str]) -> Callable[[Node], bool]:
     return lambda node: node.name in names
 
 
@@ -234,30 +262,41 @@ _SAME_VALUE = ("clone", "_clone_dim_order", "alias", "alias_copy", "detach", "de
                "contiguous", "dropout", "lift_fresh_copy")  # fmt: skip
 
 
-def _op_of(node: Any) -> str:
+def _op_of(node: Node) -> str:
     parts = str(node.target).split(".")
     return parts[-2] if len(parts) >= 2 else parts[-1]
 
 
-def _is_dequantize(node: Any) -> bool:
+def _is_dequantize(node: Node) -> bool:
     return node.op == "call_function" and "dequantize_per_tensor" in str(node.target)
 
 
-def _is_quantize(node: Any) -> bool:
+def _is_quantize(node: Node) -> bool:
     target = str(node.target)
     return (
         node.op == "call_function" and "quantize_per_tensor" in target and not _is_dequantize(node)
     )
 
 
-def through_copies(node: Any) -> Any:
+def input_node(node: Node, index: int) -> Node | None:
+    """The node's argument at `index` when it is a value of the graph."""
+    from torch.fx import Node as GraphNode
+
+    arg = node.args[index] if index < len(node.args) else None
+    return arg if isinstance(arg, GraphNode) else None
+
+
+def through_copies(node: Node) -> Node:
     """The node that computed the value `node` carries (through copies of it)."""
-    while node.op == "call_function" and _op_of(node) in _SAME_VALUE and node.args:
-        node = node.args[0]
+    while node.op == "call_function" and _op_of(node) in _SAME_VALUE:
+        source = input_node(node, 0)
+        if source is None:
+            break
+        node = source
     return node
 
 
-def value_key(node: Any) -> Any:
+def value_key(node: Node) -> ValueKey:
     """What identifies the value a node carries: through copies to the node that
     computed it, and a dequantize of a quantized value (the quantizer gives each
     user its own copy) as that quantized value with its grid, looking through a
@@ -265,10 +304,14 @@ def value_key(node: Any) -> Any:
     node = through_copies(node)
     if not _is_dequantize(node):
         return node
-    quantized, grid = node.args[0], tuple(str(a) for a in node.args[1:6])
+    quantized, grid = input_node(node, 0), tuple(str(a) for a in node.args[1:6])
+    if quantized is None:
+        return node
     if _is_quantize(quantized) and tuple(str(a) for a in quantized.args[1:6]) == grid:
-        inner = through_copies(quantized.args[0])
-        if _is_dequantize(inner) and tuple(str(a) for a in inner.args[1:6]) == grid:
+        source = input_node(quantized, 0)
+        inner = through_copies(source) if source is not None else None
+        same_grid = inner is not None and tuple(str(a) for a in inner.args[1:6]) == grid
+        if inner is not None and same_grid and _is_dequantize(inner):
             return value_key(inner)
     return ("dequantized", quantized, grid)
 

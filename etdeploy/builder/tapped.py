@@ -32,7 +32,7 @@ import warnings as warnings_module
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from etdeploy.builder.backends import Backend
 from etdeploy.builder.cached_build import cache_key, parse_dynamic, versions
@@ -40,6 +40,7 @@ from etdeploy.builder.calibration import calibration_batches, calibration_unchan
 from etdeploy.builder.manifest import manifest_path, write_json_atomic
 from etdeploy.builder.manifest_records import (
     Calibration,
+    JsonObject,
     ModelSource,
     Quantization,
 )
@@ -48,6 +49,7 @@ from etdeploy.builder.tap_plan import (
     FULL,
     STATS,
     TapPlan,
+    ValueRange,
     assign_reducers,
     int_dims,
     named,
@@ -68,6 +70,12 @@ from etdeploy.devices.lock import held_lock
 from etdeploy.errors import ModelError
 from etdeploy.model.loader import ModelRef, parse_model_ref
 from etdeploy.paths import cache_dir
+
+if TYPE_CHECKING:  # imported where torch and executorch are
+    import torch
+    from executorch.devtools.intermediate_output_tap import TapSpec
+    from torch.export import ExportedProgram
+    from torch.fx import Node
 
 # Bumped whenever what a tapped build records changes.
 TAP_REVISION = 4
@@ -166,17 +174,19 @@ class _TappedFiles:
 class _Selection:
     """The nodes to tap, each with its reducer, and those left untapped and why."""
 
-    chosen: list[Any]  # torch.fx.Node
+    chosen: list[Node]
     # Values carried into --localize-module's module (tap_plan.select_nodes).
     context: set[str]
-    ranges: dict[Any, Any]  # the program's range constraints, by symbol
+    ranges: dict[object, ValueRange]  # the program's range constraints, by symbol
     reducers: dict[str, str | None]
     untapped: dict[str, str]
     # Views tapped: what to leave out when the delegate refuses to hand them out.
     views: dict[str, str]
 
 
-def _select(exported: Any, plan: TapPlan, leave_out: Mapping[str, str] | None) -> _Selection:
+def _select(
+    exported: ExportedProgram, plan: TapPlan, leave_out: Mapping[str, str] | None
+) -> _Selection:
     chosen, context = select_nodes(exported, plan)
     ranges = dict(exported.range_constraints)
     reducers = assign_reducers(chosen, plan.budget_bytes, ranges)
@@ -233,7 +243,7 @@ def _build_uncached(
         exported,
         [(named(full), FULL_TENSOR), (named(stats), STATS_REDUCER)],
     )
-    calibration: dict[str, Any] | None = None
+    calibration: JsonObject | None = None
     steps: dict[int, float] = {}
     if options.quantize:
         from etdeploy.builder.quantize import quantize
@@ -293,7 +303,7 @@ def _build_uncached(
 
 
 def _tap_infos(
-    specs: Sequence[Any],
+    specs: Sequence[TapSpec],
     selection: _Selection,
     lowered: LoweredTaps,
     *,
@@ -343,7 +353,7 @@ def _tap_infos(
 # -- taps through quantization and lowering -------------------------------------------------
 
 
-def _give_taps_values(exported: Any) -> None:
+def _give_taps_values(exported: ExportedProgram) -> None:
     """Each tap node's meta["val"] (what its reducer gives on the fake input),
     which the tap pass leaves out and torch.export.save requires."""
     from executorch.devtools.intermediate_output_tap import find_tap_nodes, get_reducer
@@ -359,7 +369,7 @@ def _give_taps_values(exported: Any) -> None:
             tap.meta["val"] = get_reducer(str(tap.args[1])).eager(source)
 
 
-def _tap_steps(program: Any) -> dict[int, float]:
+def _tap_steps(program: ExportedProgram) -> dict[int, float]:
     """Output index -> the step of the quantization grid a tapped value lies on
     (the per-tensor dequantize it is read from), in the converted program."""
     import torch
@@ -376,7 +386,7 @@ def _tap_steps(program: Any) -> dict[int, float]:
     return steps
 
 
-def _saved(program: Any) -> bytes:
+def _saved(program: ExportedProgram) -> bytes:
     import torch
 
     buffer = io.BytesIO()
@@ -418,12 +428,15 @@ def user_source(
 # -- the expected values ---------------------------------------------------------------------
 
 
-def load_reference(path: Path) -> Any:
-    """The tapped ExportedProgram, ready to run eagerly."""
+def load_reference(path: Path) -> torch.fx.GraphModule:
+    """The tapped ExportedProgram, ready to run eagerly: its module is a graph (an
+    unlifted ExportedProgram's module() is a GraphModule)."""
     # Registers tap.Tensor (its eager impl applies the reducer) and the
     # quantized_decomposed operators a quantized program calls.
     import executorch.devtools.intermediate_output_tap  # noqa: F401
     import torch
     import torchao.quantization.pt2e  # noqa: F401
 
-    return torch.export.load(str(path)).module()
+    module = torch.export.load(str(path)).module()
+    assert isinstance(module, torch.fx.GraphModule)
+    return module

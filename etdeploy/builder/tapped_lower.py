@@ -7,12 +7,19 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from etdeploy.builder.backends import Backend
 from etdeploy.builder.manifest_records import DelegationRecord, MethodRecord
 from etdeploy.builder.tap_plan import short_op
 from etdeploy.errors import ModelError
+
+if TYPE_CHECKING:  # imported where torch is
+    from torch.export import ExportedProgram
+    from torch.fx import GraphModule, Node
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    from etdeploy.builder.tap_plan import ValueKey
 
 # Delegate ids as a user knows them.
 _BACKEND_NAMES = {"XnnpackBackend": "XNNPACK", "CoreMLBackend": "CoreML", "VulkanBackend": "Vulkan"}
@@ -40,7 +47,7 @@ _VIEWS = (
 )  # fmt: skip
 
 
-def is_view(node: Any) -> bool:
+def is_view(node: Node) -> bool:
     return short_op(str(node.target)) in _VIEWS
 
 
@@ -59,7 +66,9 @@ class LoweredTaps:
     merged: dict[int, int]
 
 
-def lower_tapped(program: Any, backend: Backend, views: Mapping[str, str]) -> LoweredTaps:
+def lower_tapped(
+    program: ExportedProgram, backend: Backend, views: Mapping[str, str]
+) -> LoweredTaps:
     """Lower with the build's partitioner, read where each tap's value was
     computed, strip the taps, serialise."""
     from executorch.devtools.intermediate_output_tap import strip_taps_
@@ -99,7 +108,7 @@ def lower_tapped(program: Any, backend: Backend, views: Mapping[str, str]) -> Lo
     )
 
 
-def _one_tap_per_value(merged: dict[int, int]) -> Callable[[Any], Any]:
+def _one_tap_per_value(merged: dict[int, int]) -> Callable[[GraphModule], PassResult]:
     """An edge pass before partitioning: every tap reads the node that computed
     its value (not a copy of it), and of taps reading the same value (an
     eval-mode dropout's and its input's, two dequantized copies of a quantized
@@ -109,12 +118,12 @@ def _one_tap_per_value(merged: dict[int, int]) -> Callable[[Any], Any]:
     from executorch.devtools.intermediate_output_tap import find_tap_nodes
     from torch.fx.passes.infra.pass_base import PassResult
 
-    from etdeploy.builder.tap_plan import through_copies, value_key
+    from etdeploy.builder.tap_plan import graph_outputs, through_copies, value_key
 
-    def one_tap_per_value(graph_module: Any) -> Any:
-        outputs = list(graph_module.graph.output_node().args[0])
+    def one_tap_per_value(graph_module: GraphModule) -> PassResult:
+        outputs = graph_outputs(graph_module.graph)
         position = {node: i for i, node in enumerate(outputs)}
-        kept: dict[Any, Any] = {}
+        kept: dict[tuple[ValueKey, str], Node] = {}
         changed = False
         for tap in find_tap_nodes(graph_module):
             computed = through_copies(tap.args[0])
@@ -139,7 +148,7 @@ def _one_tap_per_value(merged: dict[int, int]) -> Callable[[Any], Any]:
     return one_tap_per_value
 
 
-def _partitions(graph_module: Any) -> dict[int, tuple[str, int | None, str | None]]:
+def _partitions(graph_module: GraphModule) -> dict[int, tuple[str, int | None, str | None]]:
     """Output index of each tap -> (partition, delegate index, CPU kernel)."""
     from executorch.devtools.intermediate_output_tap import find_tap_nodes
 
@@ -152,26 +161,32 @@ def _partitions(graph_module: Any) -> dict[int, tuple[str, int | None, str | Non
     ]
     taps = set(find_tap_nodes(graph_module))
     found: dict[int, tuple[str, int | None, str | None]] = {}
-    outputs = graph_module.graph.output_node().args[0]
-    for index, node in enumerate(outputs):
-        if node not in taps:
+    from torch.fx import Node as GraphNode
+
+    from etdeploy.builder.tap_plan import graph_outputs, input_node
+
+    for index, node in enumerate(graph_outputs(graph_module.graph)):
+        if not isinstance(node, GraphNode) or node not in taps:
             continue
-        source = node.args[0]
-        while True:
-            call = source.args[0] if source.target is operator.getitem else None
-            if call is not None and _is_delegate_call(call):
-                lowered = getattr(graph_module, call.args[0].target)
+        source = input_node(node, 0)
+        while source is not None:
+            call = input_node(source, 0) if source.target is operator.getitem else None
+            # executorch_call_delegate(lowered_module, *inputs)
+            module = input_node(call, 0) if call is not None and _is_delegate_call(call) else None
+            if module is not None:
+                lowered = getattr(graph_module, str(module.target))
                 name = _BACKEND_NAMES.get(lowered.backend_id, lowered.backend_id)
-                found[index] = (name, delegates.index(call.args[0].target), None)
+                found[index] = (name, delegates.index(module.target), None)
                 break
             op = _op_name(source.target) if source.op == "call_function" else source.op
-            if op in _PASS_THROUGH and source.args:
-                source = source.args[0]
+            handed_on = input_node(source, 0) if op in _PASS_THROUGH else None
+            if handed_on is not None:
+                source = handed_on
                 continue
             found[index] = ("CPU", None, op)
             break
     return found
 
 
-def _is_delegate_call(node: Any) -> bool:
+def _is_delegate_call(node: Node) -> bool:
     return node.op == "call_function" and "executorch_call_delegate" in str(node.target)

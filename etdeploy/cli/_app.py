@@ -63,8 +63,8 @@ class _EtdeployGroup(TyperGroup):
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
+        **extra: object,
+    ) -> object:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
         try:
@@ -157,7 +157,7 @@ err_console: Console = _Console(stderr=True)
 
 _state = {"verbose": False, "quiet": False}
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 # Shown under "Global options" in every command's help: accepted before or after
 # the subcommand (`etdeploy -v run ...` and `etdeploy run ... -v`).
@@ -260,14 +260,16 @@ def _plain_help(parameter: inspect.Parameter) -> inspect.Parameter:
     return parameter.replace(default=shown)
 
 
-def with_global_flags(fn: F) -> Callable[..., Any]:
+def with_global_flags(fn: F) -> Callable[..., object]:
     """`fn` with -v/--verbose and -q/--quiet added to its parameters, and its
     EtdeployErrors turned into one line, a hint and the exit code."""
     signature = inspect.signature(fn, eval_str=True)
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kw: Any) -> Any:
-        _set_globals(kw.pop("_etdeploy_verbose", False), kw.pop("_etdeploy_quiet", False))
+    def wrapper(*args: object, **kw: object) -> object:
+        _set_globals(
+            bool(kw.pop("_etdeploy_verbose", False)), bool(kw.pop("_etdeploy_quiet", False))
+        )
         try:
             return fn(*args, **kw)
         except EtdeployError as exc:
@@ -338,7 +340,7 @@ def check_json_target(target: str | None) -> None:
         )
 
 
-def emit_json(document: Any, target: str) -> None:
+def emit_json(document: object, target: str) -> None:
     """`--json -`: the document alone on stdout; `--json PATH`: written atomically."""
     from etdeploy.atomic import json_text
 

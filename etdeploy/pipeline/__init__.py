@@ -2,6 +2,7 @@
 
     job.py         resolve   the frozen RunJob (flags over etdeploy.toml over defaults;
                              a --bundle's over its settings)
+    plan.py                  the RunJob read once into each stage's narrow record
     build.py       build     the .pte (cached build, or --pte) as a Program (etdeploy.program);
                              a job bundle's Program and Staged come from etdeploy.bundle.load
     stage.py       stage     real inputs checked against the method, encoded for the runner
@@ -11,7 +12,8 @@
     (etdeploy.preflight)     between the two: can that runner run the program? (asked
                              before anything of the program is pushed)
     execute.py     execute   the runner per sample under a deadline; outputs, timings, logs
-    verify.py      verify    metrics and verdict per output, host check, the size verdict
+    verify.py      verify    metrics and verdict per output, host check, the size verdict;
+                             the run's one verdict, memory's limit among its inputs (memory.py)
     localize.py    localize  (--localize) the tapped twin on the device; the first operator
     taps.py                  whose error outgrows its inputs' (localize_runs.py: the
                              tapped twin run on the device and eagerly)

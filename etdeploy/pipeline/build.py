@@ -24,29 +24,56 @@ flatbuffer only, never its constant segment.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from etdeploy.builder.options import BuildOptions
 from etdeploy.errors import EtdeployError, InputError
-from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.job import StatusCallback
 from etdeploy.program import DataFile, Program, ProgramValue, describe_program
 
 if TYPE_CHECKING:
     from etdeploy.builder.manifest import BuildManifest, ModelNames, ProgramRecord
+    from etdeploy.builder.manifest_records import JsonObject
     from etdeploy.builder.options import InputsCheck
 
 
-def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
+@dataclass(frozen=True)
+class SampleSource:
+    """Where a run's samples come from: --inputs (read with --preprocess, labelled by
+    --labels), or N noise samples with --random."""
+
+    inputs: tuple[str, ...] = ()
+    preprocess: str | None = None
+    random_inputs: int = 0
+    labels: Path | None = None
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What build_program takes: MODEL built with `options`, or a --pte (and its
+    --data) taken as it is; the samples, to check them against an uncached build's
+    model before its export."""
+
+    model: str | None
+    options: BuildOptions = field(default_factory=BuildOptions)
+    pte: Path | None = None
+    data: Path | None = None
+    samples: SampleSource = field(default_factory=SampleSource)
+
+
+def build_program(request: BuildRequest, status: StatusCallback | None = None) -> Program:
     """Build MODEL (cached), or take --pte (and --data)."""
     from etdeploy.builder import data_file_of
     from etdeploy.builder.manifest import read_manifest
 
     warnings: list[str] = []
     data: DataFile | None = None
-    examples: Sequence[dict[str, Any]] | None = None
+    examples: Sequence[JsonObject] | None = None
     manifest: ProgramRecord | None
-    if job.pte is not None:
-        pte = job.pte
+    if request.pte is not None:
+        pte = request.pte
         if pte.is_dir() or not pte.exists():
             raise InputError(f"no such .pte: {pte}", "check the path given with --pte")
         built_manifest = read_manifest(pte)
@@ -55,12 +82,12 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
             warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
             built_manifest = None
         manifest = built_manifest
-        data_given = job.data or data_file_of(pte, built_manifest)
+        data_given = request.data or data_file_of(pte, built_manifest)
         if data_given is not None:
             if data_given.is_dir() or not data_given.exists():
                 raise InputError(
                     f"no such .ptd: {data_given}",
-                    "check the path given with --data" if job.data else
+                    "check the path given with --data" if request.data else
                     f"{pte.name}.json names external data; copy the .ptd beside the .pte",
                 )  # fmt: skip
             data = DataFile(
@@ -73,30 +100,23 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
                     "differs); its weights are checked by name only"
                 )
         if built_manifest is not None:
-            if job.model is not None:
-                _check_built_from(pte, built_manifest, job.model)
+            if request.model is not None:
+                _check_built_from(pte, built_manifest, request.model)
             # What its build warned about (noise calibration, low delegation) still holds.
             warnings.extend(built_manifest.warnings)
-        elif job.model is not None:
+        elif request.model is not None:
             # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
-            names = _names_from_model(job.model, job.use_cache)
+            names = _names_from_model(request.model, request.options.use_cache)
             manifest, examples = names, names.examples
     else:
-        from etdeploy.builder import BuildOptions, build
+        from etdeploy.builder import build
 
-        assert job.model is not None
+        assert request.model is not None
         built = build(
-            job.model,
-            BuildOptions(
-                backend=job.backend,
-                quantize=job.quantize,
-                calibration=job.calibration,
-                dynamic=job.dynamic,
-                use_cache=job.use_cache,
-                external_weights=job.external_weights,
-            ),
+            request.model,
+            request.options,
             status=status,
-            check_inputs=_inputs_check(job),
+            check_inputs=_inputs_check(request.samples),
         )
         pte, manifest, digest = built.pte, built.manifest, built.manifest.sha256
         warnings.extend(built.warnings)
@@ -104,26 +124,26 @@ def build_program(job: RunJob, status: StatusCallback | None = None) -> Program:
             recorded_data = built.manifest.data
             data = DataFile(built.data, recorded_data.sha256, recorded_data.size_bytes)
     program = describe_program(pte, digest, manifest, warnings, data)
-    if examples is not None and job.model is not None:
-        _check_signature(program, job.model, examples)
+    if examples is not None and request.model is not None:
+        _check_signature(program, request.model, examples)
     return program
 
 
-def _inputs_check(job: RunJob) -> InputsCheck | None:
-    """For an uncached build: the job's --inputs checked against the model's example
+def _inputs_check(samples: SampleSource) -> InputsCheck | None:
+    """For an uncached build: the run's --inputs checked against the model's example
     inputs and dynamic ranges once the factory has run, before the export and the
     lowering (stage checks them again against the program itself)."""
-    if not job.inputs or job.random_inputs:
+    if not samples.inputs or samples.random_inputs:
         return None
 
-    def check(metas: list[dict[str, Any]]) -> None:
+    def check(metas: list[JsonObject]) -> None:
         # The loader stage reads them with (etdeploy.dataset): a folder a class and a
         # labelled .npz are sets of samples here too, not folders or files of arrays.
         from etdeploy.dataset import load_labelled
         from etdeploy.inputs import check_against, parse_preprocess
 
-        preprocess = parse_preprocess(job.preprocess)
-        for sample in load_labelled(list(job.inputs), metas, preprocess).samples:
+        preprocess = parse_preprocess(samples.preprocess)
+        for sample in load_labelled(list(samples.inputs), metas, preprocess).samples:
             check_against(sample, metas)
 
     return check
@@ -210,7 +230,7 @@ def _check_built_from(pte: Path, manifest: BuildManifest, model: str) -> None:
     )
 
 
-def _check_signature(program: Program, model: str, examples: Sequence[dict[str, Any]]) -> None:
+def _check_signature(program: Program, model: str, examples: Sequence[JsonObject]) -> None:
     """MODEL's example inputs must fit the method's inputs (count, kind, dtype, rank,
     and each size: exactly for a static tensor, within the bound for a dynamic one)."""
     wanted = [_describe_value(v) for v in program.inputs]
@@ -227,21 +247,21 @@ def _check_signature(program: Program, model: str, examples: Sequence[dict[str, 
         )
 
 
-def _example_signature(example: Any) -> dict[str, Any]:
+def _example_signature(example: object) -> JsonObject:
     """An example input as the names cache keeps it: its kind, and a tensor's dtype and shape."""
     shape = getattr(example, "shape", None)
     if shape is None:
         return {"kind": type(example).__name__}
     return {
         "kind": "tensor",
-        "dtype": str(example.dtype).removeprefix("torch."),
+        "dtype": str(getattr(example, "dtype", "")).removeprefix("torch."),
         "shape": [int(d) for d in shape],
     }
 
 
-def _fits(value: ProgramValue, example: dict[str, Any]) -> bool:
+def _fits(value: ProgramValue, example: JsonObject) -> bool:
     shape = example.get("shape")
-    if not value.is_tensor or shape is None:
+    if not value.is_tensor or not isinstance(shape, list):
         return not value.is_tensor and shape is None
     dims = tuple(shape)
     if example.get("dtype") != value.dtype or len(dims) != len(value.shape):
@@ -260,23 +280,8 @@ def _describe_value(value: ProgramValue) -> str:
     return f"{value.dtype}[{bound}{', '.join(map(str, value.shape))}]"
 
 
-def _describe_example(example: dict[str, Any]) -> str:
+def _describe_example(example: JsonObject) -> str:
     shape = example.get("shape")
-    if shape is None:
+    if not isinstance(shape, list):
         return str(example.get("kind"))
     return f"{example.get('dtype')}[{', '.join(map(str, shape))}]"
-
-
-def default_sample_paths(program: Program) -> list[str]:
-    """The real samples the model ships: recorded in the manifest at build time,
-    or, for a --pte built elsewhere, named by the model's factory."""
-    return list(program.manifest.samples) if program.manifest is not None else []
-
-
-def declared_task(program: Program) -> tuple[str | None, str | None, tuple[str, ...]]:
-    """What the model's factory says of its samples' answers: its labels file, its task,
-    and its classes' names (ModelSpec.labels, task, label_names)."""
-    manifest = program.manifest
-    if manifest is None:
-        return None, None, ()
-    return manifest.labels, manifest.task, manifest.label_names

@@ -33,7 +33,7 @@ import numpy as np
 from etdeploy import runner as contract
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, Push, job_dir
 from etdeploy.errors import EtdeployError
-from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.job import StatusCallback
 from etdeploy.preflight.describe import remote_runner_dir
 from etdeploy.program import Program
 from etdeploy.staged import Staged
@@ -58,7 +58,7 @@ class Target:
 
 
 def target_for(
-    job: RunJob,
+    runner: Path | None,
     device: Device,
     say: StatusCallback,
     carried: Sequence[RunnerBundle] = (),
@@ -66,7 +66,7 @@ def target_for(
     *,
     info: DeviceInfo | None = None,
 ) -> Target:
-    """--runner, else the device's configured runner, else the one a job bundle
+    """`runner` (--runner), else the device's configured runner, else the one a job bundle
     carries for it (`carried`; etdeploy.bundle.load.carried_runner), else the one
     etdeploy builds for it (runner_build.runner_choice: the host build, the NDK build,
     or the self-contained arm64 bundle). A runner built for another ABI is refused
@@ -75,7 +75,7 @@ def target_for(
 
     info = info or device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
-    explicit = job.runner or configured
+    explicit = runner or configured
     if explicit is not None:
         from etdeploy.runner_build import runner_from_path
 

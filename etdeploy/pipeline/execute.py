@@ -27,7 +27,6 @@ from etdeploy import runner as contract
 from etdeploy.devices.base import RunOutput
 from etdeploy.errors import InputError, RunnerError
 from etdeploy.pipeline.deploy import Deployed, Target, shapes_if_dynamic
-from etdeploy.pipeline.job import RunJob
 from etdeploy.program import Program
 from etdeploy.report.result import Latency, Profile
 from etdeploy.report.result_accuracy import Throughput
@@ -45,9 +44,16 @@ class Timing:
     warmup: int = 0
     profile: bool = False
 
-    @classmethod
-    def of(cls, job: RunJob) -> Timing:
-        return cls(job.iterations, job.warmup, job.profile)
+
+@dataclass(frozen=True)
+class ExecuteSettings:
+    """What execute takes of a run's settings: the timed sample's timing, and the
+    limits and threads of every runner call."""
+
+    timing: Timing
+    deadline_s: float
+    idle_timeout_s: float | None = None
+    cpu_threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,15 +86,15 @@ def execute(
     deployed: Deployed,
     program: Program,
     staged: Staged,
-    job: RunJob,
+    settings: ExecuteSettings,
     local_dir: Path,
     timing: Timing | None = None,
 ) -> Executed:
     """Every sample through the runner: the first is the timed one (warm-ups and
-    timed executions; `timing`, the job's by default), every other runs once."""
-    timing = timing or Timing.of(job)
+    timed executions; `timing`, the settings' by default), every other runs once."""
+    timing = timing or settings.timing
     call = _batched_call if target.batched else _upstream_calls
-    runs, logs, etdump = call(target, deployed, program, staged, job, local_dir, timing)
+    runs, logs, etdump = call(target, deployed, program, staged, settings, local_dir, timing)
     first = runs[0].report
     return Executed(
         outputs=tuple(run.outputs for run in runs),
@@ -106,11 +112,12 @@ def execute(
     )
 
 
-def call_deadline_s(job: RunJob, executions: int) -> float:
+def call_deadline_s(settings: ExecuteSettings, executions: int) -> float:
     """A runner call's deadline: `--deadline` covers the timed sample's warm-ups and
     executions; a call that runs more executions (other samples after it) gets
     proportionally more, one that runs fewer no less."""
-    return job.deadline_s * max(1.0, executions / (job.warmup + job.iterations))
+    timed = settings.timing.warmup + settings.timing.iterations
+    return settings.deadline_s * max(1.0, executions / timed)
 
 
 def _batched_call(
@@ -118,7 +125,7 @@ def _batched_call(
     deployed: Deployed,
     program: Program,
     staged: Staged,
-    job: RunJob,
+    settings: ExecuteSettings,
     local_dir: Path,
     timing: Timing,
 ) -> tuple[list[SampleRun], tuple[str, ...], Path | None]:
@@ -130,14 +137,14 @@ def _batched_call(
     invocation = contract.RunnerInvocation(
         model_path=deployed.pte, data_path=deployed.data, input_paths=deployed.inputs[0],
         num_executions=timing.iterations, warmup=timing.warmup, method=program.method,
-        cpu_threads=job.cpu_threads,
+        cpu_threads=settings.cpu_threads,
         etdump_path=f"{jdir}/run.etdump" if timing.profile else None,
         input_shapes=shapes_if_dynamic(program, staged.samples[0]),
         samples_file=deployed.samples_file, batch_output=base,
         # The timed sample's phases are the run's memory account.
         measure_memory=True,
     )  # fmt: skip
-    out = _run(target, job, invocation, executions=timing.warmup + timing.iterations + rest)
+    out = _run(target, settings, invocation, executions=timing.warmup + timing.iterations + rest)
     log = _log_text(out)
     wanted = [(remote, local_dir / Path(remote).name) for remote in contract.batch_files(base)]
     if invocation.etdump_path is not None:
@@ -190,7 +197,7 @@ def _upstream_calls(
     deployed: Deployed,
     program: Program,
     staged: Staged,
-    job: RunJob,
+    settings: ExecuteSettings,
     local_dir: Path,
     timing: Timing,
 ) -> tuple[list[SampleRun], tuple[str, ...], Path | None]:
@@ -204,11 +211,11 @@ def _upstream_calls(
             model_path=deployed.pte, data_path=deployed.data, input_paths=inputs,
             output_base=base, num_executions=timing.iterations if first else 1,
             warmup=timing.warmup if first else 0, method=program.method,
-            cpu_threads=job.cpu_threads, flavor="upstream",
+            cpu_threads=settings.cpu_threads, flavor="upstream",
             etdump_path=f"{deployed.job_dir}/run.etdump" if timing.profile and first else None,
         )  # fmt: skip
         out = _run(
-            target, job, invocation, executions=invocation.warmup + invocation.num_executions
+            target, settings, invocation, executions=invocation.warmup + invocation.num_executions
         )
         log = _log_text(out)
         report = contract.result_from_log(
@@ -231,15 +238,19 @@ def _upstream_calls(
 
 
 def _run(
-    target: Target, job: RunJob, invocation: contract.RunnerInvocation, *, executions: int
+    target: Target,
+    settings: ExecuteSettings,
+    invocation: contract.RunnerInvocation,
+    *,
+    executions: int,
 ) -> RunOutput:
     """One runner call; a failure, crash or timeout raises RunnerFailure with its log."""
     argv = contract.runner_argv(invocation_runner(target, invocation), invocation)
     out = target.device.run(
         argv,
-        deadline_s=call_deadline_s(job, executions),
+        deadline_s=call_deadline_s(settings, executions),
         cwd=_cwd(invocation),
-        idle_timeout_s=job.idle_timeout_s,
+        idle_timeout_s=settings.idle_timeout_s,
         # Upstream's runner logs to logcat on Android; ours to stdout and stderr.
         device_log=invocation.flavor == "upstream",
     )
@@ -252,7 +263,7 @@ def _run(
             timed_out=out.timed_out,
             command=out.command,
             device=target.device.name,
-            silent_for_s=job.idle_timeout_s if out.idle else None,
+            silent_for_s=settings.idle_timeout_s if out.idle else None,
         )
     return out
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from etdeploy.config import Config, config_settings
 from etdeploy.errors import UsageError
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.settings import (
     BUILD,
     INPUTS_PANEL,
@@ -118,7 +119,7 @@ class RunJob(RunSettings):
 
     @classmethod
     def resolve(
-        cls, model: str | None, config: Config, flags: Mapping[str, Any] | None = None
+        cls, model: str | None, config: Config, flags: Mapping[str, object] | None = None
     ) -> RunJob:
         """The job of `etdeploy run MODEL [flags]`: the flags given over etdeploy.toml
         over the defaults (etdeploy.settings); with --bundle, over the bundle's settings
@@ -128,14 +129,17 @@ class RunJob(RunSettings):
         if given.get("bundle") is not None:
             job = bundle_job(given["bundle"], model, config_settings(config), given)
             mine = {"device": job.device, "max_memory_bytes": job.max_memory_bytes}
-            return dataclasses.replace(job, **memory_limit(config, mine, given))
+            limit, source = memory_limit(config, mine, given)
+            return dataclasses.replace(job, max_memory_bytes=limit, max_memory_source=source)
         values = layered(config_settings(config), given)
-        values.update(memory_limit(config, values, given))
+        values["max_memory_bytes"], values["max_memory_source"] = memory_limit(
+            config, values, given
+        )
         return cls(model=model, **values)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The job as JSON, for a farm's worker process."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, Path):
@@ -163,21 +167,24 @@ _PATH_FIELDS = ("bundle", "pte", "data", "reference", "runner")
 
 
 def memory_limit(
-    config: Config, values: Mapping[str, Any], given: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The job's max memory and where it was set: the flag, else the device's own
-    [devices.NAME] max_memory, else [run]'s."""
+    config: Config, values: Mapping[str, object], given: Mapping[str, object]
+) -> tuple[int | None, str | None]:
+    """The job's max memory (bytes) and where it was set: the flag, else the device's
+    own [devices.NAME] max_memory, else [run]'s (in `values`); (None, None) if none is."""
     from etdeploy.memory.limit import device_max_memory
 
     label = config.path.name if config.path else "etdeploy.toml"
+    layered_bytes = values.get("max_memory_bytes")
+    chosen = layered_bytes if isinstance(layered_bytes, int) else None
     if "max_memory_bytes" in given:
-        return {"max_memory_source": "--max-memory"}
-    own = device_max_memory(config.devices, values.get("device"), label)
+        return chosen, "--max-memory"
+    device = values.get("device")
+    own = device_max_memory(config.devices, device if isinstance(device, str) else None, label)
     if own is not None:
-        return {"max_memory_bytes": own.bytes, "max_memory_source": own.source}
-    if values.get("max_memory_bytes") is not None:
-        return {"max_memory_source": f"{label}: run.max_memory"}
-    return {}
+        return own.bytes, own.source
+    if chosen is not None:
+        return chosen, f"{label}: run.max_memory"
+    return None, None
 
 
 def new_job_id() -> str:
@@ -206,8 +213,8 @@ _RECORDED = ("backend", "quantize")
 def bundle_job(
     path: Path,
     model: str | None,
-    machine_values: Mapping[str, Any],
-    flags: Mapping[str, Any],
+    machine_values: Mapping[str, object],
+    flags: Mapping[str, object],
 ) -> RunJob:
     """The RunJob of `etdeploy run --bundle PATH [flags]`. `machine_values` are this
     machine's etdeploy.toml settings (only its MACHINE ones are used), `flags` the
@@ -247,7 +254,7 @@ def bundle_job(
     return RunJob(model=manifest.model, **layered(machine, travelled, flags, bundle_field))
 
 
-def farm_bundle_job(path: Path, device: str, settings: Mapping[str, Any]) -> RunJob:
+def farm_bundle_job(path: Path, device: str, settings: Mapping[str, object]) -> RunJob:
     """The RunJob of a farm job that names a bundle (etdeploy.farm.spec): the spec's
     job settings act as flags would, except those spent on making a bundle, which a
     spec's [farm] or [run] may set for its other jobs."""

@@ -33,10 +33,11 @@ from etdeploy.builder.tapped_manifest import TapInfo
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.errors import EtdeployError, InputError, UsageError
 from etdeploy.pipeline.deploy import Target
-from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.job import StatusCallback
 from etdeploy.pipeline.localize_runs import LocalizeContext, Values, eager_values
 from etdeploy.pipeline.origin import blame, hint_for
 from etdeploy.pipeline.origin import verdict as origin_verdict
+from etdeploy.pipeline.plan import LocalizeRequest
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
 from etdeploy.pipeline.verify import Judged, is_quantized
 from etdeploy.program import Program
@@ -60,24 +61,24 @@ _WHAT = {
 }
 
 
-def check_localizable(job: RunJob, program: Program) -> None:
+def check_localizable(request: LocalizeRequest, program: Program) -> None:
     """Before anything runs: a graph to tap, and the model the program came from."""
-    if job.model is None:
+    if request.model is None:
         raise UsageError(
             "--localize needs MODEL: a --pte alone has no graph to tap",
             "name the model the .pte was built from: etdeploy run MODEL --pte FILE --localize",
         )
-    if job.pte is not None and program.build_manifest is None:
+    if request.pte is not None and program.build_manifest is None:
         raise InputError(
-            f"--localize cannot tell what {job.pte.name} was built from: it has no build "
+            f"--localize cannot tell what {request.pte.name} was built from: it has no build "
             "manifest (.pte.json), so a tapped twin might be a different program",
             "run MODEL without --pte (etdeploy builds it), or keep the .pte.json that "
             "`etdeploy build` writes beside it",
         )
         # A MODEL that is not the one the .pte was built from is refused for every
         # run by build_program (its manifest's fingerprint), before this check.
-    if job.localize_module:
-        _check_module(job.model, job.localize_module)
+    if request.module:
+        _check_module(request.model, request.module)
 
 
 def _check_module(model: str, pattern: str) -> None:
@@ -99,16 +100,11 @@ def _check_module(model: str, pattern: str) -> None:
         )
 
 
-def build_options_for(job: RunJob, program: Program) -> BuildOptions:
+def build_options_for(request: LocalizeRequest, program: Program) -> BuildOptions:
     """The options the program was built with: the job's, or for --pte its manifest's."""
-    if job.pte is None:
-        return BuildOptions(
-            backend=job.backend,
-            quantize=job.quantize,
-            calibration=job.calibration,
-            dynamic=job.dynamic,
-            use_cache=job.use_cache,
-        )
+    if request.pte is None:
+        # The run's options; its twin is built without external weights (as always).
+        return dataclasses.replace(request.options, external_weights=False)
     manifest = program.build_manifest
     quant = manifest.quantization if manifest is not None else None
     calibration = quant.calibration if quant is not None else None
@@ -118,17 +114,17 @@ def build_options_for(job: RunJob, program: Program) -> BuildOptions:
         for dim, (low, high) in dims.items()
     )
     return BuildOptions(
-        backend=manifest.backend if manifest is not None else job.backend,
+        backend=manifest.backend if manifest is not None else request.options.backend,
         quantize=quant.mode if quant is not None else None,
         calibration=(calibration.sources or ()) if calibration is not None else (),
         random_calibration=calibration is not None and calibration.kind == "random",
         dynamic=dynamic,
-        use_cache=job.use_cache,
+        use_cache=request.options.use_cache,
     )
 
 
 def localize_or_warning(
-    job: RunJob,
+    request: LocalizeRequest,
     target: Target,
     program: Program,
     staged: Staged,
@@ -144,7 +140,7 @@ def localize_or_warning(
     the verdict the run already reached."""
     try:
         found = localize(
-            job, target, program, staged, judged, outputs,
+            request, target, program, staged, judged, outputs,
             job_id=job_id, say=say, progress=progress,
         )  # fmt: skip
     except EtdeployError as exc:
@@ -154,7 +150,7 @@ def localize_or_warning(
 
 
 def localize(
-    job: RunJob,
+    request: LocalizeRequest,
     target: Target,
     program: Program,
     staged: Staged,
@@ -167,19 +163,29 @@ def localize(
 ) -> Localization:
     """The first operator where the device departs from eager, or why none is named."""
     started = time.perf_counter()
-    quantized = is_quantized(job, program)
+    quantized = is_quantized(request.options.quantize, program)
     assert judged.verdict.thresholds is not None
     tolerance = tap_tolerance(judged.verdict.thresholds, quantized)
     # Quantization's own cost (the accuracy budget) is not the device's: only the
     # lowering and device stages are a divergence taps can localise.
     diverged = any(not s.passed for s in judged.verdict.budget if s.stage != "quantization")
     wanted = staged.quantized if staged.quantized is not None else staged.references
-    chosen = rank_samples(outputs, wanted)[: 1 + job.localize_samples]
+    chosen = rank_samples(outputs, wanted)[: 1 + request.samples]
     context = LocalizeContext(
-        job, target, program, staged, judged, chosen, job_id, say, progress, tolerance, diverged
+        request,
+        target,
+        program,
+        staged,
+        judged,
+        chosen,
+        job_id,
+        say,
+        progress,
+        tolerance,
+        diverged,
     )
     attempts, found = _attempts(context)
-    conclusion = found.conclusion if found is not None else _not_localizable(attempts, job)
+    conclusion = found.conclusion if found is not None else _not_localizable(attempts, request)
     return Localization(
         status=conclusion.status,
         reason=conclusion.reason,
@@ -191,7 +197,7 @@ def localize(
         taps=found.rows if found is not None else (),
         first_divergence=found.first if found is not None else None,
         program=found.program if found is not None else None,
-        module=job.localize_module,
+        module=request.module,
         seconds=round(time.perf_counter() - started, 3),
         origin=conclusion.origin,
         amplifiers=conclusion.amplifiers,
@@ -225,11 +231,9 @@ class _Found:
 def _attempts(context: LocalizeContext) -> tuple[list[LocalizeAttempt], _Found | None]:
     """Tapped programs from the finest granularity to the coarsest until one is built,
     runs and reproduces the divergence; each attempt says what became of it."""
-    job = context.job
-    options = build_options_for(job, context.program)
-    budget = (
-        job.localize_budget_bytes if job.localize_budget_bytes is not None else DEFAULT_BUDGET_BYTES
-    )
+    request = context.request
+    options = build_options_for(request, context.program)
+    budget = request.budget_bytes if request.budget_bytes is not None else DEFAULT_BUDGET_BYTES
     attempts: list[LocalizeAttempt] = []
     finest: list[TapInfo] | None = None
     tried: dict[str, set[str]] = {}  # granularity -> the nodes its program tapped
@@ -242,10 +246,10 @@ def _attempts(context: LocalizeContext) -> tuple[list[LocalizeAttempt], _Found |
                     LocalizeAttempt(granularity, 0, None, "no partition map from a finer build")
                 )
                 continue
-        plan = TapPlan(granularity, job.localize_module, nodes, budget)
+        plan = TapPlan(granularity, request.module, nodes, budget)
         context.say(f"building the tapped program ({_WHAT[granularity]})")
         try:
-            tapped = _build(job, options, plan)
+            tapped = _build(request, options, plan)
         except EtdeployError as exc:
             earlier = next((a for a in attempts if a.note == f"not built: {exc.message}"), None)
             note = (
@@ -282,7 +286,7 @@ def _run_tapped(
     chosen, names = context.chosen, context.names
     context.say(f"running the tapped program ({len(taps)} taps) on {context.target.device.name}")
     samples = [context.staged.samples[i] for i in chosen]
-    eager = eager_values(tapped, samples, context.job.use_cache)
+    eager = eager_values(tapped, samples, context.request.options.use_cache)
     got = context.run(tapped, eager)
     reproduced = context.reproduces(tapped, got, eager) if diverged else None
     if reproduced is False:
@@ -301,7 +305,7 @@ def _run_tapped(
         )
         for k in range(len(chosen))
     }  # fmt: skip
-    own = _own_errors(tapped, samples, got, names, tolerance, context.job)
+    own = _own_errors(tapped, samples, got, names, tolerance, context.request)
     rows, first = tap_results(taps, per_sample, own)
     attempt = LocalizeAttempt(
         granularity, len(taps), reproduced,
@@ -309,12 +313,12 @@ def _run_tapped(
         if reproduced
         else "nothing to reproduce: the device matched its reference",
     )  # fmt: skip
-    conclusion = _conclusion(rows, first, diverged, context.judged, tolerance, context.job)
+    conclusion = _conclusion(rows, first, diverged, context.judged, tolerance, context.request)
     program = _program_info(tapped, context.program, taps, budget)
     return attempt, _Found(granularity, tuple(rows), first, program, conclusion)
 
 
-def _not_localizable(attempts: Sequence[LocalizeAttempt], job: RunJob) -> _Conclusion:
+def _not_localizable(attempts: Sequence[LocalizeAttempt], request: LocalizeRequest) -> _Conclusion:
     """Why no operator is named when no tapped program was built, or none reproduced."""
     if not any(a.taps for a in attempts):
         # Each error once: a later granularity failing the same way, or left
@@ -333,9 +337,9 @@ def _not_localizable(attempts: Sequence[LocalizeAttempt], job: RunJob) -> _Concl
             f"no tapped program could be built (tried {granularities}): {notes}",
         )
     suspect = (
-        f"; {job.pte.name} may not be what its export builds: a tapped twin built from "
-        f"{job.model} does not reproduce its divergence"
-        if job.pte is not None
+        f"; {request.pte.name} may not be what its export builds: a tapped twin built from "
+        f"{request.model} does not reproduce its divergence"
+        if request.pte is not None
         else ""
     )
     return _Conclusion(
@@ -352,23 +356,23 @@ def _own_errors(
     got: Values,
     names: Sequence[str],
     tolerance: TapTolerance,
-    job: RunJob,
+    request: LocalizeRequest,
 ) -> dict[str, dict[str, OperatorError]]:
     """Each whole tapped operator's own error on the device, per sample name."""
     from etdeploy.pipeline.operator_error import operator_errors
 
     per_sample = operator_errors(
         tapped.reference_program, tapped.manifest.sha256, tapped.taps, samples, got,
-        quant_steps=tolerance.quant_steps, use_cache=job.use_cache,
+        quant_steps=tolerance.quant_steps, use_cache=request.options.use_cache,
     )  # fmt: skip
     return dict(zip(names, per_sample, strict=True))
 
 
-def _build(job: RunJob, options: BuildOptions, plan: TapPlan) -> TappedBuild:
+def _build(request: LocalizeRequest, options: BuildOptions, plan: TapPlan) -> TappedBuild:
     from etdeploy.builder.tapped import build_tapped
 
-    assert job.model is not None
-    return build_tapped(job.model, options, plan)
+    assert request.model is not None
+    return build_tapped(request.model, options, plan)
 
 
 def rank_samples(
@@ -416,7 +420,7 @@ def _conclusion(
     diverged: bool,
     judged: Judged,
     tolerance: TapTolerance,
-    job: RunJob,
+    request: LocalizeRequest,
 ) -> _Conclusion:
     """The status, the reason, and the origin of the Localization: from each
     operator's own error when it was measured, else from growth alone."""
@@ -430,7 +434,7 @@ def _conclusion(
     over = [r for r in rows if r.status != "ok"]
     if over and not diverged and _within_bounds(rows):
         return _Conclusion("clean", _allowed_rounding(over))
-    return _Conclusion(*_verdict(rows, first, diverged, judged, tolerance, job.localize_module))
+    return _Conclusion(*_verdict(rows, first, diverged, judged, tolerance, request.module))
 
 
 def _within_bounds(rows: Sequence[TapResult]) -> bool:

@@ -8,7 +8,6 @@ import dataclasses
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -17,7 +16,8 @@ from etdeploy.builder.tapped import TappedBuild
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.devices.lock import device_lock
 from etdeploy.pipeline.deploy import Target
-from etdeploy.pipeline.job import RunJob, StatusCallback
+from etdeploy.pipeline.job import StatusCallback
+from etdeploy.pipeline.plan import LocalizeRequest
 from etdeploy.pipeline.verify import Judged
 from etdeploy.program import Program, describe_program
 from etdeploy.report.result_localization import TapTolerance
@@ -67,7 +67,7 @@ def _run_tapped_eagerly(
     return rows
 
 
-def _leaves(value: Any) -> list[Any]:
+def _leaves(value: object) -> list[object]:
     """An exported module's outputs in the order torch's pytree flattens them (tuples,
     lists and dicts in order, dicts by insertion), without its private module."""
     if isinstance(value, tuple | list):
@@ -81,7 +81,7 @@ def _leaves(value: Any) -> list[Any]:
 class LocalizeContext:
     """What running a tapped program on the device, and judging it, needs from the run."""
 
-    job: RunJob
+    request: LocalizeRequest
     target: Target
     program: Program
     staged: Staged
@@ -120,18 +120,29 @@ class LocalizeContext:
         device = self.target.device
         with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
             deployed = deploy(
-                self.target, program, staged, job_id, self.progress, verify=self.job.verify_remote
+                self.target,
+                program,
+                staged,
+                job_id,
+                self.progress,
+                verify=self.request.verify_remote,
             )
             try:
                 executed = execute(
-                    self.target, deployed, program, staged, self.job, Path(tmp), Timing()
+                    self.target,
+                    deployed,
+                    program,
+                    staged,
+                    self.request.execute,
+                    Path(tmp),
+                    Timing(),
                 )
                 values: Values = [
                     {i: np.array(a) for i, a in zip(indices, row, strict=True)}
                     for row in executed.outputs
                 ]
             finally:
-                if not self.job.keep:
+                if not self.request.keep:
                     remove_quietly(device, deployed.job_dir)
         return values
 

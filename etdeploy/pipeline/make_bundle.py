@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -37,6 +36,7 @@ from etdeploy.bundle.manifest import (
     is_bundle,
 )
 from etdeploy.errors import UsageError
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.pipeline.job import RunJob
 from etdeploy.runner_build import RunnerBundle
 from etdeploy.settings import MACHINE, RunSettings, declared
@@ -68,6 +68,7 @@ def make_bundle(
     build; `runners_for(abis)` gives runner_build's bundle for each ABI)."""
     from etdeploy.extras import require_build_extra
     from etdeploy.pipeline.build import build_program
+    from etdeploy.pipeline.plan import plan_of
     from etdeploy.pipeline.references import host_runtime_outputs
     from etdeploy.pipeline.stage import stage
 
@@ -79,10 +80,11 @@ def make_bundle(
             "--localize needs the model where it runs; a bundle carries no model",
             "localise with `etdeploy run MODEL --localize` where torch is installed",
         )
+    plan = plan_of(job)
     say(f"building {job.label}")
-    program = build_program(job, say)
+    program = build_program(plan.build, say)
     say("staging inputs and the references")
-    staged = stage(job, program)
+    staged = stage(plan.stage, program)
     host = None
     if job.host_check:
         say("running the program in executorch's Python runtime")
@@ -133,9 +135,9 @@ def make_bundle(
     return MadeBundle(out, manifest, tuple(runners))
 
 
-def settings_json(job: RunSettings) -> dict[str, Any]:
+def settings_json(job: RunSettings) -> JsonObject:
     """The job's settings that travel (all but the running machine's own), as JSON."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for entry in declared(RunSettings):
         if entry.option.scope == MACHINE:
             continue

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from etdeploy.errors import EXIT_CHECK_FAILED
 from etdeploy.memory.account import account
@@ -34,29 +34,55 @@ def memory_of(program: Program, executed: Executed) -> Memory:
     )
 
 
+@dataclass(frozen=True)
+class JudgedMemory:
+    """The memory account with the limit judged on it and on every shape point,
+    and the points' own verdicts: one input of the run's verdict (pipeline.verify)."""
+
+    memory: Memory
+    points: tuple[ShapePoint, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        limit = self.memory.limit
+        return (limit is None or limit.passed) and all(p.passed for p in self.points)
+
+
+def judge_memory(
+    memory: Memory, points: tuple[ShapePoint, ...], limit: MaxMemory | None
+) -> JudgedMemory:
+    """The limit (if one is set) against the run's peak and every shape point's."""
+    if limit is None:
+        return JudgedMemory(memory, points)
+    accounts = [("", memory)] + [
+        (f"at shapes {p.point}", p.memory) for p in points if p.memory is not None
+    ]
+    judged = judge_limit(limit, accounts)
+    warnings = (
+        (f"{limit.source} was not checked: {judged.message}",) if judged.peak_bytes is None else ()
+    )
+    return JudgedMemory(replace(memory, limit=judged), points, warnings)
+
+
+def max_memory(max_memory_bytes: int | None, source: str | None) -> MaxMemory | None:
+    """The limit a run's settings set, named by where it was set."""
+    if max_memory_bytes is None:
+        return None
+    return MaxMemory(max_memory_bytes, source or "--max-memory")
+
+
 def with_memory(
     result: RunResult, memory: Memory, points: tuple[ShapePoint, ...], job: RunJob
 ) -> RunResult:
-    """`result` with its memory account, the limit judged on it and on every shape
-    point, and the points; a passing run that passes the limit or fails at a point
-    fails (exit 1)."""
-    warnings = result.warnings
-    if job.max_memory_bytes is not None:
-        limit = MaxMemory(job.max_memory_bytes, job.max_memory_source or "--max-memory")
-        accounts = [("", memory)] + [
-            (f"at shapes {p.point}", p.memory) for p in points if p.memory is not None
-        ]
-        judged = judge_limit(limit, accounts)
-        memory = replace(memory, limit=judged)
-        if judged.peak_bytes is None:
-            warnings = (*warnings, f"{limit.source} was not checked: {judged.message}")
-    failed = (memory.limit is not None and not memory.limit.passed) or any(
-        not p.passed for p in points
-    )
+    """`result` with its memory judged (judge_memory); a passing run that passes the
+    limit or fails at a point fails (exit 1). The language-model road's: a run of
+    a program decides its verdict once, memory among its inputs (pipeline.verify)."""
+    judged = judge_memory(memory, points, max_memory(job.max_memory_bytes, job.max_memory_source))
     status, code = result.status, result.exit_code
-    if failed and status == "passed":
+    if not judged.passed and status == "passed":
         status, code = "failed", EXIT_CHECK_FAILED
     return replace(
-        result, memory=memory, shapes=points or None, status=status, exit_code=code,
-        warnings=warnings,
+        result, memory=judged.memory, shapes=points or None, status=status, exit_code=code,
+        warnings=(*result.warnings, *judged.warnings),
     )  # fmt: skip

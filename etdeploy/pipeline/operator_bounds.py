@@ -26,9 +26,9 @@ Values on a quantization grid are judged in steps of the grid elsewhere
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -82,15 +82,50 @@ class Bound:
     allowed: torch.Tensor  # float64, the result's shape
 
 
-def op_name(target: Any) -> str:
+class Operator(Protocol):
+    """An operator of the graph (an OpOverload, or a Python callable), as called."""
+
+    def __call__(self, *args: object, **kwargs: object) -> torch.Tensor: ...
+
+
+# An operator's arguments as the graph hands them over: tensors, numbers, lists of them.
+Args = Sequence[object]
+Kwargs = Mapping[str, object]
+
+
+def _tensor(args: Args, index: int) -> torch.Tensor:
+    """args[index] as a tensor; a TypeError (an overload this does not know) otherwise."""
+    value = args[index]
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"argument {index} is a {type(value).__name__}, not a tensor")
+    return value
+
+
+def _number(value: object) -> float:
+    if isinstance(value, torch.Tensor) or not isinstance(value, (int, float)):
+        raise TypeError(f"{type(value).__name__} is not a number")
+    return float(value)
+
+
+def _sizes(value: object) -> list[int]:
+    """A list of sizes (layer_norm's normalized_shape)."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{type(value).__name__} is not a list of sizes")
+    sizes = []
+    for size in value:
+        if not isinstance(size, int):
+            raise TypeError(f"{type(size).__name__} is not a size")
+        sizes.append(size)
+    return sizes
+
+
+def op_name(target: object) -> str:
     """aten.layer_norm.default -> layer_norm (aten.native_group_norm.default -> ...)."""
     parts = str(target).split(".")
     return parts[1] if len(parts) >= 3 else parts[-1]
 
 
-def bound_for(
-    target: Any, args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor
-) -> Bound:
+def bound_for(target: Operator, args: Args, kwargs: Kwargs, result: torch.Tensor) -> Bound:
     """The bound of `target(*args, **kwargs) == result` (float64 inputs and result)."""
     name = op_name(target).removesuffix("_")
     y = result.detach().abs().to(torch.float64)
@@ -117,8 +152,7 @@ def bound_for(
 
 
 def _eager_float32_error(
-    target: Any, args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor,
-    scale: torch.Tensor,
+    target: Operator, args: Args, kwargs: Kwargs, result: torch.Tensor, scale: torch.Tensor,
 ) -> float:  # fmt: skip
     """How far eager PyTorch's own float32 kernel of this function is from the
     float64 result, relative to `scale`, at its worst over the tensor, times
@@ -139,8 +173,8 @@ def _allowed(y: torch.Tensor, n: int, scale: torch.Tensor) -> torch.Tensor:
     return FLOAT32_EPS * (_ULPS * y + n * scale.broadcast_to(y.shape)) + _TINY
 
 
-def _absolute(values: Sequence[Any]) -> list[Any]:
-    out: list[Any] = []
+def _absolute(values: Args) -> list[object]:
+    out: list[object] = []
     for value in values:
         if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
             out.append(value.abs())
@@ -153,21 +187,21 @@ def _absolute(values: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _absolute_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _absolute_kwargs(kwargs: Kwargs) -> dict[str, object]:
     keys = list(kwargs)
     return dict(zip(keys, _absolute([kwargs[k] for k in keys]), strict=True))
 
 
-def _tensors(args: Sequence[Any]) -> list[torch.Tensor]:
+def _tensors(args: Args) -> list[torch.Tensor]:
     return [a for a in args if isinstance(a, torch.Tensor)]
 
 
-def _read_per_written(args: Sequence[Any], result: torch.Tensor) -> int:
+def _read_per_written(args: Args, result: torch.Tensor) -> int:
     read = max((t.numel() for t in _tensors(args)), default=1)
     return max(1, math.ceil(read / max(result.numel(), 1)))
 
 
-def _summed(name: str, args: Sequence[Any], result: torch.Tensor) -> int:
+def _summed(name: str, args: Args, result: torch.Tensor) -> int:
     """How many terms each result element sums (plus one for a bias)."""
     tensors = _tensors(args)
     if name in ("linear", "mm", "bmm", "matmul", "mv", "dot", "vdot"):
@@ -180,18 +214,20 @@ def _summed(name: str, args: Sequence[Any], result: torch.Tensor) -> int:
         per_output = weight.numel() // max(int(weight.shape[1 if transposed else 0]), 1)
         return int(per_output) + 1
     if name == "cumsum":
-        return int(tensors[0].shape[int(args[1])])
+        return int(tensors[0].shape[int(_number(args[1]))])
     return _read_per_written(args, result)
 
 
-def _argument_sensitivity(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> torch.Tensor:
+def _argument_sensitivity(target: Operator, args: Args, kwargs: Kwargs) -> torch.Tensor:
     """sum over its float inputs x_k of |df/dx_k * x_k|: what one rounding of each
     argument changes an elementwise function by (forward-mode derivatives)."""
-    positions = [
-        i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point
-    ]
+    floats = {
+        i: a
+        for i, a in enumerate(args)
+        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point
+    }
     total: torch.Tensor | float = 0.0
-    for i in positions:
+    for i, arg in floats.items():
 
         def along(x: torch.Tensor, i: int = i) -> torch.Tensor:
             given = list(args)
@@ -199,7 +235,7 @@ def _argument_sensitivity(target: Any, args: Sequence[Any], kwargs: dict[str, An
             value: torch.Tensor = target(*given, **kwargs)
             return value
 
-        tangent = torch.func.jvp(along, (args[i],), (args[i],))[1]
+        tangent = torch.func.jvp(along, (arg,), (arg,))[1]
         total = total + tangent.abs()
     return total if isinstance(total, torch.Tensor) else torch.zeros(())
 
@@ -227,7 +263,9 @@ def _normalised_scale(
     return normalised, (1 + normalised.abs()) * (magnitude / std + 1)
 
 
-def _affine(scale: torch.Tensor, weight: Any, bias: Any, shape: Sequence[int]) -> torch.Tensor:
+def _affine(
+    scale: torch.Tensor, weight: object, bias: object, shape: Sequence[int]
+) -> torch.Tensor:
     if isinstance(weight, torch.Tensor):
         scale = scale * weight.abs().reshape(shape)
     if isinstance(bias, torch.Tensor):
@@ -235,26 +273,26 @@ def _affine(scale: torch.Tensor, weight: Any, bias: Any, shape: Sequence[int]) -
     return scale
 
 
-def _layer_norm(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor) -> _Scale:
-    x, normalized_shape = args[0], list(args[1])
+def _layer_norm(args: Args, kwargs: Kwargs, result: torch.Tensor) -> _Scale:
+    x, normalized_shape = _tensor(args, 0), _sizes(args[1])
     weight = args[2] if len(args) > 2 else kwargs.get("weight")
     bias = args[3] if len(args) > 3 else kwargs.get("bias")
-    eps = float(args[4]) if len(args) > 4 else float(kwargs.get("eps", 1e-5))
+    eps = _number(args[4]) if len(args) > 4 else _number(kwargs.get("eps", 1e-5))
     dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
     _, scale = _normalised_scale(x, dims, eps)
     return math.prod(normalized_shape), _affine(scale, weight, bias, normalized_shape)
 
 
-def _group_norm(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor) -> _Scale:
-    x = args[0]
+def _group_norm(args: Args, kwargs: Kwargs, result: torch.Tensor) -> _Scale:
+    x = _tensor(args, 0)
     # group_norm's second argument is its number of groups, native_group_norm's its weight.
     if not isinstance(args[1], int):  # native_group_norm(x, w, b, N, C, HxW, group, eps)
-        weight, bias, groups, eps = args[1], args[2], int(args[6]), float(args[7])
+        weight, bias, groups, eps = args[1], args[2], int(_number(args[6])), _number(args[7])
     else:  # group_norm(x, num_groups, weight, bias, eps, cudnn_enabled)
-        groups = int(args[1])
+        groups = args[1]
         weight = args[2] if len(args) > 2 else None
         bias = args[3] if len(args) > 3 else None
-        eps = float(args[4]) if len(args) > 4 else 1e-5
+        eps = _number(args[4]) if len(args) > 4 else 1e-5
     grouped = x.reshape(x.shape[0], groups, -1)
     _, scale = _normalised_scale(grouped, (2,), eps)
     scale = scale.reshape(x.shape)
@@ -262,42 +300,48 @@ def _group_norm(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tenso
     return int(grouped.shape[-1]), _affine(scale, weight, bias, channels)
 
 
-def _batch_norm(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor) -> _Scale:
+def _batch_norm(args: Args, kwargs: Kwargs, result: torch.Tensor) -> _Scale:
     # batch_norm(x, w, b, running_mean, running_var, training, momentum, eps, cudnn)
     # _native_batch_norm_legit_no_training(x, w, b, running_mean, running_var, momentum, eps)
-    x, weight, bias, mean, var = args[:5]
-    eps = float(args[-2] if len(args) == 9 else args[-1])
+    x, weight, bias, mean, var = (
+        _tensor(args, 0),
+        args[1],
+        args[2],
+        _tensor(args, 3),
+        _tensor(args, 4),
+    )
+    eps = _number(args[-2] if len(args) == 9 else args[-1])
     channels = [1, x.shape[1]] + [1] * (x.dim() - 2)
     scale = (x.abs() + mean.abs().reshape(channels)) / torch.sqrt(var.reshape(channels) + eps)
     return 2, _affine(scale, weight, bias, channels)
 
 
-def _softmax(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor) -> _Scale:
+def _softmax(args: Args, kwargs: Kwargs, result: torch.Tensor) -> _Scale:
     """exp of (x - max) relative to each weight: the argument's rounding |x - max|
     epsilon, and the sum of n exponentials."""
-    x, dim = args[0], int(args[1])
+    x, dim = _tensor(args, 0), int(_number(args[1]))
     shifted = (x - x.amax(dim=dim, keepdim=True)).abs()
     n = int(x.shape[dim])
     return n, result.abs() * (1 + (_ULPS + shifted) / n)
 
 
-def _log_softmax(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor) -> _Scale:
-    x, dim = args[0], int(args[1])
+def _log_softmax(args: Args, kwargs: Kwargs, result: torch.Tensor) -> _Scale:
+    x, dim = _tensor(args, 0), int(_number(args[1]))
     shifted = (x - x.amax(dim=dim, keepdim=True)).abs()
     n = int(x.shape[dim])
     return n, (1 + shifted / n).broadcast_to(result.shape)
 
 
-def _rms_norm(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor) -> _Scale:
-    return math.prod(list(args[1])), result.abs()
+def _rms_norm(args: Args, kwargs: Kwargs, result: torch.Tensor) -> _Scale:
+    return math.prod(_sizes(args[1])), result.abs()
 
 
-def _attention(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor) -> _Scale:
+def _attention(args: Args, kwargs: Kwargs, result: torch.Tensor) -> _Scale:
     """softmax(q k^T s) v: the scores' summation error (d epsilon |q| |k|^T s) moves
     each weight by that much relative, then the weighted sum of L values."""
-    q, k, v = args[:3]
+    q, k, v = _tensor(args, 0), _tensor(args, 1), _tensor(args, 2)
     scale = kwargs.get("scale") or (args[6] if len(args) > 6 else None)
-    s = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    s = _number(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     d, length = int(q.shape[-1]), int(k.shape[-2])
     scores = q.abs() @ k.abs().transpose(-2, -1) * s
     weights = torch.softmax((q @ k.transpose(-2, -1)) * s, dim=-1)
@@ -306,7 +350,7 @@ def _attention(args: Sequence[Any], kwargs: dict[str, Any], result: torch.Tensor
     return length, carried * (1 + spread)
 
 
-_NORMALIZATIONS: dict[str, Callable[[Sequence[Any], dict[str, Any], torch.Tensor], _Scale]] = {
+_NORMALIZATIONS: dict[str, Callable[[Args, Kwargs, torch.Tensor], _Scale]] = {
     "layer_norm": _layer_norm,
     "native_layer_norm": _layer_norm,
     "group_norm": _group_norm,

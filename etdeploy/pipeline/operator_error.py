@@ -27,13 +27,20 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from etdeploy.builder.tap_plan import FULL
 from etdeploy.builder.tapped_manifest import TapInfo
 from etdeploy.report.result import OperatorError
+
+if TYPE_CHECKING:  # imported where torch is
+    import torch
+    from torch.fx import GraphModule, Node
+    from torch.fx.node import Argument
+
+    from etdeploy.pipeline.operator_bounds import Bound
 
 # Bumped whenever what is measured or how it is bounded changes.
 REVISION = 2
@@ -87,12 +94,13 @@ def _measure(
 ) -> list[dict[str, OperatorError]]:
     import torch
 
+    from etdeploy.builder.tap_plan import graph_outputs
     from etdeploy.builder.tapped import load_reference
 
     module = load_reference(reference_program)
-    outputs = module.graph.output_node().args[0]
+    outputs = graph_outputs(module.graph)
     # Each tap's value node in the twin: the tap's argument.
-    value_of = {tap.node: outputs[tap.output_index].args[0] for tap in taps}
+    value_of = {tap.node: _tapped_value(outputs[tap.output_index]) for tap in taps}
     rows = []
     with torch.no_grad():
         for sample, values in zip(samples, device, strict=True):
@@ -110,8 +118,19 @@ def _measure(
     return rows
 
 
+def _tapped_value(output: object) -> Node:
+    """The value a tap output hands out: the tap's argument (its node in the graph)."""
+    from torch.fx import Node as GraphNode
+
+    from etdeploy.builder.tap_plan import input_node
+
+    value = input_node(output, 0) if isinstance(output, GraphNode) else None
+    assert value is not None, f"{output} is not a tap of a value"
+    return value
+
+
 def _error(
-    run: _DeviceFed, node: Any, got: np.ndarray, tap: TapInfo, quant_steps: float
+    run: _DeviceFed, node: Node, got: np.ndarray, tap: TapInfo, quant_steps: float
 ) -> OperatorError:
     """The device's value of `node` against what the operator gives on the device's inputs."""
     want = run.computed.get(node.name)
@@ -133,16 +152,16 @@ def _error(
             allowed / magnitude if magnitude > 0 else math.inf, "quantized", 1, steps,
         )  # fmt: skip
     bound = run.bounds[node.name]
-    allowed = bound.allowed.numpy()
+    limits = bound.allowed.numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = float(np.max(diff / allowed)) if diff.size else 0.0
+        ratio = float(np.max(diff / limits)) if diff.size else 0.0
     return OperatorError(
         max_abs, rel, ratio if math.isfinite(ratio) else math.inf,
-        float(np.max(allowed)) / magnitude if magnitude > 0 else math.inf, bound.kind, bound.n,
+        float(np.max(limits)) / magnitude if magnitude > 0 else math.inf, bound.kind, bound.n,
     )  # fmt: skip
 
 
-def _float64() -> Any:
+def _float64() -> torch.dtype:
     import torch
 
     return torch.float64
@@ -163,7 +182,7 @@ def _difference(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(diff), np.inf, diff)
 
 
-def _is_quantize(target: Any) -> bool:
+def _is_quantize(target: object) -> bool:
     text = str(target)
     return ("quantize_per" in text and "dequantize" not in text) or "choose_qparams" in text
 
@@ -173,30 +192,32 @@ class _DeviceFed:
     tapped value (or of a copy of it) the device's value instead of its own;
     records each tapped node's own result and its float32 bound."""
 
-    def __init__(self, module: Any, device: Mapping[Any, np.ndarray]) -> None:
+    def __init__(self, module: GraphModule, device: Mapping[Node, np.ndarray]) -> None:
         import torch
 
-        from etdeploy.builder.tap_plan import value_key
+        from etdeploy.builder.tap_plan import input_node, value_key
 
         self.module = module
-        self.computed: dict[str, Any] = {}
-        self.bounds: dict[str, Any] = {}
+        self.computed: dict[str, torch.Tensor] = {}
+        self.bounds: dict[str, Bound] = {}
         self.watched = {node.name for node in device}
         # A getitem's bound comes from the operator whose tuple it picks from.
         self.picked: dict[str, list[tuple[str, int]]] = {}
         for node in device:
-            if node.op == "call_function" and "getitem" in str(node.target):
-                self.picked.setdefault(node.args[0].name, []).append((node.name, node.args[1]))
+            source, index = input_node(node, 0), node.args[1] if len(node.args) > 1 else None
+            getitem = node.op == "call_function" and "getitem" in str(node.target)
+            if getitem and source is not None and isinstance(index, int):
+                self.picked.setdefault(source.name, []).append((node.name, index))
         self.substitute = {
             value_key(node): torch.from_numpy(np.ascontiguousarray(v)).to(torch.float64)
             for node, v in device.items()
         }
         self.value_key = value_key
 
-    def run(self, *inputs: Any) -> None:
+    def run(self, *inputs: torch.Tensor) -> None:
         import torch
 
-        env: dict[Any, Any] = {}
+        env: dict[Node, Argument] = {}
         placeholders = iter(inputs)
         for node in self.module.graph.nodes:
             if node.op == "placeholder":
@@ -215,41 +236,59 @@ class _DeviceFed:
                 result = node.target(*args, **kwargs)
                 self._record(node, args, kwargs, result)
             given = self.substitute.get(self.value_key(node))
-            env[node] = given.to(result.dtype) if given is not None else result
+            if given is not None and isinstance(result, torch.Tensor):
+                env[node] = given.to(result.dtype)
+            else:
+                env[node] = result
 
-    def _record(self, node: Any, args: Any, kwargs: Any, result: Any) -> None:
+    def _record(
+        self,
+        node: Node,
+        args: Sequence[object],
+        kwargs: Mapping[str, object],
+        result: torch.Tensor | Sequence[torch.Tensor],
+    ) -> None:
+        import torch
+
         from etdeploy.pipeline.operator_bounds import bound_for
 
-        if node.name in self.watched:
+        operator = node.target
+        if isinstance(operator, str):  # a call_function's target is its callable
+            return
+        if node.name in self.watched and isinstance(result, torch.Tensor):
             self.computed[node.name] = result
-            if not isinstance(result, tuple) and not _is_dequantize(node.target):
-                self.bounds[node.name] = bound_for(node.target, args, kwargs, result)
+            if not _is_dequantize(node.target):
+                self.bounds[node.name] = bound_for(operator, args, kwargs, result)
         for name, index in self.picked.get(node.name, ()):
-            self.bounds[name] = bound_for(node.target, args, kwargs, result[index])
+            self.bounds[name] = bound_for(operator, args, kwargs, result[index])
 
 
-def _is_dequantize(target: Any) -> bool:
+def _is_dequantize(target: object) -> bool:
     return "dequantize_per" in str(target)
 
 
-def _attribute(module: Any, target: str) -> Any:
-    value = module
-    for part in target.split("."):
-        value = getattr(value, part)
+def _attribute(module: GraphModule, target: str) -> Argument:
+    *path, name = target.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part)
+    value: Argument = getattr(owner, name)
     return value
 
 
-def _precision(target: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+def _precision(
+    target: object, args: Sequence[object], kwargs: Mapping[str, object]
+) -> tuple[list[object], dict[str, object]]:
     """Float tensors in float64, except into a quantize (which takes float32)."""
     import torch
 
     wanted = torch.float32 if _is_quantize(target) else torch.float64
 
-    def convert(value: Any) -> Any:
+    def convert(value: object) -> object:
         if isinstance(value, torch.Tensor) and value.dtype in (torch.float32, torch.float64):
             return value.to(wanted)
         if isinstance(value, (list, tuple)):
             return type(value)(convert(v) for v in value)
         return value
 
-    return convert(args), {k: convert(v) for k, v in kwargs.items()}
+    return [convert(a) for a in args], {k: convert(v) for k, v in kwargs.items()}

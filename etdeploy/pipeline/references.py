@@ -23,6 +23,8 @@ import numpy as np
 from etdeploy.errors import InfraError, InputError
 
 if TYPE_CHECKING:
+    import torch
+
     from etdeploy.builder import BuildOptions
     from etdeploy.model.loader import ModelRef
 
@@ -296,7 +298,7 @@ def _run_eager(
     return outputs, hits
 
 
-def _flatten_tensors(value: Any) -> list[Any]:
+def _flatten_tensors(value: object) -> list[torch.Tensor]:
     import torch
 
     if isinstance(value, torch.Tensor):

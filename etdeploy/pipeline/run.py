@@ -46,7 +46,8 @@ from etdeploy.pipeline.execute import (
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
 from etdeploy.pipeline.llm.folder import looks_like_lm_folder
-from etdeploy.pipeline.memory import memory_of, with_memory
+from etdeploy.pipeline.memory import JudgedMemory, judge_memory, memory_of
+from etdeploy.pipeline.plan import RunPlan, plan_of
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import stage
 from etdeploy.pipeline.task import check_task
@@ -62,7 +63,6 @@ from etdeploy.report.result import (
     ErrorInfo,
     InputsInfo,
     JobInfo,
-    Memory,
     Preflight,
     Profile,
     RunnerInfo,
@@ -126,92 +126,109 @@ def _run_job(
     job: RunJob, device: Device, context: RunContext | None = None, *, job_id: str | None = None
 ) -> RunResult:
     context = context or RunContext()
-    say = context.status or (lambda _text: None)
-    started = time.time()
     job_id = job_id or new_job_id()
     if job.bundle is None and looks_like_lm_folder(job.model):
         from etdeploy.pipeline.llm.run import run_lm_job  # a causal-LM folder: its own road
 
         return run_lm_job(job, device, context, job_id)
+    return _run_program(job, device, context, job_id)
 
+
+def _run_program(job: RunJob, device: Device, context: RunContext, job_id: str) -> RunResult:
+    """A program's road: built (or given, or read from a bundle), staged, run on the
+    device, and judged once."""
+    say = context.status or (lambda _text: None)
+    started = time.time()
+    plan = plan_of(job)
     # What the device is (a round trip or two; over SSH the connection too) is asked
     # while the program and samples are read here; target_for then has it.
     asked = Ahead(device.info)
-    program, staged, host_outputs, carried = _prepared(job, say)
-    target = target_for(job, device, say, carried, context.device_runner, info=asked.result())
+    program, staged, host_outputs, carried = _prepared(job.bundle, job.label, plan, say)
+    target = target_for(
+        plan.runner, device, say, carried, context.device_runner, info=asked.result()
+    )
     say(f"checking that the runner for {target.info.name} can run the program")
     # --verify-remote: hash what the device holds instead of trusting its records.
     checked = preflight(
         device, target.bundle, program.pte, program.manifest, status=say,
-        verify=job.verify_remote, sha256=program.sha256,
+        verify=plan.verify_remote, sha256=program.sha256,
     )  # fmt: skip
     # The size verdict needs nothing the device returns: worked out while it runs.
     size = Ahead(size_verdict, program, context.size_config)
     deployed, executed, points, lock, etdump = _on_device(
-        job, job_id, target, program, staged, context
+        plan, job_id, target, program, staged, context
     )
-    profile, profile_warnings = _profile(etdump, program, say)
+    profile, profile_warnings = None, ()
+    if etdump is not None:
+        say("reading the profile")
+        try:
+            profile = profile_of(etdump, program)
+        except EtdeployError as exc:
+            # The run itself succeeded: keep its verdict, say why there is no profile.
+            profile_warnings = (f"no profile: {exc.message}",)
+    # The one verdict of the run: outputs, task, size and memory together.
     judged = judge(
-        job, program, staged, executed.outputs, host_outputs=host_outputs,
+        plan.verify, program, staged, executed.outputs, host_outputs=host_outputs,
         size_config=context.size_config, job_id=job_id, size=size.result(),
+        memory=judge_memory(memory_of(program, executed), points, plan.memory_limit),
     )  # fmt: skip
     localization, localize_warnings = None, ()
-    if job.localize:
+    if plan.localize is not None:
         from etdeploy.pipeline.localize import localize_or_warning
 
         say("localizing: where the device departs from eager")
         localization, localize_warnings = localize_or_warning(
-            job, target, program, staged, judged, executed.outputs,
+            plan.localize, target, program, staged, judged, executed.outputs,
             job_id=job_id, say=say, progress=context.progress,
         )  # fmt: skip
     warnings = (
         *program.warnings, *staged.warnings, *checked.warnings, *profile_warnings,
         *localize_warnings, *judged.warnings,
     )  # fmt: skip
-    result = result_of(
+    return result_of(
         Stages(
             job, job_id, started, program, staged, target, checked, deployed, executed, judged,
             lock, etdump, profile, localization, warnings,
         )
     )  # fmt: skip
-    return with_memory(result, memory_of(program, executed), points, job)
 
 
 def _prepared(
-    job: RunJob, say: StatusCallback
+    bundle: Path | None, label: str, plan: RunPlan, say: StatusCallback
 ) -> tuple[Program, Staged, Sequence[Sequence[np.ndarray]] | None, tuple[RunnerBundle, ...]]:
     """build and stage: the program, the samples and their references (and the host
     runtime's outputs with --host-check), built and computed here, or read from a job
     bundle with the runners it carries (etdeploy.bundle: no torch)."""
-    if job.bundle is not None:
+    if bundle is not None:
         from etdeploy.bundle.load import open_bundle, prepare
 
-        say(f"reading the job bundle {job.bundle}")
-        ready = prepare(open_bundle(job.bundle))
+        say(f"reading the job bundle {bundle}")
+        ready = prepare(open_bundle(bundle))
         return ready.program, ready.staged, ready.host_outputs, ready.runners
-    say(f"building {job.label}")
-    program = build_program(job, say)
-    if job.localize:
+    say(f"building {label}")
+    program = build_program(plan.build, say)
+    if plan.localize is not None:
         from etdeploy.pipeline.localize import check_localizable
 
-        check_localizable(job, program)  # bad input fails before anything runs
+        check_localizable(plan.localize, program)  # bad input fails before anything runs
     say("staging inputs and the reference")
-    staged = stage(job, program)
-    check_task(job, program, staged)
-    if job.shapes:
+    staged = stage(plan.stage, program)
+    check_task(plan.verify.gate, plan.verify.labels, program, staged)
+    if plan.shapes is not None:
         from etdeploy.pipeline.shapes import check_points
 
-        check_points(job, program)  # points outside the dynamic range: before anything runs
+        # Points outside the dynamic range: before anything runs.
+        check_points(plan.shapes.points, program)
     host_outputs = (
         host_runtime_outputs(program.pte, program.method, staged.samples, program.data_path)
-        if job.host_check
+        if plan.host_check
         else None
     )
     return program, staged, host_outputs, ()
 
 
 def _on_device(
-    job: RunJob,
+    plan: RunPlan,
     job_id: str,
     target: Target,
     program: Program,
@@ -232,46 +249,25 @@ def _on_device(
         try:
             say(f"deploying to {info.name}")
             deployed = deploy(
-                target, program, staged, job_id, context.progress, verify=job.verify_remote
+                target, program, staged, job_id, context.progress, verify=plan.verify_remote
             )
             say(f"running on {info.name}")
             # Outputs may be views of a mapped file in `tmp`: a mapping outlives the
             # file's removal (POSIX), so they are read as compared, never copied.
-            executed = execute(target, deployed, program, staged, job, Path(tmp))
-            points = _shape_points(job, target, program, staged, job_id, Path(tmp), context)
+            executed = execute(target, deployed, program, staged, plan.execute, Path(tmp))
+            points: tuple[ShapePoint, ...] = ()
+            if plan.shapes is not None:  # --shapes: the program at points of its range
+                from etdeploy.pipeline.shapes import run_points
+
+                points = run_points(
+                    plan.shapes, target, program, staged, job_id=job_id, local_dir=Path(tmp),
+                    say=say, progress=context.progress,
+                )  # fmt: skip
         finally:
-            jobs.end(job_id, keep=job.keep)
+            jobs.end(job_id, keep=plan.keep)
         etdump = keep_etdump(executed.etdump, job_id) if executed.etdump else None
         lock = DeviceLock(round(held_from - waited_from, 3), held_from, time.time())
     return deployed, executed, points, lock, etdump
-
-
-def _shape_points(
-    job: RunJob, target: Target, program: Program, staged: Staged, job_id: str, tmp: Path,
-    context: RunContext,
-) -> tuple[ShapePoint, ...]:  # fmt: skip
-    """run --shapes: the program at each point of its range (etdeploy.pipeline.shapes)."""
-    if not job.shapes:
-        return ()
-    from etdeploy.pipeline.shapes import run_points
-
-    return run_points(
-        job, target, program, staged, job_id=job_id, local_dir=tmp,
-        say=context.status or (lambda _text: None), progress=context.progress,
-    )  # fmt: skip
-
-
-def _profile(
-    etdump: Path | None, program: Program, say: StatusCallback
-) -> tuple[Profile | None, tuple[str, ...]]:
-    if etdump is None:
-        return None, ()
-    say("reading the profile")
-    try:
-        return profile_of(etdump, program), ()
-    except EtdeployError as exc:
-        # The run itself succeeded: keep its verdict, say why there is no profile.
-        return None, (f"no profile: {exc.message}",)
 
 
 def result_of(stages: Stages) -> RunResult:
@@ -282,6 +278,7 @@ def result_of(stages: Stages) -> RunResult:
         stages.job, stages.program, stages.judged, stages.executed, stages.target.info,
     )  # fmt: skip
     bundle, deployed = stages.target.bundle, stages.deployed
+    memory = judged.memory or JudgedMemory(memory_of(program, executed))
     return RunResult(
         etdeploy=etdeploy.__version__,
         status="passed" if judged.passed else "failed",
@@ -318,7 +315,8 @@ def result_of(stages: Stages) -> RunResult:
         ),
         latency_ms=latency_of(executed.load_ms, executed.iterations_ms),
         throughput=throughput_of(executed.sample_ms),
-        memory=Memory(planned_bytes=program.planned_bytes, peak_rss_bytes=executed.peak_rss_bytes),
+        memory=memory.memory,
+        shapes=memory.points or None,
         verdict=judged.verdict,
         accuracy=judged.accuracy,
         host_check=judged.host_check,

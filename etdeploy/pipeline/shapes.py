@@ -20,6 +20,7 @@ eager model at those shapes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,15 +32,29 @@ if TYPE_CHECKING:
 
     from etdeploy.devices.base import ProgressCallback
     from etdeploy.pipeline.deploy import Target
-    from etdeploy.pipeline.job import RunJob, StatusCallback
+    from etdeploy.pipeline.execute import ExecuteSettings
+    from etdeploy.pipeline.job import StatusCallback
+    from etdeploy.pipeline.verify import VerifySettings
     from etdeploy.program import Program
     from etdeploy.report.result_shapes import ShapePoint
     from etdeploy.staged import Staged
 
 
-def check_points(job: RunJob, program: Program) -> tuple[Point, ...]:
-    """The job's points against the built program (exit 2 before anything runs)."""
-    return resolve_points(parse_points(job.shapes), program) if job.shapes else ()
+@dataclass(frozen=True)
+class ShapesRequest:
+    """What --shapes takes: its points, MODEL (the eager reference at each point), and
+    how each point is run and judged, as the run's own samples are."""
+
+    points: tuple[str, ...]
+    model: str | None
+    use_cache: bool
+    execute: ExecuteSettings
+    verify: VerifySettings
+
+
+def check_points(points: tuple[str, ...], program: Program) -> tuple[Point, ...]:
+    """--shapes' points against the built program (exit 2 before anything runs)."""
+    return resolve_points(parse_points(points), program) if points else ()
 
 
 def samples_at(
@@ -67,20 +82,22 @@ def samples_at(
     return tuple(out)
 
 
-def stage_at(point: Point, job: RunJob, program: Program, staged: Staged) -> Staged:
+def stage_at(point: Point, request: ShapesRequest, program: Program, staged: Staged) -> Staged:
     """The staged samples at the point, with the eager (and quantized eager)
     references at those shapes."""
     from etdeploy.pipeline.references import eager_reference, quantized_reference
     from etdeploy.pipeline.stage import _table
     from etdeploy.staged import Staged
 
-    assert job.model is not None  # RunJob refuses --shapes without MODEL
+    assert request.model is not None  # RunJob refuses --shapes without MODEL
     arrays = samples_at(point, staged.samples)
-    references, _ = eager_reference(job.model, list(arrays), use_cache=job.use_cache)
+    references, _ = eager_reference(request.model, list(arrays), use_cache=request.use_cache)
     quantized = None
     if program.quantized_program is not None:
         quantized = _table(
-            quantized_reference(program.quantized_program, list(arrays), use_cache=job.use_cache)
+            quantized_reference(
+                program.quantized_program, list(arrays), use_cache=request.use_cache
+            )
         )
     return Staged(
         sample_names=staged.sample_names,
@@ -93,7 +110,7 @@ def stage_at(point: Point, job: RunJob, program: Program, staged: Staged) -> Sta
 
 
 def run_points(
-    job: RunJob,
+    request: ShapesRequest,
     target: Target,
     program: Program,
     staged: Staged,
@@ -112,14 +129,14 @@ def run_points(
     from etdeploy.report.result_shapes import ShapePoint
 
     found = []
-    for index, point in enumerate(check_points(job, program)):
+    for index, point in enumerate(check_points(request.points, program)):
         say(f"running at shapes {point.label}")
-        at = stage_at(point, job, program, staged)
+        at = stage_at(point, request, program, staged)
         deployed = deploy(target, program, at, job_id, progress)
         here = local_dir / f"shapes{index}"
         here.mkdir(parents=True, exist_ok=True)
-        executed = execute(target, deployed, program, at, job, here)
-        verdict = judge(job, program, at, executed.outputs).verdict
+        executed = execute(target, deployed, program, at, request.execute, here)
+        verdict = judge(request.verify, program, at, executed.outputs).verdict
         worst = verdict.worst
         found.append(
             ShapePoint(

@@ -9,15 +9,17 @@ program's input metadata before anything runs, paired with its expected outputs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
+from etdeploy.builder.options import BuildOptions
 from etdeploy.dataset import Labels
 from etdeploy.errors import InputError
 from etdeploy.inputs import Sample
-from etdeploy.pipeline.build import declared_task, default_sample_paths
-from etdeploy.pipeline.job import RunJob
+from etdeploy.pipeline.build import SampleSource
 from etdeploy.pipeline.references import (
     QuantizedProgram,
     derived_quantized_program,
@@ -29,7 +31,22 @@ from etdeploy.program import Program
 from etdeploy.staged import Staged
 
 
-def stage(job: RunJob, program: Program) -> Staged:
+@dataclass(frozen=True)
+class StageRequest:
+    """What stage takes: the samples' source, what they should give (--reference, or
+    MODEL's eager outputs), the options MODEL is built with (a .pte built elsewhere
+    derives its quantized eager program with them), the output kinds declared and the
+    task the labels score (--task)."""
+
+    model: str | None
+    options: BuildOptions = field(default_factory=BuildOptions)
+    samples: SampleSource = field(default_factory=SampleSource)
+    reference: Path | None = None
+    declared_kinds: Mapping[str, str] = field(default_factory=dict)
+    task: str | None = None
+
+
+def stage(request: StageRequest, program: Program) -> Staged:
     """Real inputs -> arrays checked against the method, then the reference."""
     from etdeploy.verify import check_kinds
 
@@ -40,18 +57,22 @@ def stage(job: RunJob, program: Program) -> Staged:
         )
     # A kind for an output the program does not have is a typo: say so before running.
     check_kinds(
-        {**program.declared_kinds, **job.declared_kinds()}, program.output_names, "--output-kind"
+        {**program.declared_kinds, **request.declared_kinds}, program.output_names, "--output-kind"
     )
-    samples, labels = _samples(job, program)
+    samples, labels = _samples(request.samples, program)
     arrays = [s.arrays for s in samples]
     sample_names = [s.name for s in samples]
     warnings: list[str] = []
-    if job.reference is not None:
-        references = load_reference_file(job.reference, len(samples), len(program.tensor_outputs))
+    if request.reference is not None:
+        references = load_reference_file(
+            request.reference, len(samples), len(program.tensor_outputs)
+        )
         kind = "file"
     else:
-        assert job.model is not None
-        references, example_hits = eager_reference(job.model, arrays, use_cache=job.use_cache)
+        assert request.model is not None
+        references, example_hits = eager_reference(
+            request.model, arrays, use_cache=request.options.use_cache
+        )
         kind = "eager"
         reused = [sample_names[i] for i, hit in enumerate(example_hits) if hit]
         if reused:
@@ -59,39 +80,39 @@ def stage(job: RunJob, program: Program) -> Staged:
                 f"sample(s) {', '.join(reused)} are the model's example inputs: those fix shapes "
                 "for export, they are not a test set; verify on held-out data"
             )
-    if job.random_inputs:
+    if request.samples.random_inputs:
         warnings.append(
             "verifying on random inputs (--random): noise exercises the middle of a network's "
             "range and can pass a lowering that breaks real data"
         )
     quantized = None
-    source = quantized_program_for(job, program)
+    source = quantized_program_for(request, program)
     if source is not None:
-        quantized = quantized_reference(source.path, arrays, use_cache=job.use_cache)
-    elif program.quantization or job.quantize:
+        quantized = quantized_reference(source.path, arrays, use_cache=request.options.use_cache)
+    elif program.quantization or request.options.quantize:
         warnings.append(
             "no quantized program beside the .pte (a build from elsewhere) and no MODEL to "
             "derive it from: the device is judged against the float model by the accuracy "
             "budget only, which forgives errors the quantization step would catch; name "
             "MODEL, or build it with `etdeploy build`"
         )
-    _, declared, _ = declared_task(program)
+    _, declared, _ = program.declared_task
     return Staged(
         tuple(sample_names),
         tuple(arrays),
         _table(references),
         kind,
-        bool(job.random_inputs),
+        bool(request.samples.random_inputs),
         tuple(warnings),
         _table(quantized) if quantized is not None else None,
         labels,
-        job.task or declared,
+        request.task or declared,
         source.source if source is not None else None,
         source.steps if source is not None and source.derived else None,
     )
 
 
-def quantized_program_for(job: RunJob, program: Program) -> QuantizedProgram | None:
+def quantized_program_for(request: StageRequest, program: Program) -> QuantizedProgram | None:
     """The quantized eager program to hold an int8 program to: the build's own
     (beside the .pte), or for a .pte built elsewhere the one MODEL and the run's
     options give; None for a float program, or without MODEL."""
@@ -99,21 +120,13 @@ def quantized_program_for(job: RunJob, program: Program) -> QuantizedProgram | N
         return QuantizedProgram(
             program.quantized_program, "the build's, beside the .pte", (), derived=False
         )
-    mode = program.quantization or job.quantize
-    if mode is None or job.model is None:
+    mode = program.quantization or request.options.quantize
+    if mode is None or request.model is None:
         return None
-    from etdeploy.builder import BuildOptions
-
-    return derived_quantized_program(
-        job.model,
-        BuildOptions(
-            backend=job.backend, quantize=mode, calibration=job.calibration,
-            dynamic=job.dynamic, use_cache=job.use_cache, external_weights=job.external_weights,
-        ),
-    )  # fmt: skip
+    return derived_quantized_program(request.model, replace(request.options, quantize=mode))
 
 
-def _samples(job: RunJob, program: Program) -> tuple[list[Sample], Labels | None]:
+def _samples(source: SampleSource, program: Program) -> tuple[list[Sample], Labels | None]:
     """The samples to verify on (--inputs, the model's own, or noise on request), each
     checked against the method, with their labels when they have them."""
     from etdeploy.dataset import load_labelled
@@ -121,8 +134,8 @@ def _samples(job: RunJob, program: Program) -> tuple[list[Sample], Labels | None
 
     metas = program.input_metas
     labels: Labels | None = None
-    if job.random_inputs:
-        if job.labels is not None:
+    if source.random_inputs:
+        if source.labels is not None:
             raise InputError("--labels with --random", "noise has no answers: give real --inputs")
         rng = np.random.default_rng(0)
         samples = [
@@ -130,19 +143,21 @@ def _samples(job: RunJob, program: Program) -> tuple[list[Sample], Labels | None
                 f"random{i}",
                 tuple(_noise(rng, v.dtype or "float32", v.shape) for v in program.inputs),
             )
-            for i in range(job.random_inputs)
+            for i in range(source.random_inputs)
         ]
     else:
-        paths = list(job.inputs) or default_sample_paths(program)
+        paths = list(source.inputs) or program.own_samples
         if not paths:
             raise InputError(
                 "no inputs to verify with",
                 "give --inputs FILE|DIR|GLOB of real samples, or --random N to verify on noise",
             )
-        declared_labels, _, names = declared_task(program)
+        declared_labels, _, names = program.declared_task
         # The model's own labels go with the model's own samples only.
-        labels_file = job.labels or (declared_labels if not job.inputs else None)
-        labelled = load_labelled(paths, metas, parse_preprocess(job.preprocess), labels_file, names)
+        labels_file = source.labels or (declared_labels if not source.inputs else None)
+        labelled = load_labelled(
+            paths, metas, parse_preprocess(source.preprocess), labels_file, names
+        )
         samples, labels = labelled.samples, labelled.labels
     for sample in samples:
         check_against(sample, metas)

@@ -17,8 +17,6 @@ import numpy as np
 from etdeploy import accuracy
 from etdeploy.dataset import Labels
 from etdeploy.errors import InputError
-from etdeploy.pipeline.build import declared_task
-from etdeploy.pipeline.job import RunJob
 from etdeploy.program import Program
 from etdeploy.report.result_accuracy import (
     Disagreement,
@@ -32,10 +30,10 @@ from etdeploy.staged import Staged
 DISAGREEMENTS_LISTED = 10
 
 
-def task_of(job: RunJob, program: Program, staged: Staged) -> accuracy.Task:
+def task_of(program: Program, staged: Staged) -> accuracy.Task:
     """The task the labels score: --task, else the model's, else a classification of the
     first output; checked against the program's outputs."""
-    _, _, names = declared_task(program)
+    _, _, names = program.declared_task
     task = accuracy.parse_task(staged.task or "classification", names)
     outputs = program.output_names
     if task.output is not None and task.output not in outputs:
@@ -46,20 +44,18 @@ def task_of(job: RunJob, program: Program, staged: Staged) -> accuracy.Task:
     return task
 
 
-def check_task(job: RunJob, program: Program, staged: Staged) -> None:
+def check_task(gate: accuracy.Gate, labels: Path | None, program: Program, staged: Staged) -> None:
     """The labels against the task and the eager model's own outputs, before anything
     is pushed: a label outside the classes, or a task the outputs cannot answer, is bad
     input found in milliseconds rather than after a run on the device."""
     if staged.labels is None:
-        if job.labels is None and (
-            job.min_accuracy is not None or job.max_accuracy_drop is not None
-        ):
+        if labels is None and (gate.min_accuracy is not None or gate.max_drop is not None):
             raise InputError(
                 "--min-accuracy and --max-accuracy-drop need labelled samples",
                 "give --labels FILE, a labelled .npz (x and y) or a folder a class as --inputs",
             )
         return
-    task = task_of(job, program, staged)
+    task = task_of(program, staged)
     index = program.output_names.index(task.output) if task.output else 0
     accuracy.check_labels(
         task, accuracy.stack_output(staged.references, index), staged.labels.values
@@ -67,7 +63,7 @@ def check_task(job: RunJob, program: Program, staged: Staged) -> None:
 
 
 def task_accuracy(
-    job: RunJob,
+    gate: accuracy.Gate,
     program: Program,
     staged: Staged,
     outputs: Sequence[Sequence[np.ndarray]],
@@ -77,7 +73,7 @@ def task_accuracy(
     labels = staged.labels
     if labels is None:
         return None
-    task = task_of(job, program, staged)
+    task = task_of(program, staged)
     index = program.output_names.index(task.output) if task.output else 0
     name = program.output_names[index]
     eager_scores = accuracy.stack_output(staged.references, index)
@@ -93,14 +89,13 @@ def task_accuracy(
     scores = _scores(task, eager, device, quantized)
     device_vs = _paired(task, eager, device, "device")
     quant_vs = _paired(task, eager, quantized, "quantized eager") if quantized else None
-    gate = accuracy.Gate(job.min_accuracy, job.max_accuracy_drop)
     reason = accuracy.gate_reason(task, scores[0].device, _as_paired(device_vs), gate)
     disagreeing = _disagreements(task, eager_scores, device_scores, labels, staged, job_id)
     return TaskAccuracy(
         task=task.kind, output=name, samples=len(labels.values), labels=labels.source,
         scores=scores, device_vs_eager=device_vs, quantized_vs_eager=quant_vs,
         disagreements=tuple(disagreeing[:DISAGREEMENTS_LISTED]), disagreeing=len(disagreeing),
-        min_accuracy=job.min_accuracy, max_drop=job.max_accuracy_drop,
+        min_accuracy=gate.min_accuracy, max_drop=gate.max_drop,
         passed=reason is None, reason=reason or _summary(task, scores[0], device_vs),
     )  # fmt: skip
 

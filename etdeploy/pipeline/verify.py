@@ -13,14 +13,16 @@ will not ship.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
 from etdeploy import verify as metrics
+from etdeploy.accuracy import Gate
 from etdeploy.config import Config
-from etdeploy.pipeline.job import RunJob
+from etdeploy.pipeline.memory import JudgedMemory
 from etdeploy.pipeline.task import task_accuracy
 from etdeploy.program import Program
 from etdeploy.report.result import HostCheck, SizeSummary, Thresholds, Verdict
@@ -29,57 +31,86 @@ from etdeploy.staged import Staged
 
 
 @dataclass(frozen=True)
+class VerifySettings:
+    """What verify takes of a run's settings: the limits over etdeploy.verify's
+    defaults, the output kinds declared, the task's gate, and what the run asked
+    for (--quantize says what a .pte built elsewhere is; --atol, given, is warned
+    about for a quantized build)."""
+
+    thresholds: Thresholds = metrics.DEFAULT_THRESHOLDS
+    declared_kinds: Mapping[str, str] = field(default_factory=dict)
+    quantize: str | None = None
+    atol_given: bool = False
+    gate: Gate = field(default_factory=Gate)
+    labels: Path | None = None  # --labels
+
+
+@dataclass(frozen=True)
 class Judged:
+    """Every verdict of one run, decided here once: the outputs (the error budget),
+    the task's gate, the store size, and the memory limit and shape points."""
+
     verdict: Verdict
     host_check: HostCheck | None
     size: SizeSummary
     warnings: tuple[str, ...]
     # With labelled samples: the task's metric on the device beside eager, and its gate.
     accuracy: TaskAccuracy | None = None
+    memory: JudgedMemory | None = None
 
     @property
     def passed(self) -> bool:
         task_ok = self.accuracy is None or self.accuracy.passed
-        return self.verdict.passed and self.size.passed and task_ok
+        memory_ok = self.memory is None or self.memory.passed
+        return self.verdict.passed and self.size.passed and task_ok and memory_ok
 
 
-def thresholds_for(job: RunJob) -> Thresholds:
-    """The job's limits over etdeploy.verify's defaults."""
+def thresholds_over_defaults(
+    atol: float | None = None,
+    rtol: float | None = None,
+    min_sqnr_db: float | None = None,
+    min_top1: float | None = None,
+    min_cosine: float | None = None,
+    max_abs: float | None = None,
+    quant_steps: float | None = None,
+) -> Thresholds:
+    """The limits given over etdeploy.verify's defaults."""
     d = metrics.DEFAULT_THRESHOLDS
 
     def pick(value: float | None, default: float) -> float:
         return default if value is None else float(value)
 
     return Thresholds(
-        atol=pick(job.atol, d.atol),
-        rtol=pick(job.rtol, d.rtol),
-        min_sqnr_db=pick(job.min_sqnr_db, d.min_sqnr_db),
-        min_top1=pick(job.min_top1, d.min_top1),
-        min_cosine=pick(job.min_cosine, d.min_cosine),
-        max_abs=job.max_abs_error,
-        quant_steps=pick(job.quant_steps, d.quant_steps),
+        atol=pick(atol, d.atol),
+        rtol=pick(rtol, d.rtol),
+        min_sqnr_db=pick(min_sqnr_db, d.min_sqnr_db),
+        min_top1=pick(min_top1, d.min_top1),
+        min_cosine=pick(min_cosine, d.min_cosine),
+        max_abs=max_abs,
+        quant_steps=pick(quant_steps, d.quant_steps),
         quant_rtol=d.quant_rtol,
     )
 
 
-def tolerance_for(job: RunJob, program: Program) -> metrics.Tolerance:
-    t = thresholds_for(job)
+def tolerance_for(settings: VerifySettings, program: Program) -> metrics.Tolerance:
+    t = settings.thresholds
     return metrics.Tolerance(
         atol=t.atol,
         rtol=t.rtol,
         min_sqnr_db=t.min_sqnr_db,
         min_top1=t.min_top1,
         # A .pte built elsewhere has no manifest: then --quantize says what it is.
-        quantized=is_quantized(job, program),
+        quantized=is_quantized(settings.quantize, program),
     )
 
 
-def is_quantized(job: RunJob, program: Program) -> bool:
-    return (program.quantization or job.quantize) is not None
+def is_quantized(quantize: str | None, program: Program) -> bool:
+    """Whether the program is quantized: its manifest says, else --quantize."""
+    return (program.quantization or quantize) is not None
 
 
 def judge(
-    job: RunJob,
+    settings: VerifySettings,
     program: Program,
     staged: Staged,
     outputs: Sequence[Sequence[np.ndarray]],
@@ -88,12 +119,19 @@ def judge(
     size_config: Config | None = None,
     job_id: str = "",
     size: SizeSummary | None = None,
+    memory: JudgedMemory | None = None,
 ) -> Judged:
-    """The verdicts of one run. `size`: the store-size verdict when the caller has it
-    already (size_verdict, which needs nothing the device returns), else computed here."""
-    thresholds = thresholds_for(job)
+    """The verdicts of one run, memory's among them. `size`: the store-size verdict
+    when the caller has it already (size_verdict, which needs nothing the device
+    returns), else computed here; `memory`: the memory account judged against the
+    limit, and the shape points (etdeploy.pipeline.memory.judge_memory)."""
+    # What is judged, and by which limits, before anything is measured.
+    thresholds, tolerance = settings.thresholds, tolerance_for(settings, program)
+    reference = "float eager" if staged.reference_kind == "eager" else "reference file"
+    chain = budget_chain(settings.quantize, program, staged, outputs, host_outputs, reference)
+    size = size or size_verdict(program, size_config)
     names = program.output_names
-    declared = {**program.declared_kinds, **job.declared_kinds()}  # checked at staging
+    declared = {**program.declared_kinds, **settings.declared_kinds}  # checked at staging
     shapes = [r.shape for r in staged.references[0]] if staged.references else []
     kinds = metrics.output_kinds(names, shapes, declared) if len(shapes) == len(names) else ()
 
@@ -107,7 +145,7 @@ def judge(
             want,
             staged.sample_names,
             names,
-            tolerance_for(job, program),
+            tolerance,
             on_noise=staged.on_noise,
             measured=measured,
         )
@@ -119,7 +157,6 @@ def judge(
             device_vs_host=compare(outputs, host_outputs),
             host_vs_reference=compare(host_outputs, staged.references),
         )
-    reference = "float eager" if staged.reference_kind == "eager" else "reference file"
     # A .pte built elsewhere has no manifest to say its outputs' grids: the
     # quantized program derived from MODEL does.
     steps = (
@@ -127,7 +164,7 @@ def judge(
     )
     stages = [
         metrics.judge_stage(c, staged.sample_names, kinds, thresholds, steps, measured)
-        for c in budget_chain(job, program, staged, outputs, host_outputs, reference)
+        for c in chain
     ]
     verdict = metrics.budget_verdict(stages, end_to_end, kinds, thresholds, reference)
     if staged.quantized is not None:
@@ -139,7 +176,7 @@ def judge(
             + (f" (quantized reference: {staged.quantized_source})" if derived else ""),
         )
     warnings = []
-    if is_quantized(job, program) and job.atol is not None:
+    if is_quantized(settings.quantize, program) and settings.atol_given:
         warnings.append(
             "--atol is not used for a quantized build; it is judged in quantization steps and "
             "by the accuracy budget (SQNR, top-1)"
@@ -152,13 +189,14 @@ def judge(
             + ": its kind-specific metrics are reported, not required; declare it with "
             "--output-kind NAME=KIND or ModelSpec.output_kinds"
         )
-    size = size or size_verdict(program, size_config)
-    task = task_accuracy(job, program, staged, outputs, job_id or "run")
-    return Judged(verdict, host, size, tuple(warnings), task)
+    task = task_accuracy(settings.gate, program, staged, outputs, job_id or "run")
+    if memory is not None:
+        warnings.extend(memory.warnings)
+    return Judged(verdict, host, size, tuple(warnings), task, memory)
 
 
 def budget_chain(
-    job: RunJob,
+    quantize: str | None,
     program: Program,
     staged: Staged,
     outputs: Sequence[Sequence[np.ndarray]],
@@ -167,7 +205,7 @@ def budget_chain(
 ) -> list[metrics.Comparison]:
     """The stages this run can measure, in the chain's order."""
     chain: list[metrics.Comparison] = []
-    quantized = is_quantized(job, program)
+    quantized = is_quantized(quantize, program)
     if quantized and staged.quantized is not None:
         chain.append(
             metrics.Comparison(

@@ -30,6 +30,7 @@ def digits_programs() -> dict[str, Path]:
     """digits built by etdeploy (cached): xnnpack, xnnpack+int8, portable."""
     from etdeploy.pipeline import RunJob
     from etdeploy.pipeline.build import build_program
+    from etdeploy.pipeline.plan import plan_of
 
     builds = {
         "xnnpack": ("xnnpack", None),
@@ -37,7 +38,9 @@ def digits_programs() -> dict[str, Path]:
         "portable": ("portable", None),
     }
     return {
-        name: build_program(RunJob(model="digits", backend=b, quantize=q), lambda _: None).pte
+        name: build_program(
+            plan_of(RunJob(model="digits", backend=b, quantize=q)).build, lambda _: None
+        ).pte
         for name, (b, q) in builds.items()
     }
 
@@ -48,10 +51,11 @@ def digit_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from etdeploy.dataset import load_labelled
     from etdeploy.inputs import raw_bytes
     from etdeploy.pipeline import RunJob
-    from etdeploy.pipeline.build import build_program, default_sample_paths
+    from etdeploy.pipeline.build import build_program
+    from etdeploy.pipeline.plan import plan_of
 
-    program = build_program(RunJob(model="digits"), lambda _: None)
-    labelled = load_labelled(default_sample_paths(program), program.input_metas, None)
+    program = build_program(plan_of(RunJob(model="digits")).build, lambda _: None)
+    labelled = load_labelled(program.own_samples, program.input_metas, None)
     sample = labelled.samples[0]
     path = tmp_path_factory.mktemp("digit") / "image.bin"
     path.write_bytes(raw_bytes(sample.arrays[0]))

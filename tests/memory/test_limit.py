@@ -3,6 +3,7 @@ from, and the verdict on a real run's account."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,11 @@ from etdeploy.errors import EXIT_BAD_INPUT, UsageError
 from etdeploy.memory.account import account
 from etdeploy.memory.limit import MaxMemory, judge_limit, parse_max_memory, resolve_max_memory
 from etdeploy.memory.probe import parse_runner_memory
+from etdeploy.pipeline.memory import JudgedMemory, judge_memory
+from etdeploy.pipeline.verify import Judged
+from etdeploy.report.result import SizeSummary, Verdict
 from etdeploy.report.result_memory import Memory
+from etdeploy.report.result_shapes import ShapePoint
 from tests.memory.conftest import Reading
 
 
@@ -104,3 +109,37 @@ def test_nothing_measured_is_said_not_passed_silently() -> None:
     verdict = judge_limit(MaxMemory(1, "--max-memory 1B"), [("", Memory(planned_bytes=10))])
     assert verdict.passed and verdict.peak_bytes is None
     assert "no memory measured" in verdict.message
+
+
+# -- the run's one verdict: memory is one of its inputs (pipeline.memory, pipeline.verify) --
+
+
+def judged(memory: JudgedMemory) -> Judged:
+    """A run whose outputs, task and size pass: only memory can fail it."""
+    size = SizeSummary(raw_bytes=1, download_bytes=1, verdicts=(), passed=True)
+    return Judged(Verdict(passed=True, reason="within budget"), None, size, (), None, memory)
+
+
+def test_a_run_over_its_memory_limit_fails_its_one_verdict(measured: Memory) -> None:
+    assert measured.peak_bytes is not None
+    over = judge_memory(measured, (), MaxMemory(measured.peak_bytes - 1, "--max-memory X"))
+    assert over.memory.limit is not None and not over.memory.limit.passed
+    assert not over.passed and not judged(over).passed
+    within = judge_memory(measured, (), MaxMemory(measured.peak_bytes, "--max-memory X"))
+    assert within.passed and judged(within).passed
+    assert judged(judge_memory(measured, (), None)).passed  # no limit set: nothing to fail
+
+
+def test_a_shape_point_that_fails_fails_the_run(measured: Memory) -> None:
+    point = ShapePoint(
+        point="max", shapes=((1, 1, 28, 28),), passed=False, reason="outputs differ", samples=1,
+        memory=measured,
+    )  # fmt: skip
+    assert not judged(judge_memory(measured, (point,), None)).passed
+    assert judged(judge_memory(measured, (replace(point, passed=True),), None)).passed
+
+
+def test_a_limit_nothing_measured_can_be_held_to_is_said_in_the_verdicts_warnings() -> None:
+    found = judge_memory(Memory(planned_bytes=10), (), MaxMemory(1, "--max-memory 1B"))
+    assert found.passed and found.memory.limit is not None
+    assert found.warnings == (f"--max-memory 1B was not checked: {found.memory.limit.message}",)

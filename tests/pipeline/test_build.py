@@ -18,6 +18,7 @@ from etdeploy.cli import app
 from etdeploy.errors import InputError
 from etdeploy.pipeline import RunJob
 from etdeploy.pipeline.build import build_program
+from etdeploy.pipeline.plan import plan_of
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,8 @@ def test_a_build_into_a_folder_beside_the_model_stays_its_model_when_files_are_a
     (tmp_path / "samples.npz").write_bytes(b"data added since the build")
     (tmp_path / "mlp-result.json").write_text('{\n  "schema": "etdeploy.result/1"\n}\n')
     job = RunJob(model=f"{model}:batch_mlp", pte=pte)
-    assert build_program(job).manifest is not None  # before: refused as an earlier version
+    # Before: refused as an earlier version.
+    assert build_program(plan_of(job).build).manifest is not None
 
     (tmp_path / "scale.npy").write_bytes(b"another file now")
     done = cli("run", f"{model}:batch_mlp", "--pte", pte, "--random", "1")
@@ -107,11 +109,11 @@ def test_a_build_into_a_folder_beside_the_model_stays_its_model_when_files_are_a
 def test_the_models_own_program_passes_with_or_without_its_manifest(tmp_path: Path) -> None:
     pte = tmp_path / "digits.pte"
     assert cli("build", "digits", "-o", pte).exit_code == 0
-    assert build_program(RunJob(model="digits", pte=pte)).manifest is not None
+    assert build_program(plan_of(RunJob(model="digits", pte=pte)).build).manifest is not None
     bare = tmp_path / "bare" / "digits.pte"
     bare.parent.mkdir()
     shutil.copyfile(pte, bare)
-    assert build_program(RunJob(model="digits", pte=bare)).method == "forward"
+    assert build_program(plan_of(RunJob(model="digits", pte=bare)).build).method == "forward"
 
 
 def test_a_dynamic_program_takes_example_inputs_within_its_bounds(tmp_path: Path) -> None:
@@ -119,11 +121,13 @@ def test_a_dynamic_program_takes_example_inputs_within_its_bounds(tmp_path: Path
     built = cli("build", f"{MODELS / 'two_io.py'}:dynamic_mlp", "-o", pte)
     assert built.exit_code == 0, built.output
     Path(f"{pte}.json").unlink()  # judged by its signature alone
-    program = build_program(RunJob(model=f"{MODELS / 'two_io.py'}:dynamic_mlp", pte=pte))
+    program = build_program(
+        plan_of(RunJob(model=f"{MODELS / 'two_io.py'}:dynamic_mlp", pte=pte)).build
+    )
     assert program.inputs[0].dynamism == "dynamic_bound" and program.inputs[0].shape == (16, 5)
     # Another model's inputs do not fit it, bound or not.
     with pytest.raises(InputError, match="disagree"):
-        build_program(RunJob(model="digits", pte=pte))
+        build_program(plan_of(RunJob(model="digits", pte=pte)).build)
 
 
 def test_a_wrong_input_shape_is_reported_before_an_uncached_build(

@@ -23,6 +23,7 @@ from etdeploy.cli import app
 from etdeploy.devices.local import LocalDevice
 from etdeploy.pipeline import RESULT_SCHEMA, RunJob, run_job
 from etdeploy.pipeline.execute import call_deadline_s
+from etdeploy.pipeline.plan import plan_of
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +119,7 @@ def test_every_sample_runs_in_one_runner_call_on_the_program_loaded_once(
 
 
 def test_a_call_that_runs_more_executions_than_the_timed_sample_gets_a_longer_deadline() -> None:
-    job = RunJob(model="digits", iterations=10, warmup=3, deadline_s=60)
+    job = plan_of(RunJob(model="digits", iterations=10, warmup=3, deadline_s=60)).execute
     assert call_deadline_s(job, 13) == 60  # the timed sample's own executions
     assert call_deadline_s(job, 13 + 13) == 120  # and as many again for other samples
     assert call_deadline_s(job, 4) == 60  # never less than --deadline

@@ -106,11 +106,12 @@ def test_digits_runs_as_arm_code_with_an_empty_sysroot_and_matches_the_host_runn
     from etdeploy.pipeline import RunJob
     from etdeploy.pipeline.build import build_program
     from etdeploy.pipeline.deploy import staged_input_file
+    from etdeploy.pipeline.plan import plan_of
     from etdeploy.pipeline.stage import stage
 
-    job = RunJob(model="digits")
-    program = build_program(job)
-    staged = stage(job, program)
+    plan = plan_of(RunJob(model="digits"))
+    program = build_program(plan.build)
+    staged = stage(plan.stage, program)
     host = ensure_runner("host")
     assert list(emulation.sysroot.iterdir()) == []
     for s, sample in enumerate(staged.samples[:4]):

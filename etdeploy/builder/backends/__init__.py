@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from etdeploy.errors import UsageError
 
@@ -15,7 +14,7 @@ class Backend:
     name: str
     # The delegate id the runtime sees in the .pte (empty for portable).
     backend_id: str
-    partitioners: Callable[[], list[Any]]
+    partitioners: Callable[[], list[object]]
     # Why it cannot lower here, or None when it can.
     unavailable: str | None = None
     unavailable_hint: str | None = None

@@ -3,12 +3,10 @@ the resulting .pte runs only where the Core ML delegate is linked (Apple OSes)."
 
 from __future__ import annotations
 
-from typing import Any
-
 from etdeploy.builder.backends import Backend
 
 
-def _partitioners() -> list[Any]:
+def _partitioners() -> list[object]:
     from executorch.backends.apple.coreml.partition import CoreMLPartitioner
 
     return [CoreMLPartitioner()]

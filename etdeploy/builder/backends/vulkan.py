@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from etdeploy.builder.backends import Backend
 
 
-def _partitioners() -> list[Any]:
+def _partitioners() -> list[object]:
     from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 
     return [VulkanPartitioner()]

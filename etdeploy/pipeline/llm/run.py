@@ -120,7 +120,7 @@ def run_lm_job(
     else:
         say(f"building {checked.folder.path.name} ({checked.options.label})")
         program = build_lm(checked.folder, checked.options, use_cache=job.use_cache)
-    target = target_for(job, device, say, (), context.device_runner)
+    target = target_for(job.runner, device, say, (), context.device_runner)
     say(f"checking that the runner for {target.info.name} can run the program")
     # Refuses a runner without --generate too, before anything is pushed.
     report = check_generation(
