@@ -14,16 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from etdeploy.errors import ModelError, UsageError
+from etdeploy.settings import LOCALIZE_BUDGET_BYTES
 
 # How finely to tap: every operator; each leaf module's output; or only values
 # that already leave a partition (a delegate's outputs and CPU kernels' outputs),
 # which cannot change what a delegate fuses.
 GRANULARITIES = ("ops", "modules", "partitions")
 
-# Tapped values stay alive in the planned arena until the method returns, and
-# each is pulled back over the device's transport. 64 MiB is our choice for a
-# phone: extra arena a mid-range phone has to spare, and seconds over USB.
-DEFAULT_BUDGET_BYTES = 64 << 20
+# The default of --localize-budget, declared beside it (etdeploy.settings).
+DEFAULT_BUDGET_BYTES = LOCALIZE_BUDGET_BYTES
 
 FULL = "full"
 STATS = "stats"

@@ -53,7 +53,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from etdeploy import settings
+from etdeploy.build_options import ProgramOptions
 from etdeploy.config import Config, DeviceConfig, config_settings, parse_config
+from etdeploy.declaration import declared, expect_type
 from etdeploy.errors import UsageError
 from etdeploy.farm.checks import (
     NO_QUANT,
@@ -69,7 +71,7 @@ from etdeploy.farm.checks import (
 from etdeploy.farm.exclude import excluded, parse_excludes
 from etdeploy.farm.sources.parse import DeviceSource, check_source_names, parse_sources
 from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
-from etdeploy.settings import expect_type
+from etdeploy.settings import RunSettings
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
@@ -97,11 +99,15 @@ JOB_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
     **_FARM_JOB_KEYS,
 }
 
+# The build options the farm crosses, by the [farm] list that names their values
+# (backends, quantize): their declarations say so (etdeploy.build_options), and a
+# [[farm.job]] gives one value under the option's own key (backend, quantize).
+AXES = {d.option.farm_axis: d for d in declared(ProgramOptions) if d.option.farm_axis}
+
 # Keys of [farm] beyond the job settings.
 FARM_KEYS: dict[str, type | tuple[type, ...]] = {
     "models": list,
-    "backends": list,
-    "quantize": list,
+    **dict.fromkeys(AXES, list),
     "devices": list,
     "backoff_s": NUMBER,
     "backoff_max_s": NUMBER,
@@ -123,8 +129,7 @@ BUNDLE_KEY = "bundle"
 _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "model": str,
     BUNDLE_KEY: str,
-    "backend": str,
-    "quantize": str,
+    **{entry.key: str for entry in AXES.values()},
     "device": str,
     "devices": list,
     **JOB_SETTING_TYPES,
@@ -206,7 +211,7 @@ class FarmSpec:
     jobs: tuple[FarmJob, ...]
     backoff_s: float = DEFAULT_BACKOFF_S
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
-    lock_timeout_s: float = settings.defaults()["lock_timeout_s"]
+    lock_timeout_s: float = RunSettings.lock_timeout_s
     jobs_per_device: int = 1
     # A pause on a device after each of its jobs, so a phone that heated up and
     # throttled under one job does not slow the next one's latency figures.
