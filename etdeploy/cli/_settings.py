@@ -60,6 +60,12 @@ def option_parameter(entry: Declared, repeatable: bool = False) -> inspect.Param
     )
 
 
+def setting_help(cls: type, name: str) -> str:
+    """The help of one declared setting, default included, for a command that takes it
+    as an option of its own (release check's --iterations, clean's --lock-timeout)."""
+    return next(entry.help for entry in declared(cls) if entry.name == name)
+
+
 def _entries(classes: Sequence[type]) -> Iterator[Declared]:
     """The flagged settings of `classes`, each once, grouped by panel in the help's order
     (a panel's settings in their declaration order)."""
