@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from etdeploy.declaration import BUILD, LM_PANEL, MODEL_PANEL, check_ranges, setting
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class ProgramOptions:
     """The options a run, a release variant and a farm job build a program with. Field
-    order is their order in `etdeploy run --help`."""
+    order is their order in `etdeploy run --help` (and a build's backend may be given
+    first, unnamed: BuildOptions("portable"); every other option is named)."""
 
     backend: str = setting(
         "xnnpack", "xnnpack, portable, coreml, vulkan.",
