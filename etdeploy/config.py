@@ -6,12 +6,14 @@ integer, got "ten"`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from etdeploy import settings
 from etdeploy.errors import UsageError
+from etdeploy.jsonvalue import JsonObject, JsonValue
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,18 +30,18 @@ class DeviceConfig:
     transport: str
     # Transport-specific settings (serial, adb_host, host, user, key, ...), kept
     # as given; each transport validates its own.
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Config:
     path: Path | None = None
-    build: dict[str, Any] = field(default_factory=dict)
-    run: dict[str, Any] = field(default_factory=dict)
+    build: JsonObject = field(default_factory=dict)
+    run: JsonObject = field(default_factory=dict)
     devices: dict[str, DeviceConfig] = field(default_factory=dict)
-    limits: dict[str, Any] = field(default_factory=dict)
-    sizecheck: dict[str, Any] = field(default_factory=dict)
-    verify: dict[str, Any] = field(default_factory=dict)
+    limits: JsonObject = field(default_factory=dict)
+    sizecheck: JsonObject = field(default_factory=dict)
+    verify: JsonObject = field(default_factory=dict)
 
 
 # [sizecheck]: sizes are "150MB"-style strings or plain byte counts. [build], [run]
@@ -79,7 +81,7 @@ def load_config(path: Path | None = None) -> Config:
     return parse_config(data, path)
 
 
-def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
+def parse_config(data: Mapping[str, JsonValue], path: Path | None = None) -> Config:
     label = path.name if path else CONFIG_NAME
     tables = {"build", "run", "devices", "limits", "sizecheck", "verify"}
     for key in data:
@@ -87,10 +89,9 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
             raise UsageError(
                 f"{label}: unknown section [{key}]", f"sections are: {', '.join(sorted(tables))}"
             )
-    sections: dict[str, dict[str, Any]] = {}
+    sections: dict[str, JsonObject] = {}
     for section in (*settings.SECTIONS, "sizecheck"):
-        table = data.get(section, {})
-        _expect_table(table, section, label)
+        table = _expect_table(data.get(section, {}), section, label)
         keys = list(_SIZECHECK_KEYS if section == "sizecheck" else settings.by_key(section))
         for key, value in table.items():
             if key not in keys:
@@ -105,10 +106,9 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
                 settings.expect_type(value, entry.toml_type, f"{section}.{key}", label)
         sections[section] = dict(table)
     devices: dict[str, DeviceConfig] = {}
-    device_tables = data.get("devices", {})
-    _expect_table(device_tables, "devices", label)
-    for name, table in device_tables.items():
-        _expect_table(table, f"devices.{name}", label)
+    device_tables = _expect_table(data.get("devices", {}), "devices", label)
+    for name, given_table in device_tables.items():
+        table = _expect_table(given_table, f"devices.{name}", label)
         transport = table.get("transport", "adb")
         if transport not in TRANSPORTS:
             raise UsageError(
@@ -116,9 +116,8 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
                 f"use one of: {', '.join(TRANSPORTS)}",
             )
         given = {k: v for k, v in table.items() if k != "transport"}
-        devices[name] = DeviceConfig(name, transport, given)
-    limits = data.get("limits", {})
-    _expect_table(limits, "limits", label)
+        devices[name] = DeviceConfig(name, str(transport), given)
+    limits = _expect_table(data.get("limits", {}), "limits", label)
     # Values are converted (and their ranges checked) here, so a bad one names its key now.
     settings.from_tables(sections, label, path.parent if path else None)
     return Config(
@@ -132,9 +131,10 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
     )
 
 
-def _expect_table(value: Any, key: str, label: str) -> None:
+def _expect_table(value: object, key: str, label: str) -> JsonObject:
     if not isinstance(value, dict):
         raise UsageError(f"{label}: {key} must be a table", f"write [{key}] with keys below it")
+    return value
 
 
 def config_settings(config: Config) -> dict[str, Any]:

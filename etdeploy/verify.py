@@ -37,13 +37,14 @@ from etdeploy.report.result import (
     Verdict,
 )
 
-FP32_ATOL = 1e-4
-FP32_RTOL = 1e-4
-INT8_MIN_SQNR_DB = 15.0
-INT8_MIN_TOP1 = 0.9
-MIN_COSINE = 0.99
-# A quantized output may land one grid point away from the reference's.
-QUANT_STEPS = 1.0
+# The defaults of the settings that set them, declared there (etdeploy.settings).
+from etdeploy.settings import FP32_ATOL as FP32_ATOL
+from etdeploy.settings import FP32_RTOL as FP32_RTOL
+from etdeploy.settings import INT8_MIN_SQNR_DB as INT8_MIN_SQNR_DB
+from etdeploy.settings import INT8_MIN_TOP1 as INT8_MIN_TOP1
+from etdeploy.settings import MIN_COSINE as MIN_COSINE
+from etdeploy.settings import QUANT_STEPS as QUANT_STEPS
+
 # An output of a quantized program that is not itself quantized (a float op after
 # the last dequantize): error relative to the output's largest magnitude.
 QUANT_RTOL = 1e-3

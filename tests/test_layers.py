@@ -19,12 +19,14 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundations", frozenset({
         "errors", "et_errors", "ahead", "interrupts", "ipc", "lazy", "npz",
         "paths", "atomic", "extras", "files", "units", "library_output", "accuracy",
-        "digests", "background", "jsonvalue",
+        "digests", "background", "jsonvalue", "declaration",
     })),
     ("readers of files and models", frozenset({
         "pte", "model", "inputs", "profile", "dataset", "quarantine",
     })),
-    ("records and settings", frozenset({"report", "settings", "verify", "config", "staged"})),
+    ("records and settings", frozenset({
+        "report", "settings", "build_options", "verify", "config", "staged",
+    })),
     ("devices and runners", frozenset({
         "devices", "memory", "sizecheck", "runner", "runner_build", "clean",
     })),

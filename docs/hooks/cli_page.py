@@ -89,7 +89,7 @@ def _usage(path: str, command: Any) -> str:
 def _command_section(path: str, command: Any) -> str:
     # run's and build's options are etdeploy.settings' fields, defaulting to "not given".
     derived = path in ("etdeploy run", "etdeploy build")
-    run_defaults = {d.name: d.default for d in settings.declared()} if derived else {}
+    run_defaults = {d.name: d.applied_default for d in settings.declared()} if derived else {}
     help_text = plain(command.help)
     parts = [f"## `{path}`\n", help_text + "\n", "    " + _usage(path, command) + "\n"]
     arguments = [p for p in command.params if p.param_type_name == "argument"]

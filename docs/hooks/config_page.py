@@ -106,7 +106,7 @@ def _setting_rows(entries: list[settings.Declared]) -> Iterator[list[str]]:
         yield [
             code(entry.key) + (f"<br>{flags}" if flags else ""),
             kind + (f", {bounds}" if bounds else ""),
-            toml_value(entry.default),
+            toml_value(entry.applied_default),
             "yes" if entry.option.farm else "no",
             entry.option.scope,
             entry.option.help,

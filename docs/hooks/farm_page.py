@@ -64,7 +64,7 @@ def job_setting_rows() -> Iterator[list[str]]:
         yield [
             code(key),
             setting_type(entry),
-            toml_value(entry.default),
+            toml_value(entry.applied_default),
             f"as {code(entry.flag or key)} ({where}): {entry.option.help}",
         ]
     for key, expected in spec._FARM_JOB_KEYS.items():

@@ -1,6 +1,6 @@
-"""What a build is asked for (BuildOptions), what it gives (BuildResult), which
-combinations no model can be built with, and where a build's files sit beside
-its .pte (external data, ETRecord, the quantized eager program)."""
+"""What a build is asked for (BuildOptions, declared in etdeploy.build_options), what it
+gives (BuildResult), which combinations no model can be built with, and where a build's
+files sit beside its .pte (external data, ETRecord, the quantized eager program)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# Declared with the run settings it shares its options with; the builder takes it from here.
+from etdeploy.build_options import BuildOptions as BuildOptions
 from etdeploy.builder.manifest import BuildManifest, manifest_path
 
 # Hears each stage of an uncached build as it starts.
@@ -23,29 +25,6 @@ InputsCheck = Callable[[list[dict[str, Any]]], None]
 # constants through ExecutorchBackendConfig.external_constants, XNNPACK's through its
 # named data. Others (Core ML, Vulkan) keep their own weights inside their blobs.
 EXTERNAL_WEIGHT_BACKENDS = ("xnnpack", "portable")
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    backend: str = "xnnpack"
-    quantize: str | None = None  # None | "int8" | "int8-dynamic"
-    calibration: tuple[str, ...] = ()
-    random_calibration: bool = False
-    dynamic: tuple[str, ...] = ()  # "name:dim=min..max"
-    use_cache: bool = True
-    # Program-data separation: the weights in a .ptd beside the .pte (--external-weights).
-    external_weights: bool = False
-
-    def key_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {
-            "backend": self.backend,
-            "quantize": self.quantize,
-            "random_calibration": self.random_calibration,
-            "dynamic": sorted(self.dynamic),
-        }
-        if self.external_weights:  # only then: every other build keeps its cache key
-            fields["external_weights"] = True
-        return fields
 
 
 @dataclass

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from etdeploy.errors import ModelError, UsageError
+from etdeploy.settings import LOCALIZE_BUDGET_BYTES
 
 if TYPE_CHECKING:  # imported where torch is: the tapped build
     import torch
@@ -39,10 +40,8 @@ class ValueRange(Protocol):
 # which cannot change what a delegate fuses.
 GRANULARITIES = ("ops", "modules", "partitions")
 
-# Tapped values stay alive in the planned arena until the method returns, and
-# each is pulled back over the device's transport. 64 MiB is our choice for a
-# phone: extra arena a mid-range phone has to spare, and seconds over USB.
-DEFAULT_BUDGET_BYTES = 64 << 20
+# The default of --localize-budget, declared beside it (etdeploy.settings).
+DEFAULT_BUDGET_BYTES = LOCALIZE_BUDGET_BYTES
 
 FULL = "full"
 STATS = "stats"

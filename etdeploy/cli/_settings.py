@@ -1,6 +1,6 @@
-"""Command-line options made from the settings' declarations (etdeploy.settings), so a
-setting's flag, help, metavar and panel are written once, beside its default and its
-etdeploy.toml key.
+"""Command-line options made from the settings' declarations (etdeploy.declaration), so a
+setting's flag, help, default, metavar and panel are written once, beside its etdeploy.toml
+key.
 
 `with_setting_options(fn, RunJob)` gives `fn` one keyword parameter per declared field
 that has a flag; each arrives as None (or an empty list) when it was not given, so
@@ -11,27 +11,36 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 import typer
 
-from etdeploy.settings import Declared, RunSettings, declared
+from etdeploy.declaration import PANELS, Declared, declared
+from etdeploy.settings import RunSettings
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def option_parameter(entry: Declared) -> inspect.Parameter:
-    """The typer option of one setting, defaulting to None: "not given"."""
+def option_parameter(entry: Declared, repeatable: bool = False) -> inspect.Parameter:
+    """The typer option of one setting, defaulting to None: "not given". A repeatable
+    one takes the option several times (build -b xnnpack -b vulkan) and arrives as a list."""
     option = entry.option
     flags = list(option.flags)
     kind = entry.value_type
-    if kind is bool:
-        annotation: Any = bool
+    help_text = entry.help
+    annotation: object
+    if repeatable or entry.is_list:
+        annotation = list[str]
+        if repeatable:
+            help_text += " Repeat for several."
+    elif kind is bool:
+        annotation = bool
         if option.negatable and not option.inverted:
             long, *short = flags
             flags = [f"{long}/--no-{long.removeprefix('--')}", *short]
-    elif entry.is_list:
-        annotation = list[str]
     elif option.parse is not None:
         annotation = str  # parsed by the setting itself (a size, NAME=KIND)
     elif kind is Path:
@@ -42,7 +51,7 @@ def option_parameter(entry: Declared) -> inspect.Parameter:
         None,
         *flags,
         metavar=option.metavar,
-        help=option.help,  # escaped once, where the command is declared (_app._plain_help)
+        help=help_text,  # escaped once, where the command is declared (_app._plain_help)
         rich_help_panel=option.panel,
         show_default=False,
     )
@@ -51,30 +60,52 @@ def option_parameter(entry: Declared) -> inspect.Parameter:
     )
 
 
+def setting_help(cls: type, name: str) -> str:
+    """The help of one declared setting, default included, for a command that takes it
+    as an option of its own (release check's --iterations, clean's --lock-timeout)."""
+    return next(entry.help for entry in declared(cls) if entry.name == name)
+
+
+def _entries(classes: Sequence[type]) -> Iterator[Declared]:
+    """The flagged settings of `classes`, each once, grouped by panel in the help's order
+    (a panel's settings in their declaration order)."""
+    seen: dict[str, Declared] = {}
+    for cls in classes:
+        for entry in declared(cls):
+            if entry.option.flags:
+                seen.setdefault(entry.name, entry)
+    order = {panel: i for i, panel in enumerate(PANELS)}
+    return iter(sorted(seen.values(), key=lambda e: order.get(e.option.panel or "", len(order))))
+
+
 def with_setting_options(
-    fn: Callable[..., Any],
-    cls: type[RunSettings] = RunSettings,
+    fn: Callable[P, R],
+    cls: type | Sequence[type] = RunSettings,
     *,
     only: Collection[str] | None = None,
-) -> Callable[..., Any]:
-    """`fn(**own, settings=...)` with an option for every setting of `cls` that has a
-    flag (or only those named in `only`); the settings given arrive in `fn`'s `settings`
-    keyword as a dict. `fn`'s arguments come first in its help, then the settings, then
-    its own options."""
+    repeatable: Collection[str] = (),
+) -> Callable[..., R]:
+    """`fn(**own, settings=...)` with an option for every setting of `cls` (a declared
+    class, or several) that has a flag (or only those named in `only`); the settings
+    given arrive in `fn`'s `settings` keyword as a dict. `fn`'s arguments come first in
+    its help, then the settings, then its own options. A setting named in `repeatable`
+    is taken several times and arrives as a list."""
+    classes = (cls,) if isinstance(cls, type) else tuple(cls)
     signature = inspect.signature(fn, eval_str=True)
     own = [p for p in signature.parameters.values() if p.name != "settings"]
     arguments = [p for p in own if isinstance(p.default, typer.models.ArgumentInfo)]
     added = [
-        option_parameter(entry)
-        for entry in declared(cls)
-        if entry.option.flags and (only is None or entry.name in only)
+        option_parameter(entry, entry.name in repeatable)
+        for entry in _entries(classes)
+        if only is None or entry.name in only
     ]
     names = {p.name for p in added}
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kw: Any) -> Any:
+    def wrapper(*args: object, **kw: object) -> R:
         given = {name: kw.pop(name) for name in list(kw) if name in names}
-        return fn(*args, settings=given, **kw)
+        call: Callable[..., R] = fn
+        return call(*args, settings=given, **kw)
 
     # typer passes every parameter by keyword; keyword-only lets them come in any order.
     params = [

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from etdeploy.build_options import BuildOptions
 from etdeploy.cli._app import (
     JSON_HELP,
     check_json_target,
@@ -25,10 +26,9 @@ from etdeploy.cli._app import (
 from etdeploy.cli._settings import with_setting_options
 from etdeploy.errors import UsageError
 from etdeploy.pipeline.job import RunJob
-from etdeploy.settings import MODEL_PANEL
 
 if TYPE_CHECKING:
-    from etdeploy.builder import BuildOptions, Exported
+    from etdeploy.builder import Exported
     from etdeploy.builder.manifest import BuildManifest, Quantization, ValueRecord
 
 OUTPUT_PANEL = "Output"
@@ -36,8 +36,10 @@ OUTPUT_PANEL = "Output"
 BUILD_SCHEMA = "etdeploy.build/1"
 # `inspect --json`: {"schema", "manifest" (the .pte.json beside it, or null), "pte" (its layout)}.
 INSPECT_SCHEMA = "etdeploy.inspect/1"
-# The run settings that are build options: flags, help and [build] keys from etdeploy.settings.
-BUILD_SETTINGS = ("quantize", "calibration", "dynamic", "external_weights", "use_cache")
+# The settings that are build options: flags, help and [build] keys from their
+# declarations (etdeploy.build_options); -b may be given several times.
+BUILD_SETTINGS = ("backend", "quantize", "calibration", "random_calibration", "dynamic",
+                  "external_weights", "use_cache")  # fmt: skip
 
 
 @command(
@@ -50,17 +52,17 @@ BUILD_SETTINGS = ("quantize", "calibration", "dynamic", "external_weights", "use
         "etdeploy build model.py:build --etrecord -o m.pte  # keep what --profile reads",
     ),
 )
-@functools.partial(with_setting_options, cls=RunJob, only=BUILD_SETTINGS)
+@functools.partial(
+    with_setting_options, cls=(RunJob, BuildOptions), only=BUILD_SETTINGS, repeatable=("backend",)
+)
 def build_command(
     model: str = typer.Argument(..., metavar="MODEL", help="file.py:factory, package.module:factory, model.pt2, or an example (digits)."),
-    backend: list[str] = typer.Option([], "--backend", "-b", metavar="NAME", help="xnnpack (default), portable, coreml, vulkan; repeat for several.", rich_help_panel=MODEL_PANEL),
-    random_calibration: bool = typer.Option(False, "--random-calibration", help="Calibrate int8 on noise (recorded in the manifest).", rich_help_panel=MODEL_PANEL),
     output: Path = typer.Option(None, "--output", "-o", metavar="PATH", help="The .pte to write, or a folder for it (default ./MODEL-BACKEND[-QUANT].pte).", rich_help_panel=OUTPUT_PANEL),
     force: bool = typer.Option(False, "--force", help="Replace a different program already at the output path.", rich_help_panel=OUTPUT_PANEL),
     etrecord: bool = typer.Option(False, "--etrecord", help="Also write the ETRecord beside the .pte: what `run --pte FILE --profile` needs to name operators and modules.", rich_help_panel=OUTPUT_PANEL),
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read for its [build] table (default: the nearest one).", rich_help_panel=OUTPUT_PANEL),
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="build", schema=BUILD_SCHEMA) + " The tables then go to stderr.", rich_help_panel=OUTPUT_PANEL),
-    settings: dict[str, Any] | None = None,
+    settings: dict[str, object] | None = None,
 ) -> None:  # fmt: skip
     """Build a .pte (and its .pte.json manifest) and report what the backend claimed.
 
@@ -75,9 +77,12 @@ def build_command(
     from etdeploy.settings import from_flags, layered
 
     check_json_target(json_path)
-    chosen = layered(config_settings(load_config(config_path)), from_flags(settings or {}, RunJob))
+    flags = dict(settings or {})
+    asked = flags.pop("backend", None)
+    random_calibration = bool(flags.pop("random_calibration", None))
+    chosen = layered(config_settings(load_config(config_path)), from_flags(flags, RunJob))
     job = RunJob(model=model, **chosen)
-    backends = backend or [job.backend]
+    backends = [str(b) for b in asked] if isinstance(asked, list) and asked else [job.backend]
     if output is not None and len(backends) > 1 and output.suffix == ".pte":
         raise UsageError(
             "-o names one file but several backends were asked for", "give -o a folder"
@@ -106,8 +111,6 @@ def build_command(
 
 
 def _options(job: RunJob, backend: str, random_calibration: bool) -> BuildOptions:
-    from etdeploy.builder import BuildOptions
-
     return BuildOptions(
         backend=backend, quantize=job.quantize, calibration=job.calibration,
         random_calibration=random_calibration, dynamic=job.dynamic, use_cache=job.use_cache,

@@ -22,6 +22,8 @@ from etdeploy.cli._app import (
     err_console,
     json_to_stdout,
 )
+from etdeploy.cli._settings import setting_help
+from etdeploy.settings import RunSettings
 from etdeploy.units import format_bytes
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ def clean_command(
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="clean report", schema="etdeploy.clean/1")),
     adb_host: str = typer.Option(None, "--adb-host", help="The adb server's host (default ANDROID_ADB_SERVER_HOST or 127.0.0.1)."),
     adb_port: int = typer.Option(None, "--adb-port", min=1, max=65535, help="The adb server's port (default ANDROID_ADB_SERVER_PORT or 5037)."),
-    lock_timeout: float = typer.Option(None, "--lock-timeout", help="Seconds to wait for a device another job holds (default 600)."),
+    lock_timeout: float = typer.Option(None, "--lock-timeout", help=setting_help(RunSettings, "lock_timeout_s")),
     config_path: Path = typer.Option(None, "--config", help="etdeploy.toml to read (default: the nearest one)."),
 ) -> None:  # fmt: skip
     """Remove what etdeploy keeps and can make again, here or on a device.

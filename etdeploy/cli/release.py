@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from etdeploy.build_options import CacheChoice
 from etdeploy.cli._app import (
     JSON_HELP,
     app,
@@ -22,7 +23,9 @@ from etdeploy.cli._app import (
     note,
     plain_text,
 )
+from etdeploy.cli._settings import setting_help
 from etdeploy.errors import EXIT_OK
+from etdeploy.settings import RunSettings
 
 if TYPE_CHECKING:
     from etdeploy.devices.base import Device
@@ -63,7 +66,7 @@ def release_build_command(
     spec_path: Path = typer.Argument(..., metavar="SPEC", help=SPEC_HELP),
     out: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="The release folder to write (replaced whole; never a folder that is not a release)."),
     skip_unavailable: bool = typer.Option(False, "--skip-unavailable", help=SKIP_HELP),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Rebuild every variant even when cached."),
+    no_cache: bool = typer.Option(False, "--no-cache", help=setting_help(CacheChoice, "use_cache")),
     json_path: str = typer.Option(None, "--json", metavar="PATH|-", help=JSON_HELP.format(what="selection", schema="etdeploy.release-selection/1")),
 ) -> None:  # fmt: skip
     """Build every variant, size it for its delivery, and write the store packages to DIR.
@@ -136,7 +139,7 @@ def release_check_command(
     spec_path: Path = typer.Argument(..., metavar="SPEC", help=SPEC_HELP),
     device: list[str] = typer.Option(..., "--device", "-d", metavar="NAME", help="A device to prove the release on (repeat): a devices.NAME table of etdeploy.toml, a serial, a model name, or local."),
     skip_unavailable: bool = typer.Option(False, "--skip-unavailable", help=SKIP_HELP),
-    iterations: int = typer.Option(None, "--iterations", "-n", min=1, metavar="N", help="Timed executions per device (default 10)."),
+    iterations: int = typer.Option(None, "--iterations", "-n", min=1, metavar="N", help=setting_help(RunSettings, "iterations")),
     inputs: list[str] = typer.Option(None, "--inputs", "-i", metavar="PATH", help="Real samples to verify each variant on (FILE, DIR or GLOB; repeat), as `run --inputs` takes them. Default: etdeploy.toml's [run] inputs, else the samples the model ships."),
     config_path: Path = typer.Option(None, "--config", metavar="PATH", help="etdeploy.toml to read (default: the nearest one)."),
     adb_host: str = typer.Option(None, "--adb-host", metavar="HOST", help="The adb server's host."),

@@ -29,11 +29,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from etdeploy.config import CONFIG_NAME, Config, DeviceConfig
 from etdeploy.devices.base import Device, DeviceInfo
 from etdeploy.errors import DeviceError, EtdeployError, InfraError, UsageError
+from etdeploy.jsonvalue import JsonValue
 
 if TYPE_CHECKING:
     from etdeploy.devices.adb import AdbSettings
@@ -74,14 +75,14 @@ class OpenOptions:
         return {} if self.lock_timeout_s is None else {"lock_timeout_s": self.lock_timeout_s}
 
 
-Opener = Callable[[str, Mapping[str, Any], OpenOptions], Device]
+Opener = Callable[[str, Mapping[str, JsonValue], OpenOptions], Device]
 
 
 # -- openers, one per transport ------------------------------------------------------
 
 
 def check_keys(
-    table: Mapping[str, Any], allowed: tuple[str, ...], where: str, transport: str
+    table: Mapping[str, JsonValue], allowed: tuple[str, ...], where: str, transport: str
 ) -> None:
     unknown = sorted(set(table) - set(allowed))
     if unknown:
@@ -91,7 +92,7 @@ def check_keys(
         )
 
 
-def _open_local(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
+def _open_local(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
     from etdeploy.devices.local import LocalDevice
 
     check_keys(table, LOCAL_KEYS, options.where, "local")
@@ -105,12 +106,12 @@ def _open_local(name: str, table: Mapping[str, Any], options: OpenOptions) -> De
 
 
 def adb_settings(
-    table: Mapping[str, Any] | None = None,
+    table: Mapping[str, JsonValue] | None = None,
     *,
     adb_host: str | None = None,
     adb_port: int | None = None,
     where: str = "adb",
-    **overrides: Any,
+    **overrides: object,
 ) -> AdbSettings:
     """AdbSettings from a table (or none), with --adb-host/--adb-port over both the
     table and ANDROID_ADB_SERVER_HOST/PORT."""
@@ -125,7 +126,7 @@ def adb_settings(
     return dataclasses.replace(settings, **overrides) if overrides else settings
 
 
-def _open_adb(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
+def _open_adb(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
     from etdeploy.devices.adb import AdbDevice
 
     check_keys(table, ADB_KEYS, options.where, "adb")
@@ -139,14 +140,14 @@ def _open_adb(name: str, table: Mapping[str, Any], options: OpenOptions) -> Devi
         raise _absent_or_usage(exc, name, None) from None
 
 
-def _open_ssh(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
+def _open_ssh(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
     from etdeploy.devices.ssh import SshDevice, SshSettings
 
     settings = SshSettings.from_mapping(table, where=options.where)
     return SshDevice(settings, name=name, **options.lock_kwargs())
 
 
-def _open_simulator(name: str, table: Mapping[str, Any], options: OpenOptions) -> Device:
+def _open_simulator(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
     from etdeploy.devices.simulator import SimulatorDevice, SimulatorSettings
 
     settings = SimulatorSettings.from_mapping(table, where=options.where)

@@ -28,13 +28,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from etdeploy.errors import EXIT_INFRA, EXIT_OK, UsageError
 from etdeploy.farm.reports import FARM_DOC_NAME, exit_code
 from etdeploy.farm.results import result_key
 from etdeploy.farm.spec import job_key
 from etdeploy.farm.store import RESULTS_NAME, select_shard, shard_of
+from etdeploy.jsonvalue import JsonObject, as_object, read_array, read_int, read_object, read_str
 from etdeploy.report.common import JobKey, NotRun
 from etdeploy.report.result import RunResult
 
@@ -53,23 +54,30 @@ class ShardSource:
 
     path: Path
     results: tuple[RunResult, ...]
-    document: dict[str, Any] | None
+    document: JsonObject | None
 
     @property
     def shard(self) -> tuple[int, int] | None:
-        shard = (self.document or {}).get("shard")
-        if isinstance(shard, dict) and isinstance(shard.get("index"), int):
-            return int(shard["index"]), int(shard["count"])
-        return None
+        shard = read_object(self.document or {}, "shard", FARM_DOC_NAME)
+        index, count = read_int(shard, "index", None), read_int(shard, "count", None)
+        return (index, count) if index is not None and count is not None else None
 
     @property
     def matrix(self) -> list[PlannedJob]:
-        return list((self.document or {}).get("matrix") or [])
+        return _planned_jobs(self.document, "matrix")
 
     @property
     def skipped(self) -> list[NotRun]:
-        entries = (self.document or {}).get("skipped") or []
-        return [NotRun.from_json(entry, skipped=True) for entry in entries]
+        return [NotRun.from_json(e, skipped=True) for e in _planned_jobs(self.document, "skipped")]
+
+
+def _planned_jobs(document: JsonObject | None, key: str) -> list[PlannedJob]:
+    """A farm document's list of job keys (its schema was validated: strings or null)."""
+    entries = read_array(document or {}, key, FARM_DOC_NAME)
+    return [
+        {k: v if isinstance(v, str) else None for k, v in as_object(e, key).items()}
+        for e in entries
+    ]
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,7 @@ class Duplicate:
     kept_started_at: str
     dropped: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"key": self.key, "kept": self.kept, "kept_started_at": self.kept_started_at,
                 "dropped": list(self.dropped)}  # fmt: skip
 
@@ -181,7 +189,7 @@ def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
     return ShardSource(path, tuple(results), document)
 
 
-def _farm_document(path: Path) -> dict[str, Any] | None:
+def _farm_document(path: Path) -> JsonObject | None:
     """A farm document (its matrix and shard); None for a file of bare results."""
     from etdeploy.report import FARM_SCHEMA_ID, validate_farm
 
@@ -251,12 +259,11 @@ def merge(
     results += [chosen[k] for k in extra]
     not_run = [p for p, k in zip(matrix, planned_keys, strict=True) if k not in chosen]
 
-    starts = [s.document["started_at"] for s in sources if s.document]
+    documents = [s.document for s in sources if s.document]
+    starts = [str(d["started_at"]) for d in documents]
     starts += [r.started_at for r in results]
-    ends = [s.document.get("finished_at") if s.document else None for s in sources]
-    specs = sorted(
-        {str(s.document["spec"]) for s in sources if s.document and s.document.get("spec")}
-    )
+    ends = [read_str(s.document, "finished_at", None) if s.document else None for s in sources]
+    specs = sorted({str(d["spec"]) for d in documents if d.get("spec")})
     if len(specs) > 1:
         notes.append(f"the shards ran different spec files: {', '.join(specs)}")
     from etdeploy.farm.reports import skipped_entries
@@ -328,7 +335,7 @@ def _plan(
     return list(plan.values())
 
 
-def merged_document(outcome: MergeOutcome) -> dict[str, Any]:
+def merged_document(outcome: MergeOutcome) -> JsonObject:
     """The etdeploy.farm/1 document of the merge, with a "merge" block saying
     where the results came from."""
     from etdeploy.report import farm_document

@@ -53,7 +53,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from etdeploy import settings
+from etdeploy.build_options import ProgramOptions
 from etdeploy.config import Config, DeviceConfig, config_settings, parse_config
+from etdeploy.declaration import declared, expect_type
 from etdeploy.errors import UsageError
 from etdeploy.farm.checks import (
     NO_QUANT,
@@ -68,8 +70,9 @@ from etdeploy.farm.checks import (
 )
 from etdeploy.farm.exclude import excluded, parse_excludes
 from etdeploy.farm.sources.parse import DeviceSource, check_source_names, parse_sources
+from etdeploy.jsonvalue import JsonArray, JsonObject, JsonValue, read_array, read_str
 from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
-from etdeploy.settings import expect_type
+from etdeploy.settings import RunSettings
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
@@ -97,11 +100,15 @@ JOB_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
     **_FARM_JOB_KEYS,
 }
 
+# The build options the farm crosses, by the [farm] list that names their values
+# (backends, quantize): their declarations say so (etdeploy.build_options), and a
+# [[farm.job]] gives one value under the option's own key (backend, quantize).
+AXES = {d.option.farm_axis: d for d in declared(ProgramOptions) if d.option.farm_axis}
+
 # Keys of [farm] beyond the job settings.
 FARM_KEYS: dict[str, type | tuple[type, ...]] = {
     "models": list,
-    "backends": list,
-    "quantize": list,
+    **dict.fromkeys(AXES, list),
     "devices": list,
     "backoff_s": NUMBER,
     "backoff_max_s": NUMBER,
@@ -123,8 +130,7 @@ BUNDLE_KEY = "bundle"
 _ENTRY_KEYS: dict[str, type | tuple[type, ...]] = {
     "model": str,
     BUNDLE_KEY: str,
-    "backend": str,
-    "quantize": str,
+    **{entry.key: str for entry in AXES.values()},
     "device": str,
     "devices": list,
     **JOB_SETTING_TYPES,
@@ -206,7 +212,7 @@ class FarmSpec:
     jobs: tuple[FarmJob, ...]
     backoff_s: float = DEFAULT_BACKOFF_S
     backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
-    lock_timeout_s: float = settings.defaults()["lock_timeout_s"]
+    lock_timeout_s: float = RunSettings.lock_timeout_s
     jobs_per_device: int = 1
     # A pause on a device after each of its jobs, so a phone that heated up and
     # throttled under one job does not slow the next one's latency figures.
@@ -242,7 +248,7 @@ def load_farm_spec(path: Path) -> FarmSpec:
     return parse_farm_spec(data, path.resolve())
 
 
-def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
+def parse_farm_spec(data: Mapping[str, JsonValue], path: Path) -> FarmSpec:
     """The spec of a parsed TOML document; path is where it was read (relative
     model paths are relative to its folder, and errors name its file)."""
     label = path.name
@@ -304,8 +310,9 @@ def parse_farm_spec(data: Mapping[str, Any], path: Path) -> FarmSpec:
     )
 
 
-def _farm_table(data: Mapping[str, Any], label: str) -> dict[str, Any]:
-    """The spec's [farm], once every section is one a spec may have."""
+def _farm_table(data: Mapping[str, JsonValue], label: str) -> dict[str, Any]:
+    """The spec's [farm], once every section is one a spec may have (its values are
+    checked against FARM_KEYS' types before they are read)."""
     for key in data:
         if key not in _SECTIONS:
             raise UsageError(
@@ -335,18 +342,18 @@ class _Matrix:
     excludes: list[dict[str, list[str]]]
 
 
-def _matrix(farm: Mapping[str, Any], config: Config, label: str, base_dir: Path) -> _Matrix:
+def _matrix(farm: JsonObject, config: Config, label: str, base_dir: Path) -> _Matrix:
     base = _base_settings(config)
     base.update(_job_settings(farm, "farm", label))
-    default_backend = str(config.build.get("backend", settings.defaults()["backend"]))
-    default_quant = config.build.get("quantize") or NO_QUANT
-    backends = strings(farm.get("backends", [default_backend]), "farm.backends", label)
-    quantize = strings(farm.get("quantize", [default_quant]), "farm.quantize", label)
-    devices = strings(farm.get("devices", []), "farm.devices", label)
+    default_backend = read_str(config.build, "backend", ProgramOptions.backend, "build")
+    default_quant = read_str(config.build, "quantize", None, "build") or NO_QUANT
+    backends = strings(_listed(farm, "backends", [default_backend]), "farm.backends", label)
+    quantize = strings(_listed(farm, "quantize", [default_quant]), "farm.quantize", label)
+    devices = strings(_listed(farm, "devices", []), "farm.devices", label)
     for i, backend in enumerate(backends):
         check_backend(backend, f"farm.backends[{i}]", label)
     quants = [parse_quant(q, f"farm.quantize[{i}]", label) for i, q in enumerate(quantize)]
-    excludes = parse_excludes(farm.get("exclude", []), label)
+    excludes = parse_excludes(_listed(farm, "exclude", []), label)
     if farm.get("models") and not devices:
         raise UsageError(
             f"{label}: farm.models is given but farm.devices is not", "list the devices to run on"
@@ -356,8 +363,13 @@ def _matrix(farm: Mapping[str, Any], config: Config, label: str, base_dir: Path)
     )
 
 
+def _listed(table: JsonObject, key: str, default: list[str]) -> JsonArray:
+    """A list the table gives (its type checked against FARM_KEYS), else `default`."""
+    return read_array(table, key, "farm") if key in table else list(default)
+
+
 def _matrix_jobs(
-    models: list[Any], matrix: _Matrix
+    models: JsonArray, matrix: _Matrix
 ) -> tuple[dict[str, FarmJob], dict[str, SkippedJob]]:
     """Each model crossed with the backends, quantizations and devices (a bundle with
     the one variant it was built as), less what farm.exclude drops; a cell that
@@ -392,7 +404,7 @@ def _matrix_jobs(
     return jobs, skipped
 
 
-def _add_explicit_jobs(entries: list[Any], matrix: _Matrix, jobs: dict[str, FarmJob]) -> None:
+def _add_explicit_jobs(entries: JsonArray, matrix: _Matrix, jobs: dict[str, FarmJob]) -> None:
     """Each [[farm.job]]'s jobs, over the matrix's cell of the same key; an entry that
     repeats another's job is an error."""
     explicit: dict[str, str] = {}
@@ -415,7 +427,7 @@ def _base_settings(config: Config) -> dict[str, Any]:
     return {name: value for name, value in config_settings(config).items() if name in names}
 
 
-def _job_settings(table: Mapping[str, Any], where: str, label: str) -> dict[str, Any]:
+def _job_settings(table: Mapping[str, JsonValue], where: str, label: str) -> dict[str, Any]:
     """A table's job settings as RunJob fields, plus the farm's own job keys as given.
     Paths stay as written: a worker runs in the spec's folder."""
     own = {key: table[key] for key in _FARM_JOB_KEYS if key in table}
@@ -425,7 +437,9 @@ def _job_settings(table: Mapping[str, Any], where: str, label: str) -> dict[str,
     return {**settings.from_farm_table(table, where, label, None), **own}
 
 
-def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[str, dict[str, Any]]:
+def _model_entry(
+    entry: JsonValue, where: str, label: str, base_dir: Path
+) -> tuple[str, dict[str, Any]]:
     """A models[] item: "ref", or {model = "ref", <job settings>...}."""
     if isinstance(entry, str):
         model, overrides = entry, {}
@@ -442,7 +456,7 @@ def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[st
             raise UsageError(
                 f"{label}: {where}: model is required", 'add model = "file.py:factory"'
             )
-        model = entry["model"]
+        model = str(entry["model"])  # a string: its type was checked above
         check_settings(entry, f"{where}.", label)
         overrides = _job_settings(entry, where, label)
         if BUNDLE_KEY in entry:
@@ -457,7 +471,7 @@ def _model_entry(entry: Any, where: str, label: str, base_dir: Path) -> tuple[st
     return model, overrides
 
 
-def _explicit_jobs(entry: Any, where: str, matrix: _Matrix) -> list[FarmJob]:
+def _explicit_jobs(entry: JsonValue, where: str, matrix: _Matrix) -> list[FarmJob]:
     """A [[farm.job]] entry: one job per device it names (else per farm.devices)."""
     label, base_dir = matrix.label, matrix.base_dir
     if not isinstance(entry, dict):
@@ -476,10 +490,11 @@ def _explicit_jobs(entry: Any, where: str, matrix: _Matrix) -> list[FarmJob]:
         raise UsageError(f"{label}: {where}: model is required", 'add model = "file.py:factory"')
     if "device" in entry and "devices" in entry:
         raise UsageError(f"{label}: {where}: both device and devices given", "give one of them")
+    model = str(entry["model"])  # the types of the entry's values were checked above
     merged = {**matrix.base, **_job_settings(entry, where, label)}
     if BUNDLE_KEY in entry:
         bundle, backend, quant = _bundle_of(
-            entry[BUNDLE_KEY], f"{where}.{BUNDLE_KEY}", label, base_dir
+            str(entry[BUNDLE_KEY]), f"{where}.{BUNDLE_KEY}", label, base_dir
         )
         for key, value in (("backend", backend), ("quantize", quant or NO_QUANT)):
             if entry.get(key, value) != value:
@@ -489,14 +504,18 @@ def _explicit_jobs(entry: Any, where: str, matrix: _Matrix) -> list[FarmJob]:
                 )
         merged[BUNDLE_KEY] = bundle
     else:
-        check_model_ref(entry["model"], f"{where}.model", label, base_dir)
-        backend = entry.get("backend", matrix.default_backend)
+        check_model_ref(model, f"{where}.model", label, base_dir)
+        backend = read_str(entry, "backend", matrix.default_backend, where)
         check_backend(backend, f"{where}.backend", label)
-        quant = parse_quant(entry.get("quantize", NO_QUANT), f"{where}.quantize", label)
-    if "device" in entry:
-        devices = [entry["device"]]
+        quant = parse_quant(
+            read_str(entry, "quantize", NO_QUANT, where), f"{where}.quantize", label
+        )
+    device = read_str(entry, "device", None, where)
+    if device is not None:
+        devices = [device]
     else:
-        devices = strings(entry.get("devices", matrix.devices), f"{where}.devices", label)
+        listed = read_array(entry, "devices", where) if "devices" in entry else matrix.devices
+        devices = strings(listed, f"{where}.devices", label)
     if not devices:
         raise UsageError(
             f"{label}: {where}: no devices", 'give device = "NAME", or list farm.devices'
@@ -509,10 +528,7 @@ def _explicit_jobs(entry: Any, where: str, matrix: _Matrix) -> list[FarmJob]:
                 f"{label}: {where}: cannot run on {device}: {reason}",
                 f"change {where}'s backend or quantize, or remove the entry",
             )
-    return [
-        _make_job(MatrixCell(entry["model"], backend, quant, d), merged, where, matrix)
-        for d in devices
-    ]
+    return [_make_job(MatrixCell(model, backend, quant, d), merged, where, matrix) for d in devices]
 
 
 def _bundle_of(
@@ -551,7 +567,7 @@ def _make_job(cell: MatrixCell, merged: Mapping[str, Any], where: str, matrix: _
     return job
 
 
-def _memory_limit(merged: Mapping[str, Any], device: str, config: Config) -> dict[str, Any]:
+def _memory_limit(merged: Mapping[str, object], device: str, config: Config) -> dict[str, object]:
     """A job's max_memory ([farm], a model entry, [[farm.job]]: it carries where it was
     set), else its device's own, else [run]'s: the job's limit and where it was set."""
     from etdeploy.devices.registry import config_label

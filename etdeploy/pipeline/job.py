@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from etdeploy.build_options import CacheChoice
 from etdeploy.config import Config, config_settings
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import JsonObject
@@ -40,9 +41,10 @@ StatusCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunJob(RunSettings):
+class RunJob(CacheChoice, RunSettings):
     """Everything one run needs to know: its settings (etdeploy.settings, declared
-    there once) and what one invocation names. `model` may be None only with both
+    there once), whether its build may come from the cache (CacheChoice), and what one
+    invocation names. `model` may be None only with both
     `pte` and `reference` (then there is no eager model to compare with), or with a
     `bundle`, which names its own."""
 
@@ -61,10 +63,6 @@ class RunJob(RunSettings):
     data: Path | None = setting(
         None, "The external weights (.ptd) of --pte (default: the one its manifest names).",
         flags=("--data",), metavar="PTD", panel=MODEL_PANEL, scope=BUILD,
-    )  # fmt: skip
-    use_cache: bool = setting(
-        True, "Rebuild the .pte even when cached.",
-        flags=("--no-cache",), panel=MODEL_PANEL, negatable=False, inverted=True, scope=BUILD,
     )  # fmt: skip
     # >0: that many noise samples; the verdict is labelled as such.
     random_inputs: int = setting(

@@ -15,9 +15,18 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from etdeploy.errors import UsageError
+from etdeploy.jsonvalue import (
+    JsonObject,
+    JsonValue,
+    as_object,
+    read_array,
+    read_int,
+    read_object,
+    read_str,
+    read_str_list,
+)
 from etdeploy.release.rules import (
     DeviceProperties,
     Selected,
@@ -47,14 +56,14 @@ class DeliveredFile:
     download_bytes: int
     sha256: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": self.path, "asset_path": self.asset_path, "size_bytes": self.size_bytes,
                 "download_bytes": self.download_bytes, "sha256": self.sha256}  # fmt: skip
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> DeliveredFile:
-        return cls(data["path"], data["asset_path"], int(data["size_bytes"]),
-                   int(data["download_bytes"]), data["sha256"])  # fmt: skip
+    def from_json(cls, data: Mapping[str, JsonValue]) -> DeliveredFile:
+        return cls(_str(data, "path"), _str(data, "asset_path"), _int(data, "size_bytes"),
+                   _int(data, "download_bytes"), _str(data, "sha256"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ class Selection:
             else next(g for g in self.groups if g.name == name)
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "schema": SCHEMA,
             "release": self.release,
@@ -130,18 +139,20 @@ class Selection:
         }  # fmt: skip
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Selection:
+    def from_json(cls, data: Mapping[str, JsonValue]) -> Selection:
         if data.get("schema") != SCHEMA:
             raise UsageError(f"not a {SCHEMA} document (schema {data.get('schema')!r})",
                              "give the selection.json `etdeploy release build` wrote")  # fmt: skip
-        play = data["play"]
-        groups = [_group_from_json(g) for g in play["groups"]]
-        apple = data.get("apple")
+        play = read_object(data, "play", SCHEMA)
+        groups = [_group_from_json(as_object(g, "a group")) for g in read_array(play, "groups")]
+        apple = read_object(data, "apple", SCHEMA)
+        not_built = read_object(data, "not_built", SCHEMA)
         return cls(
-            release=data["release"], model=data["model"], pack=play["pack"],
-            delivery=play["delivery"], asset_dir=play["asset_dir"], groups=tuple(groups[:-1]),
-            other=groups[-1], apple=_apple_from_json(apple) if apple else None,
-            not_built=dict(data.get("not_built") or {}),
+            release=_str(data, "release"), model=_str(data, "model"), pack=_str(play, "pack"),
+            delivery=_str(play, "delivery"), asset_dir=_str(play, "asset_dir"),
+            groups=tuple(groups[:-1]), other=groups[-1],
+            apple=_apple_from_json(apple) if apple else None,
+            not_built={name: _str(not_built, name) for name in not_built},
         )  # fmt: skip
 
     @classmethod
@@ -153,9 +164,9 @@ class Selection:
                              "give the selection.json `etdeploy release build` wrote") from None  # fmt: skip
 
 
-def selector_json(s: Selector) -> dict[str, Any]:
+def selector_json(s: Selector) -> JsonObject:
     """Only the properties a selector names, under Play's names for them."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if s.ram_min_bytes is not None:
         out["ram_min_bytes"] = s.ram_min_bytes
     if s.ram_max_bytes is not None:
@@ -174,19 +185,23 @@ def selector_json(s: Selector) -> dict[str, Any]:
     return out
 
 
-def selector_from_json(data: Mapping[str, Any]) -> Selector:
+def selector_from_json(data: Mapping[str, JsonValue]) -> Selector:
     def ids(key: str) -> tuple[DeviceId, ...]:
-        return tuple(DeviceId(i["brand"], i.get("device")) for i in data.get(key, []))
+        found = [as_object(i, key) for i in read_array(data, key)]
+        return tuple(DeviceId(_str(i, "brand"), read_str(i, "device", None)) for i in found)
 
+    socs = [as_object(c, "socs") for c in read_array(data, "socs")]
     return Selector(
-        ram_min_bytes=data.get("ram_min_bytes"), ram_max_bytes=data.get("ram_max_bytes"),
+        ram_min_bytes=read_int(data, "ram_min_bytes", None),
+        ram_max_bytes=read_int(data, "ram_max_bytes", None),
         device_ids=ids("device_ids"), exclude_device_ids=ids("exclude_device_ids"),
-        features=tuple(data.get("features", [])), forbid_features=tuple(data.get("forbid_features", [])),
-        socs=tuple(SystemOnChip(c["manufacturer"], c["model"]) for c in data.get("socs", [])),
+        features=tuple(read_str_list(data, "features")),
+        forbid_features=tuple(read_str_list(data, "forbid_features")),
+        socs=tuple(SystemOnChip(_str(c, "manufacturer"), _str(c, "model")) for c in socs),
     )  # fmt: skip
 
 
-def _group_json(g: TableGroup, priority: int) -> dict[str, Any]:
+def _group_json(g: TableGroup, priority: int) -> JsonObject:
     return {
         "name": g.name, "priority": priority, "variant": g.variant,
         "selectors": [selector_json(s) for s in g.selectors],
@@ -195,16 +210,16 @@ def _group_json(g: TableGroup, priority: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _group_from_json(data: Mapping[str, Any]) -> TableGroup:
+def _group_from_json(data: Mapping[str, JsonValue]) -> TableGroup:
     return TableGroup(
-        data["name"], data["variant"],
-        tuple(selector_from_json(s) for s in data["selectors"]),
-        tuple(DeliveredFile.from_json(f) for f in data["files"]),
-        data.get("max_memory_bytes"),
+        _str(data, "name"), _str(data, "variant"),
+        tuple(selector_from_json(as_object(s, "selectors")) for s in read_array(data, "selectors")),
+        _files(data),
+        read_int(data, "max_memory_bytes", None),
     )  # fmt: skip
 
 
-def _apple_entry_json(e: AppleEntry) -> dict[str, Any]:
+def _apple_entry_json(e: AppleEntry) -> JsonObject:
     r = e.rule
     return {
         "name": r.name, "variant": r.variant, "families": list(r.families),
@@ -214,21 +229,41 @@ def _apple_entry_json(e: AppleEntry) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _apple_entry_from_json(d: Mapping[str, Any]) -> AppleEntry:
-    rule = AppleRule(d["name"], d["variant"], tuple(d.get("families", [])), d.get("min_ram_bytes"),
-                     d.get("max_ram_bytes"), tuple(d.get("models", [])))  # fmt: skip
-    return AppleEntry(
-        rule, d["asset_pack_id"], tuple(DeliveredFile.from_json(f) for f in d["files"])
-    )
+def _apple_entry_from_json(d: Mapping[str, JsonValue]) -> AppleEntry:
+    rule = AppleRule(_str(d, "name"), _str(d, "variant"), tuple(read_str_list(d, "families")),
+                     read_int(d, "min_ram_bytes", None), read_int(d, "max_ram_bytes", None),
+                     tuple(read_str_list(d, "models")))  # fmt: skip
+    return AppleEntry(rule, _str(d, "asset_pack_id"), _files(d))
 
 
-def _apple_json(a: AppleTable) -> dict[str, Any]:
+def _apple_json(a: AppleTable) -> JsonObject:
     return {
         "delivery": a.delivery, "download_policy": a.download_policy,
         "rules": [_apple_entry_json(e) for e in (*a.rules, a.fallback)],
     }  # fmt: skip
 
 
-def _apple_from_json(d: Mapping[str, Any]) -> AppleTable:
-    entries = [_apple_entry_from_json(e) for e in d["rules"]]
-    return AppleTable(d["delivery"], d["download_policy"], tuple(entries[:-1]), entries[-1])
+def _apple_from_json(d: Mapping[str, JsonValue]) -> AppleTable:
+    entries = [_apple_entry_from_json(as_object(e, "rules")) for e in read_array(d, "rules")]
+    return AppleTable(
+        _str(d, "delivery"), _str(d, "download_policy"), tuple(entries[:-1]), entries[-1]
+    )
+
+
+def _files(data: Mapping[str, JsonValue]) -> tuple[DeliveredFile, ...]:
+    return tuple(DeliveredFile.from_json(as_object(f, "files")) for f in read_array(data, "files"))
+
+
+def _str(data: Mapping[str, JsonValue], key: str) -> str:
+    """A string the document must hold (a missing one: KeyError, as load reports it)."""
+    value = read_str(data, key, None, SCHEMA)
+    if value is None:
+        raise KeyError(key)
+    return value
+
+
+def _int(data: Mapping[str, JsonValue], key: str) -> int:
+    value = read_int(data, key, None, SCHEMA)
+    if value is None:
+        raise KeyError(key)
+    return value

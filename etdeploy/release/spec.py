@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from etdeploy.build_options import BuildOptions
+from etdeploy.declaration import Declared, declared
 from etdeploy.errors import UsageError
+from etdeploy.jsonvalue import as_object
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,8 +70,10 @@ SELECTOR_KEYS = (
     "soc",
 )
 GROUP_KEYS = ("name", "variant", "selectors", "max_memory")
-VARIANT_KEYS = ("backend", "quantize", "calibration", "random_calibration", "dynamic",
-                "external_weights")  # fmt: skip
+# A variant's keys: the build options a release may set, from their declarations.
+VARIANT_KEYS = tuple(entry.key for entry in declared(BuildOptions) if entry.option.release)
+# The quantizations a variant is built with by etdeploy.builder.build.
+VARIANT_QUANTIZATIONS = ("int8", "int8-dynamic")
 RELEASE_KEYS = ("name", "model", "delivery", "fallback", "asset_dir", "app_bytes",
                 "variants", "groups", "apple", "limits")  # fmt: skip
 APPLE_KEYS = ("asset_pack_prefix", "delivery", "download_policy", "platforms", "app_group_id",
@@ -120,17 +125,12 @@ class Group:
     max_memory_bytes: int | None = None
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One artefact of the release: what `etdeploy build` is given to make it."""
+@dataclass(frozen=True, kw_only=True)
+class Variant(BuildOptions):
+    """One artefact of the release: its name, and the options `etdeploy build` is
+    given to make it (BuildOptions: declared once, with the run's)."""
 
     name: str
-    backend: str = "xnnpack"
-    quantize: str | None = None
-    calibration: tuple[str, ...] = ()
-    random_calibration: bool = False
-    dynamic: tuple[str, ...] = ()
-    external_weights: bool = False
 
     @property
     def label(self) -> str:
@@ -179,7 +179,7 @@ class ReleaseSpec:
     asset_dir: str = "model"
     app_bytes: int = 0  # the rest of the app, added to each AI pack's cumulative check
     apple: AppleSection | None = None
-    limits: Mapping[str, Any] = field(default_factory=dict)  # [release.limits] overrides
+    limits: Mapping[str, object] = field(default_factory=dict)  # [release.limits] overrides
 
     def variant(self, name: str) -> Variant:
         return next(v for v in self.variants if v.name == name)
@@ -224,7 +224,7 @@ class _Reader:
     def fail(self, where: str, message: str, hint: str) -> UsageError:
         return UsageError(f"{self.path.name}: {where}: {message}", hint)
 
-    def keys(self, table: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+    def keys(self, table: Mapping[str, object], known: Sequence[str], where: str) -> None:
         for key in table:
             if key not in known:
                 raise self.fail(
@@ -232,7 +232,7 @@ class _Reader:
                 )
 
     def string(
-        self, table: Mapping[str, Any], key: str, where: str, default: str | None = None
+        self, table: Mapping[str, object], key: str, where: str, default: str | None = None
     ) -> str:
         value = table.get(key, default)
         if not isinstance(value, str) or not value:
@@ -240,24 +240,29 @@ class _Reader:
                             f'write {key} = "..."')  # fmt: skip
         return value
 
-    def strings(self, table: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    def strings(self, table: Mapping[str, object], key: str, where: str) -> tuple[str, ...]:
         value = table.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        items = value if isinstance(value, list) else None
+        if items is None or not all(isinstance(v, str) and v for v in items):
             raise self.fail(f"{where}.{key}", f"expected a list of strings, got {value!r}",
                             f'write {key} = ["...", "..."]')  # fmt: skip
-        return tuple(value)
+        return tuple(str(v) for v in items)
 
-    def size(self, table: Mapping[str, Any], key: str, where: str) -> int | None:
+    def size(self, table: Mapping[str, object], key: str, where: str) -> int | None:
         from etdeploy.units import parse_size
 
         if key not in table:
             return None
+        value = table[key]
+        what = f"{self.path.name}: {where}.{key}"
         try:
-            return parse_size(table[key], what=f"{self.path.name}: {where}.{key}")
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                raise UsageError(f"{what}: expected a size, got {value!r}")
+            return parse_size(value, what=what)
         except UsageError as exc:
             raise UsageError(exc.message, "bytes, or a size such as 8GB or 4GiB") from None
 
-    def choice(self, table: Mapping[str, Any], key: str, where: str, options: Sequence[str],
+    def choice(self, table: Mapping[str, object], key: str, where: str, options: Sequence[str],
                default: str) -> str:  # fmt: skip
         value = self.string(table, key, where, default)
         if value not in options:
@@ -274,7 +279,7 @@ class _Reader:
 
     # -- the tables -------------------------------------------------------------------
 
-    def release(self, table: Mapping[str, Any]) -> ReleaseSpec:
+    def release(self, table: Mapping[str, object]) -> ReleaseSpec:
         self.keys(table, RELEASE_KEYS, "release")
         name = self.name(self.string(table, "name", "release"), "release.name", "the release name")
         model = self.string(table, "model", "release")
@@ -306,7 +311,7 @@ class _Reader:
                             f"define [release.variants.{name}] or use one of: "
                             f"{', '.join(sorted(names)) or 'none defined'}")  # fmt: skip
 
-    def variants(self, table: Any) -> tuple[Variant, ...]:
+    def variants(self, table: object) -> tuple[Variant, ...]:
         from etdeploy.builder.backends import names as backend_names
 
         if not isinstance(table, dict) or not table:
@@ -319,21 +324,38 @@ class _Reader:
             if not isinstance(body, dict):
                 raise self.fail(where, "expected a table", f'[{where}] backend = "xnnpack"')
             self.keys(body, VARIANT_KEYS, where)
-            backend = self.choice(body, "backend", where, backend_names(), "xnnpack")
-            quantize = body.get("quantize")
-            if quantize is not None and quantize not in ("int8", "int8-dynamic"):
+            options = {
+                entry.name: self.option(body, entry, where)
+                for entry in declared(BuildOptions)
+                if entry.option.release and entry.key in body
+            }
+            self.choice(body, "backend", where, backend_names(), "xnnpack")
+            quantize = options.get("quantize")
+            if quantize is not None and quantize not in VARIANT_QUANTIZATIONS:
                 raise self.fail(f"{where}.quantize", f"{quantize!r} is not int8 or int8-dynamic",
                                 'write quantize = "int8"')  # fmt: skip
-            out.append(Variant(
-                name=name, backend=backend, quantize=quantize,
-                calibration=self.strings(body, "calibration", where),
-                random_calibration=bool(body.get("random_calibration", False)),
-                dynamic=self.strings(body, "dynamic", where),
-                external_weights=bool(body.get("external_weights", False)),
-            ))  # fmt: skip
+            out.append(Variant(name=name, **options))
         return tuple(out)
 
-    def groups(self, items: Any, variants: set[str]) -> tuple[Group, ...]:
+    def option(self, body: Mapping[str, object], entry: Declared, where: str) -> Any:
+        """A variant's build option as its declaration types it (paths stay as written)."""
+        key = entry.key
+        if entry.is_list:
+            return self.strings(body, key, where)
+        kind = entry.value_type
+        value = body[key]
+        if kind is str:
+            return self.string(body, key, where)
+        if kind is bool and not isinstance(value, bool):
+            raise self.fail(f"{where}.{key}", f"expected true or false, got {value!r}",
+                            f"write {key} = true")  # fmt: skip
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise self.fail(f"{where}.{key}", f"expected an integer, got {value!r}",
+                            f"write {key} = {entry.option.example or 1}")  # fmt: skip
+        entry.check_range(value, f"{self.path.name}: {where}.{key}")
+        return value
+
+    def groups(self, items: object, variants: set[str]) -> tuple[Group, ...]:
         if not isinstance(items, list):
             raise self.fail("release.groups", "expected [[release.groups]] tables",
                             '[[release.groups]] name = "high_ram" ...')  # fmt: skip
@@ -358,16 +380,17 @@ class _Reader:
                              self.size(body, "max_memory", where)))  # fmt: skip
         return tuple(out)
 
-    def selectors(self, body: Mapping[str, Any], where: str) -> tuple[Selector, ...]:
+    def selectors(self, body: Mapping[str, object], where: str) -> tuple[Selector, ...]:
         inline = {k: v for k, v in body.items() if k in SELECTOR_KEYS}
         listed = body.get("selectors")
         if listed is not None and inline:
             raise self.fail(where, f"both selectors and {', '.join(inline)} given",
                             "write one selector inline, or all of them in selectors = [{...}]")  # fmt: skip
-        tables = [inline] if listed is None else listed
-        if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        given = [inline] if listed is None else listed
+        if not isinstance(given, list) or not all(isinstance(t, dict) for t in given):
             raise self.fail(f"{where}.selectors", "expected a list of tables",
                             'selectors = [{ ram_min_bytes = "8GB" }]')  # fmt: skip
+        tables = [as_object(t) for t in given]
         if not tables or not any(tables):
             raise self.fail(where, "no selector: the group would hold every device",
                             "give it a property, e.g. ram_min_bytes = \"8GB\"; devices in no "
@@ -388,7 +411,7 @@ class _Reader:
                                 f"Play takes at most {MAX_FEATURES_PER_GROUP} per group")  # fmt: skip
         return selectors
 
-    def selector(self, table: Mapping[str, Any], where: str) -> Selector:
+    def selector(self, table: Mapping[str, object], where: str) -> Selector:
         if not table:
             raise self.fail(where, "an empty selector holds every device",
                             "give it a property, e.g. ram_min_bytes = \"8GB\"")  # fmt: skip
@@ -409,7 +432,7 @@ class _Reader:
             socs=self.socs(table, where),
         )  # fmt: skip
 
-    def device_ids(self, table: Mapping[str, Any], key: str, where: str) -> tuple[DeviceId, ...]:
+    def device_ids(self, table: Mapping[str, object], key: str, where: str) -> tuple[DeviceId, ...]:
         out = []
         for text in self.strings(table, key, where):
             brand, sep, device = text.partition(":")
@@ -420,7 +443,7 @@ class _Reader:
             out.append(DeviceId(brand, device or None))
         return tuple(out)
 
-    def socs(self, table: Mapping[str, Any], where: str) -> tuple[SystemOnChip, ...]:
+    def socs(self, table: Mapping[str, object], where: str) -> tuple[SystemOnChip, ...]:
         out = []
         for text in self.strings(table, "soc", where):
             manufacturer, sep, model = text.partition(":")
@@ -431,7 +454,7 @@ class _Reader:
             out.append(SystemOnChip(manufacturer, model))
         return tuple(out)
 
-    def apple(self, table: Any, variants: set[str]) -> AppleSection:
+    def apple(self, table: object, variants: set[str]) -> AppleSection:
         where = "release.apple"
         if not isinstance(table, dict):
             raise self.fail(where, "expected a table", '[release.apple] fallback = "..."')

@@ -14,7 +14,7 @@ never dropped without a word.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,11 +81,10 @@ def build_variant(
 ) -> BuiltVariant:
     from etdeploy.builder import BuildOptions, build
 
-    options = BuildOptions(
-        backend=variant.backend, quantize=variant.quantize, calibration=variant.calibration,
-        random_calibration=variant.random_calibration, dynamic=variant.dynamic,
-        use_cache=use_cache, external_weights=variant.external_weights,
-    )  # fmt: skip
+    # The variant's options as they are (a Variant is BuildOptions and its name), the
+    # cache as `release build` was asked.
+    chosen = {f.name: getattr(variant, f.name) for f in fields(BuildOptions)}
+    options = BuildOptions(**{**chosen, "use_cache": use_cache})
     result = build(spec.model, options, status=lambda s: say(f"{variant.name}: {s}"))
     return BuiltVariant(variant, result.pte, result.data, result.manifest, bool(result.cached))
 

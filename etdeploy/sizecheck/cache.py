@@ -24,12 +24,12 @@ import os
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from etdeploy.atomic import keep_json, read_json_object
 from etdeploy.digests import RACY_MARGIN_NS, file_sha256, known_sha256, stat_identity
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.paths import cache_dir
 from etdeploy.sizecheck import compress
 from etdeploy.sizecheck.compress import (
@@ -64,7 +64,7 @@ def _key(
     chunk_bytes: int,
     mem_level: int,
     plan: SamplePlan | None,
-) -> dict[str, Any]:
+) -> JsonObject:
     cuts = hashlib.sha256(json.dumps([list(b) for b in bounds]).encode()).hexdigest()
     return {
         "format": FORMAT,
@@ -81,14 +81,12 @@ def _key(
     }
 
 
-def _entry_path(key: dict[str, Any]) -> Path:
+def _entry_path(key: JsonObject) -> Path:
     name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
-    return cache_dir(CACHE_KIND) / "measurements" / f"{key['sha256'][:16]}-{name}.json"
+    return cache_dir(CACHE_KIND) / "measurements" / f"{str(key['sha256'])[:16]}-{name}.json"
 
 
-def _load_entry(
-    key: dict[str, Any], raw_bytes: int, parts: int
-) -> tuple[list[int], float, int] | None:
+def _load_entry(key: JsonObject, raw_bytes: int, parts: int) -> tuple[list[int], float, int] | None:
     """(deflated bytes per part, error bound, bytes deflated) of a sound entry, else None."""
     doc = read_json_object(_entry_path(key))
     if doc is None or doc.get("key") != key or doc.get("raw_bytes") != raw_bytes:
@@ -106,7 +104,7 @@ def _load_entry(
         return None
     if not isinstance(deflated, int) or not 0 <= deflated <= raw_bytes:
         return None
-    return sizes, float(bound), deflated
+    return [int(n) for n in sizes], float(bound), deflated
 
 
 def _bounds(size: int, boundaries: Sequence[int]) -> tuple[tuple[int, int], ...]:
@@ -168,7 +166,7 @@ def measure_file(
     if digest is None:  # a sample of a file never hashed: not worth a hash to cache it
         return fresh(lv)
 
-    def key(level: int, how: str) -> dict[str, Any]:
+    def key(level: int, how: str) -> JsonObject:
         return _key(
             digest, level, estimate=how, bounds=bounds, chunk_bytes=chunk_bytes,
             mem_level=mem_level, plan=plan,

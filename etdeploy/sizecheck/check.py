@@ -18,10 +18,11 @@ import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.pte.layout import MethodValue, PteLayout
 from etdeploy.pte.reader import read_pte
 from etdeploy.sizecheck.breakdown import Breakdown, build_breakdown, layout_parts
@@ -127,7 +128,7 @@ class SizeReport:
         """True when over a hard limit or the budget (exit 1)."""
         return any(v.status == OVER for v in self.verdicts)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return report_to_json(self)
 
 
@@ -409,7 +410,16 @@ def verdict_to_json(v: Verdict) -> VerdictDocument:
     }
 
 
-def _breakdown_json(b: Breakdown, top: int | None) -> dict[str, Any]:
+def _verdict_object(v: Verdict) -> JsonObject:
+    """verdict_to_json as the JSON object it is (each of its values a str, int, bool or None)."""
+    return {
+        key: value
+        for key, value in verdict_to_json(v).items()
+        if value is None or isinstance(value, str | int)
+    }
+
+
+def _breakdown_json(b: Breakdown, top: int | None) -> JsonObject:
     q = b.quantization
     tensors = b.tensors if top is None else b.tensors[:top]
     return {
@@ -448,8 +458,8 @@ def _breakdown_json(b: Breakdown, top: int | None) -> dict[str, Any]:
     }
 
 
-def _layout_json(layout: PteLayout) -> dict[str, Any]:
-    def value(v: MethodValue) -> dict[str, Any]:
+def _layout_json(layout: PteLayout) -> JsonObject:
+    def value(v: MethodValue) -> JsonObject:
         if v.tensor is None:
             return {"kind": v.kind}
         t = v.tensor
@@ -495,7 +505,7 @@ def _layout_json(layout: PteLayout) -> dict[str, Any]:
 
 def report_to_json(
     report: SizeReport, *, top: int | None = 10, config_path: Path | None = None
-) -> dict[str, Any]:
+) -> JsonObject:
     """The machine-readable report, schema "etdeploy.sizecheck/1"; `config_path` is the
     etdeploy.toml whose [sizecheck] and [limits] applied, if any."""
     return {
@@ -532,7 +542,7 @@ def report_to_json(
             "level9_bytes": report.level9_bytes,
             "download_uncertainty_bytes": report.download_uncertainty_bytes,
         },
-        "verdicts": [verdict_to_json(v) for v in report.verdicts],
+        "verdicts": [_verdict_object(v) for v in report.verdicts],
         "failed": report.failed,
         "config": str(config_path) if config_path else None,
         "notes": list(report.notes),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from etdeploy.errors import UsageError
 from etdeploy.units import format_bytes, parse_size
@@ -212,8 +211,8 @@ def default_limits() -> dict[str, Limit]:
     return {limit.key: limit for limit in _DEFAULTS}
 
 
-def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
+def _flatten(mapping: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
     for key, value in mapping.items():
         full = f"{prefix}{key}"
         if isinstance(value, Mapping):
@@ -223,7 +222,7 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def apply_overrides(table: Mapping[str, Limit], mapping: Mapping[str, Any]) -> dict[str, Limit]:
+def apply_overrides(table: Mapping[str, Limit], mapping: Mapping[str, object]) -> dict[str, Limit]:
     """A copy of `table` with sizes replaced from `mapping` (etdeploy.toml's [limits]).
 
     Keys are Limit keys, dotted ("play.base" = "150MB") or nested ([limits.play] base = ...).
@@ -234,6 +233,9 @@ def apply_overrides(table: Mapping[str, Limit], mapping: Mapping[str, Any]) -> d
         if key not in out:
             known = ", ".join(sorted(out))
             raise UsageError(f"limits.{key}: no such limit", f"known limits: {known}")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise UsageError(f"limits.{key}: expected a size, got {value!r}",
+                             f'write {key} = "150MB" (or bytes)')  # fmt: skip
         out[key] = replace(out[key], bytes=parse_size(value, what=f"limits.{key}"), note=(
             f"overridden in [limits] (built-in {format_bytes(out[key].bytes)})"
         ))  # fmt: skip

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.sizecheck import compress
 from etdeploy.sizecheck.compress import (
     BUNDLETOOL_MEM_LEVEL,
@@ -83,7 +84,7 @@ class SamplePlan:
         if self.min_samples < 2 or self.target_bound <= 0 or self.z <= 0:
             raise UsageError("sample plan needs min_samples >= 2, target_bound > 0 and z > 0")
 
-    def as_key(self) -> dict[str, float | int]:
+    def as_key(self) -> JsonObject:
         return asdict(self)
 
 

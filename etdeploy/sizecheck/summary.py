@@ -28,6 +28,7 @@ from typing import TypedDict
 from etdeploy.config import CONFIG_NAME, Config
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
+from etdeploy.jsonvalue import JsonValue
 from etdeploy.sizecheck.cache import ESTIMATES
 from etdeploy.sizecheck.check import SizeReport, VerdictDocument, check_size, verdict_to_json
 from etdeploy.sizecheck.compress import (
@@ -132,16 +133,21 @@ def _file_settings(config: Config) -> _FileSettings:
                     f"{name!r} is not a delivery",
                     f"use one of: {', '.join(DELIVERIES)}",
                 )
-    file_budget = (
-        parse_size(section["budget"], what=f"{label}: sizecheck.budget")
-        if "budget" in section
-        else None
-    )
-    file_extra = parse_size(section.get("extra", 0), what=f"{label}: sizecheck.extra")
+
+    def size(key: str, value: JsonValue) -> int:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise bad(key, f"expected a size, got {value!r}", 'e.g. "150MB" or bytes')
+        return parse_size(value, what=f"{label}: sizecheck.{key}")
+
+    budget = section.get("budget")
+    file_budget = size("budget", budget) if budget is not None else None
+    file_extra = size("extra", section.get("extra", 0))
     file_estimate = section.get("estimate", "exact")
-    if file_estimate not in ESTIMATES:
+    if not isinstance(file_estimate, str) or file_estimate not in ESTIMATES:
         raise bad("estimate", f"{file_estimate!r} is not an estimate", 'use "exact" or "sample"')
-    return _FileSettings(label, file_store, listed, file_budget, file_extra, file_estimate)
+    deliveries = [str(d) for d in listed] if isinstance(listed, list) else None
+    store = str(file_store) if file_store is not None else None
+    return _FileSettings(label, store, deliveries, file_budget, file_extra, file_estimate)
 
 
 def resolve_settings(

@@ -66,6 +66,7 @@ from typing import Any
 from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.farm.export import toml_text
 from etdeploy.farm.spec import FarmJob, FarmSpec, load_farm_spec
+from etdeploy.jsonvalue import read_str
 from etdeploy.runner_build import RunnerBundle
 
 if sys.version_info >= (3, 11):
@@ -216,7 +217,7 @@ def _runner_of(spec: FarmSpec, name: str) -> Path:
     table = spec.config.devices.get(name)
     runner: str | None = None
     if table is not None:
-        runner = table.settings.get("runner")
+        runner = read_str(table.settings, "runner", None, f"devices.{name}")
     else:
         runner = next((s.runner for s in spec.sources if name in s.names), None)
     if not runner:

@@ -13,12 +13,12 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeGuard
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-def dumps(document: Mapping[str, Any]) -> str:
+def dumps(document: Mapping[str, object]) -> str:
     lines: list[str] = []
     _table(document, [], lines)
     return "\n".join(lines).lstrip("\n") + "\n"
@@ -28,11 +28,11 @@ def _key(key: str) -> str:
     return key if _BARE_KEY.match(key) else json.dumps(key)
 
 
-def _is_table_array(value: Any) -> bool:
+def _is_table_array(value: object) -> TypeGuard[list[Mapping[str, object]]]:
     return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
 
 
-def _table(table: Mapping[str, Any], path: list[str], lines: list[str]) -> None:
+def _table(table: Mapping[str, object], path: list[str], lines: list[str]) -> None:
     for key, value in table.items():
         if not isinstance(value, Mapping) and not _is_table_array(value):
             lines.append(f"{_key(key)} = {value_text(value)}")
@@ -52,7 +52,7 @@ def _table(table: Mapping[str, Any], path: list[str], lines: list[str]) -> None:
                 _table(item, [*path, key], lines)
 
 
-def value_text(value: Any) -> str:
+def value_text(value: object) -> str:
     """One TOML value (an inline table for a mapping)."""
     if isinstance(value, bool):
         return "true" if value else "false"

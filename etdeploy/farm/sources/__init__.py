@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from etdeploy.atomic import write_json
 from etdeploy.config import DeviceConfig
@@ -36,6 +36,7 @@ from etdeploy.farm.sources.stf import (
     claim_device,
     release_device,
 )
+from etdeploy.jsonvalue import JsonObject, JsonValue, read_str
 
 if TYPE_CHECKING:
     from etdeploy.farm.spec import FarmSpec
@@ -55,7 +56,7 @@ class ClaimJournal:
         self.source = source
         self._lock = threading.Lock()
 
-    def entries(self) -> list[dict[str, Any]]:
+    def entries(self) -> list[JsonObject]:
         try:
             doc = json.loads(self.path.read_text())
         except FileNotFoundError:
@@ -68,7 +69,7 @@ class ClaimJournal:
         claims = doc.get("claims") if isinstance(doc, dict) else None
         return [c for c in claims if isinstance(c, dict)] if isinstance(claims, list) else []
 
-    def _write(self, entries: list[dict[str, Any]]) -> None:
+    def _write(self, entries: list[JsonObject]) -> None:
         if entries:
             write_json({"claims": entries}, self.path)
         else:
@@ -76,24 +77,28 @@ class ClaimJournal:
 
     def note(self, claim: StfClaim) -> None:
         assert self.source is not None
-        entry = {"source": self.source.kind, "url": self.source.url, "name": claim.name,
-                 "serial": claim.serial, "remote": claim.remote}  # fmt: skip
+        entry: JsonObject = {"source": self.source.kind, "url": self.source.url,
+                             "name": claim.name, "serial": claim.serial, "remote": claim.remote}  # fmt: skip
         with self._lock:
             kept = [e for e in self.entries() if not _same(e, entry)]
             self._write([*kept, entry])
 
     def drop(self, claim: StfClaim) -> None:
         assert self.source is not None
-        entry = {"source": self.source.kind, "url": self.source.url, "serial": claim.serial}
+        entry: JsonObject = {
+            "source": self.source.kind,
+            "url": self.source.url,
+            "serial": claim.serial,
+        }
         with self._lock:
             self._write([e for e in self.entries() if not _same(e, entry)])
 
-    def forget(self, entry: Mapping[str, Any]) -> None:
+    def forget(self, entry: Mapping[str, JsonValue]) -> None:
         with self._lock:
             self._write([e for e in self.entries() if not _same(e, entry)])
 
 
-def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def _same(a: Mapping[str, JsonValue], b: Mapping[str, JsonValue]) -> bool:
     return all(a.get(k) == b.get(k) for k in ("source", "url", "serial"))
 
 
@@ -106,7 +111,11 @@ def release_leftovers(
     journal = ClaimJournal(out_dir / CLAIMS_NAME)
     notes: list[str] = []
     for entry in journal.entries():
-        claim = StfClaim(str(entry.get("name")), str(entry.get("serial")), entry.get("remote"))
+        claim = StfClaim(
+            str(entry.get("name")),
+            str(entry.get("serial")),
+            read_str(entry, "remote", None, CLAIMS_NAME),
+        )
         source = next((s for s in spec.sources if s.kind == entry.get("source")
                        and s.url == entry.get("url")), None)  # fmt: skip
         if source is None:

@@ -44,11 +44,15 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from etdeploy.config import DeviceConfig
 from etdeploy.errors import DeviceError, EtdeployError, InfraError, UsageError
+from etdeploy.jsonvalue import JsonObject, JsonValue, read_float, read_int, read_str
 from etdeploy.settings import expect_type
+
+if TYPE_CHECKING:
+    from etdeploy.devices.adb.connection import Server
 
 KIND = "stf"
 API = "/api/v1"
@@ -88,7 +92,7 @@ class StfFilter:
     abi: str | None = None
     serial: str | None = None
 
-    def matches(self, device: Mapping[str, Any]) -> bool:
+    def matches(self, device: Mapping[str, JsonValue]) -> bool:
         if self.serial is not None and device.get("serial") != self.serial:
             return False
         if self.model is not None:
@@ -131,18 +135,19 @@ class StfSource:
     kind: str = field(default=KIND, init=False)
 
     @classmethod
-    def parse(cls, table: Any, label: str, base_dir: Path) -> StfSource:
+    def parse(cls, given: object, label: str, base_dir: Path) -> StfSource:
         """The source of a [farm.sources.stf] table; a bad key or value is a
         UsageError naming it."""
         where = "farm.sources.stf"
-        if not isinstance(table, dict):
+        if not isinstance(given, dict):
             raise UsageError(f"{label}: {where}: expected a table", "write [farm.sources.stf]")
+        table: JsonObject = given
         for key, value in table.items():
             if key not in _SOURCE_KEYS:
                 raise UsageError(f"{label}: unknown key {where}.{key}",
                                  f"keys of [{where}]: {', '.join(_SOURCE_KEYS)}")  # fmt: skip
             expect_type(value, _SOURCE_KEYS[key], f"{where}.{key}", label)
-        url = table.get("url")
+        url = read_str(table, "url", "", where)
         if not url:
             raise UsageError(
                 f"{label}: {where}.url is required", 'add url = "https://stf.example.org"'
@@ -152,27 +157,29 @@ class StfSource:
             raise UsageError(f"{label}: {where}.url: not an http(s) URL: {url!r}",
                              "give the STF server's address, e.g. https://stf.example.org")  # fmt: skip
         for key in ("claim_timeout_s", "connect_timeout_s"):
-            if key in table and table[key] <= 0:
+            if read_float(table, key, 1.0, where) <= 0:
                 raise UsageError(f"{label}: {where}.{key}: must be greater than 0, got {table[key]}",
                                  f"fix {where}.{key}")  # fmt: skip
-        if table.get("claim_wait_s", 0) < 0:
+        if read_float(table, "claim_wait_s", 0.0, where) < 0:
             raise UsageError(f"{label}: {where}.claim_wait_s: must not be negative",
                              f"fix {where}.claim_wait_s")  # fmt: skip
         base = _filter({k: v for k, v in table.items() if k in _FILTER_KEYS}, where, label)
         devices = _devices(table.get("devices"), base, where, label)
-        runner = table.get("runner")
+        runner = read_str(table, "runner", None, where)
         if runner is not None:
             path = Path(runner).expanduser()
             runner = str(path if path.is_absolute() else base_dir / path)
         return cls(
             url=url.rstrip("/"),
             devices=devices,
-            token_env=table.get("token_env", DEFAULT_TOKEN_ENV),
-            claim_timeout_s=float(table.get("claim_timeout_s", DEFAULT_CLAIM_TIMEOUT_S)),
-            claim_wait_s=float(table.get("claim_wait_s", 0.0)),
-            connect_timeout_s=float(table.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S)),
-            adb_host=table.get("adb_host"),
-            adb_port=table.get("adb_port"),
+            token_env=read_str(table, "token_env", DEFAULT_TOKEN_ENV, where),
+            claim_timeout_s=read_float(table, "claim_timeout_s", DEFAULT_CLAIM_TIMEOUT_S, where),
+            claim_wait_s=read_float(table, "claim_wait_s", 0.0, where),
+            connect_timeout_s=read_float(
+                table, "connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S, where
+            ),
+            adb_host=read_str(table, "adb_host", None, where),
+            adb_port=read_int(table, "adb_port", None, where),
             runner=runner,
             where=where,
         )
@@ -193,7 +200,7 @@ class StfSource:
     def client(self, env: Mapping[str, str]) -> StfClient:
         return StfClient(self.url, self.token(env), token_env=self.token_env)
 
-    def adb_client(self) -> Any:
+    def adb_client(self) -> Server:
         """The adb server that `adb connect`s the phones (the jobs' server too)."""
         from etdeploy.devices.adb import AdbSettings, connect_server
 
@@ -202,7 +209,7 @@ class StfSource:
 
     def device_table(self, name: str, remote: str) -> DeviceConfig:
         """The [devices.NAME] table the jobs open the connected phone with."""
-        table: dict[str, Any] = {"serial": remote}
+        table: JsonObject = {"serial": remote}
         if self.adb_host:
             table["adb_host"] = self.adb_host
         if self.adb_port:
@@ -213,7 +220,7 @@ class StfSource:
 
 
 def _filter(
-    table: Mapping[str, Any], where: str, label: str, base: StfFilter | None = None
+    table: Mapping[str, JsonValue], where: str, label: str, base: StfFilter | None = None
 ) -> StfFilter:
     for key, value in table.items():
         if key not in _FILTER_KEYS:
@@ -224,7 +231,7 @@ def _filter(
     return StfFilter(**values)
 
 
-def _devices(value: Any, base: StfFilter, where: str, label: str) -> dict[str, StfFilter]:
+def _devices(value: JsonValue, base: StfFilter, where: str, label: str) -> dict[str, StfFilter]:
     from etdeploy.farm.checks import strings
 
     if value is None or not value:
@@ -234,6 +241,9 @@ def _devices(value: Any, base: StfFilter, where: str, label: str) -> dict[str, S
         )
     if isinstance(value, list):
         return dict.fromkeys(strings(value, f"{where}.devices", label), base)
+    if not isinstance(value, dict):  # the spec's types were checked: a list or a table
+        raise UsageError(f"{label}: {where}.devices: expected a list or a table",
+                         'devices = ["pixel8-a"], or [farm.sources.stf.devices.NAME] tables')  # fmt: skip
     devices: dict[str, StfFilter] = {}
     for name, table in value.items():
         if not isinstance(table, dict):
@@ -255,8 +265,8 @@ class StfClient:
         self._token = token
         self._token_env = token_env
 
-    def request(self, method: str, path: str, body: Mapping[str, Any] | None = None,
-                *, ok: Sequence[int] = (200,)) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    def request(self, method: str, path: str, body: Mapping[str, JsonValue] | None = None,
+                *, ok: Sequence[int] = (200,)) -> tuple[int, JsonObject]:  # fmt: skip
         """(HTTP status, JSON body). Statuses outside `ok` raise, except 403/404
         when listed in `ok` by the caller (a release of what is already gone)."""
         data = json.dumps(dict(body)).encode() if body is not None else None
@@ -277,12 +287,12 @@ class StfClient:
                 "check the url in [farm.sources.stf] and that this host can reach it",
                 command=f"{method} {path}", retryable=True,
             ) from None  # fmt: skip
+        doc: JsonObject
         try:
-            doc = json.loads(raw or b"{}")
+            answer: JsonValue = json.loads(raw or b"{}")
         except ValueError:
-            doc = {"description": raw[:200].decode(errors="replace")}
-        if not isinstance(doc, dict):
-            doc = {"description": str(doc)[:200]}
+            answer = {"description": raw[:200].decode(errors="replace")}
+        doc = answer if isinstance(answer, dict) else {"description": str(answer)[:200]}
         if status == 401:
             raise UsageError(
                 f"the STF server at {self.url} refused the token in ${self._token_env} "
@@ -297,7 +307,7 @@ class StfClient:
             )  # fmt: skip
         return status, doc
 
-    def devices(self) -> list[dict[str, Any]]:
+    def devices(self) -> list[JsonObject]:
         _status, doc = self.request("GET", f"/devices?fields={DEVICE_FIELDS}")
         devices = doc.get("devices")
         return [d for d in devices if isinstance(d, dict)] if isinstance(devices, list) else []
@@ -396,14 +406,14 @@ def claim_device(
     return claim
 
 
-def _addable(device: Mapping[str, Any]) -> bool:
+def _addable(device: Mapping[str, JsonValue]) -> bool:
     # As STF's deviceutil.isAddable: present, ready, and nobody's.
     present, ready = bool(device.get("present")), bool(device.get("ready"))
     return present and ready and not device.get("using") and not device.get("owner")
 
 
-def _none_free(name: str, wanted: StfFilter, devices: list[dict[str, Any]],
-               matching: list[dict[str, Any]], source: StfSource) -> InfraError:  # fmt: skip
+def _none_free(name: str, wanted: StfFilter, devices: list[JsonObject],
+               matching: list[JsonObject], source: StfSource) -> InfraError:  # fmt: skip
     if matching:
         busy = ", ".join(str(d.get("serial")) for d in matching)
         waited = f" after waiting {source.claim_wait_s:g} s" if source.claim_wait_s else ""

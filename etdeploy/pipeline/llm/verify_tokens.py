@@ -24,14 +24,12 @@ import numpy as np
 
 from etdeploy.report.result_lm import Divergence, LmGates, Perplexity, TokenComparison
 
-# The gates' defaults. The device is held to the quantized eager program, which
-# computes what the backend computes: a correct 8da4w build of the test model agrees on
-# every teacher-forced token with a mean KLD near 2e-4 (docs/guides/language-models.md);
-# a wrong weight or a wrong model departs by orders of magnitude more.
-DEFAULT_MIN_TOKEN_AGREEMENT = 0.95
-DEFAULT_MAX_KLD = 0.01
-# Device perplexity over float eager's: what quantization may cost, relative.
-DEFAULT_MAX_PPL_INCREASE = 0.25
+# The gates' defaults, declared beside their settings (etdeploy.settings, where the
+# reason for each value is written).
+from etdeploy.settings import DEFAULT_MAX_KLD as DEFAULT_MAX_KLD
+from etdeploy.settings import DEFAULT_MAX_PPL_INCREASE as DEFAULT_MAX_PPL_INCREASE
+from etdeploy.settings import DEFAULT_MIN_TOKEN_AGREEMENT as DEFAULT_MIN_TOKEN_AGREEMENT
+
 _Z95 = 1.959963984540054
 
 
