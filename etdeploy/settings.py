@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from etdeploy.errors import UsageError
-from etdeploy.report.result_verdict import OUTPUT_KINDS
+from etdeploy.results.result_verdict import OUTPUT_KINDS
 from etdeploy.units import parse_size
 
 # What a setting's value may be in a TOML file: the types tomllib gives.

@@ -29,8 +29,8 @@ from etdeploy.errors import InputError, RunnerError
 from etdeploy.pipeline.deploy import Deployed, Target, shapes_if_dynamic
 from etdeploy.pipeline.job import RunJob
 from etdeploy.program import Program
-from etdeploy.report.result import Latency, Profile
-from etdeploy.report.result_accuracy import Throughput
+from etdeploy.results.result import Latency, Profile
+from etdeploy.results.result_accuracy import Throughput
 from etdeploy.staged import Staged
 
 LOG_HEAD_LINES = 40

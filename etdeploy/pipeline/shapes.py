@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from etdeploy.pipeline.deploy import Target
     from etdeploy.pipeline.job import RunJob, StatusCallback
     from etdeploy.program import Program
-    from etdeploy.report.result_shapes import ShapePoint
+    from etdeploy.results.result_shapes import ShapePoint
     from etdeploy.staged import Staged
 
 
@@ -109,7 +109,7 @@ def run_points(
     from etdeploy.pipeline.execute import execute, latency_of
     from etdeploy.pipeline.memory import memory_of
     from etdeploy.pipeline.verify import judge
-    from etdeploy.report.result_shapes import ShapePoint
+    from etdeploy.results.result_shapes import ShapePoint
 
     found = []
     for index, point in enumerate(check_points(job, program)):

@@ -20,7 +20,7 @@ from etdeploy.errors import InputError
 from etdeploy.pipeline.build import declared_task
 from etdeploy.pipeline.job import RunJob
 from etdeploy.program import Program
-from etdeploy.report.result_accuracy import (
+from etdeploy.results.result_accuracy import (
     Disagreement,
     PairedDifference,
     TaskAccuracy,

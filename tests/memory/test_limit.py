@@ -12,7 +12,7 @@ from etdeploy.errors import EXIT_BAD_INPUT, UsageError
 from etdeploy.memory.account import account
 from etdeploy.memory.limit import MaxMemory, judge_limit, parse_max_memory, resolve_max_memory
 from etdeploy.memory.probe import parse_runner_memory
-from etdeploy.report.result_memory import Memory
+from etdeploy.results.result_memory import Memory
 from tests.memory.conftest import Reading
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etdeploy.report.result_lm import Divergence, LmGates, Perplexity, TokenComparison
+from etdeploy.results.result_lm import Divergence, LmGates, Perplexity, TokenComparison
 
 # The gates' defaults. The device is held to the quantized eager program, which
 # computes what the backend computes: a correct 8da4w build of the test model agrees on

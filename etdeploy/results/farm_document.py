@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from etdeploy.report.common import JobKey, NotRun, job_key, summarize, unique
-from etdeploy.report.record import JsonObject
-from etdeploy.report.result import RunResult
-from etdeploy.report.schema import FARM_SCHEMA_ID
+from etdeploy.results.jobs import JobKey, NotRun, job_key, summarize, unique
+from etdeploy.results.record import JsonObject
+from etdeploy.results.result import RunResult
+from etdeploy.results.schema import FARM_SCHEMA_ID
 
 
 def farm_document(

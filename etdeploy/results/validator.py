@@ -1,5 +1,5 @@
 """A validator for the part of JSON Schema (draft 2020-12) that the result and
-farm schemas use (etdeploy.report.schema), so `jsonschema` is not a dependency.
+farm schemas use (etdeploy.results.schema), so `jsonschema` is not a dependency.
 
 It covers exactly these keywords: type, const, enum, required, properties,
 additionalProperties, items, minItems, minimum, maximum, pattern, $ref into

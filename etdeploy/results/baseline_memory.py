@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etdeploy.report.result import RunResult
-from etdeploy.report.result_memory import PART_LABELS, MemoryPhase
+from etdeploy.results.result import RunResult
+from etdeploy.results.result_memory import PART_LABELS, MemoryPhase
 
 DEFAULT_MEMORY_GROWTH = 0.10
 

@@ -1,4 +1,4 @@
-"""The blocks the result and farm schemas (etdeploy.report.schema) are made of:
+"""The blocks the result and farm schemas (etdeploy.results.schema) are made of:
 a metric, a verdict, a stage of the error budget, a size verdict, an error...
 each a JSON Schema fragment."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from etdeploy.report.validator import Schema
+from etdeploy.results.validator import Schema
 
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?$"
 
@@ -26,7 +26,7 @@ OPT_MS = nullable("number", minimum=0)
 METRIC = nullable("number")
 
 # `required` throughout is what RunResult.from_json needs (the fields of
-# etdeploy.report.result without a default): a document that validates reads.
+# etdeploy.results.result without a default): a document that validates reads.
 OUTPUT_METRICS = {
     "type": "object",
     "required": [
@@ -338,7 +338,7 @@ def when(condition: Schema, then: Schema, why: str) -> Schema:
     return {"if": {"description": why, **condition}, "then": then}
 
 
-# The task-accuracy block (etdeploy.report.result_accuracy): a metric may be null where
+# The task-accuracy block (etdeploy.results.result_accuracy): a metric may be null where
 # it is not finite; a fraction for classification, an error in the target's units else.
 _PAIRED: Schema = {
     "type": "object",

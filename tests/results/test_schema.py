@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from etdeploy.errors import UsageError
-from etdeploy.report import (
+from etdeploy.results import (
     FARM_SCHEMA,
     RESULT_SCHEMA,
     JobKey,
@@ -22,7 +22,7 @@ from etdeploy.report import (
     validate_farm,
     validate_result,
 )
-from tests.report.docs import (
+from tests.results.docs import (
     Doc,
     as_result,
     as_results,

@@ -22,8 +22,8 @@ import pytest
 
 from etdeploy.devices.local import LocalDevice
 from etdeploy.pipeline import RunJob, run_job
-from etdeploy.report.baseline import compare_to_baseline
-from etdeploy.report.result import RunResult
+from etdeploy.results.baseline import compare_to_baseline
+from etdeploy.results.result import RunResult
 from tests.cli.conftest import etdeploy
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etdeploy.report.record import Record
+from etdeploy.results.record import Record
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@ as JSON Schema (draft 2020-12), and their validation.
 
 The blocks they are made of are in schema_parts.py; the farm document itself is
 built in farm_document.py. The schemas describe what RunResult.to_json writes
-(etdeploy.report.result).
+(etdeploy.results.result).
 Objects allow keys beyond the listed ones: a reader of /1 must accept additions,
 and only a removal or a change of meaning makes /2. The validator is
-etdeploy.report.validator (the part of the draft these schemas use).
+etdeploy.results.validator (the part of the draft these schemas use).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from etdeploy.errors import UsageError
-from etdeploy.report.common import summarize
-from etdeploy.report.result import READ_SCHEMA_IDS, RESULT_SCHEMA_ID, RunResult
-from etdeploy.report.schema_lm import LANGUAGE_MODEL
-from etdeploy.report.schema_localization import DEFS as LOCALIZATION_DEFS
-from etdeploy.report.schema_memory import MEMORY, MEMORY_DEFS, SHAPE_POINT, check_account
-from etdeploy.report.schema_parts import (
+from etdeploy.results.jobs import summarize
+from etdeploy.results.result import READ_SCHEMA_IDS, RESULT_SCHEMA_ID, RunResult
+from etdeploy.results.schema_lm import LANGUAGE_MODEL
+from etdeploy.results.schema_localization import DEFS as LOCALIZATION_DEFS
+from etdeploy.results.schema_memory import MEMORY, MEMORY_DEFS, SHAPE_POINT, check_account
+from etdeploy.results.schema_parts import (
     ACCURACY,
     ATTEMPT,
     COUNT,
@@ -42,7 +42,7 @@ from etdeploy.report.schema_parts import (
     nullable,
     when,
 )
-from etdeploy.report.validator import Invalid, Schema, check, show
+from etdeploy.results.validator import Invalid, Schema, check, show
 
 FARM_SCHEMA_ID = "etdeploy.farm/1"
 
@@ -257,7 +257,7 @@ _JOB_KEY = {
     },
 }
 
-# A planned job without a result (etdeploy.report.NotRun): its key and why.
+# A planned job without a result (etdeploy.results.NotRun): its key and why.
 _NOT_RUN = {
     "type": "object",
     "required": ["model", "backend", "quantization", "device", "reason"],
@@ -331,7 +331,7 @@ def validate_farm(doc: Any) -> None:
             raise UsageError(
                 f"not a valid {FARM_SCHEMA_ID} document: summary.{key}: is "
                 f"{doc['summary'][key]}, but the results count {expected[key]}",
-                "regenerate the summary with etdeploy.report.summarize(results)",
+                "regenerate the summary with etdeploy.results.summarize(results)",
             )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from etdeploy.report import RunResult, validate_result
+from etdeploy.results import RunResult, validate_result
 
 RESULTS = Path(__file__).resolve().parent.parent / "data" / "results"
 # Results of the example farm spec, with the error budget and thresholds that

@@ -12,11 +12,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
-from etdeploy.report.baseline_memory import memory_growth as memory_growth_of
-from etdeploy.report.common import JobKey, error_type, failure_message, job_key
-from etdeploy.report.record import JsonObject, finite_or_none
-from etdeploy.report.result import OutputMetrics, RunResult
+from etdeploy.results.baseline_memory import DEFAULT_MEMORY_GROWTH
+from etdeploy.results.baseline_memory import memory_growth as memory_growth_of
+from etdeploy.results.jobs import JobKey, error_type, failure_message, job_key
+from etdeploy.results.record import JsonObject, finite_or_none
+from etdeploy.results.result import OutputMetrics, RunResult
 from etdeploy.units import format_ms
 
 # Above this, SQNR differences are float32 rounding (an fp32 lowering lands at
@@ -123,7 +123,7 @@ def compare_to_baseline(
     growing by more than `abs_error_factor` (and past `abs_error_floor`, with
     the SQNR below SQNR_CEILING_DB: under float rounding no growth counts).
     Memory is flagged when a phase's peak or a part of its account grew by more
-    than `memory_growth` (a share; etdeploy.report.baseline_memory), naming the part.
+    than `memory_growth` (a share; etdeploy.results.baseline_memory), naming the part.
     An exact match's SQNR is +inf and a non-finite output's max abs +inf
     (OutputMetrics reads the document's nulls back as those).
     """

@@ -1,13 +1,13 @@
 """`run --shapes`: a dynamic program at points of its range, each judged for parity
-and measured for memory. Importable from etdeploy.report.result."""
+and measured for memory. Importable from etdeploy.results.result."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from etdeploy.report.record import Record, omitted_if_none
-from etdeploy.report.result_memory import Memory
+from etdeploy.results.record import Record, omitted_if_none
+from etdeploy.results.result_memory import Memory
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The memory block of a result and its --shapes points, as JSON Schema fragments
-(etdeploy.report.schema). What etdeploy.report.result_memory and result_shapes write.
+(etdeploy.results.schema). What etdeploy.results.result_memory and result_shapes write.
 
 The account's fields are optional additions to etdeploy.result/1 (a /1 reader
 ignores them); the parts of a phase sum to its peak, which `check_account` checks
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from etdeploy.errors import UsageError
-from etdeploy.report.result_memory import PART_LABELS, PHASE_LABELS
-from etdeploy.report.schema_parts import COUNT, METRIC, OPT_COUNT, OPT_MS, OPT_STR, STR
-from etdeploy.report.validator import Schema
+from etdeploy.results.result_memory import PART_LABELS, PHASE_LABELS
+from etdeploy.results.schema_parts import COUNT, METRIC, OPT_COUNT, OPT_MS, OPT_STR, STR
+from etdeploy.results.validator import Schema
 
 MEMORY_PHASE: Schema = {
     "type": "object",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import random
 
-from etdeploy.report import Regression, compare_to_baseline, job_key
-from tests.report.docs import (
+from etdeploy.results import Regression, compare_to_baseline, job_key
+from tests.results.docs import (
     Doc,
     as_result,
     as_results,

@@ -1,6 +1,6 @@
 """Frozen dataclasses to and from JSON, by their type hints.
 
-The result model (etdeploy.report.result) is a tree of small records; writing a
+The result model (etdeploy.results.result) is a tree of small records; writing a
 to_json/from_json pair by hand for each would repeat the field list twice per
 record. `Record` derives both from the annotations: nested records, tuples,
 dicts of str, unions with None, and JSON scalars. What a reader of a schema /1

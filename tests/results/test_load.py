@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from etdeploy.atomic import write_json
 from etdeploy.errors import UsageError
-from etdeploy.report import farm_document, load_results, write_json
-from tests.report.docs import RESULTS, Doc, as_results, on_device
+from etdeploy.results import farm_document, load_results
+from tests.results.docs import RESULTS, Doc, as_results, on_device
 
 
 def _jsonl(path: Path, docs: list[Doc]) -> str:

@@ -1,10 +1,10 @@
-"""The `language_model` block of the result document (etdeploy.report.result_lm) as JSON
+"""The `language_model` block of the result document (etdeploy.results.result_lm) as JSON
 Schema: what `etdeploy run FOLDER --json` writes for a causal language model."""
 
 from __future__ import annotations
 
-from etdeploy.report.schema_parts import COUNT, MS, STR, nullable
-from etdeploy.report.validator import Schema
+from etdeploy.results.schema_parts import COUNT, MS, STR, nullable
+from etdeploy.results.validator import Schema
 
 _NUMBER = {"type": "number"}
 _FRACTION = {"type": "number", "minimum": 0, "maximum": 1}

@@ -22,22 +22,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from etdeploy.lazy import lazy_exports
-from etdeploy.report.record import Record, omitted_if_none
-from etdeploy.report.result_accuracy import (  # noqa: F401 - re-exported
+from etdeploy.results.record import Record, omitted_if_none
+from etdeploy.results.result_accuracy import (  # noqa: F401 - re-exported
     Disagreement,
     PairedDifference,
     TaskAccuracy,
     TaskScore,
     Throughput,
 )
-from etdeploy.report.result_lm import LanguageModelResult
-from etdeploy.report.result_memory import (  # noqa: F401 - re-exported
+from etdeploy.results.result_lm import LanguageModelResult
+from etdeploy.results.result_memory import (  # noqa: F401 - re-exported
     Memory,
     MemoryLimit,
     MemoryPart,
     MemoryPhase,
 )
-from etdeploy.report.result_preflight import (  # noqa: F401 - re-exported
+from etdeploy.results.result_preflight import (  # noqa: F401 - re-exported
     KernelLibrary,
     MissingBackendInfo,
     MissingOperatorInfo,
@@ -46,8 +46,8 @@ from etdeploy.report.result_preflight import (  # noqa: F401 - re-exported
     PreflightRunner,
     VersionPairing,
 )
-from etdeploy.report.result_shapes import ShapePoint
-from etdeploy.report.result_verdict import (  # noqa: F401 - re-exported
+from etdeploy.results.result_shapes import ShapePoint
+from etdeploy.results.result_verdict import (  # noqa: F401 - re-exported
     OUTPUT_KINDS,
     BudgetStage,
     HostCheck,
@@ -58,7 +58,7 @@ from etdeploy.report.result_verdict import (  # noqa: F401 - re-exported
 )
 
 if TYPE_CHECKING:
-    from etdeploy.report.result_localization import (  # noqa: F401 - re-exported
+    from etdeploy.results.result_localization import (  # noqa: F401 - re-exported
         AMPLIFIER_CAUSES,
         TAP_STATUSES,
         Amplifier,
@@ -79,7 +79,7 @@ _EXPORTS = dict.fromkeys(
     ("AMPLIFIER_CAUSES", "TAP_STATUSES", "Amplifier", "FirstDivergence", "Localization",
      "LocalizeAttempt", "OperatorError", "Origin", "TapMetrics", "TappedProgram", "TapResult",
      "TapTolerance"),
-    "etdeploy.report.result_localization",
+    "etdeploy.results.result_localization",
 )  # fmt: skip
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etdeploy.report.record import Record, omitted_if_none
+from etdeploy.results.record import Record, omitted_if_none
 
 
 @dataclass(frozen=True)

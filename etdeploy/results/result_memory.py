@@ -3,14 +3,14 @@ account of issue 26: per phase (load, first execution, steady state) the parts
 the memory went to, summing to the phase's measured peak, the unexplained
 remainder a part of its own; and the limit the run was held to.
 
-Importable from etdeploy.report.result. Kept free of heavy imports.
+Importable from etdeploy.results.result. Kept free of heavy imports.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etdeploy.report.record import Record, omitted_if_none
+from etdeploy.results.record import Record, omitted_if_none
 
 # The parts of a phase's account, in the order they stack, with what each is.
 PART_LABELS: dict[str, str] = {

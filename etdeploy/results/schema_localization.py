@@ -1,5 +1,5 @@
 """The `localization` block of the result schema (`run --localize`), as JSON
-Schema fragments: what etdeploy.report.result_localization writes.
+Schema fragments: what etdeploy.results.result_localization writes.
 
 Added as optional properties of /1 (a reader of /1 ignores keys it does not
 know): the block itself, each tap's own error (`local`) and what value it
@@ -9,9 +9,9 @@ values were left untapped.
 
 from __future__ import annotations
 
-from etdeploy.report.result_localization import AMPLIFIER_CAUSES, TAP_STATUSES
-from etdeploy.report.schema_parts import COUNT, METRIC, MS, OPT_STR, STR, nullable
-from etdeploy.report.validator import Schema
+from etdeploy.results.result_localization import AMPLIFIER_CAUSES, TAP_STATUSES
+from etdeploy.results.schema_parts import COUNT, METRIC, MS, OPT_STR, STR, nullable
+from etdeploy.results.validator import Schema
 
 LOCALIZATION_STATUSES = ["localized", "ill_conditioned", "clean", "not_localizable", "unexplained"]
 OPERATOR_KINDS = ["elementwise", "function", "sum", "normalization", "quantized", "other"]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from etdeploy.report.record import Record, infinite_where_null, omitted_if_none
+from etdeploy.results.record import Record, infinite_where_null, omitted_if_none
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from etdeploy.report.record import JsonObject, Record, infinite_where_null, omitted_if_none
+from etdeploy.results.record import JsonObject, Record, infinite_where_null, omitted_if_none
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from etdeploy.atomic import write_json
 from etdeploy.errors import RunnerError, UsageError
 from etdeploy.pipeline import RunJob
 from etdeploy.pipeline.run import error_result
-from etdeploy.report import (
-    RunResult,
-    compare_to_baseline,
-    load_results,
-    validate_result,
-    write_json,
-)
+from etdeploy.results import RunResult, compare_to_baseline, load_results, validate_result
 from etdeploy.verify import Tolerance, verify
-from tests.report.docs import RESULTS, Doc, as_result
+from tests.results.docs import RESULTS, Doc, as_result
 
 FIXTURES = sorted(path.stem for path in RESULTS.glob("*.json"))
 
