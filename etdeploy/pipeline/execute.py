@@ -259,7 +259,7 @@ def _run(
 
 def invocation_runner(target: Target, invocation: contract.RunnerInvocation) -> str:
     """The runner executable on the device, beside the other bundle files."""
-    from etdeploy.preflight.describe import remote_runner_dir
+    from etdeploy.preflight.describe_runner import remote_runner_dir
 
     return f"{remote_runner_dir(target.device, target.bundle)}/{target.bundle.executable}"
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from etdeploy.errors import RunnerError
 from etdeploy.paths import cache_dir
 from etdeploy.runner_build import x86_64
-from etdeploy.runner_build.bundle import (
+from etdeploy.runner_build.plans import DEFAULT_BACKENDS, Plan, plan_for, plan_key, with_components
+from etdeploy.runner_build.runner_bundle import (
     BUNDLE_MANIFEST,
     BUNDLE_SCHEMA,
     EXECUTABLE,
@@ -28,7 +29,6 @@ from etdeploy.runner_build.bundle import (
     RunnerBundle,
     read_bundle,
 )
-from etdeploy.runner_build.plans import DEFAULT_BACKENDS, Plan, plan_for, plan_key, with_components
 from etdeploy.runner_build.toolchain import cmake_tool, executorch_version, find_tool, harness_dir
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Our runner's result document (etdeploy/runner/result.py): another schema or
+"""Our runner's result document (etdeploy/runner/runner_result.py): another schema or
 inconsistent counts are refused."""
 
 from __future__ import annotations
