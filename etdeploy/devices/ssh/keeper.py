@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from etdeploy.background import Untrusted, check_peer, fork_child
 from etdeploy.devices.lock import held_lock
+from etdeploy.devices.ssh.command_results import Cancelled
+from etdeploy.devices.ssh.host_settings import SshSettings
 from etdeploy.devices.ssh.keeper_ipc import (
     PROTOCOL,
     KeeperPaths,
@@ -44,8 +46,6 @@ from etdeploy.devices.ssh.keeper_ipc import (
     helper_to_wire,
     target_to_wire,
 )
-from etdeploy.devices.ssh.results import Cancelled
-from etdeploy.devices.ssh.settings import SshSettings
 from etdeploy.devices.transfer import BackgroundDigest, Download, TransferProgress, Upload
 from etdeploy.errors import EtdeployError, TransportError, UsageError
 from etdeploy.ipc import LineReader, send

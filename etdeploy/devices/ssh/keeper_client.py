@@ -42,6 +42,8 @@ from typing import Any
 
 from etdeploy.background import Untrusted, check_peer, environment
 from etdeploy.devices.lock import held_lock
+from etdeploy.devices.ssh.command_results import Completed, HelperResult, checked_output
+from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
 from etdeploy.devices.ssh.keeper_ipc import (
     PROTOCOL,
     KeeperPaths,
@@ -53,8 +55,6 @@ from etdeploy.devices.ssh.keeper_ipc import (
     target_from_wire,
 )
 from etdeploy.devices.ssh.link import SshLink, direct_link
-from etdeploy.devices.ssh.results import Completed, HelperResult, checked_output
-from etdeploy.devices.ssh.settings import SshSettings, SshTarget
 from etdeploy.devices.transfer import Download, TransferProgress, Upload
 from etdeploy.errors import EtdeployError, TransportError
 from etdeploy.ipc import LineReader, send

@@ -34,8 +34,8 @@ from typing import Any
 
 import etdeploy.errors
 from etdeploy.background import code_stamp, private_directory
-from etdeploy.devices.ssh.results import Completed, HelperResult
-from etdeploy.devices.ssh.settings import SshSettings, SshTarget
+from etdeploy.devices.ssh.command_results import Completed, HelperResult
+from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
 from etdeploy.errors import EtdeployError, InfraError, TransportError
 from etdeploy.paths import cache_root
 

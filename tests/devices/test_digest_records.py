@@ -1,4 +1,4 @@
-"""Digest records on a device (etdeploy.devices.records): the shell they run is run
+"""Digest records on a device (etdeploy.devices.digest_records): the shell they run is run
 here by this machine's /bin/sh with its GNU stat, as a phone's toybox or a Linux
 host would run it; what a record is trusted for is checked line by line."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from etdeploy.devices.records import (
+from etdeploy.devices.digest_records import (
     _IDENTITY_MARK,
     _RECORDS_MARK,
     PROBE_SCRIPT_MAX,

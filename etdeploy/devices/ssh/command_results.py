@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etdeploy.devices.ssh.settings import SshTarget
+from etdeploy.devices.ssh.host_settings import SshTarget
 from etdeploy.errors import DeviceError
 
 
