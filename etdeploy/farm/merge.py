@@ -349,9 +349,9 @@ def merged_document(outcome: MergeOutcome) -> dict[str, Any]:
              "results": len(s.results)}
             for s in outcome.sources
         ],
-        "not_run": outcome.not_run,
+        "not_run": [{**planned} for planned in outcome.not_run],
         "duplicates": [d.to_json() for d in outcome.duplicates],
-        "warnings": outcome.warnings,
+        "warnings": [*outcome.warnings],
     }  # fmt: skip
     return doc
 

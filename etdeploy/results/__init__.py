@@ -20,10 +20,10 @@ from etdeploy.errors import UsageError
 from etdeploy.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from etdeploy.jsonvalue import JsonObject
     from etdeploy.results.baseline import Regression, compare_to_baseline
     from etdeploy.results.farm_document import farm_document
     from etdeploy.results.jobs import JobKey, NotRun, job_key, summarize
-    from etdeploy.results.record import JsonObject
     from etdeploy.results.result import RESULT_SCHEMA_ID, RunResult
     from etdeploy.results.schema import (
         FARM_SCHEMA,

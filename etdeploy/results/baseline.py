@@ -12,10 +12,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.results.baseline_memory import DEFAULT_MEMORY_GROWTH
 from etdeploy.results.baseline_memory import memory_growth as memory_growth_of
 from etdeploy.results.jobs import JobKey, error_type, failure_message, job_key
-from etdeploy.results.record import JsonObject, finite_or_none
+from etdeploy.results.record import finite_or_none
 from etdeploy.results.result import OutputMetrics, RunResult
 from etdeploy.units import format_ms
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from etdeploy.jsonvalue import JsonArray, JsonObject
 from etdeploy.results.jobs import JobKey, NotRun, job_key, summarize, unique
-from etdeploy.results.record import JsonObject
 from etdeploy.results.result import RunResult
 from etdeploy.results.schema import FARM_SCHEMA_ID
 
@@ -29,7 +29,7 @@ def farm_document(
 
     if matrix is None:
         matrix = unique(job_key(r) for r in results)
-    planned = [m.to_json() if isinstance(m, JobKey) else dict(m) for m in matrix]
+    planned: JsonArray = [m.to_json() if isinstance(m, JobKey) else {**m} for m in matrix]
     return {
         "schema": FARM_SCHEMA_ID,
         "etdeploy": etdeploy.__version__,
@@ -39,5 +39,5 @@ def farm_document(
         "results": [r.to_json() for r in results],
         "skipped": [n.to_json() for n in not_run if n.skipped],
         "not_run": [n.to_json() for n in not_run if not n.skipped],
-        "summary": summarize(results),
+        "summary": {**summarize(results)},
     }

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, TypeVar
 
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.results.result import RunResult
 
 FailureKind = Literal["numerics", "size", "memory", "accuracy"]
@@ -44,7 +45,7 @@ class JobKey(NamedTuple):
         (a plot's axis): "two_io.py:build[xnnpack] on local"."""
         return f"{short_model(self.model)}[{self.variant}] on {self.device}"
 
-    def to_json(self) -> dict[str, str | None]:
+    def to_json(self) -> JsonObject:
         return dict(self._asdict())
 
 
@@ -77,7 +78,7 @@ class NotRun:
         """As reports name it: "skipped" or "not run"."""
         return "skipped" if self.skipped else "not run"
 
-    def to_json(self) -> dict[str, str | None]:
+    def to_json(self) -> JsonObject:
         return {**self.key.to_json(), "reason": self.reason}
 
     @classmethod

@@ -19,20 +19,23 @@ import sys
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, ClassVar, TypeVar, Union
+from typing import ClassVar, TypeVar, Union, overload
 
-# A JSON object as json.loads returns it (values: None, bool, int, float, str,
-# lists and objects of those).
-JsonObject = dict[str, Any]
+from etdeploy.jsonvalue import JsonObject, JsonValue
 
 R = TypeVar("R", bound="Record")
+T = TypeVar("T")
 
 # Field metadata: {OMIT_NONE: True} leaves the key out when the value is None
 # (the schema has a non-nullable type there, and absence says "not known").
 OMIT_NONE = "omit_none"
 
 
-def omitted_if_none(default: Any = None) -> Any:
+@overload
+def omitted_if_none() -> None: ...
+@overload
+def omitted_if_none(default: T) -> T: ...
+def omitted_if_none(default: object = None) -> object:
     """A field written only when it has a value."""
     return dataclasses.field(default=default, metadata={OMIT_NONE: True})
 
@@ -42,7 +45,7 @@ def finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def infinite_where_null(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+def infinite_where_null(data: Mapping[str, object], keys: tuple[str, ...]) -> dict[str, object]:
     """A copy of `data` with each of `keys` that is null read as infinity: an
     error metric the document wrote as null was infinite (see finite_or_none)."""
     filled = dict(data)
@@ -55,7 +58,7 @@ def infinite_where_null(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[
 class Record:
     """Mixin for a frozen dataclass that is one block of a JSON document."""
 
-    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[object]]]
 
     def to_json(self) -> JsonObject:
         out: JsonObject = {}
@@ -68,12 +71,12 @@ class Record:
         return out
 
     @classmethod
-    def from_json(cls: type[R], data: Mapping[str, Any]) -> R:
+    def from_json(cls: type[R], data: Mapping[str, object]) -> R:
         if not isinstance(data, Mapping):
             raise TypeError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
         klass: type = cls  # a class object is hashable; mypy checks type[R] against R's __hash__
         hints = _hints(klass)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, object] = {}
         for field in dataclasses.fields(cls):
             if field.name in data:
                 kwargs[field.name] = _decode(data[field.name], hints[field.name], field.name)
@@ -81,7 +84,7 @@ class Record:
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, object]:
     try:
         return typing.get_type_hints(cls)
     except NameError:
@@ -90,7 +93,7 @@ def _hints(cls: type) -> dict[str, Any]:
         return typing.get_type_hints(cls, localns=_ModuleNames(sys.modules[cls.__module__]))
 
 
-class _ModuleNames(dict[str, Any]):
+class _ModuleNames(dict[str, object]):
     """A module's names as a namespace, each looked up as its attribute (so a name
     the module exports lazily is imported when an annotation names it)."""
 
@@ -98,7 +101,7 @@ class _ModuleNames(dict[str, Any]):
         super().__init__()
         self.module = module
 
-    def __missing__(self, name: str) -> Any:
+    def __missing__(self, name: str) -> object:
         try:
             return getattr(self.module, name)
         except AttributeError:
@@ -112,12 +115,8 @@ def _json_fields(cls: type) -> tuple[tuple[str, bool], ...]:
     return tuple((f.name, bool(f.metadata.get(OMIT_NONE))) for f in dataclasses.fields(cls))
 
 
-# What _encode returns as it is, looked up by exact type before anything else.
-_PLAIN = frozenset({str, int, bool, type(None)})
-
-
-def _encode(value: Any) -> Any:
-    if type(value) in _PLAIN:
+def _encode(value: object) -> JsonValue:
+    if value is None or isinstance(value, (str, int)):  # bool is an int
         return value
     if isinstance(value, Record):
         return value.to_json()
@@ -127,10 +126,10 @@ def _encode(value: Any) -> Any:
         return [_encode(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): _encode(v) for k, v in value.items()}
-    return value
+    raise TypeError(f"{type(value).__name__} is not a JSON value: {value!r}")
 
 
-def _decode(value: Any, hint: Any, where: str) -> Any:
+def _decode(value: object, hint: object, where: str) -> object:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (Union, types.UnionType):
@@ -150,22 +149,26 @@ def _decode(value: Any, hint: Any, where: str) -> Any:
             return tuple(_decode(v, args[0], where) for v in value)
         return tuple(_decode(v, a, where) for v, a in zip(value, args, strict=True))
     if origin is list:
+        if not isinstance(value, list):
+            raise TypeError(f"{where}: expected an array")
         return [_decode(v, args[0], where) for v in value]
     if origin in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise TypeError(f"{where}: expected an object")
-        item = args[1] if len(args) == 2 else Any
+        item = args[1] if len(args) == 2 else object
         return {str(k): _decode(v, item, where) for k, v in value.items()}
     if origin is typing.Literal:
         return value
     if isinstance(hint, type) and issubclass(hint, Record):
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{hint.__name__}: expected an object, got {type(value).__name__}")
         return hint.from_json(value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
 
 
-def _matches(value: Any, hint: Any) -> bool:
+def _matches(value: object, hint: object) -> bool:
     origin = typing.get_origin(hint) or hint
     if origin in (tuple, list):
         return isinstance(value, list)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from etdeploy.results.record import Record, infinite_where_null, omitted_if_none
 
@@ -29,7 +28,7 @@ class TapMetrics(Record):
     steps: float | None = omitted_if_none()  # in steps of its quantization grid
 
     @classmethod
-    def from_json(cls, data: Any) -> TapMetrics:
+    def from_json(cls, data: Mapping[str, object]) -> TapMetrics:
         # null is non-finite: the errors were infinite (a NaN where eager had a number).
         filled = infinite_where_null(data, ("max_abs", "rel", "ulps"))
         if "sqnr_db" in filled and filled["sqnr_db"] is None and filled.get("max_abs") == 0:
@@ -65,7 +64,7 @@ class OperatorError(Record):
         return self.ratio > 1.0 + 1e-3
 
     @classmethod
-    def from_json(cls, data: Any) -> OperatorError:
+    def from_json(cls, data: Mapping[str, object]) -> OperatorError:
         return super().from_json(infinite_where_null(data, ("max_abs", "rel", "ratio")))
 
 

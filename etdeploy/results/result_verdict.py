@@ -4,10 +4,11 @@ the thresholds applied, and the error budget stage by stage."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from etdeploy.results.record import JsonObject, Record, infinite_where_null, omitted_if_none
+from etdeploy.jsonvalue import JsonObject
+from etdeploy.results.record import Record, infinite_where_null, omitted_if_none
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class OutputMetrics(Record):
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> OutputMetrics:
+    def from_json(cls, data: Mapping[str, object]) -> OutputMetrics:
         # null is non-finite: max_abs, max_rel and mean_abs were infinite (a NaN or
         # infinite output); SQNR was +inf for an exact match, else -inf (the worst).
         filled = infinite_where_null(data, ("max_abs", "max_rel", "mean_abs"))
@@ -104,7 +105,7 @@ class BudgetStage(Record):
     metrics: tuple[OutputMetrics, ...] = ()
 
     @classmethod
-    def from_json(cls, data: Any) -> BudgetStage:
+    def from_json(cls, data: Mapping[str, object]) -> BudgetStage:
         filled = dict(data)
         if filled.get("max_abs", 0) is None:
             filled["max_abs"] = math.inf

@@ -11,9 +11,8 @@ etdeploy.results.validator (the part of the draft these schemas use).
 
 from __future__ import annotations
 
-from typing import Any
-
 from etdeploy.errors import UsageError
+from etdeploy.jsonvalue import as_object, read_array, read_object
 from etdeploy.results.jobs import summarize
 from etdeploy.results.result import READ_SCHEMA_IDS, RESULT_SCHEMA_ID, RunResult
 from etdeploy.results.schema_lm import LANGUAGE_MODEL
@@ -45,6 +44,21 @@ from etdeploy.results.schema_parts import (
 from etdeploy.results.validator import Invalid, Schema, check, show
 
 FARM_SCHEMA_ID = "etdeploy.farm/1"
+
+# The blocks a result refers to ($ref), which a farm document's results refer to too.
+_RESULT_DEFS: dict[str, Schema] = {
+    "output_metrics": OUTPUT_METRICS,
+    "verdict": VERDICT,
+    "size": SIZE,
+    "size_verdict": SIZE_VERDICT,
+    "delegation": DELEGATION,
+    "error": ERROR,
+    "profile": PROFILE,
+    "profile_event": PROFILE_EVENT,
+    "attempt": ATTEMPT,
+    **MEMORY_DEFS,
+    **LOCALIZATION_DEFS,
+}
 
 RESULT_SCHEMA: Schema = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -231,19 +245,7 @@ RESULT_SCHEMA: Schema = {
             "exit code 2 is bad input",
         ),
     ],
-    "$defs": {
-        "output_metrics": OUTPUT_METRICS,
-        "verdict": VERDICT,
-        "size": SIZE,
-        "size_verdict": SIZE_VERDICT,
-        "delegation": DELEGATION,
-        "error": ERROR,
-        "profile": PROFILE,
-        "profile_event": PROFILE_EVENT,
-        "attempt": ATTEMPT,
-        **MEMORY_DEFS,
-        **LOCALIZATION_DEFS,
-    },
+    "$defs": _RESULT_DEFS,
 }
 
 _JOB_KEY = {
@@ -307,35 +309,38 @@ FARM_SCHEMA: Schema = {
         "job_key": _JOB_KEY,
         "not_run": _NOT_RUN,
         "result": {k: v for k, v in RESULT_SCHEMA.items() if k not in ("$schema", "$id", "$defs")},
-        **RESULT_SCHEMA["$defs"],
+        **_RESULT_DEFS,
     },
 }
 
 
-def validate_result(doc: Any) -> None:
+def validate_result(doc: object) -> None:
     """Raise UsageError naming the first bad key when `doc` is not a valid
     etdeploy.result/2 (or /1) document."""
     _validate(doc, RESULT_SCHEMA, RESULT_SCHEMA_ID)
     check_account(doc, RESULT_SCHEMA_ID)
 
 
-def validate_farm(doc: Any) -> None:
+def validate_farm(doc: object) -> None:
     """Raise UsageError naming the first bad key when `doc` is not a valid
     etdeploy.farm/1 document, including a summary that disagrees with its results."""
     _validate(doc, FARM_SCHEMA, FARM_SCHEMA_ID)
-    for result in doc["results"]:
+    farm = as_object(doc)  # the schema holds the shapes read below
+    results = [as_object(result) for result in read_array(farm, "results")]
+    for result in results:
         check_account(result, FARM_SCHEMA_ID)
-    expected = summarize([RunResult.from_json(result) for result in doc["results"]])
+    expected = summarize([RunResult.from_json(result) for result in results])
+    summary = read_object(farm, "summary")
     for key in ("passed", "failed", "errors", "infrastructure_errors", "total"):
-        if key in doc["summary"] and doc["summary"][key] != expected[key]:
+        if key in summary and summary[key] != expected[key]:
             raise UsageError(
                 f"not a valid {FARM_SCHEMA_ID} document: summary.{key}: is "
-                f"{doc['summary'][key]}, but the results count {expected[key]}",
+                f"{summary[key]}, but the results count {expected[key]}",
                 "regenerate the summary with etdeploy.results.summarize(results)",
             )
 
 
-def _validate(doc: Any, schema: Schema, schema_id: str) -> None:
+def _validate(doc: object, schema: Schema, schema_id: str) -> None:
     readable = READ_SCHEMA_IDS if schema_id == RESULT_SCHEMA_ID else (schema_id,)
     if (
         isinstance(doc, dict)

@@ -8,8 +8,6 @@ ignores them); the parts of a phase sum to its peak, which `check_account` check
 
 from __future__ import annotations
 
-from typing import Any
-
 from etdeploy.errors import UsageError
 from etdeploy.results.result_memory import PART_LABELS, PHASE_LABELS
 from etdeploy.results.schema_parts import COUNT, METRIC, OPT_COUNT, OPT_MS, OPT_STR, STR
@@ -91,8 +89,9 @@ MEMORY_DEFS: dict[str, Schema] = {
 }
 
 
-def check_account(doc: Any, schema_id: str) -> None:
-    """Each phase's parts sum to its peak, in the run's account and each shape point's."""
+def check_account(doc: object, schema_id: str) -> None:
+    """Each phase's parts sum to its peak, in the run's account and each shape point's.
+    Run after the schema check: `doc`'s blocks have their schema's shape here."""
     if not isinstance(doc, dict):
         return
     blocks = [("memory", doc.get("memory"))]
@@ -102,7 +101,8 @@ def check_account(doc: Any, schema_id: str) -> None:
         if isinstance(point, dict)
     ]
     for where, memory in blocks:
-        for i, phase in enumerate((memory or {}).get("phases") or []):
+        phases = memory.get("phases") if isinstance(memory, dict) else None
+        for i, phase in enumerate(phases or []):
             total = sum(part["bytes"] for part in phase["parts"])
             if total != phase["peak_bytes"]:
                 raise UsageError(

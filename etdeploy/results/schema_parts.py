@@ -4,14 +4,12 @@ each a JSON Schema fragment."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from etdeploy.results.validator import Schema
 
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?$"
 
 
-def nullable(type_name: str, **more: Any) -> Schema:
+def nullable(type_name: str, **more: object) -> Schema:
     return {"type": [type_name, "null"], **more}
 
 
