@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
 
 from etdeploy.errors import RunnerError
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.memory.probe import RunnerMemory, parse_runner_memory
 from etdeploy.runner.invocation import RunnerInvocation
 from etdeploy.runner.log import RunnerLog, parse_log
@@ -61,7 +61,7 @@ class RunnerResult:
     etdump_path: str | None = None
     # Our runner with --memory: what it measured per phase (etdeploy.memory.probe).
     memory: RunnerMemory | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     @property
     def median_ms(self) -> float | None:
@@ -79,7 +79,7 @@ def _bad_document(problem: str) -> RunnerError:
     )
 
 
-def _record(raw: Any, where: str) -> TensorRecord:
+def _record(raw: object, where: str) -> TensorRecord:
     # Exact types (what json.loads makes), read once each: a batch has two a sample.
     if type(raw) is not dict or type(raw.get("index")) is not int:
         raise _bad_document(f"{where} has no integer index")
@@ -132,7 +132,7 @@ def parse_result_json(text: str | bytes) -> RunnerResult:
     return _result_of(raw)
 
 
-def _result_of(raw: Any) -> RunnerResult:
+def _result_of(raw: object) -> RunnerResult:
     if not isinstance(raw, dict):
         raise _bad_document("the top level is not an object")
     if raw.get("schema") != RESULT_SCHEMA:

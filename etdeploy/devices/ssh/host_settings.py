@@ -50,7 +50,7 @@ class SshSettings:
     persist_s: float = 0.0
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, where: str = "ssh") -> SshSettings:
+    def from_mapping(cls, values: Mapping[str, object], *, where: str = "ssh") -> SshSettings:
         """Typed settings from an etdeploy.toml device table; a bad value names its key."""
         unknown = sorted(set(values) - set(SSH_SETTING_TYPES))
         if unknown:
@@ -97,9 +97,10 @@ SSH_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 def check_setting_types(
-    values: Mapping[str, Any], types: Mapping[str, type | tuple[type, ...]], where: str
+    values: Mapping[str, object], types: Mapping[str, type | tuple[type, ...]], where: str
 ) -> dict[str, Any]:
-    """values with each one checked against types; an error names the key."""
+    """values with each one checked against types; an error names the key. The values
+    are as loose as a class's keyword arguments (`cls(**checked)`) once checked."""
     checked: dict[str, Any] = {}
     for key, value in values.items():
         expected = types[key]
@@ -115,7 +116,8 @@ def check_setting_types(
                 f"{where}.{key}: expected {names}, got {value!r}",
                 f"fix {key} in etdeploy.toml",
             )
-        checked[key] = float(value) if float in allowed and not isinstance(value, bool) else value
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        checked[key] = float(value) if number and float in allowed else value
     return checked
 
 
