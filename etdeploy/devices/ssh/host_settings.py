@@ -116,8 +116,10 @@ def check_setting_types(
                 f"{where}.{key}: expected {names}, got {value!r}",
                 f"fix {key} in etdeploy.toml",
             )
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        checked[key] = float(value) if number and float in allowed else value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and float in allowed:
+            checked[key] = float(value)
+        else:
+            checked[key] = value
     return checked
 
 
