@@ -9,7 +9,7 @@ server and the same phone.
 
 The re-push runs in a fresh interpreter that knows nothing of the first push:
 the local side is recognised by its stat record (etdeploy.digests), the phone's
-by the digest record in its work dir (devices/records.py), so neither side reads
+by the digest record in its work dir (devices/digest_records.py), so neither side reads
 the 256 MB. Two figures: the device opened and the push done (what a run pays
 for the file), and the whole process from exec to exit (Python and etdeploy's
 imports included), each against `adb push` re-sending the file, best of ROUNDS.

@@ -27,8 +27,8 @@ from etdeploy.history.changes import series_of
 from etdeploy.history.night import analyse
 from etdeploy.history.records import JobKey, JobRecord, record_of
 from etdeploy.history.store import open_store
-from etdeploy.report.result import RunResult
-from tests.report.docs import load_sample
+from etdeploy.results.result import RunResult
+from tests.results.docs import load_sample
 
 NIGHTS = int(os.environ.get("ETDEPLOY_BENCH_NIGHTS", "365"))
 MODELS, DEVICES = 28, 4  # 112 jobs x 9 tracked metrics of the template: 1,008 series

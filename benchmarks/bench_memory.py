@@ -69,7 +69,7 @@ def _run(args: Sequence[str], result: Path) -> dict[str, Any]:
 
 
 def _account_rows(label: str, device: str, doc: dict[str, Any]) -> tuple[float, list[str]]:
-    from etdeploy.report.result import RunResult
+    from etdeploy.results.result import RunResult
     from etdeploy.units import format_bytes
 
     memory = RunResult.from_json(doc).memory

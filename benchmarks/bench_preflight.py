@@ -34,7 +34,7 @@ def _measure(backend: str, device: Any, bundle: Any) -> None:
     import etdeploy.preflight as stage
     from etdeploy.builder import BuildOptions, build
     from etdeploy.pipeline import RunJob, run_job
-    from etdeploy.preflight.describe import _cache_path
+    from etdeploy.preflight.describe_runner import _cache_path
 
     real_preflight = stage.preflight
 

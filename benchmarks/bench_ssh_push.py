@@ -8,7 +8,7 @@ locally (that is how it knows it next time); the hash time is printed separately
 The re-push runs in a fresh interpreter, as the next `etdeploy run` would: it
 connects (key exchange and authentication, as scp does), and neither side reads
 the file: the local one is recognised by its stat record (etdeploy.digests), the
-remote one by its digest record in the work dir (devices/records.py). Two
+remote one by its digest record in the work dir (devices/digest_records.py). Two
 figures against scp sending it again: connect + push, and the whole process from
 exec to exit (Python and etdeploy's imports included). Best of ROUNDS each.
 

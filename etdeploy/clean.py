@@ -17,7 +17,7 @@ directory; the least recently used first):
 
 "Last used" is the newest of the mtimes and access times of a cache item's files
 (a build's manifest is read on every cache hit), and, on a device, the mtime of the file's digest record, which every push of it touches
-(devices/records.py), else the file's own. A device is cleaned holding its lock,
+(devices/digest_records.py), else the file's own. A device is cleaned holding its lock,
 so no run of this machine uses it meanwhile; an item of this machine's cache is
 skipped while another process holds its lock (a build being written). The core
 returns a CleanReport (what went, what stays, what was skipped) and raises
@@ -41,7 +41,7 @@ from etdeploy.quarantine import QUARANTINE_KIND
 
 if TYPE_CHECKING:
     from etdeploy.devices.base import Device
-    from etdeploy.devices.records import Listing
+    from etdeploy.devices.digest_records import Listing
 
 # Cache kinds that are not items to prune: the device locks (held across
 # processes), the local device's work dir (`etdeploy clean --device local`), and
@@ -315,7 +315,7 @@ def device_items(
     """The work dir as items (a runner bundle, one program, one input, one job dir),
     the garbage (a record whose file is gone among it), and each other digest record
     with the file it describes."""
-    from etdeploy.devices.records import RECORD_DIR, record_path
+    from etdeploy.devices.digest_records import RECORD_DIR, record_path
     from etdeploy.devices.workdir import SHARED_DIRS, is_garbage
 
     base = listing.workdir

@@ -26,11 +26,11 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from etdeploy.atomic import atomic_write
 from etdeploy.errors import UsageError
 from etdeploy.files import check_readable_file
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.paths import cache_dir
 
 CACHE_KIND = "file-digests"
@@ -51,7 +51,7 @@ def record_path(path: Path) -> Path:
     return cache_dir(CACHE_KIND) / f"{name[:40]}.json"
 
 
-def _read_record(path: Path) -> dict[str, Any] | None:
+def _read_record(path: Path) -> JsonObject | None:
     try:
         doc = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):  # missing, unreadable, truncated or not JSON

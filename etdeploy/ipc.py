@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Any
+from collections.abc import Mapping
+
+from etdeploy.jsonvalue import JsonObject
 
 
-def send(sock: socket.socket, message: dict[str, Any]) -> None:
+def send(sock: socket.socket, message: Mapping[str, object]) -> None:
     """One message."""
     sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
@@ -21,7 +23,7 @@ class LineReader:
         self.sock = sock
         self._buffer = bytearray()
 
-    def read(self) -> dict[str, Any] | None:
+    def read(self) -> JsonObject | None:
         while True:
             newline = self._buffer.find(b"\n")
             if newline >= 0:

@@ -51,7 +51,7 @@ class Executions(TypedDict):
 
 
 class ProfileSummary(TypedDict):
-    """What `run --profile` reports (etdeploy.report.result.Profile reads it)."""
+    """What `run --profile` reports (etdeploy.results.result.Profile reads it)."""
 
     executions_ms: Executions
     events: list[ProfiledEvent]  # the slowest

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from etdeploy.errors import EtdeployError, InputError
-from etdeploy.report.result import DataFileInfo, Delegation
+from etdeploy.results.result import DataFileInfo, Delegation
 
 if TYPE_CHECKING:
     from etdeploy.builder.manifest import BuildManifest, ProgramRecord, ValueRecord

@@ -52,7 +52,7 @@ from etdeploy.declaration import (
 )
 from etdeploy.declaration import declared as declared_in
 from etdeploy.errors import UsageError
-from etdeploy.report.result_verdict import OUTPUT_KINDS
+from etdeploy.results.result_verdict import OUTPUT_KINDS
 
 # Re-exported: where a setting's declaration is read, it is read from here.
 __all__ = [

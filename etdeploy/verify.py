@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from etdeploy.errors import UsageError
-from etdeploy.report.result import (
+from etdeploy.results.result import (
     OUTPUT_KINDS,
     BudgetStage,
     OutputKind,

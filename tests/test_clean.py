@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from etdeploy.cli import app
 from etdeploy.devices.adb import WORKDIR, AdbDevice, AdbSettings
-from etdeploy.devices.records import RECORD_DIR, record_path
+from etdeploy.devices.digest_records import RECORD_DIR, record_path
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import write_config
 

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "pte", "model", "inputs", "profile", "dataset", "quarantine",
     })),
     ("records and settings", frozenset({
-        "report", "settings", "build_options", "verify", "config", "staged",
+        "results", "settings", "build_options", "verify", "config", "staged",
     })),
     ("devices and runners", frozenset({
         "devices", "memory", "sizecheck", "runner", "runner_build", "clean",
@@ -34,8 +34,13 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("sources of a run's program", frozenset({"bundle"})),
     ("the run", frozenset({"pipeline", "doctor"})),
     ("what runs many", frozenset({"farm", "release", "history"})),
+    ("the report formats", frozenset({"report"})),
     ("the command line", frozenset({"cli", "launch", "__main__"})),
 )  # fmt: skip
+
+# The report formats (console, JUnit, HTML) render records; only the command line
+# chooses to render, so nothing below it imports them.
+RENDERERS = "report"
 
 PACKAGE_ROOT = Path(etdeploy.__file__).parent
 
@@ -119,6 +124,37 @@ def test_no_import_points_up_a_layer() -> None:
         if layer_of(other) > layer_of(package)
     ]
     assert upward == []
+
+
+def renderer_importers(graph: Mapping[str, Mapping[str, set[str]]]) -> list[str]:
+    """The files of packages below the command line that import the report formats."""
+    command_line = layer_of("cli")
+    return sorted(
+        file
+        for package, ties in graph.items()
+        if package != RENDERERS and layer_of(package) < command_line
+        for file in ties.get(RENDERERS, set())
+    )
+
+
+def test_nothing_below_the_command_line_imports_a_renderer() -> None:
+    assert renderer_importers(package_imports(PACKAGE_ROOT)) == []
+
+
+def test_a_planted_renderer_import_is_found(tmp_path: Path) -> None:
+    """The check itself: a farm module that writes JUnit itself, from inside a
+    function, is named; the command line doing the same is not."""
+    root = tmp_path / "etdeploy"
+    for package in ("report", "farm", "cli"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "report" / "junit.py").write_text("def write_junit():\n    pass\n")
+    (root / "farm" / "reports.py").write_text(
+        "def night():\n    from etdeploy.report.junit import write_junit\n"
+    )
+    (root / "cli" / "farm.py").write_text("from etdeploy.report import junit\n")
+    assert renderer_importers(package_imports(root)) == ["etdeploy/farm/reports"]
 
 
 def test_no_import_cycle_between_packages() -> None:

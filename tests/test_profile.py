@@ -99,8 +99,8 @@ def test_the_piped_profile_table_stays_narrow_for_a_whole_network_call() -> None
 
     from etdeploy.cli._app import PIPED_WIDTH
     from etdeploy.report.console import RunConsole
-    from etdeploy.report.result import RunResult
-    from tests.report.docs import load_sample
+    from etdeploy.results.result import RunResult
+    from tests.results.docs import load_sample
 
     doc = load_sample("passed_xnnpack")
     call = {

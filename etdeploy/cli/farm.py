@@ -14,7 +14,7 @@ imports it if needed).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from etdeploy.farm import FarmEvent, FarmOutcome
     from etdeploy.farm.merge import MergeOutcome
     from etdeploy.farm.reports import NightReport
-    from etdeploy.report import JobKey, NotRun, Regression
-    from etdeploy.report.result import RunResult
+    from etdeploy.results import JobKey, NotRun, Regression
+    from etdeploy.results.result import RunResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,7 +106,7 @@ def farm_run_command(
     OUT/results.jsonl for --resume.
     """
     from etdeploy.farm import FARM_DOC_NAME, exit_code, load_farm_spec, run_farm
-    from etdeploy.farm.reports import write_night
+    from etdeploy.farm.reports import trend_page_beside, write_night
     from etdeploy.farm.select import select_jobs
 
     check_json_target(json_path)
@@ -138,7 +138,11 @@ def farm_run_command(
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (etdeploy.interrupts)
         _render_interrupted(spec_path, out_dir, signal_name(exc))
         raise typer.Exit(exit_code_of(exc)) from None
-    night = write_night(outcome, junit_path=junit_path, html_path=html_path, baseline=baseline)
+    trend_page = trend_page_beside(html_path)
+    night = write_night(outcome, json_path=None, baseline=baseline, trend_page=trend_page)
+    links = [("Trends over the nights", night.trend_page.name)] if night.trend_page else []
+    write_reports(outcome.results, junit_path, html_path, regressions=night.alarms,
+                  baseline=night.baseline, not_run=night.not_run, links=links)  # fmt: skip
     regressions = night.regressions
     if json_path is not None:
         emit_json(json.loads((out_dir / FARM_DOC_NAME).read_text()), json_path)
@@ -147,6 +151,30 @@ def farm_run_command(
     code = exit_code(outcome.results, regressions)
     if code != EXIT_OK:
         raise typer.Exit(code)
+
+
+def write_reports(
+    results: Sequence[RunResult],
+    junit_path: Path | None,
+    html_path: Path | None,
+    *,
+    regressions: Sequence[Regression],
+    baseline: Sequence[RunResult] | None,
+    not_run: Sequence[NotRun],
+    links: Sequence[tuple[str, str]] = (),
+    title: str = "etdeploy report",
+) -> None:
+    """--junit and --html of a farm (run or merge): the alarms and the jobs without
+    a result in both, the baseline beside each job in the HTML."""
+    if junit_path is None and html_path is None:
+        return
+    from etdeploy.report import write_html, write_junit
+
+    if junit_path is not None:
+        write_junit(results, junit_path, regressions=regressions, not_run=not_run)
+    if html_path is not None:
+        write_html(results, html_path, baseline=baseline, regressions=regressions,
+                   title=title, not_run=not_run, links=links)  # fmt: skip
 
 
 def _render_history(night: NightReport) -> None:
@@ -252,7 +280,7 @@ def _note(result: RunResult) -> str:
     if result.status == "error":
         return escape(result.error.message if result.error else "")
     if result.status == "failed":
-        from etdeploy.report.common import failure_message
+        from etdeploy.results.jobs import failure_message
 
         return escape(failure_message(result))
     return ""
@@ -267,8 +295,8 @@ def _render_table(
     title: str, rows: list[Row], regressions: list[Regression], out: Console = console
 ) -> None:
     from etdeploy.farm.results import farm_seconds
-    from etdeploy.report import NotRun, job_key
-    from etdeploy.report.common import short_model
+    from etdeploy.results import NotRun, job_key
+    from etdeploy.results.jobs import short_model
 
     flagged: dict[JobKey, list[Regression]] = {}
     for regression in regressions:
@@ -304,7 +332,7 @@ def _render_table(
 
 
 def _summary_parts(results: list[RunResult], unrun: list[NotRun]) -> list[str]:
-    from etdeploy.report import summarize
+    from etdeploy.results import summarize
 
     s = summarize(results)
     parts = [f"{s['passed']} passed", f"{s['failed']} failed", f"{s['errors']} error(s)"]
@@ -328,7 +356,7 @@ def render_outcome(
 ) -> None:
     from etdeploy.farm.reports import skipped_entries
     from etdeploy.farm.results import result_key
-    from etdeploy.report import JobKey, NotRun
+    from etdeploy.results import JobKey, NotRun
 
     by_key = {result_key(r): r for r in outcome.results}
     unrun = skipped_entries(outcome.skipped)
@@ -398,10 +426,14 @@ def farm_merge_command(
     check_json_target(json_path)
     spec = load_farm_spec(spec_path) if spec_path is not None else None
     outcome = merge_sources(sources, spec=spec)
-    regressions = write_merged(
-        outcome, out, junit_path=junit_path, html_path=html_path, baseline_path=baseline,
+    merged = write_merged(
+        outcome, out, baseline_path=baseline,
         memory_growth=spec.memory_growth if spec is not None else None,
     )  # fmt: skip
+    regressions = merged.regressions
+    write_reports(outcome.results, junit_path, html_path, regressions=regressions,
+                  baseline=merged.baseline, not_run=outcome.unrun,
+                  title="etdeploy farm (merged)")  # fmt: skip
     if json_path is not None:
         emit_json(json.loads((out / FARM_DOC_NAME).read_text()), json_path)
     render_merge(outcome, out, regressions, err_console if json_to_stdout(json_path) else console)
@@ -416,7 +448,7 @@ def render_merge(
     outcome: MergeOutcome, folder: Path, regressions: list[Regression], out: Console = console
 ) -> None:
     from etdeploy.farm.merge import key_of, planned_key
-    from etdeploy.report import JobKey
+    from etdeploy.results import JobKey
 
     by_key = {key_of(r): r for r in outcome.results}
     unrun = {n.key: n for n in outcome.unrun}

@@ -158,7 +158,7 @@ def history_record_command(
     from etdeploy.history.night import store_location
     from etdeploy.history.records import record_of
     from etdeploy.history.store import open_store
-    from etdeploy.report import load_results
+    from etdeploy.results import load_results
 
     loaded = []
     for source in sources:

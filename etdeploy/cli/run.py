@@ -21,7 +21,7 @@ from etdeploy.cli._settings import with_setting_options
 from etdeploy.errors import EXIT_OK, EtdeployError, UsageError
 from etdeploy.pipeline.job import RunJob
 from etdeploy.report.console import RunConsole
-from etdeploy.report.result import RunResult
+from etdeploy.results.result import RunResult
 from etdeploy.settings import DEVICE_PANEL
 
 OUTPUT_PANEL = "Output and settings"

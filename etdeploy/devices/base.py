@@ -14,7 +14,7 @@ Contract (design.md):
   temporary name, then rename, so a dropped transfer never leaves a half file
   under the real name. Returns how many bytes were sent (0 on a skip). What is
   there is known from the device's digest record while the file's stat is as
-  recorded (devices/records.py), else hashed there; `verify=True` hashes always.
+  recorded (devices/digest_records.py), else hashed there; `verify=True` hashes always.
   push_many(files, directories=...): the same for several files, what is at every
   destination read in one exchange (and the directories made in it) where the
   transport can: a warm run's files cost one round trip, not one each.
@@ -50,8 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
-from etdeploy.devices.process import RunClock, check_env_names
-from etdeploy.devices.records import (
+from etdeploy.devices.digest_records import (
     Listing,
     StatFlavour,
     listing_script,
@@ -60,6 +59,7 @@ from etdeploy.devices.records import (
     probes_script,
     read_probes,
 )
+from etdeploy.devices.process import RunClock, check_env_names
 from etdeploy.devices.transfer import (
     BackgroundDigest,
     Download,

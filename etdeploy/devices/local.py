@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
+from etdeploy.devices.digest_records import Listing, StatFlavour, StoredFile
 from etdeploy.devices.process import (
     BoundedOutput,
     ExitWaiter,
@@ -24,7 +25,6 @@ from etdeploy.devices.process import (
     killed_if_interrupted,
     wait_until_ended,
 )
-from etdeploy.devices.records import Listing, StatFlavour, StoredFile
 from etdeploy.devices.transfer import (
     Download,
     RemoteFile,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
-from etdeploy.devices.records import StatFlavour
+from etdeploy.devices.digest_records import StatFlavour
 from etdeploy.devices.ssh import SshDevice, SshSettings, check_setting_types
 from etdeploy.devices.transfer import Download, RemoteFile, Upload
 from etdeploy.errors import DeviceError, UsageError

@@ -7,7 +7,7 @@
 - A push is skipped when the file at the destination has the local file's sha256.
   The local digest comes from etdeploy.digests (an unchanged file is recognised by
   its stat, across processes) on a thread while the device looks at its end; the
-  device's side is its digest record (devices/records.py) or its own hash.
+  device's side is its digest record (devices/digest_records.py) or its own hash.
 - Progress is (path, bytes done, bytes total); a skipped push reports once, done.
 """
 
@@ -149,7 +149,7 @@ class RemoteFile:
     # None: not read (the digest decides alone).
     size: int | None
     mode: int | None
-    # The digest of a trusted record (devices/records.py): the file is known to hold
+    # The digest of a trusted record (devices/digest_records.py): the file is known to hold
     # these bytes without hashing it. None: it must be hashed to know.
     sha256: str | None = None
 

@@ -2,7 +2,7 @@
 
 The work dir holds content-addressed files that later runs reuse (runners/ABI-KEY/,
 programs/SHA.pte, inputs/SHA.bin), the digest records of those files
-(.etdeploy-digests/, devices/records.py), and one directory per job, removed
+(.etdeploy-digests/, devices/digest_records.py), and one directory per job, removed
 after the job unless --keep. `etdeploy clean --device` reads the listing here
 (Device.listing, the same POSIX sh on every transport) and prunes by it.
 
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from etdeploy.devices.records import RECORD_DIR, record_path
+from etdeploy.devices.digest_records import RECORD_DIR, record_path
 from etdeploy.devices.transfer import MACHINE_TAG, PARTIAL_MARKER, parse_owner
 from etdeploy.errors import EtdeployError
 from etdeploy.paths import cache_dir

@@ -26,7 +26,7 @@ from typing import Any
 
 from etdeploy.errors import UsageError
 from etdeploy.explore.graph import ProgramGraph, etrecord_graph, pte_graph
-from etdeploy.report.result import RunResult
+from etdeploy.results.result import RunResult
 
 # Verdict colours of a tap (report/html_localization.py's, as a background).
 TAP_COLOURS = {"ok": "#c8e6c9", "carried": "#ffe0b2", "departs": "#ef9a9a"}
@@ -131,7 +131,7 @@ def plan_exploration(
 
 
 def _one_result(path: Path) -> RunResult:
-    from etdeploy.report import load_results
+    from etdeploy.results import load_results
 
     results = load_results(path)
     if len(results) != 1:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from etdeploy.farm.attempt import JobTimeout, WorkerCrashed
 from etdeploy.farm.checks import NO_QUANT
-from etdeploy.farm.reports import FARM_DOC_NAME, exit_code, write_reports
+from etdeploy.farm.reports import FARM_DOC_NAME, exit_code
 from etdeploy.farm.results import result_key
 from etdeploy.farm.scheduler import EventCallback, FarmEvent, FarmOutcome, run_farm
 from etdeploy.farm.spec import (
@@ -70,5 +70,4 @@ __all__ = [
     "run_farm",
     "select_shard",
     "shard_of",
-    "write_reports",
 ]

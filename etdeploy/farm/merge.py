@@ -2,7 +2,8 @@
 
 Each CI worker (or host) runs a shard of the matrix into its own OUT; merge reads
 them all and writes what one unsharded run would have written: OUT/farm.json,
-OUT/results.jsonl, and the JSON, JUnit and HTML reports where asked.
+OUT/results.jsonl and a JSON copy where asked (the command line writes the JUnit
+and HTML reports from the MergedReport returned).
 
 - A source is a shard's OUT folder (its results.jsonl, the log every finished job
   is appended to, and its farm.json, which names the jobs the shard planned), or
@@ -36,14 +37,14 @@ from etdeploy.farm.results import result_key
 from etdeploy.farm.spec import job_key
 from etdeploy.farm.store import RESULTS_NAME, select_shard, shard_of
 from etdeploy.jsonvalue import JsonObject, as_object, read_array, read_int, read_object, read_str
-from etdeploy.report.common import JobKey, NotRun
-from etdeploy.report.result import RunResult
+from etdeploy.results.jobs import JobKey, NotRun
+from etdeploy.results.result import RunResult
 
 if TYPE_CHECKING:
     from etdeploy.farm.spec import FarmSpec
-    from etdeploy.report.baseline import Regression
+    from etdeploy.results.baseline import Regression
 
-# A planned job as farm.json's matrix spells it (etdeploy.report.JobKey.to_json).
+# A planned job as farm.json's matrix spells it (etdeploy.results.JobKey.to_json).
 PlannedJob = dict[str, str | None]
 
 
@@ -146,7 +147,7 @@ def planned_key(planned: PlannedJob) -> str:
 def key_of(result: RunResult) -> str:
     """The farm key a result was recorded under, or the one its job block names
     (a result of `etdeploy run --json` has no farm block)."""
-    from etdeploy.report import job_key as report_key
+    from etdeploy.results import job_key as report_key
 
     recorded = result_key(result)
     if recorded is not None:
@@ -158,7 +159,7 @@ def key_of(result: RunResult) -> str:
 def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
     """A shard's OUT folder, its results.jsonl, or a farm.json; UsageError when it
     is none of them."""
-    from etdeploy.report import load_results
+    from etdeploy.results import load_results
 
     path = Path(path)
     notes = warnings if warnings is not None else []
@@ -191,7 +192,7 @@ def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
 
 def _farm_document(path: Path) -> JsonObject | None:
     """A farm document (its matrix and shard); None for a file of bare results."""
-    from etdeploy.report import FARM_SCHEMA_ID, validate_farm
+    from etdeploy.results import FARM_SCHEMA_ID, validate_farm
 
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -338,7 +339,7 @@ def _plan(
 def merged_document(outcome: MergeOutcome) -> JsonObject:
     """The etdeploy.farm/1 document of the merge, with a "merge" block saying
     where the results came from."""
-    from etdeploy.report import farm_document
+    from etdeploy.results import farm_document
 
     doc = farm_document(
         outcome.results,
@@ -355,11 +356,20 @@ def merged_document(outcome: MergeOutcome) -> JsonObject:
              "results": len(s.results)}
             for s in outcome.sources
         ],
-        "not_run": outcome.not_run,
+        "not_run": [{**planned} for planned in outcome.not_run],
         "duplicates": [d.to_json() for d in outcome.duplicates],
-        "warnings": outcome.warnings,
+        "warnings": [*outcome.warnings],
     }  # fmt: skip
     return doc
+
+
+@dataclass(frozen=True)
+class MergedReport:
+    """What the merge's reports say beside its results: the regressions against the
+    baseline, and the baseline run read (None without one)."""
+
+    regressions: list[Regression]
+    baseline: list[RunResult] | None
 
 
 def write_merged(
@@ -367,22 +377,15 @@ def write_merged(
     out_dir: Path,
     *,
     json_path: Path | None = None,
-    junit_path: Path | None = None,
-    html_path: Path | None = None,
     baseline_path: Path | None = None,
     memory_growth: float | None = None,
-) -> list[Regression]:
+) -> MergedReport:
     """OUT/farm.json and OUT/results.jsonl (so a merge can be merged again, or be a
-    baseline), and the reports asked for; returns the regressions against the
-    baseline (memory growing more than `memory_growth`, the spec's share, regresses)."""
-    from etdeploy.atomic import atomic_write
-    from etdeploy.report import (
-        compare_to_baseline,
-        load_results,
-        write_html,
-        write_json,
-        write_junit,
-    )
+    baseline), and a copy of farm.json at `json_path`; returns the regressions against
+    the baseline (memory growing more than `memory_growth`, the spec's share,
+    regresses). The JUnit and HTML reports are the command line's to write."""
+    from etdeploy.atomic import atomic_write, write_json
+    from etdeploy.results import compare_to_baseline, load_results
 
     out_dir = Path(out_dir)
     for source in outcome.sources:
@@ -399,9 +402,4 @@ def write_merged(
     write_json(doc, out_dir / FARM_DOC_NAME)
     if json_path is not None:
         write_json(doc, json_path)
-    if junit_path is not None:
-        write_junit(outcome.results, junit_path, regressions=regressions, not_run=outcome.unrun)
-    if html_path is not None:
-        write_html(outcome.results, html_path, baseline=baseline, regressions=regressions,
-                   title="etdeploy farm (merged)", not_run=outcome.unrun)  # fmt: skip
-    return regressions
+    return MergedReport(regressions, baseline)

@@ -3,10 +3,11 @@
 OUT/farm.json (etdeploy.farm/1) is always written; JSON, JUnit and HTML copies
 where asked; a baseline's regressions go into them and into the exit code, and
 the cells that cannot run are listed in each as skipped (never in the exit
-code). The formats themselves are etdeploy.report's: this module only chooses
-what to write. write_night adds the history (etdeploy.history.night): tonight
-judged against it with `--baseline history`, then recorded into it, after
-results.jsonl and before the reports that name its alarms.
+code). This module decides what the reports say (the NightReport); the JUnit and
+HTML formats are etdeploy.report's, written by the command line. write_night adds
+the history (etdeploy.history.night): tonight judged against it with `--baseline
+history`, then recorded into it, after results.jsonl and before the reports that
+name its alarms.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INFRA, EXIT_OK
-from etdeploy.report.baseline import Regression
-from etdeploy.report.common import JobKey, NotRun
-from etdeploy.report.result import RunResult
+from etdeploy.results.baseline import Regression
+from etdeploy.results.jobs import JobKey, NotRun
+from etdeploy.results.result import RunResult
 
 if TYPE_CHECKING:
     from etdeploy.farm.scheduler import FarmOutcome
@@ -40,6 +41,17 @@ class NightReport:
     regressions: list[Regression]
     outliers: list[Regression]
     history: NightHistory | None
+    # What the JUnit and HTML reports take beside the results: the baseline run read
+    # from a file (None with none or with the history), the cells listed as
+    # skipped, and the history's trend page (None when none was written).
+    baseline: Sequence[RunResult] | None = None
+    not_run: Sequence[NotRun] = ()
+    trend_page: Path | None = None
+
+    @property
+    def alarms(self) -> list[Regression]:
+        """Every alarm the reports name: the regressions, then the outliers."""
+        return [*self.regressions, *self.outliers]
 
 
 def exit_code(results: Sequence[RunResult], regressions: Sequence[Regression] = ()) -> int:
@@ -66,44 +78,28 @@ def skipped_entries(skipped: Sequence[SkippedJob]) -> list[NotRun]:
     ]
 
 
-def write_reports(
-    outcome: FarmOutcome,
-    *,
-    json_path: Path | None = None,
-    junit_path: Path | None = None,
-    html_path: Path | None = None,
-    baseline_path: Path | None = None,
-) -> list[Regression]:
-    """OUT/farm.json always, and the reports asked for; returns the regressions
-    against the baseline (empty without one)."""
-    from etdeploy.report import compare_to_baseline, load_results
-
-    baseline = load_results(baseline_path) if baseline_path is not None else None
-    regressions = (
-        compare_to_baseline(outcome.results, baseline, memory_growth=outcome.spec.memory_growth)
-        if baseline is not None
-        else []
-    )
-    return _write(outcome, regressions, [], json_path, junit_path, html_path, baseline, None)
+def trend_page_beside(html_path: Path | None) -> Path | None:
+    """Where the history's trend page goes: beside the --html report, as REPORT-trend.html."""
+    return html_path.with_name(f"{html_path.stem}-trend.html") if html_path else None
 
 
 def write_night(
     outcome: FarmOutcome,
     *,
     json_path: Path | None = None,
-    junit_path: Path | None = None,
-    html_path: Path | None = None,
     baseline: str | None = None,
+    trend_page: Path | None = None,
 ) -> NightReport:
     """The night's history (judged with `baseline` "history", recorded unless
-    $ETDEPLOY_HISTORY is off; its trend page beside --html), then write_reports'
-    reports with every alarm in them. `baseline` otherwise names a results file."""
+    $ETDEPLOY_HISTORY is off; its trend page at `trend_page`), then OUT/farm.json (and
+    a copy at `json_path`) with every alarm in it. `baseline` otherwise names a results
+    file. The JUnit and HTML reports are the command line's to write, from the
+    NightReport returned."""
     from etdeploy.history.night import farm_history
-    from etdeploy.report import compare_to_baseline, load_results
+    from etdeploy.results import compare_to_baseline, load_results
 
     judge = baseline == HISTORY_BASELINE
     old = load_results(Path(baseline)) if baseline is not None and not judge else None
-    trend_page = html_path.with_name(f"{html_path.stem}-trend.html") if html_path else None
     history = farm_history(outcome.results, out_dir=outcome.out_dir,
                            results_path=outcome.results_path, judge=judge,
                            trend_page=trend_page)  # fmt: skip
@@ -118,44 +114,29 @@ def write_night(
             list(history.judgement.regressions),
             list(history.judgement.outliers),
         )
-    page = history.trend_page
-    _write(outcome, regressions, outliers, json_path, junit_path, html_path, old, page)
-    return NightReport(regressions, outliers, history)
+    night = NightReport(
+        regressions, outliers, history, old, skipped_entries(outcome.skipped), history.trend_page
+    )
+    _write_documents(outcome, night, json_path)
+    return night
 
 
-def _write(
-    outcome: FarmOutcome,
-    regressions: list[Regression],
-    outliers: list[Regression],
-    json_path: Path | None,
-    junit_path: Path | None,
-    html_path: Path | None,
-    baseline: Sequence[RunResult] | None,
-    trend_page: Path | None,
-) -> list[Regression]:
-    from etdeploy.report import farm_document, write_html, write_json, write_junit
+def _write_documents(outcome: FarmOutcome, night: NightReport, json_path: Path | None) -> None:
+    from etdeploy.atomic import write_json
+    from etdeploy.results import farm_document
 
-    skipped = skipped_entries(outcome.skipped)
     doc = farm_document(
         outcome.results,
         started_at=outcome.started_at,
         finished_at=outcome.finished_at,
         matrix=[job.key_json() for job in outcome.planned],
-        not_run=skipped,
+        not_run=night.not_run,
     )
     doc["shard"] = {"index": outcome.shard[0], "count": outcome.shard[1]}
     doc["spec"] = str(outcome.spec.path)
-    if regressions or outliers:
+    if night.alarms:
         # Each alarm says what raised it: "change point", "outlier", or null (one file).
-        doc["regressions"] = [r.to_json() for r in [*regressions, *outliers]]
+        doc["regressions"] = [r.to_json() for r in night.alarms]
     write_json(doc, outcome.out_dir / FARM_DOC_NAME)
     if json_path is not None:
         write_json(doc, json_path)
-    alarms = [*regressions, *outliers]
-    if junit_path is not None:
-        write_junit(outcome.results, junit_path, regressions=alarms, not_run=skipped)
-    if html_path is not None:
-        links = [("Trends over the nights", trend_page.name)] if trend_page is not None else []
-        write_html(outcome.results, html_path, baseline=baseline, regressions=alarms,
-                   not_run=skipped, links=links)  # fmt: skip
-    return regressions

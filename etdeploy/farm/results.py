@@ -1,6 +1,6 @@
 """What the farm adds to a job's result: its attempts and its place in the farm.
 
-A result is the typed RunResult (etdeploy.report.result) that the pipeline makes
+A result is the typed RunResult (etdeploy.results.result) that the pipeline makes
 (run_job for a job that ran, error_result for one that raised); the farm reads
 it by attribute and adds the blocks below before it goes to the results log.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import EtdeployError
-from etdeploy.report.result import (
+from etdeploy.results.result import (
     Attempt,
     AttemptError,
     FarmPlacement,
@@ -81,7 +81,7 @@ def annotate(result: RunResult, job: FarmJob, shard: tuple[int, int], spec_path:
     """The farm's block (key, shard, spec), and the job's names where the result
     lacks them."""
     # An error result has no artifact block: the job block names what was to be
-    # built, so reports (etdeploy.report.job_key) key it like a result that ran.
+    # built, so reports (etdeploy.results.job_key) key it like a result that ran.
     block: JobInfo = result.job
     job_block = dataclasses.replace(
         block,

@@ -61,7 +61,7 @@ from etdeploy.farm.store import (
     select_shard,
 )
 from etdeploy.farm.worker import TERMINATE_GRACE_S
-from etdeploy.report.result import Attempt, RunResult
+from etdeploy.results.result import Attempt, RunResult
 
 # Worker logs and requests: OUT/work/JOB_ID/.
 WORK_DIR_NAME = "work"

@@ -71,7 +71,7 @@ from etdeploy.farm.checks import (
 from etdeploy.farm.exclude import excluded, parse_excludes
 from etdeploy.farm.sources.parse import DeviceSource, check_source_names, parse_sources
 from etdeploy.jsonvalue import JsonArray, JsonObject, JsonValue, read_array, read_str
-from etdeploy.report.baseline_memory import DEFAULT_MEMORY_GROWTH
+from etdeploy.results.baseline_memory import DEFAULT_MEMORY_GROWTH
 from etdeploy.settings import RunSettings
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ class MatrixCell:
         return f"{self.model}[{variant}] on {self.device}"
 
     def key_json(self) -> dict[str, str | None]:
-        """The key as the report package spells it (etdeploy.report.JobKey)."""
+        """The key as the report package spells it (etdeploy.results.JobKey)."""
         return {"model": self.model, "backend": self.backend,
                 "quantization": self.quantize, "device": self.device}  # fmt: skip
 

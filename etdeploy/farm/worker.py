@@ -41,7 +41,7 @@ from etdeploy.farm.spec import load_farm_spec
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
-    from etdeploy.report.result import RunResult
+    from etdeploy.results.result import RunResult
 
 REQUEST_NAME = "request.json"
 RESULT_NAME = "result.json"
@@ -111,7 +111,7 @@ def worker_env() -> dict[str, str]:
 
 def read_result(folder: Path) -> RunResult | None:
     """The worker's result; None when it wrote none (it crashed or was killed)."""
-    from etdeploy.report.result import RunResult
+    from etdeploy.results.result import RunResult
 
     try:
         result = RunResult.from_json(json.loads((folder / RESULT_NAME).read_text()))

@@ -51,7 +51,7 @@ SHIFT_FLOORS: dict[str, tuple[float, float]] = {
 }
 # Metrics that are not tracked: a night's spread and slowest iteration (a busy
 # night's noise), and the memory parts that vary with what the machine did before
-# (etdeploy.report.baseline_memory compares them only through the peak). The
+# (etdeploy.results.baseline_memory compares them only through the peak). The
 # fastest iteration is tracked: a busy machine cannot make it faster, so it moves
 # with the program where the median moves with the machine too.
 UNTRACKED_SUFFIXES = (

@@ -28,8 +28,8 @@ from etdeploy.history.changes import (
     tracked,
 )
 from etdeploy.history.records import PASSED, JobKey, JobRecord, record_of, unit_of
-from etdeploy.report.baseline import CHANGE_POINT, OUTLIER, Regression
-from etdeploy.report.result import RunResult
+from etdeploy.results.baseline import CHANGE_POINT, OUTLIER, Regression
+from etdeploy.results.result import RunResult
 from etdeploy.units import format_bytes, format_ms
 
 # A change point is tonight's news for this many nights after it.
@@ -78,7 +78,7 @@ def shown(metric: str, value: float) -> str:
 
 def judge_tonight(results: Sequence[RunResult], history: Sequence[JobRecord]) -> HistoryJudgement:
     """Tonight's results against the nights before them."""
-    from etdeploy.report.common import job_key
+    from etdeploy.results.jobs import job_key
 
     tonight = [(result, record_of(result)) for result in results]
     uids = {record.job_uid for _, record in tonight}
@@ -140,7 +140,7 @@ def _outlier(series: Series) -> tuple[float, float] | None:
 
 
 def _change_regression(key: object, change: ChangePoint) -> Regression:
-    from etdeploy.report.common import JobKey as ReportKey
+    from etdeploy.results.jobs import JobKey as ReportKey
 
     assert isinstance(key, ReportKey)
     nights = f"{change.night[:10]}"
@@ -154,7 +154,7 @@ def _change_regression(key: object, change: ChangePoint) -> Regression:
 
 
 def _outlier_regression(key: object, metric: str, median: float, now: float) -> Regression:
-    from etdeploy.report.common import JobKey as ReportKey
+    from etdeploy.results.jobs import JobKey as ReportKey
 
     assert isinstance(key, ReportKey)
     message = (

@@ -19,7 +19,7 @@ from etdeploy.history.judge import HistoryJudgement, judge_tonight
 from etdeploy.history.records import JobRecord, record_of
 from etdeploy.history.store import RecordOutcome, default_store, open_store
 from etdeploy.history.trend import TrendSeries, write_trend_page
-from etdeploy.report.result import RunResult
+from etdeploy.results.result import RunResult
 
 # $ETDEPLOY_HISTORY=off: a farm keeps no history.
 OFF = "off"

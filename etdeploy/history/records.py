@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from etdeploy.report.result import RunResult
+from etdeploy.results.result import RunResult
 
 # The series name's separator: model|backend|quantization|device|metric.
 SEP = "|"
@@ -70,7 +70,7 @@ def unit_of(metric: str) -> str:
 
 
 def job_key_of(result: RunResult) -> JobKey:
-    from etdeploy.report.common import short_model
+    from etdeploy.results.jobs import short_model
 
     artifact = result.artifact
     backend = result.job.backend or (artifact.backend if artifact else None) or "?"

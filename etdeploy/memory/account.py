@@ -26,7 +26,7 @@ before the program was loaded (its baseline):
 from __future__ import annotations
 
 from etdeploy.memory.probe import PhaseReading, RunnerMemory, Snapshot
-from etdeploy.report.result_memory import UNEXPLAINED, MemoryPart, MemoryPhase
+from etdeploy.results.result_memory import UNEXPLAINED, MemoryPart, MemoryPhase
 
 
 def account(reading: RunnerMemory) -> tuple[MemoryPhase, ...]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from etdeploy.config import DeviceConfig
 from etdeploy.errors import UsageError
-from etdeploy.report.result_memory import Memory, MemoryLimit
+from etdeploy.results.result_memory import Memory, MemoryLimit
 
 _HINT = "write a size: bytes, or a number with kB/MB/GB (decimal) or KiB/MiB/GiB, e.g. 300MB"
 

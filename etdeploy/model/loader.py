@@ -19,10 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from etdeploy.errors import ModelError, UsageError
 from etdeploy.model.spec import ModelSpec
+
+if TYPE_CHECKING:
+    import torch
 
 EXAMPLES: dict[str, str] = {
     "digits": "etdeploy.model.examples.digits:build",
@@ -209,7 +212,7 @@ def load_model(ref: ModelRef) -> ModelSpec:
     return _as_spec(returned, ref)
 
 
-def _find_factory(ref: ModelRef) -> Callable[[], Any]:
+def _find_factory(ref: ModelRef) -> Callable[[], object]:
     if ref.kind == "file":
         path = Path(ref.location).resolve()
         module_name = f"_etdeploy_model_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
@@ -251,7 +254,7 @@ def _find_factory(ref: ModelRef) -> Callable[[], Any]:
     return _factory_of(module, ref)
 
 
-def _factory_of(module: ModuleType, ref: ModelRef) -> Callable[[], Any]:
+def _factory_of(module: ModuleType, ref: ModelRef) -> Callable[[], object]:
     assert ref.factory is not None
     factory: object = getattr(module, ref.factory, None)
     if factory is None:
@@ -267,7 +270,7 @@ def _factory_of(module: ModuleType, ref: ModelRef) -> Callable[[], Any]:
     return factory
 
 
-def _as_spec(returned: Any, ref: ModelRef) -> ModelSpec:
+def _as_spec(returned: object, ref: ModelRef) -> ModelSpec:
     import torch
 
     if isinstance(returned, ModelSpec):
@@ -306,7 +309,7 @@ def _as_spec(returned: Any, ref: ModelRef) -> ModelSpec:
     return spec
 
 
-def _forward_arg_names(module: Any, count: int) -> list[str]:
+def _forward_arg_names(module: torch.nn.Module, count: int) -> list[str]:
     try:
         params = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):

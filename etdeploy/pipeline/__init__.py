@@ -17,7 +17,7 @@
     localize.py    localize  (--localize) the tapped twin on the device; the first operator
     taps.py                  whose error outgrows its inputs' (localize_runs.py: the
                              tapped twin run on the device and eagerly)
-    run.py         run_job   the stages composed into one RunResult (etdeploy.report.result)
+    run.py         run_job   the stages composed into one RunResult (etdeploy.results.result)
     shapes.py                (--shapes) the program run at points of its dynamic range
                              (shape_points.py: the points parsed and resolved)
     make_bundle.py           `etdeploy bundle`: build, stage and references written as a job
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
         run_job,
         write_result_json,
     )
-    from etdeploy.report.result import RESULT_SCHEMA_ID as RESULT_SCHEMA
-    from etdeploy.report.result import RunResult
+    from etdeploy.results.result import RESULT_SCHEMA_ID as RESULT_SCHEMA
+    from etdeploy.results.result import RunResult
 
 # Where each public name lives: imported on first use (etdeploy.lazy), so naming the
 # job (the CLI parsing a command line) does not import the stages (numpy, the devices).
@@ -51,8 +51,8 @@ _EXPORTS = {
     **dict.fromkeys(("RunJob", "StatusCallback", "new_job_id"), "etdeploy.pipeline.job"),
     **dict.fromkeys(("RunContext", "as_error", "error_result", "run_job", "write_result_json"),
                     "etdeploy.pipeline.run"),
-    "RunResult": "etdeploy.report.result",
-    "RESULT_SCHEMA": "etdeploy.report.result:RESULT_SCHEMA_ID",
+    "RunResult": "etdeploy.results.result",
+    "RESULT_SCHEMA": "etdeploy.results.result:RESULT_SCHEMA_ID",
 }  # fmt: skip
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 

@@ -34,7 +34,7 @@ from etdeploy import runner as contract
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, Push, job_dir
 from etdeploy.errors import EtdeployError
 from etdeploy.pipeline.job import StatusCallback
-from etdeploy.preflight.describe import remote_runner_dir
+from etdeploy.preflight.describe_runner import remote_runner_dir
 from etdeploy.program import Program
 from etdeploy.staged import Staged
 

@@ -28,8 +28,8 @@ from etdeploy.devices.base import RunOutput
 from etdeploy.errors import InputError, RunnerError
 from etdeploy.pipeline.deploy import Deployed, Target, shapes_if_dynamic
 from etdeploy.program import Program
-from etdeploy.report.result import Latency, Profile
-from etdeploy.report.result_accuracy import Throughput
+from etdeploy.results.result import Latency, Profile
+from etdeploy.results.result_accuracy import Throughput
 from etdeploy.staged import Staged
 
 LOG_HEAD_LINES = 40
@@ -270,7 +270,7 @@ def _run(
 
 def invocation_runner(target: Target, invocation: contract.RunnerInvocation) -> str:
     """The runner executable on the device, beside the other bundle files."""
-    from etdeploy.preflight.describe import remote_runner_dir
+    from etdeploy.preflight.describe_runner import remote_runner_dir
 
     return f"{remote_runner_dir(target.device, target.bundle)}/{target.bundle.executable}"
 

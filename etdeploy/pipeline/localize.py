@@ -41,7 +41,7 @@ from etdeploy.pipeline.plan import LocalizeRequest
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
 from etdeploy.pipeline.verify import Judged, is_quantized
 from etdeploy.program import Program
-from etdeploy.report.result_localization import (
+from etdeploy.results.result_localization import (
     Amplifier,
     FirstDivergence,
     Localization,
@@ -460,7 +460,7 @@ def _verdict(
     module: str | None,
 ) -> tuple[str, str]:
     """The localisation's status and its one-line reason."""
-    from etdeploy.report.result_localization import describe_error, where
+    from etdeploy.results.result_localization import describe_error, where
 
     over = [r for r in rows if r.status != "ok"]
     if first is not None:

@@ -20,7 +20,7 @@ from etdeploy.pipeline.job import StatusCallback
 from etdeploy.pipeline.plan import LocalizeRequest
 from etdeploy.pipeline.verify import Judged
 from etdeploy.program import Program, describe_program
-from etdeploy.report.result_localization import TapTolerance
+from etdeploy.results.result_localization import TapTolerance
 from etdeploy.staged import Staged
 
 # Per sample, per output of the tapped program (by output index).

@@ -13,9 +13,9 @@ from etdeploy.memory.limit import MaxMemory, judge_limit
 from etdeploy.pipeline.execute import Executed
 from etdeploy.pipeline.job import RunJob
 from etdeploy.program import Program
-from etdeploy.report.result import RunResult
-from etdeploy.report.result_memory import Memory
-from etdeploy.report.result_shapes import ShapePoint
+from etdeploy.results.result import RunResult
+from etdeploy.results.result_memory import Memory
+from etdeploy.results.result_shapes import ShapePoint
 
 
 def memory_of(program: Program, executed: Executed) -> Memory:

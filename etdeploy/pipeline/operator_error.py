@@ -33,7 +33,7 @@ import numpy as np
 
 from etdeploy.builder.tap_plan import FULL
 from etdeploy.builder.tapped_manifest import TapInfo
-from etdeploy.report.result import OperatorError
+from etdeploy.results.result import OperatorError
 
 if TYPE_CHECKING:  # imported where torch is
     import torch

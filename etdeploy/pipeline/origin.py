@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from etdeploy.pipeline.taps import GROWTH
-from etdeploy.report.result import Amplifier, OperatorError, Origin, TapResult
-from etdeploy.report.result_localization import describe_amplifiers, describe_own_error, where
+from etdeploy.results.result import Amplifier, OperatorError, Origin, TapResult
+from etdeploy.results.result_localization import describe_amplifiers, describe_own_error, where
 
 # What each kind of amplifier does, by the operator (aten's name).
 _CAUSES = {

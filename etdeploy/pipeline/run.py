@@ -55,7 +55,7 @@ from etdeploy.pipeline.verify import Judged, judge, size_verdict
 from etdeploy.preflight import PreflightReport, preflight
 from etdeploy.program import Program
 from etdeploy.quarantine import noticed_damage
-from etdeploy.report.result import (
+from etdeploy.results.result import (
     Artifact,
     DeployStats,
     DeviceLock,
@@ -75,7 +75,7 @@ from etdeploy.staged import Staged
 if TYPE_CHECKING:
     import numpy as np
 
-    from etdeploy.report.result import Localization
+    from etdeploy.results.result import Localization
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from etdeploy.pipeline.job import StatusCallback
     from etdeploy.pipeline.verify import VerifySettings
     from etdeploy.program import Program
-    from etdeploy.report.result_shapes import ShapePoint
+    from etdeploy.results.result_shapes import ShapePoint
     from etdeploy.staged import Staged
 
 
@@ -126,7 +126,7 @@ def run_points(
     from etdeploy.pipeline.execute import execute, latency_of
     from etdeploy.pipeline.memory import memory_of
     from etdeploy.pipeline.verify import judge
-    from etdeploy.report.result_shapes import ShapePoint
+    from etdeploy.results.result_shapes import ShapePoint
 
     found = []
     for index, point in enumerate(check_points(request.points, program)):

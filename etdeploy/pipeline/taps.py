@@ -25,7 +25,7 @@ import numpy as np
 
 from etdeploy.builder.tap_plan import FULL
 from etdeploy.builder.tapped_manifest import TapInfo
-from etdeploy.report.result import (
+from etdeploy.results.result import (
     FirstDivergence,
     OperatorError,
     TapMetrics,

@@ -18,7 +18,7 @@ from etdeploy import accuracy
 from etdeploy.dataset import Labels
 from etdeploy.errors import InputError
 from etdeploy.program import Program
-from etdeploy.report.result_accuracy import (
+from etdeploy.results.result_accuracy import (
     Disagreement,
     PairedDifference,
     TaskAccuracy,

@@ -25,8 +25,8 @@ from etdeploy.config import Config
 from etdeploy.pipeline.memory import JudgedMemory
 from etdeploy.pipeline.task import task_accuracy
 from etdeploy.program import Program
-from etdeploy.report.result import HostCheck, SizeSummary, Thresholds, Verdict
-from etdeploy.report.result_accuracy import TaskAccuracy
+from etdeploy.results.result import HostCheck, SizeSummary, Thresholds, Verdict
+from etdeploy.results.result_accuracy import TaskAccuracy
 from etdeploy.staged import Staged
 
 

@@ -44,7 +44,7 @@ from etdeploy.preflight.compare import (
     PreflightReport,
     compare,
 )
-from etdeploy.preflight.describe import (
+from etdeploy.preflight.describe_runner import (
     Described,
     Status,
     built_runner_for,

@@ -8,9 +8,9 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from etdeploy.errors import EtdeployError, InputError
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.preflight.needs import (
     ProgramNeeds,
     VersionVerdict,
@@ -44,7 +44,7 @@ class KernelProvider:
     # needs libtorch and Python cannot.
     linkable: bool
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"library": self.library, "component": self.component, "linkable": self.linkable}
 
 
@@ -125,7 +125,7 @@ class MissingOperator:
     available: tuple[tuple[str, ...], ...]
     providers: tuple[KernelProvider, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "methods": list(self.methods),
@@ -142,7 +142,7 @@ class MissingBackend:
     option: str | None  # `--backends` name
     in_wheel: bool
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "methods": list(self.methods),
@@ -262,8 +262,8 @@ class PreflightReport:
             found.append(Finding("selective build", "ok", needs.selective_build_flag(), ""))
         return found
 
-    def to_json(self) -> dict[str, Any]:
-        runner = None
+    def to_json(self) -> JsonObject:
+        runner: JsonObject | None = None
         if self.runner is not None:
             runner = {
                 "runner_version": self.runner.runner_version,

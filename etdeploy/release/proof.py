@@ -21,7 +21,7 @@ from etdeploy.pipeline import RunContext, RunJob, as_error, error_result, run_jo
 from etdeploy.release.package import Release
 from etdeploy.release.properties import read_properties
 from etdeploy.release.rules import DeviceProperties, Selected
-from etdeploy.report.result import RunResult
+from etdeploy.results.result import RunResult
 
 SCHEMA = "etdeploy.release-check/1"
 # The job a device runs: (device name, the variant's .pte) -> RunJob. The CLI makes it from

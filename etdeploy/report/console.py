@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from etdeploy.report.common import metric_text, paired_line
 from etdeploy.report.console_memory import failure_lines, render_memory, render_shapes
-from etdeploy.report.result import (
+from etdeploy.report.text import metric_text, paired_line
+from etdeploy.results.result import (
     OutputMetrics,
     RunResult,
     SizeSummary,
@@ -29,7 +29,7 @@ from etdeploy.report.result import (
 from etdeploy.units import format_bytes, format_ms
 
 if TYPE_CHECKING:
-    from etdeploy.report.result import Localization
+    from etdeploy.results.result import Localization
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from etdeploy.report.result_lm import LanguageModelResult
+from etdeploy.results.result_lm import LanguageModelResult
 from etdeploy.units import format_bytes
 
 

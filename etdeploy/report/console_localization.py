@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from etdeploy.report.result import Amplifier, Localization, TapResult
+from etdeploy.results.result import Amplifier, Localization, TapResult
 
 
 def _num(value: float, spec: str) -> str:
@@ -21,7 +21,7 @@ def render_localization(found: Localization, out: Console) -> None:
     is not squeezed to 80 columns, and the lines do not wrap."""
     from rich import box
 
-    from etdeploy.report.result_localization import (
+    from etdeploy.results.result_localization import (
         describe_amplifiers,
         describe_error,
         describe_own_error,

@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from etdeploy.atomic import atomic_write
-from etdeploy.report.baseline import Regression, compare_to_baseline
-from etdeploy.report.common import JobKey, NotRun, failure_kind, job_key, summarize, unique
 from etdeploy.report.html_format import count, e, num, regression_value, size
 from etdeploy.report.html_job import job_section, status_class, status_label
 from etdeploy.report.plots import plots_html
 from etdeploy.report.plots_base import Job
-from etdeploy.report.result import RunResult, SizeVerdict
+from etdeploy.results.baseline import Regression, compare_to_baseline
+from etdeploy.results.jobs import JobKey, NotRun, failure_kind, job_key, summarize, unique
+from etdeploy.results.result import RunResult, SizeVerdict
 from etdeploy.units import format_ms
 
 _CSS = """

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from etdeploy.report.html_format import e
-from etdeploy.report.result import PairedDifference, TaskAccuracy
+from etdeploy.results.result import PairedDifference, TaskAccuracy
 
 
 def accuracy_block(found: TaskAccuracy) -> str:

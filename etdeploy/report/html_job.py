@@ -12,14 +12,6 @@ from __future__ import annotations
 
 import math
 
-from etdeploy.report.baseline import Regression
-from etdeploy.report.common import (
-    error_type,
-    failure_kind,
-    failure_message,
-    joined_logs,
-    metrics_by_output,
-)
 from etdeploy.report.html_accuracy import accuracy_block
 from etdeploy.report.html_format import (
     Cell,
@@ -35,8 +27,11 @@ from etdeploy.report.html_format import (
 from etdeploy.report.html_localization import localization_block
 from etdeploy.report.html_memory import memory_block
 from etdeploy.report.plots_base import Job
-from etdeploy.report.result import Latency, RunResult, SizeSummary, Verdict
-from etdeploy.report.result_memory import PART_LABELS
+from etdeploy.report.text import joined_logs, metrics_by_output
+from etdeploy.results.baseline import Regression
+from etdeploy.results.jobs import error_type, failure_kind, failure_message
+from etdeploy.results.result import Latency, RunResult, SizeSummary, Verdict
+from etdeploy.results.result_memory import PART_LABELS
 from etdeploy.units import format_ms
 
 # A result has one metrics row per output and sample; past this the table stays

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from etdeploy.report.html_format import db, e, num, size
-from etdeploy.report.result import Localization, TapResult
-from etdeploy.report.result_localization import describe_amplifiers, describe_own_error
+from etdeploy.results.result import Localization, TapResult
+from etdeploy.results.result_localization import describe_amplifiers, describe_own_error
 
 _STATUS_CLASS = {
     "localized": "status-failed",

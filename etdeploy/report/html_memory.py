@@ -6,9 +6,9 @@ The stacked bar per phase is in the plots (etdeploy.report.plots.plot_memory).""
 from __future__ import annotations
 
 from etdeploy.report.html_format import e, size_short
-from etdeploy.report.result import RunResult
-from etdeploy.report.result_memory import PART_LABELS, UNEXPLAINED, Memory
-from etdeploy.report.result_shapes import smallest_point_cost
+from etdeploy.results.result import RunResult
+from etdeploy.results.result_memory import PART_LABELS, UNEXPLAINED, Memory
+from etdeploy.results.result_shapes import smallest_point_cost
 
 
 def memory_block(result: RunResult, base: RunResult | None) -> str:

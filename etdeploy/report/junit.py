@@ -5,7 +5,7 @@ that render test reports): <testsuites> holding one <testsuite> with the counts
 tests/failures/errors/skipped/time, and per testcase at most one <failure> or
 <error>, then <system-out> (the error budget, the task-accuracy block when the samples
 carry labels, the clipped logs) and <system-err> (the warnings).
-A planned job without a result (etdeploy.report.NotRun: a combination that
+A planned job without a result (etdeploy.results.NotRun: a combination that
 cannot run, a shard that never reported) is a testcase with <skipped>, so CI
 lists it instead of forgetting it.
 A failed check is a <failure> (type "numerics", "size" or "regression"); a run
@@ -23,20 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from etdeploy.atomic import atomic_write
-from etdeploy.report.baseline import Regression
-from etdeploy.report.common import (
-    JobKey,
-    NotRun,
-    accuracy_lines,
-    budget_lines,
-    clip,
-    error_type,
-    failure_kind,
-    failure_message,
-    job_key,
-    joined_logs,
-)
-from etdeploy.report.result import RunResult
+from etdeploy.report.text import accuracy_lines, budget_lines, clip, joined_logs
+from etdeploy.results.baseline import Regression
+from etdeploy.results.jobs import JobKey, NotRun, error_type, failure_kind, failure_message, job_key
+from etdeploy.results.result import RunResult
 
 # XML 1.0 cannot hold most control characters, not even escaped; runner logs
 # carry them (ANSI colours, a NUL from a crashed process).

@@ -19,10 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from etdeploy.report.common import JobKey, metrics_by_output, short_model
 from etdeploy.report.plots_base import LIMIT_COLOUR, Job, _cap, _height, _short
 from etdeploy.report.plots_memory import plot_memory
-from etdeploy.report.result import Delegation, Latency, RunResult, SizeSummary, Verdict
+from etdeploy.report.text import metrics_by_output
+from etdeploy.results.jobs import JobKey, short_model
+from etdeploy.results.result import Delegation, Latency, RunResult, SizeSummary, Verdict
 
 # The colours of the report's matrix (its CSS), reused here so a reader maps one
 # to the other.

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from etdeploy.report.common import JobKey
-from etdeploy.report.result import RunResult
+from etdeploy.results.jobs import JobKey
+from etdeploy.results.result import RunResult
 
 _PLOT_LABEL_CHARS = 48
 # Rows per plot; past this a plot shows the worst rows (a PNG over 2**16 pixels

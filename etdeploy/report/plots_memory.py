@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from etdeploy.report.plots_base import LIMIT_COLOUR, Job, _cap, _height, _short
-from etdeploy.report.result_memory import PART_LABELS, UNEXPLAINED, MemoryPhase
+from etdeploy.results.result_memory import PART_LABELS, UNEXPLAINED, MemoryPhase
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

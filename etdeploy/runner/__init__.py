@@ -11,7 +11,7 @@ reference instead of a result document.
 Pure Python and torch-free: a device transport builds the argv here
 (invocation.py), runs it wherever the device is, and hands the exit status and
 text back to `runner_failure` (failure.py) or to `parse_log` (log.py) /
-`parse_result_json` (result.py).
+`parse_result_json` (runner_result.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from etdeploy.runner.invocation import (
     samples_file_text,
 )
 from etdeploy.runner.log import RunnerLog, parse_log
-from etdeploy.runner.result import (
+from etdeploy.runner.runner_result import (
     BATCH_SCHEMA,
     RESULT_SCHEMA,
     RunnerResult,

@@ -9,10 +9,10 @@ that changes the binary: the harness sources, the ExecuTorch version, the
 compiler, the ABI and the kernel libraries and backends it registers. A hit
 costs a stat and a small JSON read.
 
-    bundle.py     what a bundle is (RunnerBundle, kinds, bundle.json)
+    runner_bundle.py  what a bundle is (RunnerBundle, kinds, bundle.json)
     toolchain.py  finding the harness, the executorch package, CMake, the compiler
     plans.py      what to build for an ABI (host, NDK, arm64) and its cache key
-    build.py      building a plan into the cache (ensure_runner, cached_runner)
+    cached_runner.py  building a plan into the cache (ensure_runner, cached_runner)
     arm64.py      the arm64 bundle's wheel, cross compiler and bundled glibc
     x86_64.py     the x86_64 bundle: the host build with its glibc, for Android emulators
     glibc_bundle.py  making a bundle self-contained with its glibc and loader
@@ -25,8 +25,17 @@ from typing import TYPE_CHECKING
 from etdeploy.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from etdeploy.runner_build.build import cached_runner, ensure_runner
-    from etdeploy.runner_build.bundle import (
+    from etdeploy.runner_build.cached_runner import cached_runner, ensure_runner
+    from etdeploy.runner_build.choice import RunnerChoice, runner_choice, runner_for_device
+    from etdeploy.runner_build.external import binary_abi, external_runner, runner_from_path
+    from etdeploy.runner_build.plans import (
+        BACKENDS,
+        DEFAULT_BACKENDS,
+        KERNEL_LIBRARIES,
+        bundle_key,
+        ndk_configured,
+    )
+    from etdeploy.runner_build.runner_bundle import (
         ABIS,
         BUNDLE_MANIFEST,
         BUNDLE_SCHEMA,
@@ -38,15 +47,6 @@ if TYPE_CHECKING:
         KINDS,
         Progress,
         RunnerBundle,
-    )
-    from etdeploy.runner_build.choice import RunnerChoice, runner_choice, runner_for_device
-    from etdeploy.runner_build.external import binary_abi, external_runner, runner_from_path
-    from etdeploy.runner_build.plans import (
-        BACKENDS,
-        DEFAULT_BACKENDS,
-        KERNEL_LIBRARIES,
-        bundle_key,
-        ndk_configured,
     )
     from etdeploy.runner_build.toolchain import (
         executorch_package_dir,
@@ -60,10 +60,10 @@ if TYPE_CHECKING:
 # Each name's module: importing the package imports none of them (etdeploy.lazy).
 _AT = "etdeploy.runner_build."
 _EXPORTS = {
-    **dict.fromkeys(("cached_runner", "ensure_runner"), _AT + "build"),
+    **dict.fromkeys(("cached_runner", "ensure_runner"), _AT + "cached_runner"),
     **dict.fromkeys(("ABIS", "BUNDLE_MANIFEST", "BUNDLE_SCHEMA", "EXECUTABLE", "KIND_ARM64",
                      "KIND_EXTERNAL", "KIND_HOST", "KIND_NDK", "KINDS", "Progress",
-                     "RunnerBundle"), _AT + "bundle"),
+                     "RunnerBundle"), _AT + "runner_bundle"),
     **dict.fromkeys(("RunnerChoice", "runner_choice", "runner_for_device"), _AT + "choice"),
     **dict.fromkeys(("binary_abi", "external_runner", "runner_from_path"), _AT + "external"),
     **dict.fromkeys(("BACKENDS", "DEFAULT_BACKENDS", "KERNEL_LIBRARIES", "bundle_key",

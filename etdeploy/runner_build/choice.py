@@ -7,8 +7,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
-from etdeploy.runner_build.bundle import KIND_ARM64, KIND_HOST, KIND_NDK, Progress, RunnerBundle
 from etdeploy.runner_build.plans import ndk_configured
+from etdeploy.runner_build.runner_bundle import (
+    KIND_ARM64,
+    KIND_HOST,
+    KIND_NDK,
+    Progress,
+    RunnerBundle,
+)
 from etdeploy.runner_build.toolchain import host_abi
 from etdeploy.runner_build.x86_64 import KIND as KIND_X86_64
 
@@ -67,7 +73,7 @@ def runner_choice(info: DeviceInfo) -> RunnerChoice:
 def runner_for_device(info: DeviceInfo, progress: Progress | None = None) -> RunnerBundle:
     """The bundle `runner_choice` names for the device, built if the cache lacks it."""
     # Here, not above: the build and its locks are imported by those who build.
-    from etdeploy.runner_build.build import ensure_runner
+    from etdeploy.runner_build.cached_runner import ensure_runner
 
     choice = runner_choice(info)
     if progress is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from etdeploy.errors import UsageError
-from etdeploy.runner_build.bundle import (
+from etdeploy.runner_build.runner_bundle import (
     BUNDLE_MANIFEST,
     EXECUTABLE,
     KIND_EXTERNAL,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
-from etdeploy.runner_build.bundle import ABIS, KIND_ARM64, KIND_HOST, KIND_NDK
+from etdeploy.runner_build.runner_bundle import ABIS, KIND_ARM64, KIND_HOST, KIND_NDK
 from etdeploy.runner_build.toolchain import (
     compiler_identity,
     executorch_package_dir,

@@ -27,13 +27,6 @@ from pathlib import Path
 
 from etdeploy.digests import sha256_file
 from etdeploy.errors import UsageError
-from etdeploy.runner_build.bundle import (
-    BUNDLE_MANIFEST,
-    BUNDLE_SCHEMA,
-    KIND_X86_64,
-    Progress,
-    RunnerBundle,
-)
 from etdeploy.runner_build.glibc_bundle import (
     PROGRAM,
     GlibcToolchain,
@@ -42,6 +35,13 @@ from etdeploy.runner_build.glibc_bundle import (
     self_contain,
 )
 from etdeploy.runner_build.plans import ndk_configured
+from etdeploy.runner_build.runner_bundle import (
+    BUNDLE_MANIFEST,
+    BUNDLE_SCHEMA,
+    KIND_X86_64,
+    Progress,
+    RunnerBundle,
+)
 
 KIND = KIND_X86_64
 ABI = "x86_64"

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from etdeploy.report.console import passing_setting
-from etdeploy.report.result import BudgetStage, Thresholds, Verdict
+from etdeploy.results.result import BudgetStage, Thresholds, Verdict
 from tests.cli.conftest import assert_one_line_error, etdeploy
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import write_config

@@ -31,8 +31,8 @@ from etdeploy.devices.adb import (
     list_attached,
     resolve_serial,
 )
+from etdeploy.devices.digest_records import record_path
 from etdeploy.devices.lock import device_lock
-from etdeploy.devices.records import record_path
 from etdeploy.devices.transfer import temporary_name
 from etdeploy.digests import RACY_MARGIN_NS, sha256_file
 from etdeploy.errors import DeviceError, TransportError, UsageError

@@ -19,9 +19,9 @@ import pytest
 
 from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME, load_farm_spec, select_shard
 from etdeploy.farm.merge import merge_sources, write_merged
-from etdeploy.report import farm_document, validate_farm
-from etdeploy.report.result import FarmPlacement, RunResult, Shard
-from tests.report.docs import RESULTS
+from etdeploy.results import farm_document, validate_farm
+from etdeploy.results.result import FarmPlacement, RunResult, Shard
+from tests.results.docs import RESULTS
 from tests.support.farm_fixtures import (
     MODELS,
     REPO,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME, exit_code
-from etdeploy.report import JobKey, Regression, validate_farm
-from etdeploy.report.baseline import OUTLIER
+from etdeploy.results import JobKey, Regression, validate_farm
+from etdeploy.results.baseline import OUTLIER
 from tests.support.farm_fixtures import QUICK, farm, lines_of, tiny_result, write_spec
 
 

@@ -85,7 +85,7 @@ def test_four_devices_finish_while_one_phone_keeps_dropping(
     ]
     assert len(errors) == 1 and errors[0].get("type", "").startswith("infrastructure.")
 
-    from etdeploy.report import validate_farm
+    from etdeploy.results import validate_farm
 
     doc = json.loads((tmp_path / "farm.json").read_text())
     validate_farm(doc)

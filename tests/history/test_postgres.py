@@ -14,7 +14,7 @@ import pytest
 
 from etdeploy.history.records import record_of
 from etdeploy.history.store import open_store
-from etdeploy.report.result import RunResult
+from etdeploy.results.result import RunResult
 from tests.history.conftest import RealNights
 from tests.history.nights import MEMORY_NIGHT, sixty_nights, write_night
 from tests.support.farm_fixtures import REPO, write_spec

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from etdeploy.cli import app
 from etdeploy.history.judge import judge_tonight
 from etdeploy.history.records import record_of
-from etdeploy.report import compare_to_baseline
-from etdeploy.report.baseline_memory import memory_growth
-from etdeploy.report.result import RunResult
+from etdeploy.results import compare_to_baseline
+from etdeploy.results.baseline_memory import memory_growth
+from etdeploy.results.result import RunResult
 from tests.history.conftest import RealNights
 from tests.history.nights import (
     LATENCY_MODEL,
@@ -117,9 +117,9 @@ def test_noise_raises_no_alarm(real_nights: RealNights, sixty: list[list[Doc]]) 
 
 
 def single_baseline_alarms(now: RunResult, before: RunResult) -> list[str]:
-    """The farm's judgement before issue 38 (report/baseline.py as it was): latency
+    """The farm's judgement before issue 38 (results/baseline.py as it was): latency
     over max(median x 1.10, the baseline's p90, its median + stdev), no floor and no
-    spread of the current run; memory as etdeploy.report.baseline_memory."""
+    spread of the current run; memory as etdeploy.results.baseline_memory."""
     found = []
     a, b = before.latency_ms, now.latency_ms
     if a is not None and b is not None and a.median is not None and b.median is not None:

@@ -15,8 +15,8 @@ from etdeploy.cli import app
 from etdeploy.errors import UsageError
 from etdeploy.history.records import record_of
 from etdeploy.history.store import open_store
-from etdeploy.report.result import RunResult
-from tests.report.docs import load_sample
+from etdeploy.results.result import RunResult
+from tests.results.docs import load_sample
 
 
 def history(*args: str | Path) -> Any:

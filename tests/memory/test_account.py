@@ -10,7 +10,7 @@ import pytest
 
 from etdeploy.memory.account import account
 from etdeploy.memory.probe import parse_runner_memory
-from etdeploy.report.result_memory import PART_LABELS, MemoryPhase
+from etdeploy.results.result_memory import PART_LABELS, MemoryPhase
 from tests.memory.conftest import Reading
 
 # The share of each phase's peak the account may leave unexplained (issue 26).

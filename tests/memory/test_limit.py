@@ -15,9 +15,9 @@ from etdeploy.memory.limit import MaxMemory, judge_limit, parse_max_memory, reso
 from etdeploy.memory.probe import parse_runner_memory
 from etdeploy.pipeline.memory import JudgedMemory, judge_memory
 from etdeploy.pipeline.verify import Judged
-from etdeploy.report.result import SizeSummary, Verdict
-from etdeploy.report.result_memory import Memory
-from etdeploy.report.result_shapes import ShapePoint
+from etdeploy.results.result import SizeSummary, Verdict
+from etdeploy.results.result_memory import Memory
+from etdeploy.results.result_shapes import ShapePoint
 from tests.memory.conftest import Reading
 
 

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from etdeploy.builder.tapped import TapInfo
 from etdeploy.cli import app
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
-from etdeploy.report.result import RunResult
+from etdeploy.results.result import RunResult
 from etdeploy.verify import DEFAULT_THRESHOLDS
 
 MODELS = Path(__file__).parent.parent / "data" / "models"
@@ -156,7 +156,7 @@ def test_the_layer_norm_is_named_not_the_add_before_it_nor_the_layers_after(chai
     assert all(taps[k]["local"]["ratio"] < 1 for k in ("add@", "linear@head.0", "linear@head.2"))
     assert found["status"] == "localized" and "hint" not in found
     # The document reads back whole and fits the result schema.
-    from etdeploy.report.schema import validate_result
+    from etdeploy.results.schema import validate_result
 
     validate_result(result)
     assert RunResult.from_json(result).to_json() == result

@@ -20,7 +20,7 @@ import torch
 
 from etdeploy.pipeline.operator_bounds import bound_for
 from etdeploy.pipeline.origin import blame
-from etdeploy.report.result import OperatorError, TapMetrics, TapResult
+from etdeploy.results.result import OperatorError, TapMetrics, TapResult
 
 aten = torch.ops.aten
 

@@ -29,8 +29,8 @@ import pytest
 from typer.testing import CliRunner
 
 from etdeploy.cli import app
-from etdeploy.report.result import RunResult
-from etdeploy.report.schema import validate_result
+from etdeploy.results.result import RunResult
+from etdeploy.results.schema import validate_result
 
 pytestmark = pytest.mark.slow
 

@@ -182,7 +182,8 @@ def test_a_malformed_output_kind_is_bad_input(tmp_path: Path) -> None:
 def test_junit_and_html_carry_the_budget_and_the_calibration_warning(
     int8_digits: dict[str, Any], tmp_path: Path
 ) -> None:
-    from etdeploy.report import RunResult, write_html, write_junit
+    from etdeploy.report import write_html, write_junit
+    from etdeploy.results import RunResult
 
     doc = json.loads(json.dumps(int8_digits["result"]))
     doc["warnings"] = ["int8 calibrated on noise (--random-calibration): ..."]

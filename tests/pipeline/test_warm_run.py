@@ -25,8 +25,8 @@ NOT_ON_A_WARM_RUN = (
     "sklearn",
     "etdeploy.report.html",
     "etdeploy.report.junit",
-    "etdeploy.report.schema",
-    "etdeploy.report.baseline",
+    "etdeploy.results.schema",
+    "etdeploy.results.baseline",
     "etdeploy.model.examples.digits",
 )
 

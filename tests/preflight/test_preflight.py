@@ -32,7 +32,7 @@ from etdeploy.devices.local import LocalDevice
 from etdeploy.errors import EXIT_BAD_INPUT, RunnerError, UsageError
 from etdeploy.pipeline import RunJob, run_job
 from etdeploy.preflight import PreflightError, program_needs, version_verdict
-from etdeploy.preflight.describe import _cache_path, _elf_interpreter
+from etdeploy.preflight.describe_runner import _cache_path, _elf_interpreter
 from etdeploy.preflight.needs import kernel_key, key_tensors
 from etdeploy.runner_build import RunnerBundle, ensure_runner, executorch_package_dir, find_tool
 from tests.support.adb_server import AdbTestbed, adb_testbed
@@ -465,7 +465,7 @@ def test_runner_build_refuses_what_it_cannot_link_with_the_reason(tmp_path: Path
 def test_the_cache_entry_of_a_rebuilt_bundle_is_not_reused(
     host_runner: RunnerBundle, tmp_path: Path
 ) -> None:
-    from etdeploy.preflight.describe import _read_cache, describe_runner
+    from etdeploy.preflight.describe_runner import _read_cache, describe_runner
 
     device = LocalDevice(workdir=tmp_path / "device")
     asked = describe_runner(device, host_runner)

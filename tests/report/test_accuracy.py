@@ -11,9 +11,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from etdeploy.report import compare_to_baseline, write_html, write_junit
+from etdeploy.report import write_html, write_junit
 from etdeploy.report.console import RunConsole
-from tests.report.docs import Doc, as_result, load_sample
+from etdeploy.results import compare_to_baseline
+from tests.results.docs import Doc, as_result, load_sample
 
 
 def regressed() -> Doc:

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from etdeploy.report import JobKey, NotRun, compare_to_baseline, write_html
-from tests.report.docs import (
+from etdeploy.report import write_html
+from etdeploy.results import JobKey, NotRun, compare_to_baseline
+from tests.results.docs import (
     Doc,
     as_result,
     as_results,
@@ -455,7 +456,7 @@ def test_sixteen_jobs_fit_in_a_few_screens(
 
 
 def test_a_localized_job_shows_its_taps_with_the_first_divergence_marked(tmp_path: Path) -> None:
-    from tests.report.docs import load_sample
+    from tests.results.docs import load_sample
 
     doc = load_sample("localized_portable")
     out = tmp_path / "report.html"
@@ -475,7 +476,7 @@ def test_a_localized_job_shows_its_taps_with_the_first_divergence_marked(tmp_pat
 def test_an_ill_conditioned_job_marks_its_origin_and_amplifier_and_gives_the_hint(
     tmp_path: Path,
 ) -> None:
-    from tests.report.docs import load_sample
+    from tests.results.docs import load_sample
 
     doc = load_sample("ill_conditioned_portable")  # validated against the schema
     found = doc["localization"]

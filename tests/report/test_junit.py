@@ -6,8 +6,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from etdeploy.report import JobKey, NotRun, Regression, job_key, write_junit
-from tests.report.docs import (
+from etdeploy.report import write_junit
+from etdeploy.results import JobKey, NotRun, Regression, job_key
+from tests.results.docs import (
     Doc,
     as_result,
     as_results,

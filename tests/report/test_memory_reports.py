@@ -14,10 +14,11 @@ import pytest
 from rich.console import Console
 
 from etdeploy.errors import UsageError
-from etdeploy.report import farm_document, validate_farm, validate_result, write_html, write_junit
-from etdeploy.report.common import failure_kind, failure_message
+from etdeploy.report import write_html, write_junit
 from etdeploy.report.console import RunConsole
-from tests.report.docs import Doc, as_result
+from etdeploy.results import farm_document, validate_farm, validate_result
+from etdeploy.results.jobs import failure_kind, failure_message
+from tests.results.docs import Doc, as_result
 
 
 def over_limit(doc: Doc) -> Doc:

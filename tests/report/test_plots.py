@@ -8,10 +8,10 @@ import math
 
 from matplotlib.figure import Figure
 
-from etdeploy.report import job_key
 from etdeploy.report.plots import error_limits, plot_errors, plot_latency
 from etdeploy.report.plots_base import Job
-from tests.report.docs import Doc, as_result, on_device, with_latency
+from etdeploy.results import job_key
+from tests.results.docs import Doc, as_result, on_device, with_latency
 
 
 def _jobs(*docs: Doc) -> list[Job]:

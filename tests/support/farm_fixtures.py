@@ -171,7 +171,7 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -
 
 def tiny_result(status: str, key: str | None = None, *, infrastructure: bool = False) -> Any:
     """The smallest RunResult of a status: what a farm's log and exit code read."""
-    from etdeploy.report.result import (
+    from etdeploy.results.result import (
         DeviceSummary,
         ErrorInfo,
         FarmPlacement,

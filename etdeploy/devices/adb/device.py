@@ -4,7 +4,7 @@
   temporary name and renames it into place with `mv` after checking its size.
   The phone-side sha256 is toybox's `sha256sum`, except for files etdeploy pushed
   or verified itself: their digest is recorded in the work dir
-  (devices/records.py) and trusted while the file keeps its recorded stat, so an
+  (devices/digest_records.py) and trusted while the file keeps its recorded stat, so an
   unchanged file is not re-read on the phone at every run.
 - run(): each command's shell writes its pid to a file first; adbd makes that
   shell a process-group leader, so a deadline or an idle timeout kills the whole
@@ -35,8 +35,8 @@ from etdeploy.devices.adb.phones import (
 from etdeploy.devices.adb.server import AdbError
 from etdeploy.devices.adb.wire import PhoneLink, RemoteStat
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
+from etdeploy.devices.digest_records import record_command
 from etdeploy.devices.process import CWD_FAILED, env_exports, killed_if_interrupted
-from etdeploy.devices.records import record_command
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,

@@ -21,12 +21,12 @@ from etdeploy.lazy import lazy_exports
 # Imported when first asked for: the settings and the keeper's client need no
 # paramiko, and a command a keeper serves never imports it.
 _EXPORTS = {
-    "DEFAULT_SSH_PORT": "etdeploy.devices.ssh.settings",
-    "SSH_SETTING_TYPES": "etdeploy.devices.ssh.settings",
-    "HostKeyPolicy": "etdeploy.devices.ssh.settings",
-    "SshSettings": "etdeploy.devices.ssh.settings",
-    "SshTarget": "etdeploy.devices.ssh.settings",
-    "check_setting_types": "etdeploy.devices.ssh.settings",
+    "DEFAULT_SSH_PORT": "etdeploy.devices.ssh.host_settings",
+    "SSH_SETTING_TYPES": "etdeploy.devices.ssh.host_settings",
+    "HostKeyPolicy": "etdeploy.devices.ssh.host_settings",
+    "SshSettings": "etdeploy.devices.ssh.host_settings",
+    "SshTarget": "etdeploy.devices.ssh.host_settings",
+    "check_setting_types": "etdeploy.devices.ssh.host_settings",
     "KnownHostsPolicy": "etdeploy.devices.ssh.connection",
     "UnknownHostKey": "etdeploy.devices.ssh.connection",
     "openssh_fingerprint": "etdeploy.devices.ssh.connection",
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         resolve_target,
     )
     from etdeploy.devices.ssh.device import SshDevice
-    from etdeploy.devices.ssh.settings import (
+    from etdeploy.devices.ssh.host_settings import (
         DEFAULT_SSH_PORT,
         SSH_SETTING_TYPES,
         HostKeyPolicy,

@@ -27,7 +27,7 @@ from typing import cast
 
 import paramiko
 
-from etdeploy.devices.ssh.settings import (  # the settings, also importable from here
+from etdeploy.devices.ssh.host_settings import (  # the settings, also importable from here
     DEFAULT_SSH_PORT,
     SSH_SETTING_TYPES,
     HostKeyPolicy,

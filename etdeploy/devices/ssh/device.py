@@ -16,10 +16,10 @@ import shlex
 from collections.abc import Sequence
 
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
+from etdeploy.devices.digest_records import StatFlavour, record_command
 from etdeploy.devices.process import CWD_FAILED, env_exports
-from etdeploy.devices.records import StatFlavour, record_command
+from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
 from etdeploy.devices.ssh.link import SshLink, open_link
-from etdeploy.devices.ssh.settings import SshSettings, SshTarget
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,

@@ -26,8 +26,8 @@ import uuid
 import paramiko
 
 from etdeploy.devices.process import BoundedOutput
+from etdeploy.devices.ssh.command_results import HelperResult
 from etdeploy.devices.ssh.connection import SshConnection
-from etdeploy.devices.ssh.results import HelperResult
 
 
 class HelperShell:

@@ -31,24 +31,29 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from etdeploy.background import Untrusted, check_peer, fork_child
 from etdeploy.devices.lock import held_lock
+from etdeploy.devices.ssh.command_results import Cancelled
+from etdeploy.devices.ssh.host_settings import SshSettings
 from etdeploy.devices.ssh.keeper_ipc import (
     PROTOCOL,
     KeeperPaths,
     completed_to_wire,
     error_to_wire,
     helper_to_wire,
+    of_kind,
     target_to_wire,
+    wire_field,
+    wire_number,
 )
-from etdeploy.devices.ssh.results import Cancelled
-from etdeploy.devices.ssh.settings import SshSettings
 from etdeploy.devices.transfer import BackgroundDigest, Download, TransferProgress, Upload
 from etdeploy.errors import EtdeployError, TransportError, UsageError
 from etdeploy.ipc import LineReader, send
+from etdeploy.jsonvalue import JsonObject, JsonValue
 
 if TYPE_CHECKING:
     from etdeploy.devices.ssh.wire import HostLink
@@ -59,7 +64,7 @@ _WATCH_S = 0.1
 # (each fails fast on the dead connection).
 _DRAIN_S = 2.0
 # What a hello is answered with when the connection has stopped answering: nothing.
-_GONE: dict[str, Any] = {}
+_GONE: JsonObject = {}
 _UNTRACKED = ("hello", "stats", "shutdown")
 # A connection that answered this recently is not asked again when a client arrives.
 _PROVEN_S = 1.0
@@ -278,12 +283,12 @@ class ClientSession:
             if self.executed and self.link.connection.alive():
                 self.link.start_command_session()  # the next command's, ahead
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: JsonObject) -> None:
         with self._send_lock, contextlib.suppress(OSError):
             send(self.sock, message)
 
-    def _handle(self, message: dict[str, Any], cancel: threading.Event) -> None:
-        reply: dict[str, Any]
+    def _handle(self, message: JsonObject, cancel: threading.Event) -> None:
+        reply: JsonObject
         # What uses the connection (not a hello, which may be what asks after it).
         tracked = message.get("op") not in _UNTRACKED
         if tracked:
@@ -316,7 +321,7 @@ class ClientSession:
             return
         self.send(reply)
 
-    def _dispatch(self, message: dict[str, Any], cancel: threading.Event) -> Any:
+    def _dispatch(self, message: JsonObject, cancel: threading.Event) -> JsonValue:
         op = message.get("op")
         link = self.link
         if op == "hello":
@@ -324,16 +329,20 @@ class ClientSession:
                 return _GONE
             return {"pid": os.getpid(), "protocol": PROTOCOL, "target": target_to_wire(link.target)}
         if op == "stats":
-            return {**link.counters(), "pid": os.getpid()}
+            counts: JsonObject = {**link.counters(), "pid": os.getpid()}
+            return counts
         if op == "helper_run":
-            done = link.helper_run(message["script"], deadline_s=message["deadline_s"])
+            done = link.helper_run(
+                wire_field(message, "script", str), deadline_s=wire_number(message, "deadline_s")
+            )
             return helper_to_wire(done)
         if op == "execute":
             try:
+                idle = message.get("idle_timeout_s")
                 completed = link.execute(
-                    message["script"],
-                    deadline_s=message["deadline_s"],
-                    idle_timeout_s=message.get("idle_timeout_s"),
+                    wire_field(message, "script", str),
+                    deadline_s=wire_number(message, "deadline_s"),
+                    idle_timeout_s=None if idle is None else wire_number(message, "idle_timeout_s"),
                     cancel=cancel,
                 )
             finally:
@@ -348,13 +357,13 @@ class ClientSession:
             self._download(message, cancel)
             return None
         if op == "exists":
-            return link.exists(message["path"])
+            return link.exists(wire_field(message, "path", str))
         if op == "shutdown":
             self.keeper.stop_requested.set()
             return None
         raise UsageError(f"the ssh keeper has no request {op!r}", "etdeploy and its keeper differ")
 
-    def _reporter(self, cancel: threading.Event) -> Any:
+    def _reporter(self, cancel: threading.Event) -> Callable[[str, int, int], None]:
         """A progress callback that passes progress on, and stops a cancelled transfer."""
 
         def report(_path: str, done: int, total: int) -> None:
@@ -364,25 +373,28 @@ class ClientSession:
 
         return report
 
-    def _upload(self, message: dict[str, Any], cancel: threading.Event) -> int:
-        size = int(message["size"])
-        progress = TransferProgress(self._reporter(cancel), message["target"], size)
+    def _upload(self, message: JsonObject, cancel: threading.Event) -> int:
+        size, target = wire_field(message, "size", int), wire_field(message, "target", str)
+        progress = TransferProgress(self._reporter(cancel), target, size)
         # The digest is the client's business (it records it); the upload needs none.
         upload = Upload(
-            Path(message["local"]),
-            message["target"],
+            Path(wire_field(message, "local", str)),
+            target,
             size,
-            int(message["mode"]),
+            wire_field(message, "mode", int),
             progress,
             cast(BackgroundDigest, None),
         )
-        upload.partial = message["partial"]
+        upload.partial = wire_field(message, "partial", str)
         return self.link.upload(upload)
 
-    def _download(self, message: dict[str, Any], cancel: threading.Event) -> None:
-        partial = Path(message["partial"])
+    def _download(self, message: JsonObject, cancel: threading.Event) -> None:
+        partial = Path(wire_field(message, "partial", str))
         download = Download(
-            message["source"], Path(message["local"]), partial, self._reporter(cancel)
+            wire_field(message, "source", str),
+            Path(wire_field(message, "local", str)),
+            partial,
+            self._reporter(cancel),
         )
         try:
             self.link.download(download)
@@ -393,7 +405,7 @@ class ClientSession:
             raise
 
 
-def _report(message: dict[str, Any]) -> None:
+def _report(message: JsonObject) -> None:
     """The one line the starter waits for; stdout is /dev/null after it."""
     os.write(1, json.dumps(message).encode() + b"\n")
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -425,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _keep(spec: dict[str, Any]) -> int:
-    settings = SshSettings(**spec["settings"])
-    paths = KeeperPaths.of(Path(spec["dir"]), str(spec["key"]))
+def _keep(spec: JsonObject) -> int:
+    settings = SshSettings(**of_kind(spec.get("settings"), dict, "settings"))
+    paths = KeeperPaths.of(Path(wire_field(spec, "dir", str)), str(spec["key"]))
     try:
         keeper = _connected(settings, str(spec["name"]), paths)
     except EtdeployError as exc:

@@ -36,28 +36,31 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from typing import Any
 
 from etdeploy.background import Untrusted, check_peer, environment
 from etdeploy.devices.lock import held_lock
+from etdeploy.devices.ssh.command_results import Completed, HelperResult, checked_output
+from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
 from etdeploy.devices.ssh.keeper_ipc import (
     PROTOCOL,
     KeeperPaths,
+    as_wire,
     completed_from_wire,
     error_from_wire,
     helper_from_wire,
     keeper_dir,
     keeper_key,
+    of_kind,
     target_from_wire,
+    wire_field,
 )
 from etdeploy.devices.ssh.link import SshLink, direct_link
-from etdeploy.devices.ssh.results import Completed, HelperResult, checked_output
-from etdeploy.devices.ssh.settings import SshSettings, SshTarget
 from etdeploy.devices.transfer import Download, TransferProgress, Upload
 from etdeploy.errors import EtdeployError, TransportError
 from etdeploy.ipc import LineReader, send
+from etdeploy.jsonvalue import JsonObject, JsonValue
 
 # How long an interrupted request waits for the keeper's answer to its cancel: a
 # command's kill takes the wrapper's grace (2 s) and a session; a transfer stops at
@@ -182,7 +185,7 @@ class KeeperLink:
             channel.close()
             return None
         self._target = target_from_wire(hello["target"])
-        self.keeper_pid = int(hello["pid"])
+        self.keeper_pid = wire_field(hello, "pid", int)
         return channel
 
     def _start_timeout_s(self) -> float:
@@ -245,12 +248,12 @@ class KeeperLink:
     def _request(
         self,
         channel: _Channel,
-        request: dict[str, Any],
+        request: Mapping[str, object],
         what: str,
-        progress: Callable[[dict[str, Any]], None] | None = None,
-    ) -> Any:
+        progress: Callable[[JsonObject], None] | None = None,
+    ) -> JsonValue:
         """Send one request; its answer's value, or the error it raised here."""
-        answer: dict[str, Any] | None = None
+        answer: JsonObject | None = None
         try:
             send(channel.sock, request)
             while True:
@@ -276,7 +279,9 @@ class KeeperLink:
             raise self._keeper_lost(what, exc) from exc
         except BaseException:
             if answer is None or "progress" in answer:
-                self._cancel(channel, _CANCEL_WAIT_S.get(request["op"], _CANCEL_WAIT_DEFAULT_S))
+                self._cancel(
+                    channel, _CANCEL_WAIT_S.get(str(request["op"]), _CANCEL_WAIT_DEFAULT_S)
+                )
             channel.close()
             raise
         with self._lock:
@@ -384,9 +389,9 @@ class KeeperLink:
             channel,
             request,
             f"upload of {upload.local.name}",
-            lambda message: upload.progress.update(int(message["progress"])),
+            lambda message: upload.progress.update(wire_field(message, "progress", int)),
         )
-        return int(sent)
+        return of_kind(sent, int, "count of bytes sent")
 
     def download(self, download: Download) -> None:
         channel = self._channel()
@@ -395,10 +400,10 @@ class KeeperLink:
             return
         reports: list[TransferProgress] = []
 
-        def progress(message: dict[str, Any]) -> None:
+        def progress(message: JsonObject) -> None:
             if not reports:
-                reports.append(download.progress(int(message["total"])))
-            reports[0].update(int(message["progress"]))
+                reports.append(download.progress(wire_field(message, "total", int)))
+            reports[0].update(wire_field(message, "progress", int))
 
         request = {
             "op": "download",
@@ -419,7 +424,8 @@ class KeeperLink:
         channel = self._channel()
         if channel is None:
             return self._direct_link().counters()
-        return dict(self._request(channel, {"op": "stats"}, "asking for counts"))
+        counts = as_wire(self._request(channel, {"op": "stats"}, "asking for counts"), "counts")
+        return {key: wire_field(counts, key, int) for key in counts}
 
     def shutdown(self) -> None:
         """Ask the keeper to leave now (tests; `etdeploy` itself lets it idle out)."""
@@ -438,7 +444,7 @@ class KeeperLink:
             self._direct.close()
 
 
-def _word(line: bytes) -> dict[str, Any]:
+def _word(line: bytes) -> JsonObject:
     try:
         word = json.loads(line) if line else {}
     except ValueError:
@@ -446,13 +452,14 @@ def _word(line: bytes) -> dict[str, Any]:
     return word if isinstance(word, dict) else {}
 
 
-def _expanded(settings: SshSettings) -> dict[str, Any]:
+def _expanded(settings: SshSettings) -> JsonObject:
     """The settings with ~ and $VARIABLES of their paths expanded here, where the
     variables are (the keeper gets only the allowed ones)."""
-    values = asdict(settings)
+    values: JsonObject = asdict(settings)
     for key in ("key_filename", "known_hosts", "ssh_config"):
-        if values.get(key):
-            values[key] = os.path.expanduser(os.path.expandvars(values[key]))
+        found = values.get(key)
+        if isinstance(found, str) and found:
+            values[key] = os.path.expanduser(os.path.expandvars(found))
     return values
 
 

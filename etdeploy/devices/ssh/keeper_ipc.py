@@ -22,22 +22,25 @@ same message, hint, device and command) or {"cancelled": true}. A client may sen
 from __future__ import annotations
 
 import base64
-import contextlib
 import getpass
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import etdeploy.errors
 from etdeploy.background import code_stamp, private_directory
-from etdeploy.devices.ssh.results import Completed, HelperResult
-from etdeploy.devices.ssh.settings import SshSettings, SshTarget
+from etdeploy.devices.ssh.command_results import Completed, HelperResult
+from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
 from etdeploy.errors import EtdeployError, InfraError, TransportError
+from etdeploy.jsonvalue import JsonObject
 from etdeploy.paths import cache_root
+
+T = TypeVar("T")
 
 PROTOCOL = 1
 # AF_UNIX paths hold at most 108 bytes on Linux and 104 on macOS (sun_path, unix(7);
@@ -119,8 +122,45 @@ def keeper_key(settings: SshSettings, name: str) -> str:
 # -- messages -----------------------------------------------------------------------------
 
 
-def error_to_wire(exc: EtdeployError) -> dict[str, Any]:
-    wire: dict[str, Any] = {
+def of_kind(value: object, kind: type[T], what: str) -> T:
+    """`value` as `kind`. Another kind (or a bool for a number) in a message is what
+    etdeploy and its keeper disagree on: a TransportError, as a keeper lost is."""
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise TransportError(
+            f"the ssh keeper's {what} is not a {kind.__name__}",
+            "etdeploy and its keeper differ; run again (persist_s = 0 connects without one)",
+        )
+    return value
+
+
+def wire_field(wire: Mapping[str, object], key: str, kind: type[T]) -> T:
+    """wire[key] as `kind` (of_kind)."""
+    return of_kind(wire.get(key), kind, repr(key))
+
+
+def wire_number(wire: Mapping[str, object], key: str) -> float:
+    """wire[key] as a number of seconds (JSON writes 5.0 as 5)."""
+    if isinstance(wire.get(key), int):
+        return float(wire_field(wire, key, int))
+    return wire_field(wire, key, float)
+
+
+def as_wire(value: object, what: str) -> Mapping[str, object]:
+    """`value` as a message's object (`what` names it in the error)."""
+    if not isinstance(value, dict):
+        raise TransportError(
+            f"the ssh keeper's {what} is not an object",
+            "etdeploy and its keeper differ; run again (persist_s = 0 connects without one)",
+        )
+    return value
+
+
+def _optional_str(wire: Mapping[str, object], key: str) -> str | None:
+    return None if wire.get(key) is None else wire_field(wire, key, str)
+
+
+def error_to_wire(exc: EtdeployError) -> JsonObject:
+    wire: JsonObject = {
         "type": type(exc).__name__,
         "message": exc.message,
         "hint": exc.hint,
@@ -132,25 +172,29 @@ def error_to_wire(exc: EtdeployError) -> dict[str, Any]:
     return wire
 
 
-def error_from_wire(wire: dict[str, Any]) -> EtdeployError:
+def error_from_wire(found: object) -> EtdeployError:
     """The error the keeper met, as the same type with the same fields."""
+    wire = as_wire(found, "error")
     kind = getattr(etdeploy.errors, str(wire.get("type")), None)
     if not (isinstance(kind, type) and issubclass(kind, EtdeployError)):
         kind = TransportError
+    message, hint = wire_field(wire, "message", str), _optional_str(wire, "hint")
+    log = _optional_str(wire, "log")
     exc: EtdeployError
     if issubclass(kind, InfraError):
         exc = kind(
-            wire["message"],
-            wire.get("hint"),
-            device=wire.get("device"),
-            command=wire.get("command"),
-            log=wire.get("log"),
+            message,
+            hint,
+            device=_optional_str(wire, "device"),
+            command=_optional_str(wire, "command"),
+            log=log,
             retryable=bool(wire.get("retryable")),
         )
     else:
-        exc = kind(wire["message"], wire.get("hint"), log=wire.get("log"))
-    with contextlib.suppress(TypeError, ValueError):
-        exc.exit_code = int(wire["exit_code"])
+        exc = kind(message, hint, log=log)
+    exit_code = wire.get("exit_code")
+    if isinstance(exit_code, int) and not isinstance(exit_code, bool):
+        exc.exit_code = exit_code
     return exc
 
 
@@ -158,41 +202,52 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def completed_to_wire(done: Completed) -> dict[str, Any]:
-    wire = asdict(done)
+def completed_to_wire(done: Completed) -> JsonObject:
+    wire: JsonObject = asdict(done)
     wire["stdout"], wire["stderr"] = _b64(done.stdout), _b64(done.stderr)
     return wire
 
 
-def completed_from_wire(wire: dict[str, Any]) -> Completed:
-    values = dict(wire)
-    values["stdout"] = base64.b64decode(values["stdout"])
-    values["stderr"] = base64.b64decode(values["stderr"])
-    return Completed(**values)
-
-
-def helper_to_wire(done: HelperResult) -> dict[str, Any]:
-    return {"exit_code": done.exit_code, "stdout": _b64(done.stdout), "stderr": _b64(done.stderr)}
-
-
-def helper_from_wire(wire: dict[str, Any]) -> HelperResult:
-    return HelperResult(
-        wire["exit_code"], base64.b64decode(wire["stdout"]), base64.b64decode(wire["stderr"])
+def completed_from_wire(found: object) -> Completed:
+    wire = as_wire(found, "answer to a command")
+    return Completed(
+        exit_code=wire_field(wire, "exit_code", int),
+        stdout=base64.b64decode(wire_field(wire, "stdout", str)),
+        stderr=base64.b64decode(wire_field(wire, "stderr", str)),
+        elapsed_s=wire_number(wire, "elapsed_s"),
+        timed_out=wire_field(wire, "timed_out", bool),
+        pid=None if wire.get("pid") is None else wire_field(wire, "pid", int),
+        pgid=None if wire.get("pgid") is None else wire_field(wire, "pgid", int),
+        idle=wire_field(wire, "idle", bool),
     )
 
 
-def target_to_wire(target: SshTarget) -> dict[str, Any]:
-    wire = asdict(target)
+def helper_to_wire(done: HelperResult) -> JsonObject:
+    return {"exit_code": done.exit_code, "stdout": _b64(done.stdout), "stderr": _b64(done.stderr)}
+
+
+def helper_from_wire(found: object) -> HelperResult:
+    wire = as_wire(found, "answer to a helper script")
+    return HelperResult(
+        None if wire.get("exit_code") is None else wire_field(wire, "exit_code", int),
+        base64.b64decode(wire_field(wire, "stdout", str)),
+        base64.b64decode(wire_field(wire, "stderr", str)),
+    )
+
+
+def target_to_wire(target: SshTarget) -> JsonObject:
+    wire: JsonObject = asdict(target)
     wire["known_hosts"] = [str(p) for p in target.known_hosts]
     return wire
 
 
-def target_from_wire(wire: dict[str, Any]) -> SshTarget:
+def target_from_wire(found: object) -> SshTarget:
+    wire = as_wire(found, "target")
     return SshTarget(
-        alias=wire["alias"],
-        hostname=wire["hostname"],
-        port=int(wire["port"]),
-        user=wire["user"],
-        key_filenames=tuple(wire["key_filenames"]),
-        known_hosts=tuple(Path(p) for p in wire["known_hosts"]),
+        alias=wire_field(wire, "alias", str),
+        hostname=wire_field(wire, "hostname", str),
+        port=wire_field(wire, "port", int),
+        user=wire_field(wire, "user", str),
+        key_filenames=tuple(str(name) for name in wire_field(wire, "key_filenames", list)),
+        known_hosts=tuple(Path(str(path)) for path in wire_field(wire, "known_hosts", list)),
     )

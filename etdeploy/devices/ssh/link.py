@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from etdeploy.background import supported
-from etdeploy.devices.ssh.results import Completed, HelperResult
-from etdeploy.devices.ssh.settings import SshSettings, SshTarget
+from etdeploy.devices.ssh.command_results import Completed, HelperResult
+from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
 from etdeploy.devices.transfer import Download, Upload
 
 

@@ -37,9 +37,9 @@ from etdeploy.devices.process import (
     killed_if_interrupted,
     wait_until_ended,
 )
+from etdeploy.devices.ssh.command_results import Cancelled, Completed, HelperResult, checked_output
 from etdeploy.devices.ssh.connection import SshConnection
 from etdeploy.devices.ssh.helper import HelperShell
-from etdeploy.devices.ssh.results import Cancelled, Completed, HelperResult, checked_output
 from etdeploy.devices.transfer import HASH_CHUNK, Download, Upload, copy_stream
 from etdeploy.errors import DeviceError, EtdeployError, TransportError
 

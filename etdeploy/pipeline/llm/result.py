@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK
-from etdeploy.report.result import (
+from etdeploy.results.result import (
     Artifact,
     DeployStats,
     DeviceSummary,
@@ -20,8 +20,8 @@ from etdeploy.report.result import (
     RunResult,
     SizeSummary,
 )
-from etdeploy.report.result_lm import LmMemory
-from etdeploy.report.result_verdict import Verdict
+from etdeploy.results.result_lm import LmMemory
+from etdeploy.results.result_verdict import Verdict
 
 if TYPE_CHECKING:
     from etdeploy.pipeline.deploy import Target
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from etdeploy.pipeline.llm.export import LmProgram
     from etdeploy.pipeline.llm.run import DeviceGeneration, LmJob
     from etdeploy.preflight import PreflightReport
-    from etdeploy.report.result_lm import LanguageModelResult
+    from etdeploy.results.result_lm import LanguageModelResult
 
 
 def lm_run_result(

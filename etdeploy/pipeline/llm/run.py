@@ -7,7 +7,7 @@ held token by token to float eager and to quantized eager.
 Everything that can be bad input is checked first, from config.json, the tokenizer and
 the prompts: a folder that is not a causal LM, a missing tokenizer, a group size that
 does not divide a layer, a prompt that does not fit the context. The result is an
-ordinary RunResult with the `language_model` block (etdeploy.report.result_lm).
+ordinary RunResult with the `language_model` block (etdeploy.results.result_lm).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from etdeploy.pipeline.llm.verify_tokens import (
     judge_tokens,
     matched_length,
 )
-from etdeploy.report.result import Memory, SizeSummary
-from etdeploy.report.result_lm import (
+from etdeploy.results.result import Memory, SizeSummary
+from etdeploy.results.result_lm import (
     GenerationSpeed,
     LanguageModelResult,
     LmGates,
@@ -55,7 +55,7 @@ from etdeploy.runner.generation import GenerationRequest, GenerationResult
 if TYPE_CHECKING:
     from etdeploy.pipeline.deploy import Target
     from etdeploy.pipeline.run import RunContext
-    from etdeploy.report.result import RunResult
+    from etdeploy.results.result import RunResult
 
 TOKENIZATION = (
     "on the host: the folder's tokenizer turns each prompt into ids and only ids cross "

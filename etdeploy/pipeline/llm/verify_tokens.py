@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etdeploy.report.result_lm import Divergence, LmGates, Perplexity, TokenComparison
+from etdeploy.results.result_lm import Divergence, LmGates, Perplexity, TokenComparison
 
 # The gates' defaults, declared beside their settings (etdeploy.settings, where the
 # reason for each value is written).

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from etdeploy.report.schema import validate_result
+from etdeploy.results.schema import validate_result
 from tests.cli.conftest import Done, etdeploy
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.lm_programs import MAX_CACHE_LEN, LmPrograms
