@@ -33,6 +33,7 @@ from etdeploy.errors import (
     Interruption,
     UsageError,
 )
+from etdeploy.model.loader import CausalLmReturned
 from etdeploy.pipeline.build import build_program
 from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
 from etdeploy.pipeline.execute import (
@@ -45,7 +46,7 @@ from etdeploy.pipeline.execute import (
     throughput_of,
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
-from etdeploy.pipeline.llm.folder import looks_like_lm_folder
+from etdeploy.pipeline.llm.bundle import is_lm_bundle
 from etdeploy.pipeline.memory import memory_of, with_memory
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import stage
@@ -129,15 +130,27 @@ def _run_job(
     say = context.status or (lambda _text: None)
     started = time.time()
     job_id = job_id or new_job_id()
-    if job.bundle is None and looks_like_lm_folder(job.model):
-        from etdeploy.pipeline.llm.run import run_lm_job  # a causal-LM folder: its own road
+    if job.bundle is not None and is_lm_bundle(job.bundle):
+        from etdeploy.pipeline.llm.bundle import run_lm_bundle  # no torch: the bundle's
 
-        return run_lm_job(job, device, context, job_id)
+        return run_lm_bundle(job, device, context, job_id)
+    lm_folder = _language_model_folder(job)
+    if lm_folder is not None:
+        from etdeploy.pipeline.llm.run import run_lm_job  # a causal LM: its own road
+
+        return run_lm_job(job, device, context, job_id, folder=lm_folder)
 
     # What the device is (a round trip or two; over SSH the connection too) is asked
     # while the program and samples are read here; target_for then has it.
     asked = Ahead(device.info)
-    program, staged, host_outputs, carried = _prepared(job, say)
+    try:
+        program, staged, host_outputs, carried = _prepared(job, say)
+    except CausalLmReturned as returned:  # the factory made a causal LM: saved, its road
+        from etdeploy.pipeline.llm.factory import save_factory_lm
+        from etdeploy.pipeline.llm.run import run_lm_job
+
+        folder = save_factory_lm(job.model, returned.spec)
+        return run_lm_job(job, device, context, job_id, folder=folder)
     target = target_for(job, device, say, carried, context.device_runner, info=asked.result())
     say(f"checking that the runner for {target.info.name} can run the program")
     # --verify-remote: hash what the device holds instead of trusting its records.
@@ -175,6 +188,16 @@ def _run_job(
         )
     )  # fmt: skip
     return with_memory(result, memory_of(program, executed), points, job)
+
+
+def _language_model_folder(job: RunJob) -> Path | None:
+    """The causal-LM folder a run takes the language-model road with (MODEL, or where a
+    factory's causal LM was saved), or None."""
+    if job.bundle is not None:
+        return None
+    from etdeploy.pipeline.llm.factory import language_model_folder
+
+    return language_model_folder(job.model, use_cache=job.use_cache)
 
 
 def _prepared(
