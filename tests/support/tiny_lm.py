@@ -34,10 +34,6 @@ TRAINING_TEXTS = ("GPL-3", "Apache-2.0", "MPL-2.0", "LGPL-2.1", "GFDL-1.3", "Art
 OTHER_TEXTS = ("GFDL-1.2", "LGPL-2", "Artistic", "BSD", "CC0-1.0")
 HELD_OUT_TEXT = "GPL-2"
 EOS_ID = 1  # "</s>", the tokenizer's second special token
-# A training paragraph's text (Apache-2.0's header line) whose greedy continuation is
-# "." and the end of sequence (seen 2026-12-05 with transformers' generate; one of the
-# held-out prompts also ends after three tokens).
-ENDING_PROMPT = "Version 2.0, January 2004"
 
 VOCAB_SIZE = 512
 HIDDEN = 64
