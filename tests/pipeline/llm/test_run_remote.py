@@ -74,13 +74,16 @@ def test_an_ssh_host_generates_what_this_machine_generates(
     assert here["top1_agreement"] == there["top1_agreement"] == 1.0
     # Nothing of the job is left on the host but the content-addressed files.
     left = {p.name for p in (tmp_path / "remote-work").iterdir()}
-    assert left <= {"runners", "programs", "inputs", ".etdeploy"}, left
+    assert left <= {"runners", "programs", "inputs", ".etdeploy-digests"}, left
 
 
 def test_an_arm64_phone_generates_on_arm_kernels_within_the_gates(
     tiny_lm: TinyLm, int4_run: LmRun, arm64_phone: AdbTestbed, tmp_path: Path
 ) -> None:
-    table = {"serial": arm64_phone.serial("pixel"), "adb_port": arm64_phone.server.port}
+    table = {
+        "serial": arm64_phone.serial("pixel"), "adb_host": "127.0.0.1",
+        "adb_port": arm64_phone.server.port,
+    }  # fmt: skip
     config = write_config(tmp_path / "etdeploy.toml", {"pixel8": table})
     run = run_lm(
         tiny_lm.folder, tmp_path, "--quantize", "8da4w", "--device", "pixel8", "--config", config
