@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import ModelError
+from etdeploy.jsonvalue import JsonObject
 
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
@@ -88,7 +89,7 @@ def eos_ids(folder: LmFolder, tokenizer: Any = None) -> tuple[int, ...]:
     return ()
 
 
-def _read_object(path: Path) -> dict[str, Any]:
+def _read_object(path: Path) -> JsonObject:
     """A JSON object from the folder, or {} when the file is absent or is not one
     (optional files: what they do not say is not said)."""
     try:
