@@ -886,7 +886,7 @@ int main(int argc, char** argv) {
         flags.model_path,     flags.data_path,   flags.method_name, flags.token_ids,
         flags.generated_file, flags.logits_file, flags.result_json, flags.prompt_len,
         flags.max_new_tokens, pool_threads,      load_ms,           ETDEPLOY_RUNNER_VERSION,
-        ETDEPLOY_EXECUTORCH_VERSION, [] { return process_peak_rss_bytes(); }};
+        ETDEPLOY_EXECUTORCH_VERSION, [] { return process_peak_rss_bytes(); }, flags.eos_ids};
     etdeploy_runner::GenerationFailure failure;
     if (!etdeploy_runner::run_generation(*program, *method, *meta, generation, failure)) {
       return fail(failure.exit_code, failure.message);

@@ -30,11 +30,11 @@ bool parse_int(const std::string& text, int64_t& out) {
 bool check_generation_flags(const Flags& flags, std::string& error) {
   const bool any_generation_flag = !flags.token_ids.empty() || !flags.generated_file.empty() ||
                                    !flags.logits_file.empty() || flags.prompt_len != 0 ||
-                                   flags.max_new_tokens != 0;
+                                   flags.max_new_tokens != 0 || !flags.eos_ids.empty();
   if (!flags.generate) {
     if (any_generation_flag) {
-      error = "--token_ids, --prompt_len, --max_new_tokens, --generated_file and --logits_file "
-              "go with --generate";
+      error = "--token_ids, --prompt_len, --max_new_tokens, --eos_ids, --generated_file and "
+              "--logits_file go with --generate";
       return false;
     }
     return true;
@@ -86,6 +86,7 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       {"token_ids", &flags.token_ids},
       {"generated_file", &flags.generated_file},
       {"logits_file", &flags.logits_file},
+      {"eos_ids", &flags.eos_ids},
   };
   std::map<std::string, int64_t*> int_flags = {
       {"num_executions", &flags.num_executions},
@@ -247,7 +248,8 @@ std::string usage_text(const char* program) {
       "  --token_ids PATH       with --generate: token ids, raw int64 little-endian\n"
       "  --prompt_len P         the first P ids are the prompt to generate from\n"
       "  --max_new_tokens N     tokens to generate greedily (ids to --generated_file)\n"
-      "  --generated_file PATH  the N generated ids, raw int64\n"
+      "  --eos_ids A,B          stop generating after one of these ids (written)\n"
+      "  --generated_file PATH  the generated ids (N, or fewer after an end id), int64\n"
       "  --logits_file PATH     every id teacher-forced, their logits (T x V float32);\n"
       "                         timings and counts go to --result_json\n"
       "  --version              print the runner and ExecuTorch versions\n"

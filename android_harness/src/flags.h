@@ -66,6 +66,9 @@ struct Flags {
   std::string logits_file;
   int64_t prompt_len = 0;
   int64_t max_new_tokens = 0;
+  // Comma-separated end-of-sequence ids: generation stops after writing one of
+  // them (fewer than max_new_tokens ids then). Empty: exactly max_new_tokens.
+  std::string eos_ids;
 
   // The first sample: the one timed with --warmup and --num_executions.
   SampleFlags first_sample() const { return {inputs, input_shapes, output_file, result_json}; }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <executorch/runtime/core/hierarchical_allocator.h>
 #include <executorch/runtime/executor/memory_manager.h>
 
+#include "flags.h"
 #include "json_writer.h"
 #include "names.h"
 
@@ -243,13 +245,32 @@ void capture(std::vector<float>* table, bool& complete, const float* logits, int
   table->insert(table->end(), logits, logits + rows * vocab);
 }
 
-// (a) Prefill of the prompt, then greedy decoding one token a call. With `table`,
-// every position's logits are kept as they come (the teacher-forced pass reuses
-// those whose ids are the ones it feeds); `captured` is then how many.
+// --eos_ids "A,B": the ids, each 0 or more; empty text gives none.
+bool parse_eos_ids(const std::string& text, std::vector<int64_t>& eos, GenerationFailure& failure) {
+  for (const std::string& field : split_commas(text)) {
+    char* end = nullptr;
+    const long long value = std::strtoll(field.c_str(), &end, 10);
+    if (field.empty() || end == nullptr || *end != '\0' || value < 0) {
+      return failed(failure, kExitBadInput,
+                    "--eos_ids: '" + field + "' is not a token id (comma-separated ids, 0 or more)");
+    }
+    eos.push_back(static_cast<int64_t>(value));
+  }
+  return true;
+}
+
+// (a) Prefill of the prompt, then greedy decoding one token a call, until
+// `new_tokens` ids or one of `eos` (written, then the stop: as a model's generate
+// stops). With `table`, every position's logits are kept as they come (the
+// teacher-forced pass reuses those whose ids are the ones it feeds); `captured`
+// is then how many.
 bool generate(Stepper& stepper, const Signature& signature, const std::vector<int64_t>& ids,
-              int64_t prompt_len, int64_t new_tokens, std::vector<int64_t>& generated,
-              std::vector<float>* table, int64_t& captured, Timings& timings,
-              GenerationFailure& failure) {
+              int64_t prompt_len, int64_t new_tokens, const std::vector<int64_t>& eos,
+              std::vector<int64_t>& generated, std::vector<float>* table, int64_t& captured,
+              Timings& timings, GenerationFailure& failure) {
+  const auto ended = [&eos](int64_t token) {
+    return std::find(eos.begin(), eos.end(), token) != eos.end();
+  };
   const float* logits = nullptr;
   int64_t rows = 0;
   bool complete = true;
@@ -264,7 +285,7 @@ bool generate(Stepper& stepper, const Signature& signature, const std::vector<in
   }
   generated.push_back(argmax(logits + (rows - 1) * stepper.vocab(), stepper.vocab()));
   timings.prefill_ms = elapsed_ms(start, Clock::now());
-  for (int64_t k = 1; k < new_tokens; ++k) {
+  for (int64_t k = 1; k < new_tokens && !ended(generated.back()); ++k) {
     const Clock::time_point token_start = Clock::now();
     if (!stepper.step(&generated.back(), 1, prompt_len + k - 1, logits, rows, failure)) {
       return false;
@@ -273,7 +294,7 @@ bool generate(Stepper& stepper, const Signature& signature, const std::vector<in
     timings.decode_ms.push_back(elapsed_ms(token_start, Clock::now()));
     capture(table, complete, logits, rows, 1, stepper.vocab());
   }
-  captured = complete ? prompt_len + new_tokens - 1 : 0;
+  captured = complete ? prompt_len + static_cast<int64_t>(generated.size()) - 1 : 0;
   return true;
 }
 
@@ -328,7 +349,8 @@ bool teacher_force(Stepper& stepper, const Signature& signature, const std::vect
 double per_second(double count, double ms) { return ms > 0.0 ? count / (ms / 1000.0) : 0.0; }
 
 std::string result_document(const GenerationCall& call, int64_t token_count, int64_t vocab,
-                            int64_t max_seq_len, const Timings& timings) {
+                            int64_t max_seq_len, const std::vector<int64_t>& generated,
+                            bool stopped_at_eos, const Timings& timings) {
   JsonWriter json;
   json.begin_object();
   json.key("schema");
@@ -359,6 +381,10 @@ std::string result_document(const GenerationCall& call, int64_t token_count, int
   json.value(call.prompt_len);
   json.key("max_new_tokens");
   json.value(call.max_new_tokens);
+  json.key("generated_count");
+  json.value(static_cast<int64_t>(generated.size()));
+  json.key("stopped_at_eos");
+  json.value(stopped_at_eos);
   json.key("prefill_ms");
   json.value(timings.prefill_ms);
   json.key("prefill_tokens_per_s");
@@ -421,7 +447,9 @@ bool run_generation(Program& program, Method& method, const MethodMeta& meta,
     return false;
   }
   std::vector<int64_t> ids;
-  if (!read_token_ids(call.token_ids_file, ids, failure)) {
+  std::vector<int64_t> eos;
+  if (!parse_eos_ids(call.eos_ids, eos, failure) ||
+      !read_token_ids(call.token_ids_file, ids, failure)) {
     return false;
   }
   const int64_t total = static_cast<int64_t>(ids.size());
@@ -445,7 +473,7 @@ bool run_generation(Program& program, Method& method, const MethodMeta& meta,
   std::vector<float> table;
   const bool teacher_forced = !call.logits_file.empty();
   int64_t captured = 0;
-  if (!generate(stepper, signature, ids, call.prompt_len, call.max_new_tokens, generated,
+  if (!generate(stepper, signature, ids, call.prompt_len, call.max_new_tokens, eos, generated,
                 teacher_forced ? &table : nullptr, captured, timings, failure)) {
     return false;
   }
@@ -460,8 +488,10 @@ bool run_generation(Program& program, Method& method, const MethodMeta& meta,
                 " reused from generation)\n",
                 total, timings.teacher_forced_ms, from);
   }
-  const std::string document =
-      result_document(call, total, stepper.vocab(), max_seq_len, timings);
+  const bool stopped_at_eos =
+      std::find(eos.begin(), eos.end(), generated.back()) != eos.end();
+  const std::string document = result_document(call, total, stepper.vocab(), max_seq_len,
+                                               generated, stopped_at_eos, timings);
   return write_outputs(call, generated, table, document, failure);
 }
 

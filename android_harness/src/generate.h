@@ -35,6 +35,8 @@ struct GenerationCall {
   std::string executorch_version;
   // The process's peak resident memory when the document is written.
   std::function<uint64_t()> peak_rss_bytes;
+  // Comma-separated end-of-sequence ids (--eos_ids); empty: no stop.
+  std::string eos_ids;
 };
 
 // Why a call failed: the runner's exit status and one line for stderr.

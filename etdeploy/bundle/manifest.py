@@ -10,6 +10,8 @@
     JOB/references/host.npz          with --host-check, executorch's Python runtime's
     JOB/labels.npz                   the samples' labels (y), their class names, where they
                                      were read and the task they score, when they have them
+    JOB/language_model/              a language model's case, references and tokens' texts
+                                     (etdeploy.pipeline.llm.bundle), in place of inputs.npz
 
 Every file but bundle.json is listed in `files` with its size and sha256, so a bundle
 copied between machines (a farm host, AWS Device Farm) is checked whole before it runs.
@@ -88,6 +90,9 @@ class BundleManifest:
     staged_warnings: tuple[str, ...] = ()
     # The file of the samples' labels (LABELS_FILE), when they have them.
     labels: str | None = None
+    # A language model's case (etdeploy.pipeline.llm.bundle.LM_SCHEMA), when the job is
+    # one: its prompts, references and tokens, generated on the device, not run once.
+    language_model: str | None = None
     files: Mapping[str, FileEntry] = field(default_factory=dict)
     etdeploy: str = ""
     created: str = ""
@@ -112,6 +117,7 @@ class BundleManifest:
                 "quantized_source": self.references.quantized_source,
             },
             "labels": self.labels,
+            "language_model": self.language_model,
             "settings": dict(self.settings),
             "warnings": {
                 "program": list(self.program_warnings),
@@ -156,6 +162,7 @@ class BundleManifest:
                 program_warnings=tuple(warnings.get("program", ())),
                 staged_warnings=tuple(warnings.get("staged", ())),
                 labels=doc.get("labels"),
+                language_model=doc.get("language_model"),
                 files={
                     str(name): FileEntry(int(entry["size"]), str(entry["sha256"]))
                     for name, entry in doc["files"].items()

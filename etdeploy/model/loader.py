@@ -270,9 +270,39 @@ def _factory_of(module: ModuleType, ref: ModelRef) -> Callable[[], object]:
     return factory
 
 
+class CausalLmReturned(ModelError):
+    """The factory returned a causal language model (a Hugging Face *ForCausalLM, or a
+    ModelSpec of one): it takes the language-model road, which `etdeploy run` catches
+    this to take with the model already made (the factory runs once). Anywhere else
+    it is bad input, said in one line."""
+
+    def __init__(self, ref: ModelRef, spec: ModelSpec) -> None:
+        super().__init__(
+            f"the factory {ref.text} returned a causal language model "
+            f"({type(spec.module).__name__}), which only `etdeploy run` takes",
+            f"run it: etdeploy run {ref.text} (or save it with save_pretrained and give "
+            "the folder)",
+        )
+        self.spec = spec
+
+
+def is_causal_lm(module: object) -> bool:
+    """A Hugging Face causal LM, told without importing transformers: its class
+    (LlamaForCausalLM, Qwen3ForCausalLM...) and what save_pretrained needs."""
+    return (
+        type(module).__name__.endswith("ForCausalLM")
+        and hasattr(module, "config")
+        and callable(getattr(module, "save_pretrained", None))
+    )
+
+
 def _as_spec(returned: object, ref: ModelRef) -> ModelSpec:
     import torch
 
+    if is_causal_lm(returned):
+        raise CausalLmReturned(ref, ModelSpec(module=returned, example_inputs=()))
+    if isinstance(returned, ModelSpec) and is_causal_lm(returned.module):
+        raise CausalLmReturned(ref, returned)
     if isinstance(returned, ModelSpec):
         spec = returned
     elif isinstance(returned, tuple) and len(returned) == 2:

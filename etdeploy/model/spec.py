@@ -39,3 +39,7 @@ class ModelSpec:
     task: str | None = None
     # The classes in the order of the output's scores, for labels given by name.
     label_names: list[str] = field(default_factory=list)
+    # A causal language model's tokenizer (module a Hugging Face *ForCausalLM):
+    # tokenizer.json or tokenizer.model, or the folder holding it. `samples` are then
+    # its prompts (text files). None: the folder the model was loaded from.
+    tokenizer: Path | None = None

@@ -254,6 +254,14 @@ def _run(
         # Upstream's runner logs to logcat on Android; ours to stdout and stderr.
         device_log=invocation.flavor == "upstream",
     )
+    check_runner_output(out, target.device.name, settings.idle_timeout_s)
+    return out
+
+
+def check_runner_output(out: RunOutput, device: str, idle_timeout_s: float | None) -> None:
+    """A runner call that failed, crashed or passed its deadline (or was stopped by
+    --idle-timeout) raises its RunnerFailure (exit 3), its log attached: for a forward
+    pass and for generation alike."""
     if out.timed_out or out.exit_code != 0:
         raise contract.runner_failure(
             None if out.timed_out else out.exit_code,
@@ -262,10 +270,9 @@ def _run(
             device_log=out.device_log,
             timed_out=out.timed_out,
             command=out.command,
-            device=target.device.name,
-            silent_for_s=settings.idle_timeout_s if out.idle else None,
+            device=device,
+            silent_for_s=idle_timeout_s if out.idle else None,
         )
-    return out
 
 
 def invocation_runner(target: Target, invocation: contract.RunnerInvocation) -> str:

@@ -7,6 +7,7 @@ arm64 host or phone):
     target = deploy.target_for(job, device, say)          # the runner that fits
     check_generation(device, target.bundle, pte)          # preflight, before any push
     generated = generate_on_device(target, pte, requests, settings, job_id, local_dir)
+    generated.calls, generated.deployed                   # each prompt's call; the push
 
 `generate_on_device` holds the device (its lock; the job's directory journaled
 and swept as `run` does), pushes the runner, the program and every prompt's ids
@@ -28,13 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from etdeploy import runner as contract
 from etdeploy.devices.base import Device, ProgressCallback, Push, job_dir
 from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs
 from etdeploy.errors import RunnerError
 from etdeploy.pipeline.deploy import Target, staged_input_file
-from etdeploy.pipeline.execute import clip_log
+from etdeploy.pipeline.execute import check_runner_output, clip_log
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.preflight import PreflightReport, describe_runner, preflight, remote_runner_dir
 from etdeploy.runner.generation import (
@@ -79,6 +79,9 @@ class GeneratorOnDevice:
     job_dir: str
     bytes_sent: int
     seconds: float
+    # Files sent, and files the device held already (matched by their sha256).
+    files_sent: int = 0
+    files_skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,18 @@ class Generated:
     log: str
     # The call as the host saw it (transport included).
     elapsed_s: float
+
+
+@dataclass(frozen=True)
+class DeviceGeneration:
+    """Every request's call, and what deploying them cost (the run's deploy figures)."""
+
+    calls: tuple[Generated, ...]
+    deployed: GeneratorOnDevice
+
+    @property
+    def results(self) -> tuple[GenerationResult, ...]:
+        return tuple(call.result for call in self.calls)
 
 
 def check_generation(
@@ -166,6 +181,8 @@ def deploy_generator(
         job_dir=jdir,
         bytes_sent=sum(p.bytes_sent for p in pushes),
         seconds=time.perf_counter() - started,
+        files_sent=sum(not p.skipped for p in pushes),
+        files_skipped=sum(p.skipped for p in pushes),
     )
 
 
@@ -211,16 +228,7 @@ def _one_call(
         idle_timeout_s=settings.idle_timeout_s,
         device_log=False,  # our runner writes everything to stdout and stderr
     )
-    if out.timed_out or out.exit_code != 0:
-        raise contract.runner_failure(
-            None if out.timed_out else out.exit_code,
-            out.stdout,
-            out.stderr,
-            timed_out=out.timed_out,
-            command=out.command,
-            device=device.name,
-            silent_for_s=settings.idle_timeout_s if out.idle else None,
-        )
+    check_runner_output(out, device.name, settings.idle_timeout_s)
     log = clip_log("\n".join(p for p in (f"$ {out.command}", out.stdout, out.stderr) if p))
     remotes = files.outputs()
     locals_ = [local_dir / f"g{index}-{Path(remote).name}" for remote in remotes]
@@ -255,7 +263,7 @@ def generate_on_device(
     data: Path | None = None,
     progress: ProgressCallback | None = None,
     status: StatusCallback | None = None,
-) -> tuple[Generated, ...]:
+) -> DeviceGeneration:
     """Deploy and generate while holding the device: the directories of runs that
     could not remove theirs go first, the job's own goes after (unless `keep`)."""
     say = status or (lambda _text: None)
@@ -272,6 +280,8 @@ def generate_on_device(
                 verify=settings.verify_remote,
             )  # fmt: skip
             say(f"generating on {target.info.name}")
-            return generate(target, deployed, requests, settings, local_dir)
+            return DeviceGeneration(
+                generate(target, deployed, requests, settings, local_dir), deployed
+            )
         finally:
             jobs.end(job_id, keep=settings.keep)

@@ -37,6 +37,7 @@ from etdeploy.bundle.manifest import (
 )
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import JsonObject
+from etdeploy.model.loader import CausalLmReturned
 from etdeploy.pipeline.job import RunJob
 from etdeploy.runner_build import RunnerBundle
 from etdeploy.settings import MACHINE, RunSettings, declared
@@ -75,6 +76,11 @@ def make_bundle(
     say = status or (lambda _text: None)
     _check_target(out)
     require_build_extra("etdeploy bundle (it builds the program and computes its references)")
+    lm_folder = _language_model_folder(job)
+    if lm_folder is not None:  # a causal LM: its program, prompts and references
+        from etdeploy.pipeline.llm.bundle import make_lm_bundle
+
+        return make_lm_bundle(job, out, runners or runners_for(("host",), say), lm_folder, say)
     if job.localize:
         raise UsageError(
             "--localize needs the model where it runs; a bundle carries no model",
@@ -82,7 +88,14 @@ def make_bundle(
         )
     plan = plan_of(job)
     say(f"building {job.label}")
-    program = build_program(plan.build, say)
+    try:
+        program = build_program(plan.build, say)
+    except CausalLmReturned as returned:  # the factory made a causal LM: saved, its road
+        from etdeploy.pipeline.llm.bundle import make_lm_bundle
+        from etdeploy.pipeline.llm.factory import save_factory_lm
+
+        folder = save_factory_lm(str(job.model), returned.spec)
+        return make_lm_bundle(job, out, runners or runners_for(("host",), say), folder, say)
     say("staging inputs and the references")
     staged = stage(plan.stage, program)
     host = None
@@ -96,7 +109,7 @@ def make_bundle(
     shutil.rmtree(partial, ignore_errors=True)
     try:
         partial.mkdir(parents=True)
-        writer = _Writer(partial)
+        writer = Writer(partial)
         pte = writer.copy(program.pte, f"{PROGRAM_DIR}/{program.pte.name}")
         program_manifest = writer.text(
             f"{PROGRAM_DIR}/{program.pte.name}.json",
@@ -128,11 +141,17 @@ def make_bundle(
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )  # fmt: skip
         writer.text(BUNDLE_FILE, json.dumps(manifest.to_json(), indent=2), listed=False)
-        _put_in_place(partial, out)
+        put_in_place(partial, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return MadeBundle(out, manifest, tuple(runners))
+
+
+def _language_model_folder(job: RunJob) -> Path | None:
+    from etdeploy.pipeline.llm.factory import language_model_folder
+
+    return language_model_folder(job.model, use_cache=job.use_cache)
 
 
 def settings_json(job: RunSettings) -> JsonObject:
@@ -178,7 +197,7 @@ def runners_for(abis: Sequence[str], say: Say | None = None) -> list[RunnerBundl
     return list(found.values())
 
 
-def _put_in_place(partial: Path, out: Path) -> None:
+def put_in_place(partial: Path, out: Path) -> None:
     """The finished folder under its name; an old bundle there goes only after."""
     old = None
     if out.exists():
@@ -189,14 +208,14 @@ def _put_in_place(partial: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-class _Writer:
+class Writer:
     """Files into the bundle's folder, each listed with its size and sha256."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.files: dict[str, FileEntry] = {}
 
-    def _listed(self, relative: str) -> str:
+    def listed(self, relative: str) -> str:
         from etdeploy.digests import sha256_file
 
         path = self.root / relative
@@ -207,13 +226,13 @@ class _Writer:
         target = self.root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)  # keeps the runner's executable bit
-        return self._listed(relative)
+        return self.listed(relative)
 
     def text(self, relative: str, text: str, *, listed: bool = True) -> str:
         target = self.root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text + "\n", "utf-8")
-        return self._listed(relative) if listed else relative
+        return self.listed(relative) if listed else relative
 
     def arrays(self, relative: str, table: Table, letter: str) -> str:
         """A table as .npz (etdeploy.npz.table_arrays: stacked when its rows are alike)."""
@@ -225,7 +244,7 @@ class _Writer:
             # Keys are <letter><k> or s<i>_<letter><k>, never savez's own allow_pickle,
             # which is why numpy's stubs reject a ** of str keys here.
             np.savez(handle, **table_arrays(table, letter))  # type: ignore[arg-type]
-        return self._listed(relative)
+        return self.listed(relative)
 
     def labels(self, relative: str, staged: Staged) -> str:
         """The samples' labels as .npz: `y` (one a sample), the class names and where the
@@ -237,7 +256,7 @@ class _Writer:
                 handle, y=staged.labels.values, names=np.asarray(staged.labels.names, dtype=str),
                 source=np.asarray(staged.labels.source), task=np.asarray(staged.task or ""),
             )  # fmt: skip
-        return self._listed(relative)
+        return self.listed(relative)
 
     def runner(self, bundle: RunnerBundle) -> RunnerEntry:
         """The runner bundle's folder as runner_build wrote it (bundle.json included)."""

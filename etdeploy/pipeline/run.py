@@ -33,6 +33,7 @@ from etdeploy.errors import (
     Interruption,
     UsageError,
 )
+from etdeploy.model.loader import CausalLmReturned
 from etdeploy.pipeline.build import build_program
 from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
 from etdeploy.pipeline.execute import (
@@ -45,7 +46,7 @@ from etdeploy.pipeline.execute import (
     throughput_of,
 )
 from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
-from etdeploy.pipeline.llm.folder import looks_like_lm_folder
+from etdeploy.pipeline.llm.bundle import is_lm_bundle
 from etdeploy.pipeline.memory import JudgedMemory, judge_memory, memory_of
 from etdeploy.pipeline.plan import RunPlan, plan_of
 from etdeploy.pipeline.references import host_runtime_outputs
@@ -127,10 +128,15 @@ def _run_job(
 ) -> RunResult:
     context = context or RunContext()
     job_id = job_id or new_job_id()
-    if job.bundle is None and looks_like_lm_folder(job.model):
-        from etdeploy.pipeline.llm.run import run_lm_job  # a causal-LM folder: its own road
+    if job.bundle is not None and is_lm_bundle(job.bundle):
+        from etdeploy.pipeline.llm.bundle import run_lm_bundle  # no torch: the bundle's
 
-        return run_lm_job(job, device, context, job_id)
+        return run_lm_bundle(job, device, context, job_id)
+    lm_folder = _language_model_folder(job)
+    if lm_folder is not None:
+        from etdeploy.pipeline.llm.run import run_lm_job  # a causal LM: its own road
+
+        return run_lm_job(job, device, context, job_id, folder=lm_folder)
     return _run_program(job, device, context, job_id)
 
 
@@ -143,7 +149,14 @@ def _run_program(job: RunJob, device: Device, context: RunContext, job_id: str) 
     # What the device is (a round trip or two; over SSH the connection too) is asked
     # while the program and samples are read here; target_for then has it.
     asked = Ahead(device.info)
-    program, staged, host_outputs, carried = _prepared(job.bundle, job.label, plan, say)
+    try:
+        program, staged, host_outputs, carried = _prepared(job.bundle, job.label, plan, say)
+    except CausalLmReturned as returned:  # the factory made a causal LM: saved, its road
+        from etdeploy.pipeline.llm.factory import save_factory_lm
+        from etdeploy.pipeline.llm.run import run_lm_job
+
+        folder = save_factory_lm(job.model, returned.spec)
+        return run_lm_job(job, device, context, job_id, folder=folder)
     target = target_for(
         plan.runner, device, say, carried, context.device_runner, info=asked.result()
     )
@@ -191,6 +204,16 @@ def _run_program(job: RunJob, device: Device, context: RunContext, job_id: str) 
             lock, etdump, profile, localization, warnings,
         )
     )  # fmt: skip
+
+
+def _language_model_folder(job: RunJob) -> Path | None:
+    """The causal-LM folder a run takes the language-model road with (MODEL, or where a
+    factory's causal LM was saved), or None."""
+    if job.bundle is not None:
+        return None
+    from etdeploy.pipeline.llm.factory import language_model_folder
+
+    return language_model_folder(job.model, use_cache=job.use_cache)
 
 
 def _prepared(

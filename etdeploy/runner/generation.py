@@ -26,16 +26,18 @@ The program
 One runner call per prompt
     etdeploy_runner --generate --model_path P --token_ids IDS --prompt_len P
         --max_new_tokens N --generated_file GEN --result_json R
-        [--logits_file OUT] [--method_name forward] [--cpu_threads K] [--data_path D]
+        [--eos_ids E1,E2] [--logits_file OUT] [--method_name forward] [--cpu_threads K]
+        [--data_path D]
 
     IDS     T token ids, raw int64 little-endian (T >= 1): the prompt, then any
             text the caller wants scored (a reference continuation, held-out text).
     (a) generation, timed: the first P ids (1 <= P <= T) are prefilled from
         position 0; the argmax of the last position's logits is the first new
         token, then each new token is fed back (one call each) until N ids are
-        written to GEN (raw int64 little-endian, exactly N; no stop at an end
-        token, so every device generates the same count). N >= 1; P + N - 1
-        positions are used.
+        written to GEN (raw int64 little-endian), or until an id of --eos_ids
+        (the tokenizer's end of sequence) is written: it is kept, and GEN then
+        holds fewer than N. Without --eos_ids exactly N. N >= 1; at most
+        P + N - 1 positions are used.
     (b) teacher forcing, only with --logits_file: the logits of every position
         of all T ids, T x V float32 little-endian, to OUT. Row t is the
         distribution of the token after ids[0..t]. The rows pass (a) computed
@@ -54,10 +56,11 @@ One runner call per prompt
 The result document (R, schema GENERATION_SCHEMA)
     load_ms; vocab_size; max_seq_len (null: the program does not say);
     tokens_per_call (the largest chunk); token_count T, prompt_len P,
-    max_new_tokens N; prefill_ms (time to first token: from the first prefill
+    max_new_tokens N; generated_count (GEN's ids, N or fewer after an end id);
+    stopped_at_eos; prefill_ms (time to first token: from the first prefill
     call to the first new token's id), prefill_tokens_per_s; decode_ms (one per
-    decode call, N - 1 of them), decode_tokens_per_s (N - 1 over their sum; null
-    when N == 1); teacher_forced_ms (the calls of pass (b) alone; null without
+    decode call, generated_count - 1 of them), decode_tokens_per_s (those over
+    their sum; null when only one token was generated); teacher_forced_ms (the calls of pass (b) alone; null without
     --logits_file) and teacher_forced_reused (its leading rows taken from (a));
     peak_rss_bytes;
     the file names as given.
@@ -100,9 +103,14 @@ class GenerationRequest:
     max_new_tokens: int
     # Whether the runner also writes every position's logits (teacher forcing).
     teacher_forced: bool = True
+    # End-of-sequence ids: generation stops after writing one. (): exactly N tokens.
+    eos_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "token_ids", tuple(int(t) for t in self.token_ids))
+        object.__setattr__(self, "eos_ids", tuple(int(t) for t in self.eos_ids))
+        if any(t < 0 for t in self.eos_ids):
+            raise UsageError("end-of-sequence ids must be 0 or more")
         if not self.token_ids:
             raise UsageError("a generation request needs at least one token id")
         if any(t < 0 for t in self.token_ids):
@@ -173,6 +181,7 @@ class GenerationInvocation:
     data_path: str | None = None
     # None: the runner's default (one thread per performant core).
     cpu_threads: int | None = None
+    eos_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1 or self.max_new_tokens < 1:
@@ -197,7 +206,7 @@ def generation_invocation(
         raise UsageError("a teacher-forced request needs a logits file, and only it")
     return GenerationInvocation(
         model_path, files, request.prompt_len, request.max_new_tokens, method, data_path,
-        cpu_threads,
+        cpu_threads, request.eos_ids,
     )  # fmt: skip
 
 
@@ -215,6 +224,8 @@ def generation_argv(executable: str | PurePath, invocation: GenerationInvocation
         f"--result_json={files.result_json}",
         f"--method_name={invocation.method}",
     ]
+    if invocation.eos_ids:
+        argv.append(f"--eos_ids={','.join(map(str, invocation.eos_ids))}")
     if files.logits is not None:
         argv.append(f"--logits_file={files.logits}")
     if invocation.data_path is not None:
@@ -251,7 +262,7 @@ class GenerationResult:
     """One call's outputs, checked against its request: the greedy ids, every
     position's logits (T x V, None without teacher forcing) and the timings."""
 
-    generated_ids: tuple[int, ...]
+    generated_ids: tuple[int, ...]  # max_new_tokens, or fewer ending in an end id
     logits: np.ndarray | None
     timings: GenerationTimings
     vocab_size: int
@@ -311,6 +322,19 @@ def _raw_array(path: Path, dtype: np.dtype[Any], count: int, what: str) -> np.nd
     return np.fromfile(path, dtype=dtype)
 
 
+def _generated_count(raw: dict[str, Any], request: GenerationRequest, path: Path) -> int:
+    """How many ids GEN holds: N, or, with end ids, from 1 to N (a runner that
+    predates --eos_ids writes no generated_count, and always N)."""
+    if "generated_count" not in raw:
+        return request.max_new_tokens
+    count = _count(raw, "generated_count", path)
+    if not 1 <= count <= request.max_new_tokens or (
+        count < request.max_new_tokens and not request.eos_ids
+    ):
+        raise _bad(path, f"generated_count is {count} of {request.max_new_tokens} asked")
+    return count
+
+
 def read_generation(
     request: GenerationRequest,
     result_json: Path,
@@ -318,24 +342,28 @@ def read_generation(
     logits: Path | None = None,
 ) -> GenerationResult:
     """The files of one call, read and checked against `request`: the document's
-    counts, GEN's N ids (each below the vocabulary size), OUT's T x V floats. Any
-    mismatch is a RunnerError naming the file."""
+    counts, GEN's ids (N, or fewer ending at the first end id; each below the
+    vocabulary size), OUT's T x V floats. Any mismatch is a RunnerError naming the file."""
     raw = _document(result_json, request)
     vocab = _count(raw, "vocab_size", result_json)
     if vocab < 1:
         raise _bad(result_json, "vocab_size is 0")
-    ids = _raw_array(generated, TOKEN_DTYPE, request.max_new_tokens, "generated ids")
+    count = _generated_count(raw, request, result_json)
+    ids = _raw_array(generated, TOKEN_DTYPE, count, "generated ids")
     if ids.size and (ids.min() < 0 or ids.max() >= vocab):
         raise _bad(generated, f"holds an id outside the vocabulary of {vocab}")
+    ends = [i for i, t in enumerate(ids.tolist()) if t in request.eos_ids]
+    if (ends[0] != count - 1) if ends else count != request.max_new_tokens:
+        raise _bad(generated, f"does not stop at its first end id (of {request.eos_ids})")
     table = None
     if request.teacher_forced:
         if logits is None:
             raise UsageError("a teacher-forced request's logits file was not given")
-        count = len(request.token_ids) * vocab
-        table = _raw_array(logits, LOGITS_DTYPE, count, "logits").reshape(-1, vocab)
+        cells = len(request.token_ids) * vocab
+        table = _raw_array(logits, LOGITS_DTYPE, cells, "logits").reshape(-1, vocab)
     decode = raw.get("decode_ms")
-    if not isinstance(decode, list) or len(decode) != request.max_new_tokens - 1:
-        raise _bad(result_json, f"decode_ms lists no {request.max_new_tokens - 1} times")
+    if not isinstance(decode, list) or len(decode) != count - 1:
+        raise _bad(result_json, f"decode_ms lists no {count - 1} times")
     decode_ms = tuple(_number({"t": t}, "t", result_json) or 0.0 for t in decode)
     max_seq_len = raw.get("max_seq_len")
     reused = raw.get("teacher_forced_reused")

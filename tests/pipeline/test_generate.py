@@ -99,7 +99,7 @@ def on_device(
     check_generation(device, target.bundle, pte)
     local = tmp_path / "pulled"
     local.mkdir(exist_ok=True)
-    return generate_on_device(target, pte, requests, SETTINGS, "gen-job", local)
+    return generate_on_device(target, pte, requests, SETTINGS, "gen-job", local).calls
 
 
 @pytest.fixture

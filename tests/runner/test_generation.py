@@ -127,3 +127,39 @@ def test_files_that_disagree_with_the_request_name_the_file(
     with pytest.raises(RunnerError, match=message) as refused:
         read_generation(REQUEST, *_write_call(tmp_path, REQUEST, **change))  # type: ignore[arg-type]
     assert "\n" not in refused.value.message and refused.value.exit_code == 3
+
+
+ENDING = GenerationRequest((5, 9, 2, 7, 3), prompt_len=3, max_new_tokens=4, eos_ids=(1, 6))
+
+
+def test_end_ids_go_to_the_runner_and_end_generation_sooner(tmp_path: Path) -> None:
+    files = GenerationFiles.under("g", "ids.bin")
+    argv = generation_argv("runner", generation_invocation("p.pte", ENDING, files))
+    assert "--eos_ids=1,6" in argv
+    # Two ids, the second an end id: the runner stopped there, one decode call.
+    written = _write_call(tmp_path, ENDING, ids=[3, 6], generated_count=2, decode_ms=[0.5])
+    result = read_generation(ENDING, *written)
+    assert result.generated_ids == (3, 6) and result.timings.decode_ms == (0.5,)
+    # N ids with no end id among them: generation ran its course.
+    ran_on = _write_call(tmp_path, ENDING, ids=[2, 3, 4, 5])
+    assert read_generation(ENDING, *ran_on).generated_ids == (2, 3, 4, 5)
+
+
+@pytest.mark.parametrize(
+    ("request_", "ids", "count", "message"),
+    [
+        # Fewer than N ids from a request with no end ids.
+        (REQUEST, [3, 1], 2, r"^g\.json: generated_count is 2 of 4 asked"),
+        # Stopped early without an end id, or went on past one.
+        (ENDING, [3, 4], 2, r"^g\.generated\.bin: does not stop at its first end id"),
+        (ENDING, [1, 2, 3, 4], 4, r"^g\.generated\.bin: does not stop at its first end id"),
+    ],
+)
+def test_a_generation_that_does_not_end_as_asked_is_refused(
+    tmp_path: Path, request_: GenerationRequest, ids: list[int], count: int, message: str
+) -> None:
+    written = _write_call(
+        tmp_path, request_, ids=ids, generated_count=count, decode_ms=[0.5] * (count - 1)
+    )
+    with pytest.raises(RunnerError, match=message):
+        read_generation(request_, *written)

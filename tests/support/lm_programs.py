@@ -4,12 +4,15 @@ session, and what ExecuTorch's Python runtime generates with them.
 Each program is exported the way the generation contract expects
 (etdeploy/runner/generation.py): transformers' TorchExportableModuleForDecoderOnlyLM
 over a static cache, `forward(input_ids int64[1, S], cache_position int64[S])`,
-lowered to XNNPACK. They stand for what etdeploy's LLM build produces; the runner's
-tests need the programs, not that build.
+lowered to XNNPACK, with `etdeploy run FOLDER`'s default context (MAX_CACHE_LEN).
 
-- `float_s1`: float32, one token per call (S fixed at 1);
-- `float_chunked`: float32, S dynamic up to CHUNK (prefill and teacher forcing in chunks);
-- `int4`: 8da4w (int8 dynamic activations, 4-bit weights in groups of 32), S = 1;
+- `float_s1`: float32, one token per call (S fixed at 1): etdeploy's own build of the
+  folder (etdeploy.pipeline.llm.export.build_lm), the cache entry `etdeploy run
+  FOLDER` reads back, so the session builds it once;
+- `int4`: 8da4w (int8 dynamic activations, 4-bit weights in groups of 32), S = 1: the
+  same, the entry of `etdeploy run FOLDER --quantize 8da4w`;
+- `float_chunked`: float32, S dynamic up to CHUNK (prefill and teacher forcing in
+  chunks), which etdeploy's build does not make: exported here;
 - `other_s1`: float32, S = 1, of the differently trained twin (the wrong program).
 
 The requests are the held-out prompts, tokenized on the host as etdeploy does: each
@@ -29,7 +32,7 @@ import pytest
 from etdeploy.runner.generation import GenerationRequest
 from tests.support.tiny_lm import TinyLm
 
-MAX_CACHE_LEN = 96
+MAX_CACHE_LEN = 128  # etdeploy run's --max-seq-len default
 CHUNK = 16
 NEW_TOKENS = 12
 GROUP_SIZE = 32
@@ -45,7 +48,7 @@ class LmPrograms:
     vocab_size: int
 
 
-def export_program(folder: Path, pte: Path, *, chunk: int = 1, int4: bool = False) -> Path:
+def export_program(folder: Path, pte: Path, *, chunk: int = 1) -> Path:
     """The model in `folder` as a .pte with a static cache of MAX_CACHE_LEN positions."""
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -57,16 +60,6 @@ def export_program(folder: Path, pte: Path, *, chunk: int = 1, int4: bool = Fals
     model.eval()
     model.generation_config.cache_implementation = "static"
     model.generation_config.cache_config = {"batch_size": 1, "max_cache_len": MAX_CACHE_LEN}
-    if int4:
-        from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-        from torchao.quantization.granularity import PerGroup
-
-        # torch 2.13 has torch.int4; its stubs do not say so.
-        int4_dtype = torch.int4  # type: ignore[attr-defined]
-        config = Int8DynamicActivationIntxWeightConfig(
-            weight_dtype=int4_dtype, weight_granularity=PerGroup(GROUP_SIZE)
-        )
-        quantize_(model, config)
     wrapper = TorchExportableModuleForDecoderOnlyLM(model)
     if chunk == 1:
         exported = wrapper.export(input_ids=torch.tensor([[0]]), cache_position=torch.tensor([0]))
@@ -80,6 +73,17 @@ def export_program(folder: Path, pte: Path, *, chunk: int = 1, int4: bool = Fals
     program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     pte.write_bytes(program.to_executorch().buffer)
     return pte
+
+
+def etdeploy_build(folder: Path, *, int4: bool = False) -> Path:
+    """etdeploy's build of `folder` at MAX_CACHE_LEN positions (cached by content)."""
+    from etdeploy.pipeline.llm.export import LmBuildOptions, build_lm
+    from etdeploy.pipeline.llm.folder import open_lm_folder
+
+    options = LmBuildOptions(
+        max_seq_len=MAX_CACHE_LEN, quantize="8da4w" if int4 else None, group_size=GROUP_SIZE
+    )
+    return build_lm(open_lm_folder(folder), options).pte
 
 
 def prompt_requests(folder: Path, prompts: Path) -> tuple[GenerationRequest, ...]:
@@ -120,9 +124,9 @@ def lm_programs(tiny_lm: TinyLm, tmp_path_factory: pytest.TempPathFactory) -> Lm
     root = tmp_path_factory.mktemp("lm-programs")
     requests = prompt_requests(tiny_lm.folder, tiny_lm.prompts)
     return LmPrograms(
-        float_s1=export_program(tiny_lm.folder, root / "float-s1.pte"),
+        float_s1=etdeploy_build(tiny_lm.folder),
         float_chunked=export_program(tiny_lm.folder, root / "float-chunked.pte", chunk=CHUNK),
-        int4=export_program(tiny_lm.folder, root / "int4.pte", int4=True),
+        int4=etdeploy_build(tiny_lm.folder, int4=True),
         other_s1=export_program(tiny_lm.other_folder, root / "other-s1.pte"),
         requests=requests,
         vocab_size=512,

@@ -7,7 +7,9 @@ license texts Debian's base-files package installs in /usr/share/common-licenses
 every Debian/Ubuntu machine.
 
 - `folder` (MODEL): 2 layers, hidden 64, vocab 512, trained on most of the licenses for
-  long enough that greedy generation reads as license prose. Its `prompts.txt` holds
+  long enough that greedy generation reads as license prose. Every paragraph ends in
+  the end-of-sequence token `</s>` (config.json's eos_token_id), as pretraining ends
+  each document in one, so greedy generation from the last words of a paragraph stops. Its `prompts.txt` holds
   sentences of the GPL-2 text, which it never saw in training: the held-out text its
   perplexity is measured on.
 - `other_folder`: the same architecture and tokenizer, trained from another seed on other
@@ -31,6 +33,7 @@ LICENSES = Path("/usr/share/common-licenses")
 TRAINING_TEXTS = ("GPL-3", "Apache-2.0", "MPL-2.0", "LGPL-2.1", "GFDL-1.3", "Artistic", "MPL-1.1")
 OTHER_TEXTS = ("GFDL-1.2", "LGPL-2", "Artistic", "BSD", "CC0-1.0")
 HELD_OUT_TEXT = "GPL-2"
+EOS_ID = 1  # "</s>", the tokenizer's second special token
 
 VOCAB_SIZE = 512
 HIDDEN = 64
@@ -57,6 +60,15 @@ def _read(names: tuple[str, ...]) -> str:
 def _normalise(text: str) -> str:
     # License texts are hard-wrapped and indented; prose is what the model should learn.
     return re.sub(r"[ \t]*\n[ \t]*(?=\S)", " ", re.sub(r"[ \t]+", " ", text)).strip()
+
+
+def _paragraph_ids(tokenizer: Any, names: tuple[str, ...]) -> list[int]:
+    """The texts' paragraphs tokenized, each followed by the end-of-sequence id."""
+    ids: list[int] = []
+    for paragraph in _read(names).split("\n\n"):
+        if paragraph.strip():
+            ids += [*tokenizer.encode(_normalise(paragraph)).ids, EOS_ID]
+    return ids
 
 
 def held_out_prompts(count: int = PROMPT_COUNT, words: int = PROMPT_WORDS) -> list[str]:
@@ -97,7 +109,7 @@ def _train_model(ids: list[int], seed: int, steps: int) -> Any:
         num_key_value_heads=2,
         max_position_embeddings=256,
         bos_token_id=0,
-        eos_token_id=1,
+        eos_token_id=EOS_ID,
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config)
@@ -138,10 +150,9 @@ def build_tiny_lms(root: Path) -> TinyLm:
         text = _normalise(_read(TRAINING_TEXTS))
         tokenizer = _train_tokenizer(text)
         prompts = held_out_prompts()
-        model = _train_model(tokenizer.encode(text).ids, seed=0, steps=STEPS)
+        model = _train_model(_paragraph_ids(tokenizer, TRAINING_TEXTS), seed=0, steps=STEPS)
         _save(model, tokenizer, root / "tiny-llama", prompts)
-        other_text = _normalise(_read(OTHER_TEXTS))
-        other = _train_model(tokenizer.encode(other_text).ids, seed=1, steps=OTHER_STEPS)
+        other = _train_model(_paragraph_ids(tokenizer, OTHER_TEXTS), seed=1, steps=OTHER_STEPS)
         _save(other, tokenizer, root / "tiny-llama-other", prompts)
     finally:
         torch.set_num_threads(threads)

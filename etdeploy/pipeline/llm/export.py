@@ -153,6 +153,9 @@ class LmProgram:
     # The KV cache: the mutable buffers' bytes (keys and values of every layer).
     kv_cache_bytes: int
     vocab_size: int
+    # The library versions it was built with, when known from elsewhere than this
+    # machine (a job bundle's); None: this machine's.
+    built_with: tuple[tuple[str, str | None], ...] | None = None
 
 
 def build_key(folder: LmFolder, options: LmBuildOptions) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import ModelError
+from etdeploy.jsonvalue import JsonObject
 
 CONFIG = "config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
@@ -62,6 +63,40 @@ class LmFolder:
         if intermediate:
             sizes["down_proj"] = intermediate
         return {name: size for name, size in sizes.items() if size > 0}
+
+
+def eos_ids(folder: LmFolder, tokenizer: Any = None) -> tuple[int, ...]:
+    """The ids that end a sequence, as transformers' generate stops on them: the
+    folder's generation_config.json `eos_token_id` (an id or a list: Llama 3 lists
+    three), else config.json's, else the tokenizer's end token (tokenizer_config.json
+    `eos_token`, looked up in `tokenizer`). () when none is said: generation then runs
+    to --max-new-tokens."""
+    for name in ("generation_config.json", CONFIG):
+        said = _read_object(folder.path / name).get("eos_token_id")
+        ids = [said] if isinstance(said, int) else said if isinstance(said, list) else []
+        found = tuple(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i >= 0)
+        if found:
+            return found
+    token = _read_object(folder.path / "tokenizer_config.json").get("eos_token")
+    if isinstance(token, dict):  # an AddedToken written out: {"content": "</s>", ...}
+        token = token.get("content")
+    if isinstance(token, str) and tokenizer is not None:
+        found_id = tokenizer.token_to_id(token) if hasattr(tokenizer, "token_to_id") else None
+        if found_id is None and hasattr(tokenizer, "convert_tokens_to_ids"):
+            found_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(found_id, int) and found_id >= 0:
+            return (found_id,)
+    return ()
+
+
+def _read_object(path: Path) -> JsonObject:
+    """A JSON object from the folder, or {} when the file is absent or is not one
+    (optional files: what they do not say is not said)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
 
 
 def looks_like_lm_folder(model: str | None) -> bool:

@@ -3,8 +3,9 @@
 Both see the same ids the device sees. Every position's logits come from one forward
 pass over the whole prompt; greedy generation then feeds one token a step through
 transformers' ordinary dynamic cache (not the static cache the program was exported
-with, so the reference does not share the logic it checks). No end-of-text stop: the
-device generates exactly N tokens, and so does the reference.
+with, so the reference does not share the logic it checks). Generation stops after
+an end-of-sequence id (the folder's: etdeploy.pipeline.llm.folder.eos_ids) or at N
+tokens, as the runner's does.
 The quantized eager model is the torchao-quantized module the program was exported
 from (etdeploy.pipeline.llm.export.quantized_model): with 8da4w its activations are quantized
 per token at run time, as XNNPACK's dynamically quantized linears do, so it computes
@@ -20,8 +21,11 @@ from etdeploy.pipeline.llm.prompts import Prompt
 from etdeploy.pipeline.llm.verify_tokens import PromptRun
 
 
-def eager_runs(model: Any, prompts: Sequence[Prompt], new_tokens: int) -> tuple[PromptRun, ...]:
-    """Every prompt through `model`: its positions' logits and its greedy continuation."""
+def eager_runs(
+    model: Any, prompts: Sequence[Prompt], new_tokens: int, eos_ids: Sequence[int] = ()
+) -> tuple[PromptRun, ...]:
+    """Every prompt through `model`: its positions' logits and its greedy continuation
+    (up to `new_tokens`, the last one an end id when it stopped at one)."""
     import torch
 
     runs = []
@@ -31,7 +35,7 @@ def eager_runs(model: Any, prompts: Sequence[Prompt], new_tokens: int) -> tuple[
             out = model(input_ids=ids, use_cache=True)
             logits = out.logits[0].float()
             generated = [int(logits[-1].argmax())]
-            for _ in range(new_tokens - 1):
+            while len(generated) < new_tokens and generated[-1] not in eos_ids:
                 step = torch.tensor([[generated[-1]]], dtype=torch.long)
                 out = model(input_ids=step, cache=out.cache, use_cache=True)
                 generated.append(int(out.logits[0, -1].argmax()))

@@ -25,9 +25,10 @@ from etdeploy.results.result_verdict import Verdict
 
 if TYPE_CHECKING:
     from etdeploy.pipeline.deploy import Target
+    from etdeploy.pipeline.generate import DeviceGeneration
     from etdeploy.pipeline.job import RunJob
     from etdeploy.pipeline.llm.export import LmProgram
-    from etdeploy.pipeline.llm.run import DeviceGeneration, LmJob
+    from etdeploy.pipeline.llm.run import LmJob
     from etdeploy.preflight import PreflightReport
     from etdeploy.results.result_lm import LanguageModelResult
 
@@ -82,7 +83,7 @@ def lm_run_result(
             size_bytes=program.size_bytes,
             backend="xnnpack",
             quantization=block.quantization,
-            built_with=_built_with(),
+            built_with=dict(program.built_with) if program.built_with else built_with(),
         ),
         runner=RunnerInfo(
             flavor=bundle.flavor,
@@ -98,10 +99,10 @@ def lm_run_result(
         ),
         preflight=Preflight.from_json(report.to_json()),
         deploy=DeployStats(
-            bytes_sent=generated.bytes_sent,
-            files_sent=generated.files_sent,
-            files_skipped=generated.files_skipped,
-            seconds=round(generated.deploy_seconds, 3),
+            bytes_sent=generated.deployed.bytes_sent,
+            files_sent=generated.deployed.files_sent,
+            files_skipped=generated.deployed.files_skipped,
+            seconds=round(generated.deployed.seconds, 3),
         ),
         # One decode call a token: the latency of a step of generation.
         latency_ms=latency_of(block.speed.load_ms, decode_ms),
@@ -139,10 +140,17 @@ def lm_memory(program: LmProgram, peak_rss_bytes: int | None) -> LmMemory:
     )
 
 
-def _built_with() -> dict[str, str | None]:
-    from importlib.metadata import version
+def built_with() -> dict[str, str | None]:
+    """The versions of what makes an LM program, here (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
 
     import etdeploy
 
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
     names = ("torch", "executorch", "transformers", "torchao")
-    return {"etdeploy": etdeploy.__version__, **{n: version(n) for n in names}}
+    return {"etdeploy": etdeploy.__version__, **{n: installed(n) for n in names}}

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.devices.base import Device
-from etdeploy.devices.lock import device_lock
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from etdeploy.pipeline.job import RunJob, StatusCallback
 from etdeploy.pipeline.llm.export import (
@@ -31,8 +30,9 @@ from etdeploy.pipeline.llm.export import (
     check_options,
     given_program,
 )
-from etdeploy.pipeline.llm.folder import LmFolder, open_lm_folder
-from etdeploy.pipeline.llm.prompts import Prompt, check_context, read_prompts
+from etdeploy.pipeline.llm.factory import factory_inputs
+from etdeploy.pipeline.llm.folder import LmFolder, eos_ids, open_lm_folder
+from etdeploy.pipeline.llm.prompts import Prompt, check_context, load_tokenizer, read_prompts
 from etdeploy.pipeline.llm.verify_tokens import (
     DEFAULT_MAX_KLD,
     DEFAULT_MAX_PPL_INCREASE,
@@ -51,9 +51,11 @@ from etdeploy.results.result_lm import (
     PromptSample,
 )
 from etdeploy.runner.generation import GenerationRequest, GenerationResult
+from etdeploy.runner_build import RunnerBundle
 
 if TYPE_CHECKING:
     from etdeploy.pipeline.deploy import Target
+    from etdeploy.pipeline.generate import DeviceGeneration
     from etdeploy.pipeline.run import RunContext
     from etdeploy.results.result import RunResult
 
@@ -67,23 +69,35 @@ TOKENIZATION = (
 class LmJob:
     """What a language-model run was checked to be, before anything slow."""
 
-    folder: LmFolder
+    # None: read from a job bundle (etdeploy.pipeline.llm.bundle), no folder at hand.
+    folder: LmFolder | None
     options: LmBuildOptions
     prompts: tuple[Prompt, ...]
     prompt_source: str
     gates: LmGates
+    # Tokens to generate from each prompt at most, and the ids that end generation
+    # sooner (the tokenizer's end of sequence), on the device and in eager alike.
+    max_new_tokens: int = 16
+    eos_ids: tuple[int, ...] = ()
+    architecture: str = ""
 
 
-def check_lm_job(job: RunJob) -> LmJob:
-    """The folder, build options and prompts checked (bad input: exit 2), no torch."""
+def check_lm_job(job: RunJob, folder_path: Path | None = None) -> LmJob:
+    """The folder (MODEL, or `folder_path`: where a factory's causal LM was saved),
+    build options and prompts checked (bad input: exit 2), no torch."""
     if job.reference is not None or job.data is not None:
         raise UsageError(
             "--reference and --data are not taken with a language-model folder",
             "the folder's model is the reference: drop --reference/--data",
         )
+    if job.backend != "xnnpack":
+        raise UsageError(
+            f"--backend {job.backend}: a language model is built for XNNPACK only",
+            "drop --backend (xnnpack is the default)",
+        )
     if job.pte is not None and not job.pte.is_file():
         raise UsageError(f"--pte {job.pte}: no such file", "give the .pte to run")
-    folder = open_lm_folder(str(job.model))
+    folder = open_lm_folder(folder_path or str(job.model))
     options = LmBuildOptions(
         max_seq_len=job.max_seq_len,
         quantize=job.quantize,
@@ -91,15 +105,20 @@ def check_lm_job(job: RunJob) -> LmJob:
         quantize_embeddings=job.quantize_embeddings,
     )
     check_options(folder, options)
-    prompts = read_prompts(job.inputs, folder)
+    # A factory's prompts (its ModelSpec.samples) when --inputs names none.
+    inputs = tuple(job.inputs) or (factory_inputs(folder.path) if folder_path else ())
+    prompts = read_prompts(inputs, folder)
     check_context(prompts, options.max_seq_len, job.max_new_tokens)
     gates = LmGates(
         min_token_agreement=_or(job.min_token_agreement, DEFAULT_MIN_TOKEN_AGREEMENT),
         max_kld=_or(job.max_kld, DEFAULT_MAX_KLD),
         max_ppl_increase=_or(job.max_ppl_increase, DEFAULT_MAX_PPL_INCREASE),
     )
-    source = ", ".join(job.inputs) if job.inputs else str(folder.prompts)
-    return LmJob(folder, options, prompts, source, gates)
+    source = ", ".join(inputs) if inputs else str(folder.prompts)
+    ends = eos_ids(folder, load_tokenizer(folder))
+    return LmJob(
+        folder, options, prompts, source, gates, job.max_new_tokens, ends, folder.architecture
+    )
 
 
 def _or(value: float | None, default: float) -> float:
@@ -107,20 +126,48 @@ def _or(value: float | None, default: float) -> float:
 
 
 def run_lm_job(
-    job: RunJob, device: Device, context: RunContext, job_id: str
+    job: RunJob, device: Device, context: RunContext, job_id: str, *, folder: Path | None = None
 ) -> RunResult:  # pragma: no branch
-    from etdeploy.pipeline.deploy import target_for
-    from etdeploy.pipeline.generate import check_generation
-
     say: StatusCallback = context.status or (lambda _text: None)
-    started = time.time()
-    checked = check_lm_job(job)
+    checked = check_lm_job(job, folder)
+    assert checked.folder is not None
     if job.pte is not None:
         program = given_program(job.pte, checked.folder, checked.options)
     else:
         say(f"building {checked.folder.path.name} ({checked.options.label})")
         program = build_lm(checked.folder, checked.options, use_cache=job.use_cache)
-    target = target_for(job.runner, device, say, (), context.device_runner)
+    return generate_and_compare(
+        job, device, context, job_id, checked, program, (),
+        lambda: eager_references(checked), tokenizer_text(checked.folder),
+    )  # fmt: skip
+
+
+References = tuple[tuple[PromptRun, ...], tuple[PromptRun, ...]]
+
+
+def generate_and_compare(
+    job: RunJob,
+    device: Device,
+    context: RunContext,
+    job_id: str,
+    checked: LmJob,
+    program: LmProgram,
+    carried: Sequence[RunnerBundle],
+    references: Callable[[], References],
+    text: Callable[[Sequence[int]], str],
+) -> RunResult:
+    """The program on the device, one runner call a prompt, then held to the float and
+    quantized eager references (computed by `references` after the device ran, or read
+    from a job bundle) and judged: the RunResult with its language_model block."""
+    from etdeploy.pipeline.deploy import target_for
+    from etdeploy.pipeline.generate import check_generation
+    from etdeploy.pipeline.llm.result import lm_memory, lm_run_result
+    from etdeploy.pipeline.memory import with_memory
+    from etdeploy.sizecheck import summary_for_result
+
+    say: StatusCallback = context.status or (lambda _text: None)
+    started = time.time()
+    target = target_for(job.runner, device, say, carried, context.device_runner)
     say(f"checking that the runner for {target.info.name} can run the program")
     # Refuses a runner without --generate too, before anything is pushed.
     report = check_generation(
@@ -128,24 +175,22 @@ def run_lm_job(
         sha256=program.sha256,
     )  # fmt: skip
     requests = [
-        GenerationRequest(p.token_ids, len(p.token_ids), job.max_new_tokens)
+        GenerationRequest(
+            p.token_ids, len(p.token_ids), checked.max_new_tokens, eos_ids=checked.eos_ids
+        )
         for p in checked.prompts
     ]
     generated = generate_prompts(target, program.pte, requests, job, job_id, say)
     say("computing float and quantized eager")
-    from etdeploy.pipeline.llm.result import lm_memory, lm_run_result
-    from etdeploy.sizecheck import summary_for_result
-
+    floats, quantized = references()
     peaks = [r.peak_rss_bytes for r in generated.results if r.peak_rss_bytes is not None]
     block = replace(
-        language_model_block(checked, program, generated.results),
+        language_model_block(checked, program, generated.results, floats, quantized, text),
         memory=lm_memory(program, max(peaks) if peaks else None),
     )
     size = SizeSummary.from_json(
         summary_for_result(program.pte, context.size_config, sha256=program.sha256)
     )
-    from etdeploy.pipeline.memory import with_memory
-
     result = lm_run_result(
         job, job_id, started, checked, program, target, report, generated, block, size
     )
@@ -153,15 +198,32 @@ def run_lm_job(
     return with_memory(result, result.memory or Memory(), (), job)
 
 
-@dataclass(frozen=True)
-class DeviceGeneration:
-    """Every prompt's generation on the device and what deploying it cost."""
+def eager_references(checked: LmJob) -> References:
+    """Every prompt through float eager and quantized eager (torch, transformers)."""
+    from etdeploy.pipeline.llm.export import quantized_model
+    from etdeploy.pipeline.llm.folder import load_causal_lm
+    from etdeploy.pipeline.llm.references import eager_runs
 
-    results: tuple[GenerationResult, ...]
-    bytes_sent: int
-    files_sent: int
-    files_skipped: int
-    deploy_seconds: float
+    assert checked.folder is not None
+    new_tokens, ends = checked.max_new_tokens, checked.eos_ids
+    floats = eager_runs(load_causal_lm(checked.folder), checked.prompts, new_tokens, ends)
+    quantized = floats
+    if checked.options.quantize or checked.options.quantize_embeddings:
+        quantized = eager_runs(
+            quantized_model(checked.folder, checked.options), checked.prompts, new_tokens, ends
+        )
+    return floats, quantized
+
+
+def tokenizer_text(folder: LmFolder) -> Callable[[Sequence[int]], str]:
+    """Ids to text with the folder's tokenizer, special tokens included: a generation
+    that ended shows its end token (`</s>`)."""
+    tokenizer = load_tokenizer(folder)
+
+    def text(ids: Sequence[int]) -> str:
+        return str(tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    return text
 
 
 def generate_prompts(
@@ -172,65 +234,31 @@ def generate_prompts(
     job_id: str,
     say: StatusCallback,
 ) -> DeviceGeneration:
-    """etdeploy.pipeline.generate's deploy and one runner call a prompt, while holding
-    the device (its job directory swept and journaled as generate_on_device does; taken
-    apart here only to keep the deploy's figures for the result)."""
-    from etdeploy.devices.workdir import JobDirs
-    from etdeploy.pipeline.generate import GenerationSettings, deploy_generator, generate
+    """Every prompt through the runner on the device (etdeploy.pipeline.generate: the
+    device held, the job's directory swept and journaled), with the deploy's figures."""
+    from etdeploy.pipeline.generate import GenerationSettings, generate_on_device
 
     settings = GenerationSettings(
         cpu_threads=job.cpu_threads, deadline_s=job.deadline_s,
         idle_timeout_s=job.idle_timeout_s, verify_remote=job.verify_remote, keep=job.keep,
     )  # fmt: skip
-    # A push reports progress only for the files it sends; the others were on the device.
-    sent: set[str] = set()
-    device = target.device
-    say(f"waiting for {target.info.name}")
-    with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-lm-") as local:
-        jobs = JobDirs(device)
-        jobs.sweep(but=job_id)
-        jobs.begin(job_id)
-        try:
-            say(f"deploying to {target.info.name}")
-            deployed = deploy_generator(
-                target, pte, requests, job_id, verify=job.verify_remote,
-                progress=lambda path, _done, _total: sent.add(path),
-            )  # fmt: skip
-            say(f"generating on {target.info.name}")
-            generated = generate(target, deployed, requests, settings, Path(local))
-        finally:
-            jobs.end(job_id, keep=job.keep)
-    pushed = len(target.bundle.files) + 1 + len(set(deployed.token_ids))
-    return DeviceGeneration(
-        tuple(g.result for g in generated), deployed.bytes_sent, len(sent),
-        pushed - len(sent), deployed.seconds,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="etdeploy-lm-") as local:
+        return generate_on_device(target, pte, requests, settings, job_id, Path(local), status=say)
 
 
 def language_model_block(
-    checked: LmJob, program: LmProgram, results: Sequence[GenerationResult]
+    checked: LmJob,
+    program: LmProgram,
+    results: Sequence[GenerationResult],
+    floats: Sequence[PromptRun],
+    quantized: Sequence[PromptRun],
+    text: Callable[[Sequence[int]], str],
 ) -> LanguageModelResult:
     """The device's runs against float eager and quantized eager, gated."""
-    from etdeploy.pipeline.llm.export import quantized_model
-    from etdeploy.pipeline.llm.folder import load_causal_lm
-    from etdeploy.pipeline.llm.prompts import load_tokenizer
-    from etdeploy.pipeline.llm.references import eager_runs
-
-    new_tokens = len(results[0].generated_ids)
     device = tuple(
         PromptRun(p.name, p.token_ids, r.logits, r.generated_ids)  # type: ignore[arg-type]
         for p, r in zip(checked.prompts, results, strict=True)
     )
-    floats = eager_runs(load_causal_lm(checked.folder), checked.prompts, new_tokens)
-    quantized = floats
-    if checked.options.quantize or checked.options.quantize_embeddings:
-        quantized = eager_runs(
-            quantized_model(checked.folder, checked.options), checked.prompts, new_tokens
-        )
-    tokenizer = load_tokenizer(checked.folder)
-
-    def text(ids: Sequence[int]) -> str:
-        return str(tokenizer.decode(list(ids)))
 
     def token(one: int) -> str:
         return text([one])
@@ -241,7 +269,7 @@ def language_model_block(
     ppl_quantized = compare_perplexity("quantized eager", device, quantized)
     passed, reason = judge_tokens(vs_quantized, ppl_float, checked.gates)
     return LanguageModelResult(
-        architecture=checked.folder.architecture,
+        architecture=checked.architecture,
         quantization=checked.options.label,
         max_seq_len=checked.options.max_seq_len,
         vocab_size=program.vocab_size,
@@ -251,7 +279,7 @@ def language_model_block(
         prompt_source=checked.prompt_source,
         comparisons=(vs_float, vs_quantized),
         perplexity=(ppl_float, ppl_quantized),
-        speed=_speed(checked.prompts, results),
+        speed=_speed(checked.prompts, results, checked.max_new_tokens),
         gates=checked.gates,
         passed=passed,
         reason=reason,
@@ -260,13 +288,15 @@ def language_model_block(
     )
 
 
-def _speed(prompts: Sequence[Prompt], results: Sequence[GenerationResult]) -> GenerationSpeed:
+def _speed(
+    prompts: Sequence[Prompt], results: Sequence[GenerationResult], new_tokens: int
+) -> GenerationSpeed:
     timings = [r.timings for r in results]
     decode = [t.decode_tokens_per_s for t in timings if t.decode_tokens_per_s is not None]
     forced = [t.teacher_forced_ms for t in timings if t.teacher_forced_ms is not None]
     return GenerationSpeed(
         prompt_tokens=int(statistics.median(len(p.token_ids) for p in prompts)),
-        new_tokens=len(results[0].generated_ids),
+        new_tokens=new_tokens,
         tokens_per_call=max(r.tokens_per_call for r in results),
         load_ms=round(statistics.median(t.load_ms for t in timings), 3),
         time_to_first_token_ms=round(statistics.median(t.prefill_ms for t in timings), 3),

@@ -87,7 +87,9 @@ def compare_tokens(
             )  # fmt: skip
         matched = matched_length(dev.generated, ref.generated)
         matches.append(matched)
-        if first_free is None and matched < len(ref.generated):
+        # Both stop at an end id or at N: where they part, each has a token (a prefix
+        # of the other could only come from a runner that ignored the end ids).
+        if first_free is None and matched < min(len(ref.generated), len(dev.generated)):
             at, r, d = matched, ref.generated[matched], dev.generated[matched]
             first_free = Divergence(dev.name, len(dev.token_ids) + at, r, d, decode(r), decode(d))
     all_agree, all_kld = np.concatenate(agree), np.concatenate(klds)
@@ -100,7 +102,8 @@ def compare_tokens(
         kld_max=float(all_kld.max()),
         match_length_mean=float(np.mean(matches)),
         match_length_min=int(min(matches)),
-        generated_per_prompt=len(device[0].generated) if device else 0,
+        # The most any prompt generated (an end id stops one sooner).
+        generated_per_prompt=max((len(d.generated) for d in device), default=0),
         first_divergence=first,
         first_generation_divergence=first_free,
     )

@@ -123,3 +123,8 @@ def test_prompts_come_from_a_file_a_folder_or_the_model_folder(
     (texts / "b.txt").write_text("\n")  # empty: not a prompt
     assert prompt_texts((str(texts),), folder) == [("a.txt", own[0][1])]
     assert prompt_texts((str(tiny_lm.prompts),), folder) == own
+
+
+def test_a_backend_other_than_xnnpack_is_refused(tiny_lm: TinyLm, tmp_path: Path) -> None:
+    done = etdeploy("run", tiny_lm.folder, "--backend", "portable", cwd=tmp_path, timeout=120)
+    assert_one_line_error(done, 2, "--backend portable: a language model is built for XNNPACK")
