@@ -1,6 +1,6 @@
 """Task accuracy on a labelled test set, paired with eager PyTorch on the same samples.
 
-Tensor closeness (etdeploy.verify) says whether the lowering changed the numbers; this
+Tensor closeness (etdeploy.numerics) says whether the lowering changed the numbers; this
 says whether the device lost accuracy on the task. Every sample is scored three ways
 (the float eager model, the quantized eager program of an int8 build, the device),
 and the device is compared with eager sample by sample: a paired design, so the noise

@@ -97,7 +97,7 @@ __all__ = [
 # The etdeploy.toml tables run settings live in.
 SECTIONS = ("build", "run", "verify")
 
-# What verification falls back to when a tolerance is left unset (etdeploy.verify
+# What verification falls back to when a tolerance is left unset (etdeploy.numerics
 # applies them): fp32 arithmetic reassociated by a backend stays within 1e-4; what
 # quantization may cost against the float model is a budget the user sets.
 FP32_ATOL = 1e-4

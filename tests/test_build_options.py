@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from etdeploy import settings, verify
+from etdeploy import numerics, settings
 from etdeploy.build_options import BuildOptions, CacheChoice, ProgramOptions
 from etdeploy.builder.tap_plan import TapPlan
 from etdeploy.declaration import Declared, declared, shown_value
@@ -96,7 +96,7 @@ def fallback(name: str) -> object:
 
 
 def test_each_default_a_run_falls_back_to_is_the_declared_one() -> None:
-    thresholds = verify.DEFAULT_THRESHOLDS
+    thresholds = numerics.DEFAULT_THRESHOLDS
     assert thresholds.atol == fallback("atol") and thresholds.rtol == fallback("rtol")
     assert thresholds.min_sqnr_db == fallback("min_sqnr_db")
     assert thresholds.min_top1 == fallback("min_top1")
@@ -108,7 +108,7 @@ def test_each_default_a_run_falls_back_to_is_the_declared_one() -> None:
     assert fallback("max_ppl_increase") == verify_tokens.DEFAULT_MAX_PPL_INCREASE
     # ... and the modules that apply them hold the declared objects, not numbers of
     # their own (a second literal would be another float object).
-    for module, name in ((verify, "FP32_ATOL"), (verify, "INT8_MIN_TOP1"), (verify, "MIN_COSINE"),
+    for module, name in ((numerics, "FP32_ATOL"), (numerics, "INT8_MIN_TOP1"), (numerics, "MIN_COSINE"),
                          (verify_tokens, "DEFAULT_MAX_KLD")):  # fmt: skip
         assert getattr(module, name) is getattr(settings, name), name
 

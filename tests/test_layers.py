@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "pte", "model", "inputs", "profile", "dataset", "quarantine",
     })),
     ("records and settings", frozenset({
-        "results", "settings", "build_options", "verify", "config", "staged",
+        "results", "settings", "build_options", "numerics", "config", "staged",
     })),
     ("devices and runners", frozenset({
         "devices", "memory", "sizecheck", "runner", "runner_build", "clean",

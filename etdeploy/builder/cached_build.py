@@ -311,7 +311,7 @@ def _build_uncached(
 
     say(f"loading {ref.text}")
     spec = load_model(ref)
-    from etdeploy.verify import check_kinds
+    from etdeploy.numerics import check_kinds
 
     check_kinds(spec.output_kinds, spec.output_names or [], f"{ref.text}: ModelSpec.output_kinds")
     if dynamic:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from etdeploy import verify as metrics
+from etdeploy import numerics as metrics
 from etdeploy.builder import BuildOptions
 from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
 from etdeploy.builder.tapped import TappedBuild

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from etdeploy import verify as metrics
+from etdeploy import numerics as metrics
 from etdeploy.builder.tapped import TappedBuild
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.devices.lock import device_lock

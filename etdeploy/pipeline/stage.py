@@ -48,7 +48,7 @@ class StageRequest:
 
 def stage(request: StageRequest, program: Program) -> Staged:
     """Real inputs -> arrays checked against the method, then the reference."""
-    from etdeploy.verify import check_kinds
+    from etdeploy.numerics import check_kinds
 
     if any(not value.is_tensor for value in program.inputs):
         raise InputError(

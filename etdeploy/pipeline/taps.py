@@ -49,7 +49,7 @@ GROWTH = 10.0
 _ORDER_STATISTICS = ("min", "max", "abs_max", "p99_abs")
 _SUMS = ("mean", "abs_mean", "rms")
 _COUNTS = ("nan_count", "inf_count")
-# Slack for float32 rounding of a step count (as etdeploy.verify's steps rule).
+# Slack for float32 rounding of a step count (as etdeploy.numerics's steps rule).
 _STEP_SLACK = 1e-3
 
 

@@ -2,7 +2,7 @@
 program against the store-size limits.
 
 The error budget follows the chain float eager -> quantized eager -> host
-runtime -> device, each stage judged by the rule that fits it (etdeploy.verify):
+runtime -> device, each stage judged by the rule that fits it (etdeploy.numerics):
 for a quantized build, what quantization costs against the float model (the
 accuracy budget), then the device against the quantized program in steps of
 each output's scale; with --host-check the host runtime in between. A float
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from etdeploy import verify as metrics
+from etdeploy import numerics as metrics
 from etdeploy.accuracy import Gate
 from etdeploy.config import Config
 from etdeploy.pipeline.memory import JudgedMemory
@@ -32,7 +32,7 @@ from etdeploy.staged import Staged
 
 @dataclass(frozen=True)
 class VerifySettings:
-    """What verify takes of a run's settings: the limits over etdeploy.verify's
+    """What verify takes of a run's settings: the limits over etdeploy.numerics's
     defaults, the output kinds declared, the task's gate, and what the run asked
     for (--quantize says what a .pte built elsewhere is; --atol, given, is warned
     about for a quantized build)."""
@@ -74,7 +74,7 @@ def thresholds_over_defaults(
     max_abs: float | None = None,
     quant_steps: float | None = None,
 ) -> Thresholds:
-    """The limits given over etdeploy.verify's defaults."""
+    """The limits given over etdeploy.numerics's defaults."""
     d = metrics.DEFAULT_THRESHOLDS
 
     def pick(value: float | None, default: float) -> float:

@@ -26,7 +26,7 @@ from etdeploy.units import format_ms
 SQNR_CEILING_DB = 100.0
 
 # Max-abs growth below this is rounding whatever its ratio: the fp32 pass line is
-# atol 1e-4 (etdeploy.verify.FP32_ATOL), and an exact baseline (0.0) would
+# atol 1e-4 (etdeploy.numerics.FP32_ATOL), and an exact baseline (0.0) would
 # otherwise flag the first 1e-7 as infinite growth.
 ABS_ERROR_FLOOR = 1e-5
 

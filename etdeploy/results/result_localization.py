@@ -60,7 +60,7 @@ class OperatorError(Record):
     @property
     def over_bound(self) -> bool:
         # Slack for float32's rounding of a step count: one step computes as
-        # up to ~1e-5 steps over it (as etdeploy.verify's steps rule).
+        # up to ~1e-5 steps over it (as etdeploy.numerics's steps rule).
         return self.ratio > 1.0 + 1e-3
 
     @classmethod

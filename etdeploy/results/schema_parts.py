@@ -19,7 +19,7 @@ COUNT = {"type": "integer", "minimum": 0}
 OPT_COUNT = nullable("integer", minimum=0)
 MS = {"type": "number", "minimum": 0}
 OPT_MS = nullable("number", minimum=0)
-# verify.py writes a non-finite metric (an infinite SQNR of an exact match, a NaN
+# numerics.py writes a non-finite metric (an infinite SQNR of an exact match, a NaN
 # output) as null, since JSON has no Infinity.
 METRIC = nullable("number")
 
@@ -58,7 +58,7 @@ OUTPUT_METRICS = {
     },
 }
 
-# One stage of the error budget (etdeploy.verify.judge_stage).
+# One stage of the error budget (etdeploy.numerics.judge_stage).
 BUDGET_STAGE = {
     "type": "object",
     "required": [

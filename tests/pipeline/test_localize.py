@@ -25,9 +25,9 @@ from typer.testing import CliRunner
 
 from etdeploy.builder.tapped import TapInfo
 from etdeploy.cli import app
+from etdeploy.numerics import DEFAULT_THRESHOLDS
 from etdeploy.pipeline.taps import judge_sample, tap_metrics, tap_results, tap_tolerance
 from etdeploy.results.result import RunResult
-from etdeploy.verify import DEFAULT_THRESHOLDS
 
 MODELS = Path(__file__).parent.parent / "data" / "models"
 CHAIN = MODELS / "pressure_chain.py"

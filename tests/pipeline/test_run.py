@@ -463,13 +463,13 @@ def test_profile_survives_a_temporary_dir_on_another_filesystem(
 def test_the_result_file_is_written_for_an_internal_error_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import etdeploy.verify
+    import etdeploy.numerics
 
     # Fault injection: a bug in the last stage, after the device ran.
     def broken(*_: Any, **__: Any) -> Any:
         raise ZeroDivisionError("a bug of ours")
 
-    monkeypatch.setattr(etdeploy.verify, "verify", broken)
+    monkeypatch.setattr(etdeploy.numerics, "verify", broken)
     done = CliRunner().invoke(app, ["run", "digits", "-n", "1", "--json", str(tmp_path / "r.json")])
     assert done.exit_code != 0
     document = json.loads((tmp_path / "r.json").read_text())

@@ -17,10 +17,10 @@ import pytest
 
 from etdeploy.atomic import write_json
 from etdeploy.errors import RunnerError, UsageError
+from etdeploy.numerics import Tolerance, verify
 from etdeploy.pipeline import RunJob
 from etdeploy.pipeline.run import error_result
 from etdeploy.results import RunResult, compare_to_baseline, load_results, validate_result
-from etdeploy.verify import Tolerance, verify
 from tests.results.docs import RESULTS, Doc, as_result
 
 FIXTURES = sorted(path.stem for path in RESULTS.glob("*.json"))
@@ -93,7 +93,7 @@ def test_unknown_keys_are_tolerated(tmp_path: Path, passed: Doc) -> None:
 
 
 def _verdict_of(outputs: np.ndarray, reference: np.ndarray) -> Any:
-    # The real comparison a run makes (etdeploy.verify), on one [1, 10] logits output.
+    # The real comparison a run makes (etdeploy.numerics), on one [1, 10] logits output.
     return verify([[outputs]], [[reference]], ["digit_7.png"], ["logits"], Tolerance())
 
 

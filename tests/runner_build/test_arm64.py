@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import RunnerError, UsageError
+from etdeploy.numerics import FP32_ATOL, FP32_RTOL
 from etdeploy.runner_build import (
     EXECUTABLE,
     KIND_ARM64,
@@ -42,7 +43,6 @@ from etdeploy.runner_build.arm64 import (
     fetch_wheel,
     python_tag,
 )
-from etdeploy.verify import FP32_ATOL, FP32_RTOL
 from tests.support.arm64 import Arm64Emulation, arm64_emulation
 
 WHEEL_1_5_1 = f"executorch-1.5.1-{python_tag()}-{python_tag()}-manylinux_2_28_aarch64.whl"

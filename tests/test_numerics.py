@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from etdeploy.verify import (
+from etdeploy.numerics import (
     DEFAULT_THRESHOLDS,
     Comparison,
     Measurements,
