@@ -70,7 +70,7 @@ def atomic_copy_all(pairs: Sequence[tuple[Path, Path]]) -> None:
 def read_json_object(path: Path) -> dict[str, Any] | None:
     """The JSON object stored at `path`; None when it is missing, unreadable, cut short,
     not JSON or not an object (a cache entry to work out again). Its values are Any
-    still: the cache readers of pipeline/llm/export.py (being reworked on another
+    still: the cache readers of pipeline/llm/lm_export.py (being reworked on another
     branch) index it directly; typing it JsonObject is the next step."""
     import json
 

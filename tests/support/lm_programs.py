@@ -7,7 +7,7 @@ over a static cache, `forward(input_ids int64[1, S], cache_position int64[S])`,
 lowered to XNNPACK, with `etdeploy run FOLDER`'s default context (MAX_CACHE_LEN).
 
 - `float_s1`: float32, one token per call (S fixed at 1): etdeploy's own build of the
-  folder (etdeploy.pipeline.llm.export.build_lm), the cache entry `etdeploy run
+  folder (etdeploy.pipeline.llm.lm_export.build_lm), the cache entry `etdeploy run
   FOLDER` reads back, so the session builds it once;
 - `int4`: 8da4w (int8 dynamic activations, 4-bit weights in groups of 32), S = 1: the
   same, the entry of `etdeploy run FOLDER --quantize 8da4w`;
@@ -77,8 +77,8 @@ def export_program(folder: Path, pte: Path, *, chunk: int = 1) -> Path:
 
 def etdeploy_build(folder: Path, *, int4: bool = False) -> Path:
     """etdeploy's build of `folder` at MAX_CACHE_LEN positions (cached by content)."""
-    from etdeploy.pipeline.llm.export import LmBuildOptions, build_lm
     from etdeploy.pipeline.llm.folder import open_lm_folder
+    from etdeploy.pipeline.llm.lm_export import LmBuildOptions, build_lm
 
     options = LmBuildOptions(
         max_seq_len=MAX_CACHE_LEN, quantize="8da4w" if int4 else None, group_size=GROUP_SIZE

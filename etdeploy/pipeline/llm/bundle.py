@@ -37,7 +37,7 @@ from etdeploy.bundle.manifest import (
     References,
 )
 from etdeploy.errors import UsageError
-from etdeploy.pipeline.llm.export import LmBuildOptions, LmProgram
+from etdeploy.pipeline.llm.lm_export import LmBuildOptions, LmProgram
 from etdeploy.pipeline.llm.prompts import Prompt
 from etdeploy.pipeline.llm.verify_tokens import PromptRun
 from etdeploy.results.result_lm import LmGates
@@ -68,7 +68,7 @@ def make_lm_bundle(
     """The folder's program built, its references computed, written to `out` whole
     (a temporary folder renamed into place)."""
     import etdeploy
-    from etdeploy.pipeline.llm.export import build_lm
+    from etdeploy.pipeline.llm.lm_export import build_lm
     from etdeploy.pipeline.llm.run import check_lm_job, eager_references, tokenizer_text
     from etdeploy.pipeline.make_bundle import MadeBundle, Writer, put_in_place, settings_json
 
@@ -113,7 +113,7 @@ def make_lm_bundle(
 
 
 def _case_json(checked: LmJob, program: LmProgram) -> dict[str, object]:
-    from etdeploy.pipeline.llm.result import built_with
+    from etdeploy.pipeline.llm.lm_result import built_with
 
     return {
         "schema": LM_SCHEMA,

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING
 from etdeploy.devices.base import Device
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from etdeploy.pipeline.job import RunJob, StatusCallback
-from etdeploy.pipeline.llm.export import (
+from etdeploy.pipeline.llm.factory import factory_inputs
+from etdeploy.pipeline.llm.folder import LmFolder, eos_ids, open_lm_folder
+from etdeploy.pipeline.llm.lm_export import (
     LmBuildOptions,
     LmProgram,
     build_lm,
     check_options,
     given_program,
 )
-from etdeploy.pipeline.llm.factory import factory_inputs
-from etdeploy.pipeline.llm.folder import LmFolder, eos_ids, open_lm_folder
 from etdeploy.pipeline.llm.prompts import Prompt, check_context, load_tokenizer, read_prompts
 from etdeploy.pipeline.llm.verify_tokens import (
     DEFAULT_MAX_KLD,
@@ -161,7 +161,7 @@ def generate_and_compare(
     from a job bundle) and judged: the RunResult with its language_model block."""
     from etdeploy.pipeline.deploy import target_for
     from etdeploy.pipeline.generate import check_generation
-    from etdeploy.pipeline.llm.result import lm_memory, lm_run_result
+    from etdeploy.pipeline.llm.lm_result import lm_memory, lm_run_result
     from etdeploy.pipeline.memory import with_memory
     from etdeploy.sizecheck import summary_for_result
 
@@ -200,9 +200,9 @@ def generate_and_compare(
 
 def eager_references(checked: LmJob) -> References:
     """Every prompt through float eager and quantized eager (torch, transformers)."""
-    from etdeploy.pipeline.llm.export import quantized_model
     from etdeploy.pipeline.llm.folder import load_causal_lm
-    from etdeploy.pipeline.llm.references import eager_runs
+    from etdeploy.pipeline.llm.lm_export import quantized_model
+    from etdeploy.pipeline.llm.lm_references import eager_runs
 
     assert checked.folder is not None
     new_tokens, ends = checked.max_new_tokens, checked.eos_ids

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from etdeploy.errors import ModelError, UsageError
-from etdeploy.pipeline.llm.export import LmBuildOptions, check_options
 from etdeploy.pipeline.llm.folder import looks_like_lm_folder, open_lm_folder
+from etdeploy.pipeline.llm.lm_export import LmBuildOptions, check_options
 from tests.cli.conftest import assert_one_line_error, etdeploy
 from tests.support.tiny_lm import TinyLm
 

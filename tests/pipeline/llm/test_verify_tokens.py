@@ -10,8 +10,8 @@ from dataclasses import replace
 import numpy as np
 
 from etdeploy.pipeline.llm.folder import load_causal_lm, open_lm_folder
+from etdeploy.pipeline.llm.lm_references import eager_runs
 from etdeploy.pipeline.llm.prompts import read_prompts
-from etdeploy.pipeline.llm.references import eager_runs
 from etdeploy.pipeline.llm.verify_tokens import compare_perplexity, compare_tokens
 from tests.support.tiny_lm import TinyLm
 

@@ -7,7 +7,7 @@ with, so the reference does not share the logic it checks). Generation stops aft
 an end-of-sequence id (the folder's: etdeploy.pipeline.llm.folder.eos_ids) or at N
 tokens, as the runner's does.
 The quantized eager model is the torchao-quantized module the program was exported
-from (etdeploy.pipeline.llm.export.quantized_model): with 8da4w its activations are quantized
+from (etdeploy.pipeline.llm.lm_export.quantized_model): with 8da4w its activations are quantized
 per token at run time, as XNNPACK's dynamically quantized linears do, so it computes
 what the backend computes and the device can be held to it token for token.
 """

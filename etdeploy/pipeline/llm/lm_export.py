@@ -14,7 +14,7 @@ etdeploy.runner.generation). optimum-executorch pins transformers 5.0.0rc1.
 
 One token per call: the program's sequence length is 1, so prefill feeds the prompt one
 token at a time (the figures say so). The quantized eager module is kept: it is the
-reference the device must reproduce (etdeploy.pipeline.llm.references).
+reference the device must reproduce (etdeploy.pipeline.llm.lm_references).
 
 Builds are cached by content: the folder's config and weights, the options, and the
 versions of the libraries that make the program.
@@ -50,7 +50,7 @@ XNNPACK_GROUP_MULTIPLE = 32
 COMMON_GROUP_SIZES = (32, 64, 128, 256)
 # Bump when what a build writes changes for the same inputs.
 # 2: 8da4w's group scales made bfloat16 in the eager module (programs of 1 differ).
-_BUILD_RECIPE = "etdeploy.pipeline.llm.export/2"
+_BUILD_RECIPE = "etdeploy.pipeline.llm.lm_export/2"
 
 
 @dataclass(frozen=True)
