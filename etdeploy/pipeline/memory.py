@@ -7,13 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from etdeploy.errors import EXIT_CHECK_FAILED
 from etdeploy.memory.account import account
 from etdeploy.memory.limit import MaxMemory, judge_limit
 from etdeploy.pipeline.execute import Executed
-from etdeploy.pipeline.job import RunJob
 from etdeploy.program import Program
-from etdeploy.results.result import RunResult
 from etdeploy.results.result_memory import Memory
 from etdeploy.results.result_shapes import ShapePoint
 
@@ -70,19 +67,3 @@ def max_memory(max_memory_bytes: int | None, source: str | None) -> MaxMemory | 
     if max_memory_bytes is None:
         return None
     return MaxMemory(max_memory_bytes, source or "--max-memory")
-
-
-def with_memory(
-    result: RunResult, memory: Memory, points: tuple[ShapePoint, ...], job: RunJob
-) -> RunResult:
-    """`result` with its memory judged (judge_memory); a passing run that passes the
-    limit or fails at a point fails (exit 1). The language-model road's: a run of
-    a program decides its verdict once, memory among its inputs (pipeline.verify)."""
-    judged = judge_memory(memory, points, max_memory(job.max_memory_bytes, job.max_memory_source))
-    status, code = result.status, result.exit_code
-    if not judged.passed and status == "passed":
-        status, code = "failed", EXIT_CHECK_FAILED
-    return replace(
-        result, memory=judged.memory, shapes=points or None, status=status, exit_code=code,
-        warnings=(*result.warnings, *judged.warnings),
-    )  # fmt: skip

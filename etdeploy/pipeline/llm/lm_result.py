@@ -14,7 +14,6 @@ from etdeploy.results.result import (
     DeviceSummary,
     InputsInfo,
     JobInfo,
-    Memory,
     Preflight,
     RunnerInfo,
     RunResult,
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from etdeploy.pipeline.job import RunJob
     from etdeploy.pipeline.llm.lm_export import LmProgram
     from etdeploy.pipeline.llm.run import LmJob
+    from etdeploy.pipeline.memory import JudgedMemory
     from etdeploy.preflight import PreflightReport
     from etdeploy.results.result_lm import LanguageModelResult
 
@@ -43,17 +43,19 @@ def lm_run_result(
     report: PreflightReport,
     generated: DeviceGeneration,
     block: LanguageModelResult,
-    size: SizeSummary | None = None,
+    size: SizeSummary | None,
+    memory: JudgedMemory,
 ) -> RunResult:
+    """The run's one verdict: the token-level gates, the store size and the memory
+    (its limit judged on the runner's peak) together, as a program's run decides it."""
     import etdeploy
     from etdeploy.pipeline.execute import latency_of
 
     info, bundle = target.info, target.bundle
     results = generated.results
     decode_ms = [ms for r in results for ms in r.timings.decode_ms]
-    peaks = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
     comparison = block.comparison("quantized eager")
-    passed = block.passed and (size is None or size.passed)
+    passed = block.passed and (size is None or size.passed) and memory.passed
     return RunResult(
         etdeploy=etdeploy.__version__,
         status="passed" if passed else "failed",
@@ -106,10 +108,7 @@ def lm_run_result(
         ),
         # One decode call a token: the latency of a step of generation.
         latency_ms=latency_of(block.speed.load_ms, decode_ms),
-        memory=Memory(
-            planned_bytes=block.memory.planned_bytes if block.memory else None,
-            peak_rss_bytes=max(peaks) if peaks else None,
-        ),
+        memory=memory.memory,
         size=size,
         verdict=Verdict(
             passed=block.passed,
@@ -118,6 +117,7 @@ def lm_run_result(
             reference="quantized eager",
         ),
         language_model=block,
+        warnings=memory.warnings,
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         seconds=round(time.time() - started, 3),
     )

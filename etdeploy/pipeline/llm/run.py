@@ -162,7 +162,7 @@ def generate_and_compare(
     from etdeploy.pipeline.deploy import target_for
     from etdeploy.pipeline.generate import check_generation
     from etdeploy.pipeline.llm.lm_result import lm_memory, lm_run_result
-    from etdeploy.pipeline.memory import with_memory
+    from etdeploy.pipeline.memory import judge_memory, max_memory
     from etdeploy.sizecheck import summary_for_result
 
     say: StatusCallback = context.status or (lambda _text: None)
@@ -191,11 +191,18 @@ def generate_and_compare(
     size = SizeSummary.from_json(
         summary_for_result(program.pte, context.size_config, sha256=program.sha256)
     )
-    result = lm_run_result(
-        job, job_id, started, checked, program, target, report, generated, block, size
-    )
     # --max-memory and a device's max_memory judge the runner's peak, as for any run.
-    return with_memory(result, result.memory or Memory(), (), job)
+    memory = judge_memory(
+        Memory(
+            planned_bytes=block.memory.planned_bytes if block.memory else None,
+            peak_rss_bytes=max(peaks) if peaks else None,
+        ),
+        (),
+        max_memory(job.max_memory_bytes, job.max_memory_source),
+    )
+    return lm_run_result(
+        job, job_id, started, checked, program, target, report, generated, block, size, memory
+    )
 
 
 def eager_references(checked: LmJob) -> References:
