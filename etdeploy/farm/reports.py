@@ -106,7 +106,7 @@ def write_night(
     trend_page = html_path.with_name(f"{html_path.stem}-trend.html") if html_path else None
     history = farm_history(outcome.results, out_dir=outcome.out_dir,
                            results_path=outcome.results_path, judge=judge,
-                           trend_page=trend_page)  # fmt: skip
+                           trend_page=trend_page, spec_store=outcome.spec.history)  # fmt: skip
     regressions: list[Regression] = []
     outliers: list[Regression] = []
     if old is not None:

@@ -70,21 +70,14 @@ def test_both_planted_shifts_are_found_at_their_night_naming_what_changed(
     series = exported(real_nights.history)
     shifted = {s["name"]: s for s in series if s["change_points"]}
     for device in ("local", "pixel-a"):
-        # The median and the fastest iteration: on this shared machine real nights'
-        # medians differ by up to 2x with the load, the fastest iteration much less,
-        # and either statistic may have a busy night beside the change.
-        placed = [
-            change
-            for metric in ("latency.median_ms", "latency.min_ms")
-            for change in shifted.get(f"{LATENCY_MODEL}|portable|none|{device}|{metric}", {}).get(
-                "change_points", []
-            )
-            if abs(change["index"] - LATENCY_NIGHT) <= 1
-        ]
-        # Where it is placed at its night, it is the planted shift and names its cause.
-        # It is not always placed there: in a clean clone's run on a quiet machine the
-        # +20% was placed at night 43 of 60 (issue 38 stays open on this).
-        for change in placed:
+        # The median (the figure a user reads) has the +20% at its night, within one,
+        # on this shared machine's noise: the busy iterations of the real nights and
+        # whole busy nights. The fastest iteration, where it shifts, shifts there too.
+        median = shifted[f"{LATENCY_MODEL}|portable|none|{device}|latency.median_ms"]
+        (slower,) = median["change_points"]
+        fastest = shifted.get(f"{LATENCY_MODEL}|portable|none|{device}|latency.min_ms", {})
+        for change in [slower, *fastest.get("change_points", [])]:
+            assert abs(change["index"] - LATENCY_NIGHT) <= 1, change
             assert 0.10 < change["shift"] < 0.40, change  # +20% planted
             assert [c["input"] for c in change["changed"]] == ["model digest"]
         planned = shifted[f"{MEMORY_MODEL}|portable|none|{device}|memory.planned_bytes"]
