@@ -105,9 +105,9 @@ def test_a_spec_names_its_history_store_and_the_environment_overrides_it(
     from etdeploy.history.store import open_store
     from tests.support.farm_fixtures import write_spec
 
+    (tmp_path / "spec" / "team").mkdir(parents=True)
     spec = write_spec(tmp_path / "spec" / "n.toml", {"models": ["digits"], "devices": ["local"],
                       "iterations": 3, "warmup": 0, "history": "team/history.sqlite"})  # fmt: skip
-    (tmp_path / "spec" / "team").mkdir()
     monkeypatch.delenv("ETDEPLOY_HISTORY", raising=False)
     night = farm(spec, "--out", tmp_path / "night")
     assert night.exit_code == 0, night.output
