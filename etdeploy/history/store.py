@@ -217,7 +217,7 @@ class HistoryStore:
                 rows = connection.execute(query.order_by(j.c.started_at, j.c.id)).all()
                 # One query for every metric, in (job, name) order: each job's metrics
                 # are one run of rows, sorted already (the primary key's order).
-                metric_rows = connection.execute(values.order_by(m.c.job_id, m.c.name))
+                metric_rows = connection.execute(values.order_by(m.c.job_id, m.c.name)).all()
                 by_job = {
                     job_id: tuple((name, value) for _, name, value in group)
                     for job_id, group in itertools.groupby(metric_rows, key=itemgetter(0))
