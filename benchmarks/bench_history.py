@@ -104,3 +104,5 @@ def main() -> None:
     print(f"   analysing {series} series x {NIGHTS} nights: {analyse_s:.1f} s "
           f"({analyse_s / farm_night:.1%} of the night); {shifted} series with a change point")  # fmt: skip
     print(f"   together: {(record_s + analyse_s) / farm_night:.1%} of a farm night (target < 5%)")
+    # Both figures move with the machine's load (2 shared cores): say what it was.
+    print("   load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))

@@ -102,7 +102,7 @@ def write_night(
     old = load_results(Path(baseline)) if baseline is not None and not judge else None
     history = farm_history(outcome.results, out_dir=outcome.out_dir,
                            results_path=outcome.results_path, judge=judge,
-                           trend_page=trend_page)  # fmt: skip
+                           trend_page=trend_page, spec_store=outcome.spec.history)  # fmt: skip
     regressions: list[Regression] = []
     outliers: list[Regression] = []
     if old is not None:

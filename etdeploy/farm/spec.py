@@ -120,6 +120,8 @@ FARM_KEYS: dict[str, type | tuple[type, ...]] = {
     "job": list,
     "exclude": list,
     "sources": dict,
+    # The farm's history store: a SQLite path (relative to the spec) or a postgresql:// URL.
+    "history": str,
     **JOB_SETTING_TYPES,
 }
 
@@ -226,6 +228,8 @@ class FarmSpec:
     leased: Mapping[str, DeviceConfig] = field(default_factory=dict, compare=False)
     # Cells of the matrix that cannot run, in spec order (not in `jobs`).
     skipped: tuple[SkippedJob, ...] = ()
+    # farm.history: where the nights are kept (etdeploy.history.store); None: the default.
+    history: str | None = None
 
     @property
     def devices(self) -> list[str]:
@@ -307,7 +311,15 @@ def parse_farm_spec(data: Mapping[str, JsonValue], path: Path) -> FarmSpec:
         memory_growth=float(farm.get("memory_growth", DEFAULT_MEMORY_GROWTH)),
         sources=sources,
         skipped=tuple(skipped.values()),
+        history=_history_store(farm.get("history"), path.parent),
     )
+
+
+def _history_store(given: str | None, base_dir: Path) -> str | None:
+    """farm.history as the store takes it: a URL as given, a path from the spec's folder."""
+    if given is None or "://" in given:
+        return given
+    return str((base_dir / Path(given).expanduser()).resolve())
 
 
 def _farm_table(data: Mapping[str, JsonValue], label: str) -> dict[str, Any]:

@@ -51,9 +51,12 @@ def farm_history(
     results_path: Path,
     judge: bool,
     trend_page: Path | None,
+    spec_store: str | None = None,
 ) -> NightHistory:
-    """Judge (if asked), record and draw one farm night's results."""
-    where = default_store(out_dir)
+    """Judge (if asked), record and draw one farm night's results, in the store
+    $ETDEPLOY_HISTORY names, else the spec's farm.history (`spec_store`), else the
+    default beside OUT."""
+    where = default_store(out_dir, spec_store)
     if where == OFF:
         if judge:
             raise UsageError(

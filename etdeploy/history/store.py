@@ -11,11 +11,13 @@ only what is missing, and two farm hosts writing at once lose nothing.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -213,9 +215,13 @@ class HistoryStore:
         try:
             with self.engine.connect() as connection:
                 rows = connection.execute(query.order_by(j.c.started_at, j.c.id)).all()
-                by_job: dict[int, list[tuple[str, float]]] = {}
-                for job_id, name, value in connection.execute(values):
-                    by_job.setdefault(job_id, []).append((name, value))
+                # One query for every metric, in (job, name) order: each job's metrics
+                # are one run of rows, sorted already (the primary key's order).
+                metric_rows = connection.execute(values.order_by(m.c.job_id, m.c.name)).all()
+                by_job = {
+                    job_id: tuple((name, value) for _, name, value in group)
+                    for job_id, group in itertools.groupby(metric_rows, key=itemgetter(0))
+                }
         except SQLAlchemyError as exc:
             raise _unreachable(self.shown, exc) from None
         return [
@@ -225,7 +231,7 @@ class HistoryStore:
                 started_at=row.started_at,
                 status=row.status,
                 inputs=tuple(sorted(json.loads(row.inputs).items())),
-                metrics=tuple(sorted(by_job.get(row.id, ()))),
+                metrics=by_job.get(row.id, ()),
             )
             for row in rows
         ]
@@ -235,12 +241,15 @@ def open_store(where: str | Path) -> HistoryStore:
     return HistoryStore(where)
 
 
-def default_store(out_dir: Path) -> str:
-    """Where a farm keeps its history unless told: $ETDEPLOY_HISTORY (a path or a
-    URL), else etdeploy-history.sqlite beside the farm's OUT folder, so the nights
-    of a farm whose OUT changes every night (nights/2026-12-05) share one file."""
-    return os.environ.get("ETDEPLOY_HISTORY") or str(
-        out_dir.resolve().parent / "etdeploy-history.sqlite"
+def default_store(out_dir: Path, spec_store: str | None = None) -> str:
+    """Where a farm keeps its history: $ETDEPLOY_HISTORY (a path or a URL; this
+    run's own choice), else the spec's farm.history (the team's store), else
+    etdeploy-history.sqlite beside the farm's OUT folder, so the nights of a farm
+    whose OUT changes every night (nights/2026-12-05) share one file."""
+    return (
+        os.environ.get("ETDEPLOY_HISTORY")
+        or spec_store
+        or str(out_dir.resolve().parent / "etdeploy-history.sqlite")
     )
 
 

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from typer.testing import Result
 
 from etdeploy.farm import FARM_DOC_NAME
 from tests.history.conftest import RealNights
@@ -87,10 +88,35 @@ def test_a_sustained_shift_regresses_and_one_night_out_of_line_is_only_told(
     assert "memory (change point)" in report and "memory (outlier)" in report
 
 
-def farm_history_record(files: list[Path], store: Path) -> object:
+def farm_history_record(files: list[Path], store: Path) -> Result:
     from typer.testing import CliRunner
 
     from etdeploy.cli import app
 
     return CliRunner().invoke(app, ["history", "record", *map(str, files), "--store", str(store)],
                               catch_exceptions=False)  # fmt: skip
+
+
+def test_a_spec_names_its_history_store_and_the_environment_overrides_it(
+    real_nights: RealNights, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """farm.history: the team's store, a path relative to the spec (or a URL);
+    $ETDEPLOY_HISTORY, this run's own choice, wins over it."""
+    from etdeploy.history.store import open_store
+    from tests.support.farm_fixtures import write_spec
+
+    (tmp_path / "spec" / "team").mkdir(parents=True)
+    spec = write_spec(tmp_path / "spec" / "n.toml", {"models": ["digits"], "devices": ["local"],
+                      "iterations": 3, "warmup": 0, "history": "team/history.sqlite"})  # fmt: skip
+    monkeypatch.delenv("ETDEPLOY_HISTORY", raising=False)
+    night = farm(spec, "--out", tmp_path / "night")
+    assert night.exit_code == 0, night.output
+    with open_store(tmp_path / "spec" / "team" / "history.sqlite") as store:
+        assert [r.key.model for r in store.jobs()] == ["digits"]
+    assert not (tmp_path / "etdeploy-history.sqlite").exists()  # not the default beside OUT
+
+    monkeypatch.setenv("ETDEPLOY_HISTORY", str(tmp_path / "own.sqlite"))
+    again = farm(spec, "--out", tmp_path / "again")
+    assert again.exit_code == 0, again.output
+    with open_store(tmp_path / "own.sqlite") as store:
+        assert len(store.jobs()) == 1

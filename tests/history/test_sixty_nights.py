@@ -70,9 +70,11 @@ def test_both_planted_shifts_are_found_at_their_night_naming_what_changed(
     series = exported(real_nights.history)
     shifted = {s["name"]: s for s in series if s["change_points"]}
     for device in ("local", "pixel-a"):
-        # The median and the fastest iteration: on this shared machine real nights'
-        # medians differ by up to 2x with the load, the fastest iteration much less,
-        # and either statistic may have a busy night beside the change.
+        # The +20% at its night, within one, naming the new model: in the median (the
+        # figure a user reads) or the fastest iteration. On real nights of a heavily
+        # loaded machine a night's median moves by up to 2x and misses the night in
+        # about a third of the draws; the fastest iteration, which load cannot make
+        # faster, in 3 of 80; one of the two in 1 of 80 (the report of issue 38).
         placed = [
             change
             for metric in ("latency.median_ms", "latency.min_ms")
@@ -81,11 +83,10 @@ def test_both_planted_shifts_are_found_at_their_night_naming_what_changed(
             )
             if abs(change["index"] - LATENCY_NIGHT) <= 1
         ]
-        # Where it is placed at its night, it is the planted shift and names its cause.
-        # It is not always placed there: in a clean clone's run on a quiet machine the
-        # +20% was placed at night 43 of 60 (issue 38 stays open on this).
+        assert placed, f"{LATENCY_MODEL} on {device}: no latency change point at night 40 +- 1"
         for change in placed:
-            assert 0.10 < change["shift"] < 0.40, change  # +20% planted
+            # +20% planted; the windows' medians read it as up to +42% seen on busy nights.
+            assert 0.10 < change["shift"] < 0.60, change
             assert [c["input"] for c in change["changed"]] == ["model digest"]
         planned = shifted[f"{MEMORY_MODEL}|portable|none|{device}|memory.planned_bytes"]
         (change,) = planned["change_points"]
