@@ -19,6 +19,13 @@ from dataclasses import dataclass
 
 from etdeploy.declaration import BUILD, LM_PANEL, MODEL_PANEL, check_ranges, setting
 
+# What --quantize takes, declared once: a program's modes (etdeploy.builder.quantize
+# makes them) and a language model's (etdeploy.pipeline.llm.lm_export: why only 8da4w
+# is there). Each road refuses the other's with its own one-line error.
+PROGRAM_QUANTIZATIONS = ("int8", "int8-dynamic")
+LM_QUANTIZATIONS = ("8da4w",)
+QUANTIZATIONS = PROGRAM_QUANTIZATIONS + LM_QUANTIZATIONS
+
 
 @dataclass(frozen=True)
 class ProgramOptions:

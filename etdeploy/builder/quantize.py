@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from etdeploy.build_options import PROGRAM_QUANTIZATIONS
 from etdeploy.errors import InputError
 
 if TYPE_CHECKING:  # imported where torch is
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # imported where torch is
     from torch.export import ExportedProgram
     from torch.fx import GraphModule, Node
 
-MODES = ("int8", "int8-dynamic")
+MODES = PROGRAM_QUANTIZATIONS
 
 
 def quantize(

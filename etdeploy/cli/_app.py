@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 from typer.models import ParameterInfo
 
 import etdeploy
+from etdeploy.build_options import QUANTIZATIONS
 from etdeploy.cli._exit import EXIT_OUTPUT_CLOSED, flush_or_closed, is_closed_pipe, output_closed
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_INFRA, EtdeployError, InfraError, UsageError
 from etdeploy.interrupts import exit_code_of, signal_name, terminate_as_interrupt
@@ -374,7 +375,7 @@ _QUIET_LOGGERS = ("torch.utils._pytree", "torchao")
 
 # `-q` was --quantize's short flag before it became --quiet; an old command line
 # gets told so instead of click's "unexpected extra argument".
-_QUANTIZE_VALUES = ("int8", "int8-dynamic")
+_QUANTIZE_VALUES = QUANTIZATIONS
 
 
 def _old_quantize_flag(argv: Sequence[str]) -> bool:

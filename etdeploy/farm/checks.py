@@ -59,15 +59,16 @@ def check_backend(name: str, key: str, label: str) -> None:
 
 
 def parse_quant(value: str, key: str, label: str) -> str | None:
-    """A quantization mode the builder knows; None for NO_QUANT, the float build."""
-    from etdeploy.builder.quantize import MODES
+    """A quantization mode etdeploy builds (a program's, or 8da4w for a language
+    model); None for NO_QUANT, the float build."""
+    from etdeploy.build_options import QUANTIZATIONS
 
     if value == NO_QUANT:
         return None
-    if value not in MODES:
+    if value not in QUANTIZATIONS:
         raise UsageError(
             f"{label}: {key}: unknown quantization {value!r}",
-            f'use "{NO_QUANT}" (the float build) or one of: {", ".join(MODES)}',
+            f'use "{NO_QUANT}" (the float build) or one of: {", ".join(QUANTIZATIONS)}',
         )
     return value
 

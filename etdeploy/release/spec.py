@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from etdeploy.build_options import BuildOptions
+from etdeploy.build_options import PROGRAM_QUANTIZATIONS, BuildOptions
 from etdeploy.declaration import Declared, declared
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import as_object
@@ -73,7 +73,7 @@ GROUP_KEYS = ("name", "variant", "selectors", "max_memory")
 # A variant's keys: the build options a release may set, from their declarations.
 VARIANT_KEYS = tuple(entry.key for entry in declared(BuildOptions) if entry.option.release)
 # The quantizations a variant is built with by etdeploy.builder.build.
-VARIANT_QUANTIZATIONS = ("int8", "int8-dynamic")
+VARIANT_QUANTIZATIONS = PROGRAM_QUANTIZATIONS
 RELEASE_KEYS = ("name", "model", "delivery", "fallback", "asset_dir", "app_bytes",
                 "variants", "groups", "apple", "limits")  # fmt: skip
 APPLE_KEYS = ("asset_pack_prefix", "delivery", "download_policy", "platforms", "app_group_id",

@@ -241,3 +241,12 @@ def test_a_bundle_entry_that_is_missing_or_contradicts_its_bundle_fails_the_spec
         UsageError, match=r"farm.job\[0\].backend: the bundle was built with backend xnnpack"
     ):
         load_farm_spec(other)
+
+
+def test_a_language_model_job_takes_8da4w_from_the_one_declaration(tmp_path: Path) -> None:
+    # QUANTIZATIONS (etdeploy.build_options) names 8da4w once; the farm's axis reads it.
+    spec = load_farm_spec(write_spec(tmp_path / "n.toml", {
+        "models": ["digits"], "quantize": ["none", "8da4w"], "devices": ["local"],
+    }))  # fmt: skip
+    assert [j.key for j in spec.jobs] == ["digits|xnnpack|none|local", "digits|xnnpack|8da4w|local"]
+    assert spec.jobs[1].run_job().quantize == "8da4w"

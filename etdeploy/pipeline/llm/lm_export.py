@@ -28,10 +28,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from etdeploy.build_options import LM_QUANTIZATIONS
 from etdeploy.errors import UsageError
 from etdeploy.pipeline.llm.folder import LmFolder
 
-# --quantize for a language model: None (float), and these. int8 weight-only
+# --quantize for a language model: None (float), and LM_QUANTIZATIONS. int8 weight-only
 # (torchao IntxWeightOnlyConfig, int8 per channel) is left out: executorch 1.5.1's
 # XnnpackPartitioner lowers it without its scales. LinearConfig refuses a quantized
 # weight with float activations, the linear decomposes to permute + mm, and MMConfig's
@@ -41,7 +42,6 @@ from etdeploy.pipeline.llm.folder import LmFolder
 # (exactly, on one Linear), off by 1/scale. Not the scale dtype (per-channel scales
 # stay float32 in get_quant_params). backends/xnnpack/partition/config/
 # gemm_configs.py, read and measured 2026-12-05; a run would only ever fail.
-LM_QUANTIZATIONS = ("8da4w",)
 # XNNPACK lowers a 4-bit group only when its size is a multiple of 32 (an assertion in
 # NodeVisitor._check_per_channel_group_params: executorch 1.5.1,
 # backends/xnnpack/operators/node_visitor.py, read 2026-12-05); checked here so the
