@@ -62,7 +62,7 @@ test: setup
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 	$(MAKE) --no-print-directory docs
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 
 bench: setup
 	$(BIN)/python -m benchmarks
