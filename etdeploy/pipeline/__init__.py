@@ -34,9 +34,8 @@ from typing import TYPE_CHECKING
 from etdeploy.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
+    from etdeploy.pipeline.job import RunContext, RunJob, StatusCallback, new_job_id
     from etdeploy.pipeline.run import (
-        RunContext,
         as_error,
         error_result,
         run_job,
@@ -48,8 +47,9 @@ if TYPE_CHECKING:
 # Where each public name lives: imported on first use (etdeploy.lazy), so naming the
 # job (the CLI parsing a command line) does not import the stages (numpy, the devices).
 _EXPORTS = {
-    **dict.fromkeys(("RunJob", "StatusCallback", "new_job_id"), "etdeploy.pipeline.job"),
-    **dict.fromkeys(("RunContext", "as_error", "error_result", "run_job", "write_result_json"),
+    **dict.fromkeys(("RunContext", "RunJob", "StatusCallback", "new_job_id"),
+                    "etdeploy.pipeline.job"),
+    **dict.fromkeys(("as_error", "error_result", "run_job", "write_result_json"),
                     "etdeploy.pipeline.run"),
     "RunResult": "etdeploy.results.result",
     "RESULT_SCHEMA": "etdeploy.results.result:RESULT_SCHEMA_ID",

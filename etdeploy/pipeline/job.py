@@ -20,6 +20,7 @@ from typing import Any
 
 from etdeploy.build_options import CacheChoice
 from etdeploy.config import Config, config_settings
+from etdeploy.devices.base import ProgressCallback
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import JsonObject
 from etdeploy.settings import (
@@ -267,3 +268,15 @@ def farm_bundle_job(path: Path, device: str, settings: Mapping[str, object]) -> 
 
 def _flag(entry: Declared) -> str:
     return entry.flag or entry.name
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the CLI or farm hands the pipeline besides the job."""
+
+    status: StatusCallback | None = None
+    progress: ProgressCallback | None = None  # for transfers
+    size_config: Config | None = None  # etdeploy.toml for the size verdict
+    # The runner the device's [devices.NAME] table names (registry.configured_runner),
+    # used unless the job names one (--runner).
+    device_runner: Path | None = None

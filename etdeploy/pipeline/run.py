@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.ahead import Ahead
-from etdeploy.config import Config
-from etdeploy.devices.base import Device, ProgressCallback
+from etdeploy.devices.base import Device
 from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs
 from etdeploy.errors import (
@@ -45,7 +44,7 @@ from etdeploy.pipeline.execute import (
     profile_of,
     throughput_of,
 )
-from etdeploy.pipeline.job import RunJob, StatusCallback, new_job_id
+from etdeploy.pipeline.job import RunContext, RunJob, StatusCallback, new_job_id
 from etdeploy.pipeline.llm.bundle import is_lm_bundle
 from etdeploy.pipeline.memory import JudgedMemory, judge_memory, memory_of
 from etdeploy.pipeline.plan import RunPlan, plan_of
@@ -77,18 +76,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from etdeploy.results.result import Localization
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What the CLI or farm hands the pipeline besides the job."""
-
-    status: StatusCallback | None = None
-    progress: ProgressCallback | None = None  # for transfers
-    size_config: Config | None = None  # etdeploy.toml for the size verdict
-    # The runner the device's [devices.NAME] table names (registry.configured_runner),
-    # used unless the job names one (--runner).
-    device_runner: Path | None = None
 
 
 @dataclass(frozen=True)

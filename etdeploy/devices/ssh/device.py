@@ -15,11 +15,12 @@ import posixpath
 import shlex
 from collections.abc import Sequence
 
+from etdeploy.background import supported
 from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.digest_records import StatFlavour, record_command
 from etdeploy.devices.process import CWD_FAILED, env_exports
 from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
-from etdeploy.devices.ssh.link import SshLink, open_link
+from etdeploy.devices.ssh.link import SshLink, direct_link
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
     Download,
@@ -290,3 +291,14 @@ class SshDevice(DeviceBase):
             timed_out=done.timed_out,
             idle=done.idle,
         )
+
+
+def open_link(settings: SshSettings, name: str) -> SshLink:
+    """A keeper's client when the settings keep the connection, else the direct link."""
+    # A keeper needs a Unix socket, fork() and a peer's uid to check
+    # (etdeploy.background.supported); without them (Windows, macOS) none is kept.
+    if settings.persist_s > 0 and supported():
+        from etdeploy.devices.ssh.keeper_client import KeeperLink
+
+        return KeeperLink(settings, name)
+    return direct_link(settings, name)

@@ -1,4 +1,5 @@
-"""What SshDevice needs from the host's link, and which link it gets.
+"""What SshDevice needs from the host's link, and the direct link (device.py's
+open_link chooses between it and a keeper's client).
 
 With persist_s > 0 (the user turned it on) the link is a keeper's client (keeper_client.py): the connection,
 its helper shell, its SFTP session and a command session started ahead live in a
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from etdeploy.background import supported
 from etdeploy.devices.ssh.command_results import Completed, HelperResult
 from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
 from etdeploy.devices.transfer import Download, Upload
@@ -55,14 +55,3 @@ def direct_link(settings: SshSettings, name: str) -> SshLink:
     from etdeploy.devices.ssh.wire import HostLink
 
     return HostLink(SshConnection(settings, resolve_target(settings), name))
-
-
-def open_link(settings: SshSettings, name: str) -> SshLink:
-    """A keeper's client when the settings keep the connection, else the direct link."""
-    # A keeper needs a Unix socket, fork() and a peer's uid to check
-    # (etdeploy.background.supported); without them (Windows, macOS) none is kept.
-    if settings.persist_s > 0 and supported():
-        from etdeploy.devices.ssh.keeper_client import KeeperLink
-
-        return KeeperLink(settings, name)
-    return direct_link(settings, name)

@@ -45,10 +45,9 @@ from etdeploy.results.result_lm import LmGates
 if TYPE_CHECKING:
     from etdeploy.bundle.load import JobBundle
     from etdeploy.devices.base import Device
-    from etdeploy.pipeline.job import RunJob
-    from etdeploy.pipeline.llm.run import LmJob
-    from etdeploy.pipeline.make_bundle import MadeBundle
-    from etdeploy.pipeline.run import RunContext
+    from etdeploy.pipeline.bundle_writer import MadeBundle
+    from etdeploy.pipeline.job import RunContext, RunJob
+    from etdeploy.pipeline.llm.lm_job import LmJob
     from etdeploy.results.result import RunResult
     from etdeploy.runner_build import RunnerBundle
 
@@ -68,9 +67,9 @@ def make_lm_bundle(
     """The folder's program built, its references computed, written to `out` whole
     (a temporary folder renamed into place)."""
     import etdeploy
+    from etdeploy.pipeline.bundle_writer import MadeBundle, Writer, put_in_place, settings_json
     from etdeploy.pipeline.llm.lm_export import build_lm
     from etdeploy.pipeline.llm.run import check_lm_job, eager_references, tokenizer_text
-    from etdeploy.pipeline.make_bundle import MadeBundle, Writer, put_in_place, settings_json
 
     checked = check_lm_job(job, folder)
     assert checked.folder is not None
@@ -143,7 +142,7 @@ def _case_json(checked: LmJob, program: LmProgram) -> dict[str, object]:
 
 
 def _runs(writer: object, relative: str, runs: Sequence[PromptRun]) -> str:
-    from etdeploy.pipeline.make_bundle import Writer
+    from etdeploy.pipeline.bundle_writer import Writer
 
     assert isinstance(writer, Writer)
     arrays: dict[str, np.ndarray] = {}
@@ -189,7 +188,7 @@ def run_lm_bundle(job: RunJob, device: Device, context: RunContext, job_id: str)
 def _read_case(bundle: JobBundle) -> tuple[LmJob, LmProgram, list[str]]:
     from etdeploy.atomic import read_json_object
     from etdeploy.jsonvalue import read_array, read_object
-    from etdeploy.pipeline.llm.run import LmJob
+    from etdeploy.pipeline.llm.lm_job import LmJob
 
     m = bundle.manifest
     assert m.language_model is not None

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from etdeploy.pipeline.generate import DeviceGeneration
     from etdeploy.pipeline.job import RunJob
     from etdeploy.pipeline.llm.lm_export import LmProgram
-    from etdeploy.pipeline.llm.run import LmJob
+    from etdeploy.pipeline.llm.lm_job import LmJob
     from etdeploy.pipeline.memory import JudgedMemory
     from etdeploy.preflight import PreflightReport
     from etdeploy.results.result_lm import LanguageModelResult

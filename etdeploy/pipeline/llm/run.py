@@ -16,7 +16,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,7 @@ from etdeploy.pipeline.llm.lm_export import (
     check_options,
     given_program,
 )
+from etdeploy.pipeline.llm.lm_job import LmJob
 from etdeploy.pipeline.llm.prompts import Prompt, check_context, load_tokenizer, read_prompts
 from etdeploy.pipeline.llm.verify_tokens import (
     DEFAULT_MAX_KLD,
@@ -56,30 +57,13 @@ from etdeploy.runner_build import RunnerBundle
 if TYPE_CHECKING:
     from etdeploy.pipeline.deploy import Target
     from etdeploy.pipeline.generate import DeviceGeneration
-    from etdeploy.pipeline.run import RunContext
+    from etdeploy.pipeline.job import RunContext
     from etdeploy.results.result import RunResult
 
 TOKENIZATION = (
     "on the host: the folder's tokenizer turns each prompt into ids and only ids cross "
     "to the device, so device, float eager and quantized eager see the same ids"
 )
-
-
-@dataclass(frozen=True)
-class LmJob:
-    """What a language-model run was checked to be, before anything slow."""
-
-    # None: read from a job bundle (etdeploy.pipeline.llm.bundle), no folder at hand.
-    folder: LmFolder | None
-    options: LmBuildOptions
-    prompts: tuple[Prompt, ...]
-    prompt_source: str
-    gates: LmGates
-    # Tokens to generate from each prompt at most, and the ids that end generation
-    # sooner (the tokenizer's end of sequence), on the device and in eager alike.
-    max_new_tokens: int = 16
-    eos_ids: tuple[int, ...] = ()
-    architecture: str = ""
 
 
 def check_lm_job(job: RunJob, folder_path: Path | None = None) -> LmJob:
