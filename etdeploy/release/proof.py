@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from etdeploy.build_options import ProgramOptions
 from etdeploy.devices.base import Device
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, EtdeployError
 from etdeploy.pipeline import RunContext, RunJob, as_error, error_result, run_job
+from etdeploy.pipeline.llm.folder import looks_like_lm_folder
 from etdeploy.release.package import Release
 from etdeploy.release.properties import read_properties
 from etdeploy.release.rules import DeviceProperties, Selected
+from etdeploy.release.variants import BuiltVariant
 from etdeploy.results.result import RunResult
 
 SCHEMA = "etdeploy.release-check/1"
@@ -107,6 +110,15 @@ def _memory_gate(job: RunJob, limit: int | None) -> RunJob:
     return job if limit is None else dataclasses.replace(job, max_memory_bytes=limit)
 
 
+def _as_built(job: RunJob, built: BuiltVariant) -> RunJob:
+    """A language model's variant run with the options it was built with: its eager
+    references (float and quantized) and KV cache follow them (etdeploy.pipeline.llm)."""
+    if not looks_like_lm_folder(job.model):
+        return job
+    chosen = {f.name: getattr(built.variant, f.name) for f in dataclasses.fields(ProgramOptions)}
+    return dataclasses.replace(job, **chosen)
+
+
 def prove_device(
     release: Release, name: str, opener: Opener, job_for: JobFor, context: RunContext
 ) -> DeviceProof:
@@ -130,7 +142,7 @@ def prove_device(
             return DeviceProof(name, props, selected, problem=f"variant {selected.variant} not built",
                                exit_code=EXIT_OK)  # fmt: skip
         group = release.selection.group(selected.group)
-        job = _memory_gate(job_for(name, built.pte), group.max_memory_bytes)
+        job = _memory_gate(_as_built(job_for(name, built.pte), built), group.max_memory_bytes)
         started = time.time()
         try:
             result = run_job(job, device, context)

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from etdeploy.build_options import PROGRAM_QUANTIZATIONS, BuildOptions
+from etdeploy.build_options import LM_QUANTIZATIONS, PROGRAM_QUANTIZATIONS, BuildOptions
 from etdeploy.declaration import Declared, declared
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import as_object
+from etdeploy.pipeline.llm.folder import looks_like_lm_folder
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -73,7 +74,6 @@ GROUP_KEYS = ("name", "variant", "selectors", "max_memory")
 # A variant's keys: the build options a release may set, from their declarations.
 VARIANT_KEYS = tuple(entry.key for entry in declared(BuildOptions) if entry.option.release)
 # The quantizations a variant is built with by etdeploy.builder.build.
-VARIANT_QUANTIZATIONS = PROGRAM_QUANTIZATIONS
 RELEASE_KEYS = ("name", "model", "delivery", "fallback", "asset_dir", "app_bytes",
                 "variants", "groups", "apple", "limits")  # fmt: skip
 APPLE_KEYS = ("asset_pack_prefix", "delivery", "download_policy", "platforms", "app_group_id",
@@ -284,7 +284,7 @@ class _Reader:
         name = self.name(self.string(table, "name", "release"), "release.name", "the release name")
         model = self.string(table, "model", "release")
         delivery = self.choice(table, "delivery", "release", PLAY_DELIVERIES, "install-time")
-        variants = self.variants(table.get("variants"))
+        variants = self.variants(table.get("variants"), language_model=looks_like_lm_folder(model))
         names = {v.name for v in variants}
         groups = self.groups(table.get("groups", []), names)
         fallback = self.string(table, "fallback", "release")
@@ -311,7 +311,7 @@ class _Reader:
                             f"define [release.variants.{name}] or use one of: "
                             f"{', '.join(sorted(names)) or 'none defined'}")  # fmt: skip
 
-    def variants(self, table: object) -> tuple[Variant, ...]:
+    def variants(self, table: object, *, language_model: bool = False) -> tuple[Variant, ...]:
         from etdeploy.builder.backends import names as backend_names
 
         if not isinstance(table, dict) or not table:
@@ -331,9 +331,12 @@ class _Reader:
             }
             self.choice(body, "backend", where, backend_names(), "xnnpack")
             quantize = options.get("quantize")
-            if quantize is not None and quantize not in VARIANT_QUANTIZATIONS:
-                raise self.fail(f"{where}.quantize", f"{quantize!r} is not int8 or int8-dynamic",
-                                'write quantize = "int8"')  # fmt: skip
+            # A language model's folder builds 8da4w (or float); every other model int8.
+            allowed = LM_QUANTIZATIONS if language_model else PROGRAM_QUANTIZATIONS
+            if quantize is not None and quantize not in allowed:
+                raise self.fail(f"{where}.quantize", f"{quantize!r} is not {' or '.join(allowed)}"
+                                + (" (for a language model's folder)" if language_model else ""),
+                                f'write quantize = "{allowed[0]}"')  # fmt: skip
             out.append(Variant(name=name, **options))
         return tuple(out)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
+from etdeploy.pipeline.llm.folder import looks_like_lm_folder
 from etdeploy.release.spec import ReleaseSpec, Variant
 from etdeploy.sizecheck.check import SizeReport
 from etdeploy.sizecheck.limits import Limit
@@ -42,6 +43,8 @@ class BuiltVariant:
     not_built: str | None = None
     play_size: SizeReport | None = None
     apple_size: SizeReport | None = None
+    # A language model's program has no build manifest (etdeploy.pipeline.llm): its digest.
+    lm_sha256: str | None = None
 
     @property
     def built(self) -> bool:
@@ -53,12 +56,14 @@ class BuiltVariant:
 
     @property
     def sha256(self) -> str:
-        return self.manifest.sha256 if self.manifest is not None else ""
+        if self.manifest is not None:
+            return self.manifest.sha256
+        return self.lm_sha256 or ""
 
     def digests(self) -> dict[Path, str]:
         manifest = self.manifest
         if manifest is None:
-            return {}
+            return {self.pte: self.lm_sha256} if self.pte and self.lm_sha256 else {}
         out = {self.pte: manifest.sha256} if self.pte is not None else {}
         if self.data is not None and manifest.data is not None:
             out[self.data] = manifest.data.sha256
@@ -79,6 +84,8 @@ def unavailable(variant: Variant) -> str | None:
 def build_variant(
     spec: ReleaseSpec, variant: Variant, use_cache: bool, say: Status
 ) -> BuiltVariant:
+    if looks_like_lm_folder(spec.model):
+        return _build_lm_variant(spec, variant, use_cache, say)
     from etdeploy.builder import BuildOptions, build
 
     # The variant's options as they are (a Variant is BuildOptions and its name), the
@@ -87,6 +94,36 @@ def build_variant(
     options = BuildOptions(**{**chosen, "use_cache": use_cache})
     result = build(spec.model, options, status=lambda s: say(f"{variant.name}: {s}"))
     return BuiltVariant(variant, result.pte, result.data, result.manifest, bool(result.cached))
+
+
+def _build_lm_variant(
+    spec: ReleaseSpec, variant: Variant, use_cache: bool, say: Status
+) -> BuiltVariant:
+    """A language model's folder built as `etdeploy run FOLDER` builds it (static KV
+    cache at the variant's max_seq_len, 8da4w or float: etdeploy.pipeline.llm)."""
+    from etdeploy.pipeline.llm.folder import open_lm_folder
+    from etdeploy.pipeline.llm.lm_export import LmBuildOptions, build_lm, check_options
+
+    if variant.backend != "xnnpack":
+        raise UsageError(
+            f"{spec.path.name}: variant {variant.name}: a language model builds for xnnpack "
+            f"only, not {variant.backend}",
+            'write backend = "xnnpack" (or leave it out)',
+        )
+    folder = open_lm_folder(Path(spec.model))
+    options = LmBuildOptions(
+        max_seq_len=variant.max_seq_len, quantize=variant.quantize,
+        group_size=variant.group_size, quantize_embeddings=variant.quantize_embeddings,
+    )  # fmt: skip
+    try:
+        check_options(folder, options)
+    except UsageError as exc:
+        raise UsageError(
+            f"{spec.path.name}: variant {variant.name}: {exc.message}", exc.hint
+        ) from None
+    say(f"{variant.name}: building {folder.path.name} ({options.label})")
+    program = build_lm(folder, options, use_cache=use_cache)
+    return BuiltVariant(variant, program.pte, cached=program.cached, lm_sha256=program.sha256)
 
 
 def limits_table(spec: ReleaseSpec) -> dict[str, Limit]:
