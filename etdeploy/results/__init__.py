@@ -22,7 +22,7 @@ from etdeploy.lazy import lazy_exports
 if TYPE_CHECKING:
     from etdeploy.jsonvalue import JsonObject
     from etdeploy.results.baseline import Regression, compare_to_baseline
-    from etdeploy.results.farm_document import farm_document
+    from etdeploy.results.farm_json import farm_document
     from etdeploy.results.jobs import JobKey, NotRun, job_key, summarize
     from etdeploy.results.result import RESULT_SCHEMA_ID, RunResult
     from etdeploy.results.schema import (
@@ -43,7 +43,7 @@ _EXPORTS = {
     "summarize": _AT + "jobs",
     "RESULT_SCHEMA_ID": _AT + "result", "RunResult": _AT + "result",
     "FARM_SCHEMA": _AT + "schema", "FARM_SCHEMA_ID": _AT + "schema", "RESULT_SCHEMA": _AT + "schema",
-    "farm_document": _AT + "farm_document",
+    "farm_document": _AT + "farm_json",
     "validate_farm": _AT + "schema", "validate_result": _AT + "schema",
 }  # fmt: skip
 __getattr__ = lazy_exports(__name__, _EXPORTS)

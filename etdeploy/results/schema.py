@@ -2,7 +2,7 @@
 as JSON Schema (draft 2020-12), and their validation.
 
 The blocks they are made of are in schema_parts.py; the farm document itself is
-built in farm_document.py. The schemas describe what RunResult.to_json writes
+built in farm_json.py. The schemas describe what RunResult.to_json writes
 (etdeploy.results.result).
 Objects allow keys beyond the listed ones: a reader of /1 must accept additions,
 and only a removal or a change of meaning makes /2. The validator is

@@ -12,7 +12,7 @@ costs a stat and a small JSON read.
     runner_bundle.py  what a bundle is (RunnerBundle, kinds, bundle.json)
     toolchain.py  finding the harness, the executorch package, CMake, the compiler
     plans.py      what to build for an ABI (host, NDK, arm64) and its cache key
-    cached_runner.py  building a plan into the cache (ensure_runner, cached_runner)
+    runner_cache.py   building a plan into the cache (ensure_runner, cached_runner)
     arm64.py      the arm64 bundle's wheel, cross compiler and bundled glibc
     x86_64.py     the x86_64 bundle: the host build with its glibc, for Android emulators
     glibc_bundle.py  making a bundle self-contained with its glibc and loader
@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from etdeploy.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from etdeploy.runner_build.cached_runner import cached_runner, ensure_runner
     from etdeploy.runner_build.choice import RunnerChoice, runner_choice, runner_for_device
     from etdeploy.runner_build.external import binary_abi, external_runner, runner_from_path
     from etdeploy.runner_build.plans import (
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
         Progress,
         RunnerBundle,
     )
+    from etdeploy.runner_build.runner_cache import cached_runner, ensure_runner
     from etdeploy.runner_build.toolchain import (
         executorch_package_dir,
         executorch_version,
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 # Each name's module: importing the package imports none of them (etdeploy.lazy).
 _AT = "etdeploy.runner_build."
 _EXPORTS = {
-    **dict.fromkeys(("cached_runner", "ensure_runner"), _AT + "cached_runner"),
+    **dict.fromkeys(("cached_runner", "ensure_runner"), _AT + "runner_cache"),
     **dict.fromkeys(("ABIS", "BUNDLE_MANIFEST", "BUNDLE_SCHEMA", "EXECUTABLE", "KIND_ARM64",
                      "KIND_EXTERNAL", "KIND_HOST", "KIND_NDK", "KINDS", "Progress",
                      "RunnerBundle"), _AT + "runner_bundle"),

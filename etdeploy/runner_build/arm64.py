@@ -12,7 +12,7 @@ loader:
 so it needs nothing from the device but an arm64 Linux kernel and /bin/sh: not
 the device's libc (Android's bionic, an older glibc, musl), not its loader.
 
-cached_runner.py drives the build (its kind is KIND); this module holds what is
+runner_cache.py drives the build (its kind is KIND); this module holds what is
 particular to it: the cross compiler, the wheel, and making the installed
 bundle self-contained. Nothing here imports torch or executorch.
 """

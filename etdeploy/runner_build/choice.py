@@ -73,7 +73,7 @@ def runner_choice(info: DeviceInfo) -> RunnerChoice:
 def runner_for_device(info: DeviceInfo, progress: Progress | None = None) -> RunnerBundle:
     """The bundle `runner_choice` names for the device, built if the cache lacks it."""
     # Here, not above: the build and its locks are imported by those who build.
-    from etdeploy.runner_build.cached_runner import ensure_runner
+    from etdeploy.runner_build.runner_cache import ensure_runner
 
     choice = runner_choice(info)
     if progress is not None:

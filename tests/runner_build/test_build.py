@@ -1,4 +1,4 @@
-"""Building the runner bundle (etdeploy/runner_build/cached_runner.py) and the `runner build` command.
+"""Building the runner bundle (etdeploy/runner_build/runner_cache.py) and the `runner build` command.
 
 Real cmake, the real compiler and the installed executorch wheel; no torch.
 """
