@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,21 @@ def settings_json(job: RunSettings) -> JsonObject:
             else value
         )
     return out
+
+
+@contextmanager
+def bundle_folder(out: Path) -> Iterator[Writer]:
+    """A Writer into a temporary folder beside `out`, renamed into place when the block
+    ends; removed when it raises or is interrupted, so no half bundle is left."""
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        partial.mkdir(parents=True)
+        yield Writer(partial)
+        put_in_place(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
 
 
 def put_in_place(partial: Path, out: Path) -> None:

@@ -12,8 +12,6 @@ the target and renamed into place, so an interrupted bundle leaves no half folde
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,7 +29,7 @@ from etdeploy.bundle.manifest import (
 )
 from etdeploy.errors import UsageError
 from etdeploy.model.loader import CausalLmReturned
-from etdeploy.pipeline.bundle_writer import MadeBundle, Writer, put_in_place, settings_json
+from etdeploy.pipeline.bundle_writer import MadeBundle, bundle_folder, settings_json
 from etdeploy.pipeline.job import RunJob
 from etdeploy.runner_build import RunnerBundle
 
@@ -84,11 +82,7 @@ def make_bundle(
     if runners is None:
         runners = runners_for(("host",), say)
     out = Path(out)
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
-        partial.mkdir(parents=True)
-        writer = Writer(partial)
+    with bundle_folder(out) as writer:
         pte = writer.copy(program.pte, f"{PROGRAM_DIR}/{program.pte.name}")
         program_manifest = writer.text(
             f"{PROGRAM_DIR}/{program.pte.name}.json",
@@ -120,10 +114,6 @@ def make_bundle(
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )  # fmt: skip
         writer.text(BUNDLE_FILE, json.dumps(manifest.to_json(), indent=2), listed=False)
-        put_in_place(partial, out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return MadeBundle(out, manifest, tuple(runners))
 
 

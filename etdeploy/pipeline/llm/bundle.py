@@ -21,8 +21,6 @@ replacement character where a token is part of a UTF-8 character.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -67,7 +65,7 @@ def make_lm_bundle(
     """The folder's program built, its references computed, written to `out` whole
     (a temporary folder renamed into place)."""
     import etdeploy
-    from etdeploy.pipeline.bundle_writer import MadeBundle, Writer, put_in_place, settings_json
+    from etdeploy.pipeline.bundle_writer import MadeBundle, bundle_folder, settings_json
     from etdeploy.pipeline.llm.lm_export import build_lm
     from etdeploy.pipeline.llm.run import check_lm_job, eager_references, tokenizer_text
 
@@ -79,11 +77,7 @@ def make_lm_bundle(
     floats, quantized = eager_references(checked)
     text = tokenizer_text(checked.folder)
     out = Path(out)
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
-        partial.mkdir(parents=True)
-        writer = Writer(partial)
+    with bundle_folder(out) as writer:
         pte = writer.copy(program.pte, f"{PROGRAM_DIR}/model.pte")
         program_manifest = writer.text(f"{PROGRAM_DIR}/model.pte.json", "{}")
         entries = tuple(writer.runner(bundle) for bundle in runners)
@@ -104,10 +98,6 @@ def make_lm_bundle(
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )  # fmt: skip
         writer.text(BUNDLE_FILE, json.dumps(manifest.to_json(), indent=2), listed=False)
-        put_in_place(partial, out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return MadeBundle(out, manifest, tuple(runners))
 
 
