@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundations", frozenset({
         "errors", "et_errors", "ahead", "interrupts", "ipc", "lazy", "npz",
         "paths", "atomic", "extras", "files", "units", "library_output", "accuracy",
-        "digests", "background", "jsonvalue", "declaration",
+        "digests", "background", "jsonvalue", "declaration", "scratch",
     })),
     ("readers of files and models", frozenset({
         "pte", "model", "inputs", "profile", "dataset", "quarantine",

@@ -200,12 +200,13 @@ def _external_data(program: _Serialised, name: str) -> bytes | None:
     """The external data file `program` serialised under `name`, through the public writer
     (ExecutorchProgramManager.write_tensor_data_to_file writes NAME.ptd into a directory);
     None when the program has no weights to put there."""
-    import tempfile
     from pathlib import Path
 
-    with tempfile.TemporaryDirectory(prefix="etdeploy-ptd-") as tmp:
+    from etdeploy.scratch import scratch_dir
+
+    with scratch_dir("ptd") as tmp:
         try:
-            program.write_tensor_data_to_file(tmp)
+            program.write_tensor_data_to_file(str(tmp))
         except AssertionError:  # no data files at all (asserted inside executorch)
             return None
         written = sorted(Path(tmp).glob("*.ptd"))

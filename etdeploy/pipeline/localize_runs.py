@@ -5,7 +5,6 @@ ExportedProgram, for the same node's value to judge each tap against."""
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from etdeploy.pipeline.plan import LocalizeRequest
 from etdeploy.pipeline.verify import Judged
 from etdeploy.program import Program, describe_program
 from etdeploy.results.result_localization import TapTolerance
+from etdeploy.scratch import scratch_dir
 from etdeploy.staged import Staged
 
 # Per sample, per output of the tapped program (by output index).
@@ -118,7 +118,7 @@ class LocalizeContext:
         )
         job_id = f"{self.job_id}-localize"
         device = self.target.device
-        with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-localize-") as tmp:
+        with device_lock(device), scratch_dir("localize") as tmp:
             deployed = deploy(
                 self.target,
                 program,

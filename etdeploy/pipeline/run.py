@@ -13,7 +13,6 @@ phone from a broken model.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -70,6 +69,7 @@ from etdeploy.results.result import (
     ShapePoint,
 )
 from etdeploy.runner_build import RunnerBundle
+from etdeploy.scratch import scratch_dir
 from etdeploy.staged import Staged
 
 if TYPE_CHECKING:
@@ -251,7 +251,7 @@ def _on_device(
     info, device, say = target.info, target.device, context.status or (lambda _text: None)
     say(f"waiting for {info.name}")
     waited_from = time.time()
-    with device_lock(device), tempfile.TemporaryDirectory(prefix="etdeploy-run-") as tmp:
+    with device_lock(device), scratch_dir("run") as tmp:
         held_from = time.time()
         jobs = JobDirs(device)
         jobs.sweep(but=job_id)

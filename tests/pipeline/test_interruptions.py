@@ -9,7 +9,8 @@ the loopback phone stops reading, or the proxy in front of sshd stops relaying),
 running (the runner is up, with millions of iterations to go), pulling (the
 phone's next RECV stalls; sshd's sftp-server is stopped while the runner runs).
 After each, the device comes back, the next run passes, and the work dir holds
-no job directory, partial file or pid file, and no process of the run is left.
+no job directory, partial file or pid file, no process of the run is left, and
+this host's temporary folder keeps no scratch directory of either run.
 
 The device is the real adb server with tests/support/loopback_adb.py as the
 phone, or OpenSSH's sshd on loopback behind tests/support/sshd.CuttingProxy;
@@ -185,6 +186,13 @@ def target(request: pytest.FixtureRequest, host_runner: Path, tmp_path: Path) ->
         yield from ssh_target(request.getfixturevalue("ssh_bed"), tmp_path)
 
 
+def host_temporary(tmp_path: Path) -> dict[str, str]:
+    """The runs' environment, with a temporary folder of their own on this host."""
+    folder = tmp_path / "host-tmp"
+    folder.mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(folder)}
+
+
 def start_run(
     target: Target, tmp_path: Path, iterations: int
 ) -> tuple[subprocess.Popen[bytes], Path]:
@@ -194,7 +202,7 @@ def start_run(
             [sys.executable, "-m", "etdeploy", "run", "digits", "-d", "dut", "--config",
              str(target.config), "-n", str(iterations), "--warmup", "0", "--deadline", "300",
              "--json", str(tmp_path / "result.json")],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr,
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, env=host_temporary(tmp_path),
             # SIGINT at its default, as in a terminal, even under a background `make test &`.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
@@ -307,8 +315,9 @@ def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
     again = subprocess.run(
         [sys.executable, "-m", "etdeploy", "run", "digits", "-d", "dut", "--config",
          str(target.config), "-n", "1", "--warmup", "0", "-q"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=host_temporary(tmp_path),
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert debris(target.workdir) == []
+    assert list((tmp_path / "host-tmp").glob("etdeploy-*")) == []  # the next run swept SIGKILL's
     assert runner_of(target) == []

@@ -13,7 +13,6 @@ ordinary RunResult with the `language_model` block (etdeploy.results.result_lm).
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -53,6 +52,7 @@ from etdeploy.results.result_lm import (
 )
 from etdeploy.runner.generation import GenerationRequest, GenerationResult
 from etdeploy.runner_build import RunnerBundle
+from etdeploy.scratch import scratch_dir
 
 if TYPE_CHECKING:
     from etdeploy.pipeline.deploy import Target
@@ -233,7 +233,7 @@ def generate_prompts(
         cpu_threads=job.cpu_threads, deadline_s=job.deadline_s,
         idle_timeout_s=job.idle_timeout_s, verify_remote=job.verify_remote, keep=job.keep,
     )  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="etdeploy-lm-") as local:
+    with scratch_dir("lm") as local:
         return generate_on_device(target, pte, requests, settings, job_id, Path(local), status=say)
 
 
