@@ -19,8 +19,10 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,8 @@ class Browser:
     """One headless Chromium with one page, attached over the protocol pipe."""
 
     def __init__(self, profile: Path, width: int = 1400, height: int = 900) -> None:
+        # Short: Chromium puts unix sockets there, whose paths must fit in 108 bytes.
+        self._scratch = Path(tempfile.mkdtemp(prefix="cdp-"))
         commands_r, commands_w = (_high(fd) for fd in os.pipe())
         replies_r, replies_w = (_high(fd) for fd in os.pipe())
         # Chromium expects its ends on descriptors 3 (commands) and 4 (replies). dup2's
@@ -55,6 +59,9 @@ class Browser:
              f"--window-size={width},{height}", "about:blank"],
             close_fds=False, preexec_fn=lambda: (os.dup2(commands_r, 3), os.dup2(replies_w, 4)),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            # Killed at close, it cannot remove its org.chromium.Chromium.* folders:
+            # they go with a folder of its own that close() removes.
+            env={**os.environ, "TMPDIR": str(self._scratch)},
         )  # fmt: skip
         os.close(commands_r)
         os.close(replies_w)
@@ -124,3 +131,4 @@ class Browser:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
+        shutil.rmtree(self._scratch, ignore_errors=True)
