@@ -36,8 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from etdeploy.devices.digest_records import RECORD_DIR, record_path
+from etdeploy.devices.lock import device_lock, held_lock
+from etdeploy.devices.workdir import SHARED_DIRS, is_garbage
 from etdeploy.errors import UsageError
+from etdeploy.paths import cache_root
 from etdeploy.quarantine import QUARANTINE_KIND
+from etdeploy.units import parse_size
 
 if TYPE_CHECKING:
     from etdeploy.devices.base import Device
@@ -117,7 +122,6 @@ def parse_age(text: str) -> float:
 
 def parse_max_size(text: str) -> int:
     """Bytes from "2GB", "500MiB", "1.5GB" or a plain number of bytes."""
-    from etdeploy.units import parse_size
 
     return parse_size(text, what="--max-size")
 
@@ -176,7 +180,6 @@ def clean_cache(
     now: float | None = None,
 ) -> CleanReport:
     """Prune this machine's cache (etdeploy.paths.cache_root) under the caps."""
-    from etdeploy.paths import cache_root
 
     root = cache_root()
     now = time.time() if now is None else now
@@ -245,7 +248,6 @@ def _usage(path: Path) -> tuple[int, float]:
 def _unless_busy(path: Path) -> Iterator[bool]:
     """Hold the lock a writer of `path` holds (PATH.lock beside it, or .lock inside
     it), if there is one; yields False when another process has it."""
-    from etdeploy.devices.lock import held_lock
 
     candidates = [path.with_name(path.name + ".lock"), path / ".lock"]
     held = next((c for c in candidates if c.is_file()), None)
@@ -280,7 +282,6 @@ def clean_device(
     lock_timeout_s: float | None = None,
 ) -> CleanReport:
     """Prune a device's work dir under the caps, holding the device's lock."""
-    from etdeploy.devices.lock import device_lock
 
     with device_lock(device, lock_timeout_s):
         listing = device.listing()
@@ -315,8 +316,6 @@ def device_items(
     """The work dir as items (a runner bundle, one program, one input, one job dir),
     the garbage (a record whose file is gone among it), and each other digest record
     with the file it describes."""
-    from etdeploy.devices.digest_records import RECORD_DIR, record_path
-    from etdeploy.devices.workdir import SHARED_DIRS, is_garbage
 
     base = listing.workdir
     record_names = {

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from etdeploy.errors import InputError
+from etdeploy.extras import require_build_extra
+from etdeploy.library_output import captured_library_output
 
 # Events that frame the run rather than compute in it.
 _FRAMING = {"Method::execute", "Method::init", "Program::load_method"}
@@ -108,8 +110,6 @@ OPERATOR_CALL = "OPERATOR_CALL"
 
 def _event_blocks(etdump: Path, etrecord: Path | None) -> list[tuple[Any, list[Any]]]:
     """The Inspector's event blocks of an ETDump, each with its events."""
-    from etdeploy.extras import require_build_extra
-    from etdeploy.library_output import captured_library_output
 
     require_build_extra("reading the ETDump (--profile)")
 

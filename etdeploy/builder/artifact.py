@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from etdeploy.atomic import atomic_copy_all
 from etdeploy.builder.manifest import BuildManifest, manifest_path, read_manifest
 from etdeploy.builder.options import (
     BuildOptions,
@@ -17,6 +18,7 @@ from etdeploy.builder.options import (
 )
 from etdeploy.digests import sha256_file
 from etdeploy.errors import UsageError
+from etdeploy.model.loader import changed_files
 
 
 def default_output_name(model_name: str, options: BuildOptions) -> str:
@@ -52,7 +54,6 @@ def export_artifact(
     or a folder that cannot be created is a UsageError with a hint, and leaves
     nothing behind.
     """
-    from etdeploy.atomic import atomic_copy_all
 
     _make_parent(output)
     if output.is_dir():
@@ -192,7 +193,6 @@ def _describe_existing(path: Path, model_files: Mapping[str, str] | None) -> str
 def _model_changes(manifest: BuildManifest, model_files: Mapping[str, str] | None) -> str:
     """ "since then: weights.npy changed, labels2.npy added" when the program was built
     from files of the same names (the same model), else ""."""
-    from etdeploy.model.loader import changed_files
 
     recorded = manifest.model.files
     if not recorded or not model_files or not set(recorded) & set(model_files):

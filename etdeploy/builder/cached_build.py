@@ -22,7 +22,7 @@ import etdeploy
 from etdeploy.builder.artifact import (
     write_error,
 )
-from etdeploy.builder.backends import Backend
+from etdeploy.builder.backends import Backend, get_backend
 from etdeploy.builder.calibration import (
     calibration_batches,
     calibration_digest,
@@ -31,6 +31,8 @@ from etdeploy.builder.calibration import (
     example_metas,
     no_calibration_error,
 )
+from etdeploy.builder.export import export_model
+from etdeploy.builder.lower import lower
 from etdeploy.builder.manifest import (
     SCHEMA,
     BuildManifest,
@@ -53,13 +55,15 @@ from etdeploy.builder.options import (
     quantized_program_path,
     unsupported,
 )
+from etdeploy.builder.quantize import output_quantization, quantize, saved
 from etdeploy.devices.lock import held_lock
 from etdeploy.errors import UsageError
-from etdeploy.extras import installed_version
+from etdeploy.extras import installed_version, require_build_extra
+from etdeploy.library_output import captured_library_output
 from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.model.spec import ModelSpec
 from etdeploy.paths import cache_dir
-from etdeploy.quarantine import noticed_damage
+from etdeploy.quarantine import file_damage, noticed_damage, quarantine
 
 if TYPE_CHECKING:
     import torch
@@ -129,11 +133,8 @@ def build(
     ExecuTorch's own logging and warnings are captured (BuildResult.log, or the
     error's log), never printed.
     """
-    from etdeploy.extras import require_build_extra
 
     require_build_extra(f"building {model}")
-    from etdeploy.builder.backends import get_backend
-    from etdeploy.library_output import captured_library_output
 
     say = status or (lambda _text: None)
 
@@ -202,7 +203,6 @@ def _verified_entry(entry: Path, pte: Path, ref: ModelRef) -> BuildManifest | No
     """The manifest of the cache entry for `pte` when every file of it holds the bytes
     the manifest records (etdeploy.quarantine); None when there is no entry, and
     after moving a damaged one aside."""
-    from etdeploy.quarantine import file_damage, quarantine
 
     if not os.path.lexists(entry):
         return None
@@ -306,8 +306,6 @@ def _build_uncached(
     check_inputs: InputsCheck | None = None,
 ) -> _Built:
     """Load, export, (quantize) and lower the model; the manifest records it all."""
-    from etdeploy.builder.export import export_model
-    from etdeploy.builder.lower import lower
 
     say(f"loading {ref.text}")
     spec = load_model(ref)
@@ -366,7 +364,6 @@ def _quantize(
     calibration: tuple[list[tuple[torch.Tensor, ...]], JsonObject],
     say: StatusCallback,
 ) -> _Quantization:
-    from etdeploy.builder.quantize import output_quantization, quantize, saved
 
     batches, record = calibration
     say(

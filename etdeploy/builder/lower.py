@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 from etdeploy.builder.backends import Backend
 from etdeploy.builder.manifest_records import DelegationRecord, MethodRecord, OpCounts, ValueRecord
 from etdeploy.errors import ModelError
+from etdeploy.scratch import scratch_dir
 
 if TYPE_CHECKING:  # imported where torch and executorch are
     from executorch.exir.schema import ExecutionPlan
@@ -201,8 +202,6 @@ def _external_data(program: _Serialised, name: str) -> bytes | None:
     (ExecutorchProgramManager.write_tensor_data_to_file writes NAME.ptd into a directory);
     None when the program has no weights to put there."""
     from pathlib import Path
-
-    from etdeploy.scratch import scratch_dir
 
     with scratch_dir("ptd") as tmp:
         try:

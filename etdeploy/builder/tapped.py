@@ -34,9 +34,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from etdeploy.builder.backends import Backend
+from etdeploy.builder.backends import Backend, get_backend
 from etdeploy.builder.cached_build import cache_key, parse_dynamic, versions
 from etdeploy.builder.calibration import calibration_batches, calibration_unchanged
+from etdeploy.builder.export import export_model
 from etdeploy.builder.manifest import manifest_path, write_json_atomic
 from etdeploy.builder.manifest_records import (
     Calibration,
@@ -45,6 +46,7 @@ from etdeploy.builder.manifest_records import (
     Quantization,
 )
 from etdeploy.builder.options import BuildOptions
+from etdeploy.builder.quantize import quantize
 from etdeploy.builder.tap_plan import (
     FULL,
     STATS,
@@ -68,7 +70,7 @@ from etdeploy.builder.tapped_lower import (
 from etdeploy.builder.tapped_manifest import TapInfo, TappedManifest
 from etdeploy.devices.lock import held_lock
 from etdeploy.errors import ModelError
-from etdeploy.model.loader import ModelRef, parse_model_ref
+from etdeploy.model.loader import ModelRef, load_model, parse_model_ref
 from etdeploy.paths import cache_dir
 
 if TYPE_CHECKING:  # imported where torch and executorch are
@@ -110,7 +112,6 @@ def tapped_reference_path(pte: Path) -> Path:
 
 def build_tapped(model: str, options: BuildOptions, plan: TapPlan) -> TappedBuild:
     """Build (or fetch from the cache) the tapped sibling of `build(model, options)`."""
-    from etdeploy.builder.backends import get_backend
 
     started = time.perf_counter()
     backend = get_backend(options.backend)
@@ -227,9 +228,6 @@ def _build_uncached(
         STATS as STATS_REDUCER,
     )
 
-    from etdeploy.builder.export import export_model
-    from etdeploy.model.loader import load_model
-
     spec = load_model(ref)
     if options.dynamic:
         spec.dynamic = parse_dynamic(options.dynamic)
@@ -246,8 +244,6 @@ def _build_uncached(
     calibration: JsonObject | None = None
     steps: dict[int, float] = {}
     if options.quantize:
-        from etdeploy.builder.quantize import quantize
-
         batches, calibration = calibration_batches(spec, options)
         program = quantize(exported, options.quantize, batches)
         steps = _tap_steps(program)

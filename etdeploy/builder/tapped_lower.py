@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from etdeploy.builder.backends import Backend
+from etdeploy.builder.lower import _method_info, _op_name, count_delegation
 from etdeploy.builder.manifest_records import DelegationRecord, MethodRecord
-from etdeploy.builder.tap_plan import short_op
+from etdeploy.builder.tap_plan import graph_outputs, input_node, short_op, through_copies, value_key
 from etdeploy.errors import ModelError
 
 if TYPE_CHECKING:  # imported where torch is
@@ -74,8 +75,6 @@ def lower_tapped(
     from executorch.devtools.intermediate_output_tap import strip_taps_
     from executorch.exir import to_edge_transform_and_lower
 
-    from etdeploy.builder.lower import _method_info, count_delegation
-
     merged: dict[int, int] = {}
     try:
         edge = to_edge_transform_and_lower(
@@ -118,8 +117,6 @@ def _one_tap_per_value(merged: dict[int, int]) -> Callable[[GraphModule], PassRe
     from executorch.devtools.intermediate_output_tap import find_tap_nodes
     from torch.fx.passes.infra.pass_base import PassResult
 
-    from etdeploy.builder.tap_plan import graph_outputs, through_copies, value_key
-
     def one_tap_per_value(graph_module: GraphModule) -> PassResult:
         outputs = graph_outputs(graph_module.graph)
         position = {node: i for i, node in enumerate(outputs)}
@@ -152,8 +149,6 @@ def _partitions(graph_module: GraphModule) -> dict[int, tuple[str, int | None, s
     """Output index of each tap -> (partition, delegate index, CPU kernel)."""
     from executorch.devtools.intermediate_output_tap import find_tap_nodes
 
-    from etdeploy.builder.lower import _op_name
-
     delegates = [
         n.target
         for n in graph_module.graph.nodes
@@ -162,8 +157,6 @@ def _partitions(graph_module: GraphModule) -> dict[int, tuple[str, int | None, s
     taps = set(find_tap_nodes(graph_module))
     found: dict[int, tuple[str, int | None, str | None]] = {}
     from torch.fx import Node as GraphNode
-
-    from etdeploy.builder.tap_plan import graph_outputs, input_node
 
     for index, node in enumerate(graph_outputs(graph_module.graph)):
         if not isinstance(node, GraphNode) or node not in taps:

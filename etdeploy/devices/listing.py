@@ -17,6 +17,8 @@ from etdeploy.errors import EtdeployError, UsageError
 if TYPE_CHECKING:
     from etdeploy.devices.adb import AdbSettings
 
+from etdeploy.devices.adb import friendly_matches, list_attached
+from etdeploy.devices.local import LocalDevice
 from etdeploy.devices.registry import (
     ADB_KEYS,
     COMMON_KEYS,
@@ -106,7 +108,6 @@ def _attached_row(info: DeviceInfo, name: str, *, configured: bool, via: str) ->
 
 
 def _list_server(settings: AdbSettings) -> list[DeviceInfo] | EtdeployError:
-    from etdeploy.devices.adb import list_attached
 
     try:
         return list_attached(settings)
@@ -288,8 +289,6 @@ def _survey_rows(
     name covers."""
     rows: list[DeviceRow] = []
     if LOCAL not in config.devices:
-        from etdeploy.devices.local import LocalDevice
-
         local = LocalDevice(LOCAL).info()
         rows.append(
             _row_from_info(local, name=LOCAL, configured=False, reachable=True, state="ready")
@@ -329,7 +328,6 @@ def _configured_adb_row(
     covered: set[tuple[str, int, str]],
 ) -> DeviceRow:
     """A configured adb device, merged with the phone it names on its server."""
-    from etdeploy.devices.adb import friendly_matches
 
     via = settings.server
     target = settings.serial or name

@@ -32,7 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.config import CONFIG_NAME, Config, DeviceConfig
+from etdeploy.devices.adb import AdbDevice, AdbSettings
 from etdeploy.devices.base import Device, DeviceInfo
+from etdeploy.devices.local import LocalDevice
+from etdeploy.devices.simulator import SimulatorDevice, SimulatorSettings
+from etdeploy.devices.ssh import SshDevice, SshSettings
 from etdeploy.errors import DeviceError, EtdeployError, InfraError, UsageError
 from etdeploy.jsonvalue import JsonValue
 
@@ -93,7 +97,6 @@ def check_keys(
 
 
 def _open_local(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
-    from etdeploy.devices.local import LocalDevice
 
     check_keys(table, LOCAL_KEYS, options.where, "local")
     workdir = table.get("workdir")
@@ -115,7 +118,6 @@ def adb_settings(
 ) -> AdbSettings:
     """AdbSettings from a table (or none), with --adb-host/--adb-port over both the
     table and ANDROID_ADB_SERVER_HOST/PORT."""
-    from etdeploy.devices.adb import AdbSettings
 
     values = dict(table or {})
     if adb_host:
@@ -127,7 +129,6 @@ def adb_settings(
 
 
 def _open_adb(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
-    from etdeploy.devices.adb import AdbDevice
 
     check_keys(table, ADB_KEYS, options.where, "adb")
     settings = adb_settings(
@@ -141,14 +142,12 @@ def _open_adb(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -
 
 
 def _open_ssh(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
-    from etdeploy.devices.ssh import SshDevice, SshSettings
 
     settings = SshSettings.from_mapping(table, where=options.where)
     return SshDevice(settings, name=name, **options.lock_kwargs())
 
 
 def _open_simulator(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
-    from etdeploy.devices.simulator import SimulatorDevice, SimulatorSettings
 
     settings = SimulatorSettings.from_mapping(table, where=options.where)
     return SimulatorDevice(settings, name=name, **options.lock_kwargs())
@@ -275,7 +274,6 @@ def open_device(
 
 def _open_attached(name: str, config: Config, options: OpenOptions) -> Device:
     """A phone on the adb server that is not configured: by serial or by model."""
-    from etdeploy.devices.adb import AdbDevice
 
     settings = adb_settings(
         adb_host=options.adb_host, adb_port=options.adb_port, where="--adb-host/--adb-port"

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from etdeploy.devices.base import job_dir
 from etdeploy.devices.digest_records import RECORD_DIR, record_path
 from etdeploy.devices.transfer import MACHINE_TAG, PARTIAL_MARKER, parse_owner
 from etdeploy.errors import EtdeployError
@@ -88,7 +89,6 @@ class JobDirs:
 
     def begin(self, job_id: str) -> str:
         """Note the job's directory, then return it (the caller makes it)."""
-        from etdeploy.devices.base import job_dir
 
         if not job_id or "/" in job_id or job_id.startswith("."):
             raise ValueError(f"not a job id: {job_id!r}")
@@ -107,7 +107,6 @@ class JobDirs:
     def end(self, job_id: str, *, keep: bool = False) -> None:
         """The job is over: remove its directory (unless keep), then the note. A removal
         that fails leaves the note for the next run; it never hides the job's error."""
-        from etdeploy.devices.base import job_dir
 
         if not keep:
             try:

@@ -41,6 +41,7 @@ from etdeploy.doctor.environment import environment_checks, pairing_check
 from etdeploy.doctor.program import preflight_checks, pte_checks
 from etdeploy.doctor.runners import arm64_runner_checks, bundled_runner_check, host_runner_checks
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_INFRA, EXIT_OK
+from etdeploy.extras import has_build_extra
 
 __all__ = [
     "AREAS", "FAIL", "OK", "WARN", "Check", "adb_checks", "arm64_runner_checks",
@@ -60,7 +61,6 @@ def run_doctor(
 ) -> list[Check]:
     """Every check, in the order a reader fixes things: environment, runner, adb,
     devices, ssh, then the .pte and, with `device`, its preflight there."""
-    from etdeploy.extras import has_build_extra
 
     runners = [*host_runner_checks(), *arm64_runner_checks()] if has_build_extra() else []
     checks = [*environment_checks(), *(runners or [bundled_runner_check()])]

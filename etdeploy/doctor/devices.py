@@ -10,9 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.config import Config
+from etdeploy.devices.adb import connect_server
+from etdeploy.devices.base import DeviceInfo
+from etdeploy.devices.listing import PROBE_TIMEOUT_S, describe_devices
+from etdeploy.devices.registry import adb_settings, check_runner_abi
+from etdeploy.devices.simulator import SimulatorSettings
 from etdeploy.doctor.check import FAIL, OK, WARN, Check, devices_table
 from etdeploy.doctor.runners import arm64_runner_check, x86_64_runner_check
 from etdeploy.errors import EtdeployError
+from etdeploy.runner_build import host_abi, runner_from_path
 
 # Where etdeploy starts an adb server on demand (etdeploy.devices.adb does the same).
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -24,9 +30,6 @@ _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 def adb_checks(config: Config, *, adb_host: str | None, adb_port: int | None) -> list[Check]:
     """The adb binary, and every adb server a device sits behind (the default one
     and each configured device's). A server is asked for its version, never started."""
-    from etdeploy.devices.adb import connect_server
-    from etdeploy.devices.listing import PROBE_TIMEOUT_S
-    from etdeploy.devices.registry import adb_settings
 
     checks = [_adb_binary()]
     wanted_by: dict[tuple[str, int], list[str]] = {}
@@ -102,7 +105,6 @@ def _adb_binary() -> Check:
 
 def device_checks(config: Config, *, adb_host: str | None, adb_port: int | None) -> list[Check]:
     """One row per device `--device` can name, then one per reachable device's runner."""
-    from etdeploy.devices.listing import describe_devices
 
     checks: list[Check] = []
     runner_checks: list[Check] = []
@@ -132,10 +134,6 @@ def device_checks(config: Config, *, adb_host: str | None, adb_port: int | None)
 def _runner_check(row: Any, config: Config) -> Check:
     """Whether a runner can run on this device, without building one."""
     import os
-
-    from etdeploy.devices.base import DeviceInfo
-    from etdeploy.devices.registry import check_runner_abi
-    from etdeploy.runner_build import host_abi, runner_from_path
 
     name = f"runner for {row.name}"
     info = DeviceInfo(
@@ -189,7 +187,6 @@ def ssh_checks(config: Config) -> list[Check]:
     connection would be refused before it is tried."""
     import paramiko
 
-    from etdeploy.devices.simulator import SimulatorSettings
     from etdeploy.devices.ssh import SshSettings, resolve_target
 
     checks = []

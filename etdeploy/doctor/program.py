@@ -6,11 +6,17 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from etdeploy.builder.manifest import read_manifest
 from etdeploy.config import Config
+from etdeploy.devices.registry import check_runner_abi, configured_runner, open_device
+from etdeploy.digests import sha256_file
 from etdeploy.doctor.check import FAIL, OK, WARN, Check
 from etdeploy.doctor.environment import installed_version
 from etdeploy.doctor.runners import host_runner_dir
 from etdeploy.errors import EXIT_BAD_INPUT, EtdeployError
+from etdeploy.preflight import built_runner_for, check
+from etdeploy.preflight.needs import version_verdict
+from etdeploy.runner_build import runner_from_path
 
 # The program file identifier the ExecuTorch 1.x runtime accepts (schema/program.fbs:
 # file_identifier "ET12"); a program with another is refused at load.
@@ -26,8 +32,6 @@ def pte_checks(pte: Path, config: Config) -> list[Check]:
     runners', judged by ExecuTorch's compatibility policy: a pairing it does not
     promise is a warning (which operators and delegates are really missing is
     what --device checks)."""
-    from etdeploy.builder.manifest import read_manifest
-    from etdeploy.preflight.needs import version_verdict
     from etdeploy.pte.reader import read_pte
 
     name = Path(pte).name
@@ -75,8 +79,6 @@ def _runner_versions(config: Config) -> list[tuple[str, str | None]]:
     and every device's configured runner bundle."""
     import os
 
-    from etdeploy.runner_build import runner_from_path
-
     found: list[tuple[str, str | None]] = []
     try:
         host = host_runner_dir()
@@ -113,10 +115,6 @@ def preflight_checks(
     """`--pte X --device NAME`: the comparison `run` makes before pushing, against
     the runner that device would get. Doctor never builds one: a runner not built
     yet is a warning saying how to build it."""
-    from etdeploy.builder.manifest import read_manifest
-    from etdeploy.devices.registry import check_runner_abi, configured_runner, open_device
-    from etdeploy.digests import sha256_file
-    from etdeploy.preflight import built_runner_for, check
 
     try:
         device = open_device(device_name, config, adb_host=adb_host, adb_port=adb_port)

@@ -9,6 +9,17 @@ from typing import Any
 
 from etdeploy.doctor.check import FAIL, OK, WARN, Check, devices_table
 from etdeploy.errors import EtdeployError
+from etdeploy.extras import INSTALL_HINT
+from etdeploy.paths import cache_dir
+from etdeploy.runner_build import (
+    KIND_ARM64,
+    bundle_key,
+    executorch_version,
+    host_abi,
+    runner_choice,
+    runner_from_path,
+)
+from etdeploy.runner_build import x86_64 as runner_x86_64
 
 # -- the host runner ---------------------------------------------------------------------------
 
@@ -16,8 +27,6 @@ from etdeploy.errors import EtdeployError
 def host_runner_dir() -> Path | None:
     """Where ensure_runner("host") keeps the bundle this checkout would build, or
     None when etdeploy cannot even work out its key (no executorch, no sources)."""
-    from etdeploy.paths import cache_dir
-    from etdeploy.runner_build import bundle_key, host_abi
 
     system = platform.system()
     abi = host_abi() if system == "Linux" else f"{system.lower()}-{host_abi()}"
@@ -30,7 +39,6 @@ def host_runner_dir() -> Path | None:
 
 def bundled_runner_check() -> Check:
     """The base install builds no runner: the job bundles it runs carry theirs."""
-    from etdeploy.extras import INSTALL_HINT
 
     return Check(
         "runner", "runners", OK,
@@ -41,7 +49,6 @@ def bundled_runner_check() -> Check:
 
 
 def host_runner_checks() -> list[Check]:
-    from etdeploy.runner_build import runner_from_path
 
     try:
         directory = host_runner_dir()
@@ -85,9 +92,7 @@ def arm64_runner_checks() -> list[Check]:
     """The cross compiler, the aarch64 wheel and the cached arm64 bundle. Nothing
     is downloaded or built here; a missing piece warns (only an arm64 device
     needs it, and its own runner row says so)."""
-    from etdeploy.paths import cache_dir
     from etdeploy.runner_build import arm64 as runner_arm64
-    from etdeploy.runner_build import bundle_key, executorch_version, runner_from_path
 
     build = "etdeploy runner build --abi aarch64"
     try:
@@ -132,7 +137,6 @@ def arm64_runner_checks() -> list[Check]:
 def arm64_runner_check(info: Any, name: str) -> Check | None:
     """A device that gets the arm64 bundle: whether it can be built here. None for
     any other device."""
-    from etdeploy.runner_build import KIND_ARM64, runner_choice
     from etdeploy.runner_build import arm64 as runner_arm64
 
     try:
@@ -156,8 +160,6 @@ def arm64_runner_check(info: Any, name: str) -> Check | None:
 def x86_64_runner_check(info: Any, name: str) -> Check | None:
     """A device that gets the x86_64 bundle (an Android emulator without an NDK
     build): whether this machine can make it. None for any other device."""
-    from etdeploy.runner_build import runner_choice
-    from etdeploy.runner_build import x86_64 as runner_x86_64
 
     try:
         if runner_choice(info).kind != runner_x86_64.KIND:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import InputError
+from etdeploy.library_output import captured_library_output
 
 ETRECORD_ADAPTER = "etrecord_adapter"  # etrecord_adapter_model_explorer/constants.py
 PTE_ADAPTER = "pte_adapter_model_explorer"  # pte_adapter_model_explorer/main.py
@@ -62,8 +63,6 @@ def etrecord_graph(etrecord: Path) -> ProgramGraph:
     """The ETRecord's graph as the ETRecord adapter shows it, and its provenance."""
     from etrecord_adapter_model_explorer.main import ETRecordAdapter
     from executorch.devtools.etrecord import parse_etrecord
-
-    from etdeploy.library_output import captured_library_output
 
     try:
         with captured_library_output():

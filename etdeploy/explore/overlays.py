@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from etdeploy.builder import etrecord_path
 from etdeploy.errors import UsageError
 from etdeploy.explore.graph import ProgramGraph, etrecord_graph, pte_graph
+from etdeploy.profile import handle_times
+from etdeploy.results import load_results
 from etdeploy.results.result import RunResult
 
 # Verdict colours of a tap (report/html_localization.py's, as a background).
@@ -90,7 +93,6 @@ def plan_exploration(
 ) -> Exploration:
     """The graph of RESULT's program and etdeploy's overlays on it. `etrecord` and
     `etdump` override the files beside the .pte and the ETDump the result names."""
-    from etdeploy.builder import etrecord_path
 
     result = _one_result(result_path)
     if result.artifact is None or result.artifact.pte is None:
@@ -131,7 +133,6 @@ def plan_exploration(
 
 
 def _one_result(path: Path) -> RunResult:
-    from etdeploy.results import load_results
 
     results = load_results(path)
     if len(results) != 1:
@@ -173,7 +174,6 @@ def _localization_overlays(
 def _profile_overlays(
     result: RunResult, graph: ProgramGraph, etdump: Path | None, notes: list[str]
 ) -> list[Overlay]:
-    from etdeploy.profile import handle_times
 
     dump = etdump or (Path(result.etdump) if result.etdump else None)
     if dump is None:

@@ -27,6 +27,7 @@ from typing import Any
 from etdeploy.errors import InfraError, UsageError
 from etdeploy.explore.graph import EXTENSION_MODULES
 from etdeploy.explore.overlays import Exploration
+from etdeploy.library_output import captured_library_output
 
 READY_TIMEOUT_S = 180.0  # loading the extensions imports torch and executorch
 HEALTH_ANSWER = "model_explorer_ok"  # what /check_health returns (server.py)
@@ -64,8 +65,6 @@ def _config(exploration: Exploration) -> Any:
 def serving(exploration: Exploration, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve `exploration`; yields the page's URL once the server answers."""
     from model_explorer import server
-
-    from etdeploy.library_output import captured_library_output
 
     chosen = port or free_port(host)
     _check_port(host, chosen)

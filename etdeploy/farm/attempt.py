@@ -34,6 +34,7 @@ from etdeploy.farm.worker import (
     worker_env,
     write_request,
 )
+from etdeploy.pipeline import new_job_id
 
 # The last lines of a worker's log kept in a timeout or crash result.
 WORKER_LOG_TAIL_LINES = 60
@@ -98,7 +99,6 @@ def run_attempt(
 ) -> Result | None:
     """One attempt in its own worker process, killed at job_timeout_s: its result,
     an error result for a timeout or a crash, or None when the farm was stopped."""
-    from etdeploy.pipeline import new_job_id
 
     job_id = new_job_id()
     folder = work_dir / job_id

@@ -11,7 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from etdeploy.build_options import QUANTIZATIONS
+from etdeploy.builder import unsupported
+from etdeploy.builder.backends import get_backend
 from etdeploy.config import Config
+from etdeploy.devices.registry import ADB_KEYS, COMMON_KEYS, LOCAL_KEYS, adb_settings
+from etdeploy.devices.simulator import SimulatorSettings
+from etdeploy.devices.ssh import SshSettings
 from etdeploy.errors import UsageError
 from etdeploy.settings import expect_type
 
@@ -50,7 +56,6 @@ def check_settings(settings: Mapping[str, Any], prefix: str, label: str) -> None
 
 def check_backend(name: str, key: str, label: str) -> None:
     """A backend the builder knows."""
-    from etdeploy.builder.backends import get_backend
 
     try:
         get_backend(name)
@@ -61,7 +66,6 @@ def check_backend(name: str, key: str, label: str) -> None:
 def parse_quant(value: str, key: str, label: str) -> str | None:
     """A quantization mode etdeploy builds (a program's, or 8da4w for a language
     model); None for NO_QUANT, the float build."""
-    from etdeploy.build_options import QUANTIZATIONS
 
     if value == NO_QUANT:
         return None
@@ -81,7 +85,6 @@ def cannot_run(backend: str, quant: str | None, device: str, config: Config) -> 
     per device. What depends on the device's runner (a kernel or delegate it
     lacks) is left to the job's preflight.
     """
-    from etdeploy.builder import unsupported
 
     # The builder's own rule, so the farm skips exactly what a build would refuse.
     reason = unsupported(backend, quant)
@@ -117,7 +120,6 @@ def check_device_tables(config: Config, label: str) -> None:
     # This repeats what the registry's openers check (their key lists, the runner
     # key, each transport's settings parser); a public check in the registry would
     # let this loop be one call per table.
-    from etdeploy.devices.registry import ADB_KEYS, COMMON_KEYS, LOCAL_KEYS, adb_settings
 
     for name, device in config.devices.items():
         where = f"{label}: devices.{name}"
@@ -138,10 +140,6 @@ def check_device_tables(config: Config, label: str) -> None:
             if device.transport == "adb":
                 adb_settings(table, where=where)
         elif device.transport == "ssh":
-            from etdeploy.devices.ssh import SshSettings
-
             SshSettings.from_mapping(table, where=where)
         elif device.transport == "ios-simulator":
-            from etdeploy.devices.simulator import SimulatorSettings
-
             SimulatorSettings.from_mapping(table, where=where)

@@ -31,12 +31,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from etdeploy.atomic import atomic_write, write_json
 from etdeploy.errors import EXIT_INFRA, EXIT_OK, UsageError
-from etdeploy.farm.reports import FARM_DOC_NAME, exit_code
-from etdeploy.farm.results import result_key
+from etdeploy.farm.reports import FARM_DOC_NAME, exit_code, skipped_entries
+from etdeploy.farm.results import result_key, timestamp
 from etdeploy.farm.spec import job_key
 from etdeploy.farm.store import RESULTS_NAME, select_shard, shard_of
 from etdeploy.jsonvalue import JsonObject, as_object, read_array, read_int, read_object, read_str
+from etdeploy.results import (
+    FARM_SCHEMA_ID,
+    compare_to_baseline,
+    farm_document,
+    load_results,
+    validate_farm,
+)
+from etdeploy.results import job_key as report_key
 from etdeploy.results.jobs import JobKey, NotRun
 from etdeploy.results.result import RunResult
 
@@ -147,7 +156,6 @@ def planned_key(planned: PlannedJob) -> str:
 def key_of(result: RunResult) -> str:
     """The farm key a result was recorded under, or the one its job block names
     (a result of `etdeploy run --json` has no farm block)."""
-    from etdeploy.results import job_key as report_key
 
     recorded = result_key(result)
     if recorded is not None:
@@ -159,7 +167,6 @@ def key_of(result: RunResult) -> str:
 def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
     """A shard's OUT folder, its results.jsonl, or a farm.json; UsageError when it
     is none of them."""
-    from etdeploy.results import load_results
 
     path = Path(path)
     notes = warnings if warnings is not None else []
@@ -192,7 +199,6 @@ def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
 
 def _farm_document(path: Path) -> JsonObject | None:
     """A farm document (its matrix and shard); None for a file of bare results."""
-    from etdeploy.results import FARM_SCHEMA_ID, validate_farm
 
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -267,8 +273,6 @@ def merge(
     specs = sorted({str(d["spec"]) for d in documents if d.get("spec")})
     if len(specs) > 1:
         notes.append(f"the shards ran different spec files: {', '.join(specs)}")
-    from etdeploy.farm.reports import skipped_entries
-    from etdeploy.farm.results import timestamp
 
     if spec is not None:
         skipped = skipped_entries(spec.skipped)
@@ -339,7 +343,6 @@ def _plan(
 def merged_document(outcome: MergeOutcome) -> JsonObject:
     """The etdeploy.farm/1 document of the merge, with a "merge" block saying
     where the results came from."""
-    from etdeploy.results import farm_document
 
     doc = farm_document(
         outcome.results,
@@ -384,8 +387,6 @@ def write_merged(
     baseline), and a copy of farm.json at `json_path`; returns the regressions against
     the baseline (memory growing more than `memory_growth`, the spec's share,
     regresses). The JUnit and HTML reports are the command line's to write."""
-    from etdeploy.atomic import atomic_write, write_json
-    from etdeploy.results import compare_to_baseline, load_results
 
     out_dir = Path(out_dir)
     for source in outcome.sources:

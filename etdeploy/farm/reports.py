@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from etdeploy.atomic import write_json
 from etdeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_INFRA, EXIT_OK
+from etdeploy.history.night import farm_history
+from etdeploy.results import compare_to_baseline, farm_document, load_results
 from etdeploy.results.baseline import Regression
 from etdeploy.results.jobs import JobKey, NotRun
 from etdeploy.results.result import RunResult
@@ -95,8 +98,6 @@ def write_night(
     a copy at `json_path`) with every alarm in it. `baseline` otherwise names a results
     file. The JUnit and HTML reports are the command line's to write, from the
     NightReport returned."""
-    from etdeploy.history.night import farm_history
-    from etdeploy.results import compare_to_baseline, load_results
 
     judge = baseline == HISTORY_BASELINE
     old = load_results(Path(baseline)) if baseline is not None and not judge else None
@@ -122,8 +123,6 @@ def write_night(
 
 
 def _write_documents(outcome: FarmOutcome, night: NightReport, json_path: Path | None) -> None:
-    from etdeploy.atomic import write_json
-    from etdeploy.results import farm_document
 
     doc = farm_document(
         outcome.results,

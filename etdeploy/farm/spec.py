@@ -54,8 +54,10 @@ from typing import TYPE_CHECKING, Any
 
 from etdeploy import settings
 from etdeploy.build_options import ProgramOptions
+from etdeploy.bundle.manifest import read_bundle_manifest
 from etdeploy.config import Config, DeviceConfig, config_settings, parse_config
 from etdeploy.declaration import declared, expect_type
+from etdeploy.devices.registry import config_label
 from etdeploy.errors import UsageError
 from etdeploy.farm.checks import (
     NO_QUANT,
@@ -71,6 +73,9 @@ from etdeploy.farm.checks import (
 from etdeploy.farm.exclude import excluded, parse_excludes
 from etdeploy.farm.sources.parse import DeviceSource, check_source_names, parse_sources
 from etdeploy.jsonvalue import JsonArray, JsonObject, JsonValue, read_array, read_str
+from etdeploy.memory.limit import device_max_memory
+from etdeploy.pipeline import RunJob
+from etdeploy.pipeline.job import farm_bundle_job
 from etdeploy.results.baseline_memory import DEFAULT_MEMORY_GROWTH
 from etdeploy.settings import RunSettings
 
@@ -181,12 +186,9 @@ class FarmJob(MatrixCell):
 
     def run_job(self) -> RunJob:
         """The pipeline's RunJob (its checks run here: bad values fail at parse time)."""
-        from etdeploy.pipeline import RunJob
 
         bundle = self.settings.get(BUNDLE_KEY)
         if bundle is not None:
-            from etdeploy.pipeline.job import farm_bundle_job
-
             return farm_bundle_job(Path(bundle), self.device, self.settings)
 
         return RunJob(
@@ -548,7 +550,6 @@ def _bundle_of(
 ) -> tuple[str, str, str | None]:
     """A job bundle a spec names (relative to its folder): its absolute path, and the
     backend and quantization it was built with (from its recorded settings)."""
-    from etdeploy.bundle.manifest import read_bundle_manifest
 
     path = Path(given).expanduser()
     path = path if path.is_absolute() else base_dir / path
@@ -582,8 +583,6 @@ def _make_job(cell: MatrixCell, merged: Mapping[str, Any], where: str, matrix: _
 def _memory_limit(merged: Mapping[str, object], device: str, config: Config) -> dict[str, object]:
     """A job's max_memory ([farm], a model entry, [[farm.job]]: it carries where it was
     set), else its device's own, else [run]'s: the job's limit and where it was set."""
-    from etdeploy.devices.registry import config_label
-    from etdeploy.memory.limit import device_max_memory
 
     if merged.get("max_memory_source") is not None:
         return {}

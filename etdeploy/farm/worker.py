@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 import etdeploy
 from etdeploy.config import DeviceConfig
+from etdeploy.devices.registry import configured_runner, open_device
 from etdeploy.errors import EXIT_INFRA, EtdeployError, InfraError
 from etdeploy.farm.spec import load_farm_spec
+from etdeploy.results.result import RunResult
 
 if TYPE_CHECKING:
     from etdeploy.pipeline import RunJob
@@ -111,7 +113,6 @@ def worker_env() -> dict[str, str]:
 
 def read_result(folder: Path) -> RunResult | None:
     """The worker's result; None when it wrote none (it crashed or was killed)."""
-    from etdeploy.results.result import RunResult
 
     try:
         result = RunResult.from_json(json.loads((folder / RESULT_NAME).read_text()))
@@ -142,7 +143,6 @@ def worker_main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, on_term)
     _watch_parent(int(request["parent_pid"]))
 
-    from etdeploy.devices.registry import configured_runner, open_device
     from etdeploy.pipeline import RunContext, RunJob, error_result, run_job, write_result_json
 
     job = RunJob.from_json(request["job"])

@@ -13,6 +13,7 @@ from typing import Any
 from etdeploy.config import DeviceConfig
 from etdeploy.errors import UsageError
 from etdeploy.results.result_memory import Memory, MemoryLimit
+from etdeploy.units import format_bytes, parse_size
 
 _HINT = "write a size: bytes, or a number with kB/MB/GB (decimal) or KiB/MiB/GiB, e.g. 300MB"
 
@@ -28,7 +29,6 @@ class MaxMemory:
 def parse_max_memory(value: Any, source: str) -> int:
     """Bytes from "300MB", "1.5GB", "512MiB" or an integer; a UsageError (exit 2)
     naming `source` otherwise."""
-    from etdeploy.units import parse_size
 
     try:
         limit = parse_size(value, what=source)
@@ -55,7 +55,6 @@ def device_max_memory(
 def judge_limit(limit: MaxMemory, accounts: Sequence[tuple[str, Memory]]) -> MemoryLimit:
     """The limit against the highest peak among `accounts` (the run itself, "" ,
     and each shape point, "at shapes min"), naming where it was and what it was made of."""
-    from etdeploy.units import format_bytes
 
     peaks = [
         (where, memory, phase)

@@ -18,6 +18,7 @@ from etdeploy.preflight.needs import (
     version_verdict,
 )
 from etdeploy.runner.describe import RunnerDescription
+from etdeploy.runner_build import executorch_package_dir
 
 # The backend id a delegate carries -> `etdeploy runner build --backends` name
 # (the ids are the BackendDetails class names in the executorch 1.5.1 wheel).
@@ -53,7 +54,6 @@ def _wheel_libraries() -> tuple[tuple[str, str, bool, Path], ...]:
     """(relative path, component, linkable, path) of every library in the
     installed executorch that can register kernels (read 2026-12-03 for 1.5.1:
     lib/libexecutorch*.so, and the export-time plugins *_aot_lib.so)."""
-    from etdeploy.runner_build import executorch_package_dir
 
     try:
         package = executorch_package_dir()

@@ -11,8 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from etdeploy.atomic import write_json
 from etdeploy.devices.base import Device, DeviceInfo
+from etdeploy.devices.lock import device_lock
+from etdeploy.devices.registry import split_abi
 from etdeploy.errors import EtdeployError
+from etdeploy.paths import cache_dir
 from etdeploy.runner import runner_failure
 from etdeploy.runner.describe import (
     RunnerDescription,
@@ -20,7 +24,13 @@ from etdeploy.runner.describe import (
     describe_unsupported,
     parse_describe,
 )
-from etdeploy.runner_build import RunnerBundle
+from etdeploy.runner_build import (
+    RunnerBundle,
+    binary_abi,
+    cached_runner,
+    host_abi,
+    runner_from_path,
+)
 
 DESCRIBE_DEADLINE_S = 60.0
 CACHE_KIND = "runner-describe"
@@ -39,8 +49,6 @@ def runs_here(bundle: RunnerBundle) -> bool:
     this machine's and, for ELF, its program interpreter (the dynamic loader it
     names) exists here; an Android build names /system/bin/linker64."""
     import platform
-
-    from etdeploy.runner_build import binary_abi, host_abi
 
     executable = bundle.executable_path
     abi = binary_abi(executable)
@@ -82,7 +90,6 @@ def _elf_interpreter(path: Path) -> str | None:
 
 
 def _cache_path(bundle: RunnerBundle) -> Path:
-    from etdeploy.paths import cache_dir
 
     key = bundle.key or hashlib.sha256(bundle.executable_path.read_bytes()).hexdigest()
     return cache_dir(CACHE_KIND) / f"{key[:32]}.json"
@@ -101,7 +108,6 @@ def _read_cache(bundle: RunnerBundle) -> RunnerDescription | None:
 
 
 def _write_cache(bundle: RunnerBundle, description: RunnerDescription) -> None:
-    from etdeploy.atomic import write_json
 
     entry = {
         "bundle_key": bundle.key,
@@ -204,7 +210,6 @@ def _ask_here(bundle: RunnerBundle, deadline_s: float) -> _Ran:
 def _ask_on_device(
     device: Device, bundle: RunnerBundle, deadline_s: float, *, verify: bool
 ) -> _Ran:
-    from etdeploy.devices.lock import device_lock
 
     directory = remote_runner_dir(device, bundle)
     # Under the device's lock: a job timing its runner there is not disturbed.
@@ -233,9 +238,6 @@ def built_runner_for(
     pipeline.runner_for picks it, but never building: `configured` is the runner its
     [devices.NAME] table names), else None and (why, hint)."""
     import platform
-
-    from etdeploy.devices.registry import split_abi
-    from etdeploy.runner_build import cached_runner, host_abi, runner_from_path
 
     if configured is not None:
         return runner_from_path(configured), ("", "")

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from etdeploy.atomic import keep_json, read_json_object
 from etdeploy.errors import EtdeployError, InputError
+from etdeploy.paths import cache_dir
 
 if TYPE_CHECKING:
     from etdeploy.builder.manifest import ProgramRecord
@@ -128,8 +130,6 @@ def _calls_of(pte: Path, sha256: str | None) -> _Calls:
     """The program's file identifier, schema version, each operator it calls (with the
     methods calling it and their kernel keys) and each backend it delegates to (with
     the methods that do): from the cache by `sha256`, else read from the program."""
-    from etdeploy.atomic import keep_json, read_json_object
-    from etdeploy.paths import cache_dir
 
     cached = cache_dir("program-needs") / f"{sha256}.json" if sha256 else None
     doc = read_json_object(cached) if cached is not None else None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from etdeploy.devices.adb.wire import parse_getprop
 from etdeploy.devices.base import Device
 from etdeploy.errors import DeviceError
 from etdeploy.release.rules import DeviceProperties
@@ -71,7 +72,6 @@ def parse_features(text: str) -> frozenset[str]:
 def android_properties(getprop: str, meminfo: str, features: str) -> DeviceProperties:
     """The properties from what `getprop`, /proc/meminfo and `pm list features` printed
     (`features` ends with the line pm_exit=N)."""
-    from etdeploy.devices.adb.wire import parse_getprop
 
     props = parse_getprop(getprop)
     pm_ok = re.search(r"^pm_exit=0$", features, re.MULTILINE) is not None

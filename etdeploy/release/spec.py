@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.build_options import LM_QUANTIZATIONS, PROGRAM_QUANTIZATIONS, BuildOptions
+from etdeploy.builder.backends import names as backend_names
 from etdeploy.declaration import Declared, declared
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import as_object
 from etdeploy.pipeline.llm.folder import looks_like_lm_folder
+from etdeploy.units import parse_size
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -249,7 +251,6 @@ class _Reader:
         return tuple(str(v) for v in items)
 
     def size(self, table: Mapping[str, object], key: str, where: str) -> int | None:
-        from etdeploy.units import parse_size
 
         if key not in table:
             return None
@@ -312,7 +313,6 @@ class _Reader:
                             f"{', '.join(sorted(names)) or 'none defined'}")  # fmt: skip
 
     def variants(self, table: object, *, language_model: bool = False) -> tuple[Variant, ...]:
-        from etdeploy.builder.backends import names as backend_names
 
         if not isinstance(table, dict) or not table:
             raise self.fail("release.variants", "no variants",

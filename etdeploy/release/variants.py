@@ -18,11 +18,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from etdeploy.builder import BuildOptions, build
+from etdeploy.builder.backends import get_backend
 from etdeploy.errors import UsageError
-from etdeploy.pipeline.llm.folder import looks_like_lm_folder
+from etdeploy.pipeline.llm.folder import looks_like_lm_folder, open_lm_folder
+from etdeploy.pipeline.llm.lm_export import LmBuildOptions, build_lm, check_options
 from etdeploy.release.spec import ReleaseSpec, Variant
-from etdeploy.sizecheck.check import SizeReport
-from etdeploy.sizecheck.limits import Limit
+from etdeploy.sizecheck.check import SizeReport, check_size
+from etdeploy.sizecheck.limits import Limit, apply_overrides, default_limits
 
 if TYPE_CHECKING:
     from etdeploy.builder.manifest import BuildManifest
@@ -72,7 +75,6 @@ class BuiltVariant:
 
 def unavailable(variant: Variant) -> str | None:
     """Why this machine cannot build `variant`'s backend, or None."""
-    from etdeploy.builder.backends import get_backend
 
     try:
         get_backend(variant.backend)
@@ -86,7 +88,6 @@ def build_variant(
 ) -> BuiltVariant:
     if looks_like_lm_folder(spec.model):
         return _build_lm_variant(spec, variant, use_cache, say)
-    from etdeploy.builder import BuildOptions, build
 
     # The variant's options as they are (a Variant is BuildOptions and its name), the
     # cache as `release build` was asked.
@@ -101,8 +102,6 @@ def _build_lm_variant(
 ) -> BuiltVariant:
     """A language model's folder built as `etdeploy run FOLDER` builds it (static KV
     cache at the variant's max_seq_len, 8da4w or float: etdeploy.pipeline.llm)."""
-    from etdeploy.pipeline.llm.folder import open_lm_folder
-    from etdeploy.pipeline.llm.lm_export import LmBuildOptions, build_lm, check_options
 
     if variant.backend != "xnnpack":
         raise UsageError(
@@ -127,7 +126,6 @@ def _build_lm_variant(
 
 
 def limits_table(spec: ReleaseSpec) -> dict[str, Limit]:
-    from etdeploy.sizecheck.limits import apply_overrides, default_limits
 
     try:
         return apply_overrides(default_limits(), spec.limits)
@@ -140,8 +138,6 @@ def size_variant(spec: ReleaseSpec, built: BuiltVariant, table: dict[str, Limit]
     mode, plus spec.app_bytes for the rest of the app) and, when the Apple section delivers
     it, of its Apple delivery. Over a limit is a UsageError: the release cannot ship so."""
     from dataclasses import replace
-
-    from etdeploy.sizecheck.check import check_size
 
     play_groups = {g.variant for g in spec.groups} | {spec.fallback}
     play = apple = None
@@ -173,7 +169,6 @@ def size_apple_total(
     spec: ReleaseSpec, built: list[BuiltVariant], table: dict[str, Limit]
 ) -> SizeReport | None:
     """All the Apple packs together against the hosting total of their delivery."""
-    from etdeploy.sizecheck.check import check_size
 
     if spec.apple is None:
         return None

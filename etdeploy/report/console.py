@@ -17,6 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from etdeploy.profile import modules_label, short_op
+from etdeploy.report.console_lm import render_language_model
+from etdeploy.report.console_localization import render_localization
 from etdeploy.report.console_memory import failure_lines, render_memory, render_shapes
 from etdeploy.report.text import metric_text, paired_line
 from etdeploy.results.result import (
@@ -44,8 +47,6 @@ class RunConsole:
         verdict = result.verdict
         assert verdict is not None and result.artifact is not None  # a result that ran
         if result.language_model is not None:
-            from etdeploy.report.console_lm import render_language_model
-
             render_language_model(self.out, result.language_model)
         else:
             self._render_outputs(result)
@@ -221,7 +222,6 @@ class RunConsole:
 
     def _render_profile(self, result: RunResult) -> None:
         """The slowest events, the time per operator kind, and where the ETDump is kept."""
-        from etdeploy.profile import modules_label, short_op
 
         profile = result.profile
         assert profile is not None
@@ -292,7 +292,6 @@ class RunConsole:
             )
 
     def render_localization(self, found: Localization) -> None:
-        from etdeploy.report.console_localization import render_localization
 
         render_localization(found, self.out)
 

@@ -8,6 +8,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from etdeploy.results.result import Amplifier, Localization, TapResult
+from etdeploy.results.result_localization import (
+    describe_amplifiers,
+    describe_error,
+    describe_own_error,
+    where,
+)
 
 
 def _num(value: float, spec: str) -> str:
@@ -20,13 +26,6 @@ def render_localization(found: Localization, out: Console) -> None:
     what was found, each on its line. A CI log is read wide: piped, the table
     is not squeezed to 80 columns, and the lines do not wrap."""
     from rich import box
-
-    from etdeploy.results.result_localization import (
-        describe_amplifiers,
-        describe_error,
-        describe_own_error,
-        where,
-    )
 
     def say(text: str) -> None:
         out.print(text, highlight=False, soft_wrap=True)

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
+from etdeploy.results.result_memory import PART_LABELS, UNEXPLAINED
+from etdeploy.results.result_shapes import smallest_point_cost
 from etdeploy.units import format_bytes, format_ms
 
 if TYPE_CHECKING:
@@ -32,7 +34,6 @@ def _aligned(rows: list[list[str]], right_from: int = 1) -> list[str]:
 
 def account_lines(memory: Memory) -> list[str]:
     """The account as a table: a row per part, a column per phase, the peak last."""
-    from etdeploy.results.result_memory import PART_LABELS, UNEXPLAINED
 
     phases = memory.account
     header = ["  part", *(p.label for p in phases)]
@@ -87,7 +88,6 @@ def render_memory(result: RunResult, out: Console) -> None:
 def render_shapes(points: tuple[ShapePoint, ...], out: Console) -> None:
     """Each --shapes point: its shapes, parity, latency and peak memory; then what
     the smallest point costs against the largest."""
-    from etdeploy.results.result_shapes import smallest_point_cost
 
     rows = [["  point", "shapes", "samples", "parity", "worst max abs", "SQNR dB", "median",
              "peak memory"]]  # fmt: skip

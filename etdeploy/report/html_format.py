@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import math
 
-from etdeploy.units import format_ms
+from etdeploy.units import format_bytes, format_ms
 
 # What a key-value table holds: numbers and text, None (and "") for rows left out.
 Cell = str | int | float | None
@@ -53,7 +53,6 @@ def size(value: int | None) -> str | None:
 
 def size_short(value: int) -> str:
     """Decimal units alone (a regression's cell, a plot's label)."""
-    from etdeploy.units import format_bytes
 
     return format_bytes(value)
 

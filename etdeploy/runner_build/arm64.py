@@ -42,6 +42,7 @@ from etdeploy.atomic import write_json
 from etdeploy.digests import sha256_file
 from etdeploy.errors import RunnerError, UsageError
 from etdeploy.paths import cache_dir
+from etdeploy.runner_build import EXECUTABLE, binary_abi
 from etdeploy.runner_build.glibc_bundle import (
     PROGRAM,
     GlibcToolchain,
@@ -375,7 +376,6 @@ def make_self_contained(bundle: Path, sdk: Sdk, progress: Progress) -> dict[str,
     """Turn the installed bundle (the runner and the wheel's libraries) into one
     that runs on any arm64 Linux kernel (glibc_bundle.self_contain). Returns what
     the bundle's manifest adds."""
-    from etdeploy.runner_build import EXECUTABLE, binary_abi
 
     readelf = cross_tool("readelf") or shutil.which("readelf")
     if readelf is None:

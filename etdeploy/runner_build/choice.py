@@ -6,6 +6,7 @@ import platform
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from etdeploy.devices.registry import split_abi
 from etdeploy.errors import UsageError
 from etdeploy.runner_build.plans import ndk_configured
 from etdeploy.runner_build.runner_bundle import (
@@ -15,6 +16,7 @@ from etdeploy.runner_build.runner_bundle import (
     Progress,
     RunnerBundle,
 )
+from etdeploy.runner_build.runner_cache import ensure_runner
 from etdeploy.runner_build.toolchain import host_abi
 from etdeploy.runner_build.x86_64 import KIND as KIND_X86_64
 
@@ -43,7 +45,6 @@ def runner_choice(info: DeviceInfo) -> RunnerChoice:
     host (a Raspberry Pi, a Jetson, a Graviton machine): the arm64 bundle.
     Anything else is a UsageError saying how to bring a runner.
     """
-    from etdeploy.devices.registry import split_abi
 
     arch = split_abi(info.abi)[1]
     system = platform.system().lower()
@@ -73,7 +74,6 @@ def runner_choice(info: DeviceInfo) -> RunnerChoice:
 def runner_for_device(info: DeviceInfo, progress: Progress | None = None) -> RunnerBundle:
     """The bundle `runner_choice` names for the device, built if the cache lacks it."""
     # Here, not above: the build and its locks are imported by those who build.
-    from etdeploy.runner_build.runner_cache import ensure_runner
 
     choice = runner_choice(info)
     if progress is not None:

@@ -16,8 +16,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from etdeploy.atomic import atomic_write
+from etdeploy.digests import file_sha256
 from etdeploy.errors import RunnerError
+from etdeploy.extras import require_build_extra
 from etdeploy.paths import cache_dir
+from etdeploy.quarantine import file_damage, quarantine
 from etdeploy.runner_build import x86_64
 from etdeploy.runner_build.plans import DEFAULT_BACKENDS, Plan, plan_for, plan_key, with_components
 from etdeploy.runner_build.runner_bundle import (
@@ -61,7 +65,6 @@ def verified_bundle(directory: Path) -> RunnerBundle | None:
     bundle.json records (etdeploy.quarantine); None when there is none, and after
     moving a damaged one aside. A bundle from before digests were recorded gets
     them now."""
-    from etdeploy.quarantine import file_damage, quarantine
 
     if directory.is_symlink():
         quarantine(directory, "runner bundle", f"{directory.name} is a link, not a folder")
@@ -87,8 +90,6 @@ def verified_bundle(directory: Path) -> RunnerBundle | None:
 def _record_digests(bundle: RunnerBundle) -> None:
     """Add each file's sha256 to an older bundle's bundle.json (a bundle.json that
     cannot be written costs the check, not the run)."""
-    from etdeploy.atomic import atomic_write
-    from etdeploy.digests import file_sha256
 
     manifest = {**bundle.info, "sha256": {p.name: file_sha256(p) for p in bundle.files}}
     with contextlib.suppress(OSError):
@@ -257,7 +258,6 @@ def ensure_runner(
     """
     if x86_64.applies(abi):
         return _ensure_x86_64(rebuild, progress, kernels, backends)
-    from etdeploy.extras import require_build_extra
 
     # Compiled against the executorch wheel's CMake package; a device host takes it
     # prebuilt in a job bundle instead.

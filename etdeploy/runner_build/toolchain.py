@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
+from etdeploy.extras import installed_version
 
 if TYPE_CHECKING:
     pass
@@ -86,7 +87,6 @@ def executorch_package_dir() -> Path:
 
 def executorch_version() -> str:
     # From its .dist-info's name: importlib.metadata costs a warm run ~0.01 s (extras.py).
-    from etdeploy.extras import installed_version
 
     if importlib.util.find_spec("executorch") is None:
         raise UsageError("executorch is not installed", "pip install executorch")

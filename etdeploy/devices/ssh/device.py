@@ -20,6 +20,7 @@ from etdeploy.devices.base import Command, DeviceBase, DeviceInfo, RunOutput
 from etdeploy.devices.digest_records import StatFlavour, record_command
 from etdeploy.devices.process import CWD_FAILED, env_exports
 from etdeploy.devices.ssh.host_settings import SshSettings, SshTarget
+from etdeploy.devices.ssh.keeper_client import KeeperLink
 from etdeploy.devices.ssh.link import SshLink, direct_link
 from etdeploy.devices.transfer import (
     NO_SUCH_FILE,
@@ -298,7 +299,5 @@ def open_link(settings: SshSettings, name: str) -> SshLink:
     # A keeper needs a Unix socket, fork() and a peer's uid to check
     # (etdeploy.background.supported); without them (Windows, macOS) none is kept.
     if settings.persist_s > 0 and supported():
-        from etdeploy.devices.ssh.keeper_client import KeeperLink
-
         return KeeperLink(settings, name)
     return direct_link(settings, name)

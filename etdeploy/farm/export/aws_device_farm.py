@@ -64,10 +64,11 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.errors import EtdeployError, UsageError
+from etdeploy.extras import BUILD_PACKAGES
 from etdeploy.farm.export import toml_text
 from etdeploy.farm.spec import FarmJob, FarmSpec, load_farm_spec
 from etdeploy.jsonvalue import read_str
-from etdeploy.runner_build import RunnerBundle
+from etdeploy.runner_build import RunnerBundle, runner_from_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -112,7 +113,6 @@ class Export:
 
 def export_aws_device_farm(spec_path: Path, out_dir: Path, device: str | None = None) -> Export:
     """Write OUT/testspec.yml, OUT/package/ and its zip for DEVICE's jobs of SPEC."""
-    from etdeploy.runner_build import runner_from_path
 
     spec_path = Path(spec_path).resolve()
     spec = load_farm_spec(spec_path)
@@ -291,7 +291,6 @@ def base_requirements() -> list[str]:
     """The running etdeploy's base dependencies: from pyproject.toml beside the package
     in a source checkout, else from its installed metadata."""
     import etdeploy
-    from etdeploy.extras import BUILD_PACKAGES
 
     pyproject = Path(etdeploy.__file__).resolve().parent.parent / "pyproject.toml"
     if pyproject.is_file():

@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from etdeploy.config import DeviceConfig
+from etdeploy.devices.adb import AdbSettings, connect_server
+from etdeploy.devices.adb.server import AdbError
 from etdeploy.errors import DeviceError, EtdeployError, InfraError, UsageError
 from etdeploy.jsonvalue import JsonObject, JsonValue, read_float, read_int, read_str
 from etdeploy.settings import expect_type
@@ -202,7 +204,6 @@ class StfSource:
 
     def adb_client(self) -> Server:
         """The adb server that `adb connect`s the phones (the jobs' server too)."""
-        from etdeploy.devices.adb import AdbSettings, connect_server
 
         settings = AdbSettings(host=self.adb_host or "", port=self.adb_port or 0)
         return connect_server(settings)
@@ -433,7 +434,6 @@ def _none_free(name: str, wanted: StfFilter, devices: list[JsonObject],
 
 def connect_adb(source: StfSource, remote: str, name: str) -> None:
     """`adb connect REMOTE` on the jobs' adb server, then wait until it is online."""
-    from etdeploy.devices.adb.server import AdbError
 
     command = f"adb connect {remote}"
     client = source.adb_client()
@@ -467,7 +467,6 @@ def connect_adb(source: StfSource, remote: str, name: str) -> None:
 def release_device(source: StfSource, client: StfClient | None, claim: StfClaim) -> list[str]:
     """Disconnect adb, end remote debugging, give the phone back. Every step is
     tried; what failed comes back as notes (the claim still ends at its timeout)."""
-    from etdeploy.devices.adb.server import AdbError
 
     notes: list[str] = []
     if claim.remote:
