@@ -122,7 +122,6 @@ def parse_age(text: str) -> float:
 
 def parse_max_size(text: str) -> int:
     """Bytes from "2GB", "500MiB", "1.5GB" or a plain number of bytes."""
-
     return parse_size(text, what="--max-size")
 
 
@@ -180,7 +179,6 @@ def clean_cache(
     now: float | None = None,
 ) -> CleanReport:
     """Prune this machine's cache (etdeploy.paths.cache_root) under the caps."""
-
     root = cache_root()
     now = time.time() if now is None else now
     items = list(_cache_items(root))
@@ -248,7 +246,6 @@ def _usage(path: Path) -> tuple[int, float]:
 def _unless_busy(path: Path) -> Iterator[bool]:
     """Hold the lock a writer of `path` holds (PATH.lock beside it, or .lock inside
     it), if there is one; yields False when another process has it."""
-
     candidates = [path.with_name(path.name + ".lock"), path / ".lock"]
     held = next((c for c in candidates if c.is_file()), None)
     if held is None:
@@ -282,7 +279,6 @@ def clean_device(
     lock_timeout_s: float | None = None,
 ) -> CleanReport:
     """Prune a device's work dir under the caps, holding the device's lock."""
-
     with device_lock(device, lock_timeout_s):
         listing = device.listing()
         items, garbage, records = device_items(listing)
@@ -316,7 +312,6 @@ def device_items(
     """The work dir as items (a runner bundle, one program, one input, one job dir),
     the garbage (a record whose file is gone among it), and each other digest record
     with the file it describes."""
-
     base = listing.workdir
     record_names = {
         record_path(base, f"{base}/{f.path}").rpartition("/")[2]: f.path for f in listing.files

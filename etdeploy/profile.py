@@ -110,7 +110,6 @@ OPERATOR_CALL = "OPERATOR_CALL"
 
 def _event_blocks(etdump: Path, etrecord: Path | None) -> list[tuple[Any, list[Any]]]:
     """The Inspector's event blocks of an ETDump, each with its events."""
-
     require_build_extra("reading the ETDump (--profile)")
 
     # The Inspector prints progress and pandas chatter, and warns about every

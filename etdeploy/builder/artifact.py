@@ -54,7 +54,6 @@ def export_artifact(
     or a folder that cannot be created is a UsageError with a hint, and leaves
     nothing behind.
     """
-
     _make_parent(output)
     if output.is_dir():
         raise UsageError(
@@ -193,7 +192,6 @@ def _describe_existing(path: Path, model_files: Mapping[str, str] | None) -> str
 def _model_changes(manifest: BuildManifest, model_files: Mapping[str, str] | None) -> str:
     """ "since then: weights.npy changed, labels2.npy added" when the program was built
     from files of the same names (the same model), else ""."""
-
     recorded = manifest.model.files
     if not recorded or not model_files or not set(recorded) & set(model_files):
         return ""

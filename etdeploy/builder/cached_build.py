@@ -133,7 +133,6 @@ def build(
     ExecuTorch's own logging and warnings are captured (BuildResult.log, or the
     error's log), never printed.
     """
-
     require_build_extra(f"building {model}")
 
     say = status or (lambda _text: None)
@@ -203,7 +202,6 @@ def _verified_entry(entry: Path, pte: Path, ref: ModelRef) -> BuildManifest | No
     """The manifest of the cache entry for `pte` when every file of it holds the bytes
     the manifest records (etdeploy.quarantine); None when there is no entry, and
     after moving a damaged one aside."""
-
     if not os.path.lexists(entry):
         return None
     if entry.is_symlink() or not entry.is_dir():
@@ -306,7 +304,6 @@ def _build_uncached(
     check_inputs: InputsCheck | None = None,
 ) -> _Built:
     """Load, export, (quantize) and lower the model; the manifest records it all."""
-
     say(f"loading {ref.text}")
     spec = load_model(ref)
     from etdeploy.numerics import check_kinds

@@ -112,7 +112,6 @@ def tapped_reference_path(pte: Path) -> Path:
 
 def build_tapped(model: str, options: BuildOptions, plan: TapPlan) -> TappedBuild:
     """Build (or fetch from the cache) the tapped sibling of `build(model, options)`."""
-
     started = time.perf_counter()
     backend = get_backend(options.backend)
     ref = parse_model_ref(model)

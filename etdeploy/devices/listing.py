@@ -328,7 +328,6 @@ def _configured_adb_row(
     covered: set[tuple[str, int, str]],
 ) -> DeviceRow:
     """A configured adb device, merged with the phone it names on its server."""
-
     via = settings.server
     target = settings.serial or name
     if isinstance(listing, EtdeployError):

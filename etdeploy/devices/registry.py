@@ -118,7 +118,6 @@ def adb_settings(
 ) -> AdbSettings:
     """AdbSettings from a table (or none), with --adb-host/--adb-port over both the
     table and ANDROID_ADB_SERVER_HOST/PORT."""
-
     values = dict(table or {})
     if adb_host:
         values["adb_host"] = adb_host
@@ -274,7 +273,6 @@ def open_device(
 
 def _open_attached(name: str, config: Config, options: OpenOptions) -> Device:
     """A phone on the adb server that is not configured: by serial or by model."""
-
     settings = adb_settings(
         adb_host=options.adb_host, adb_port=options.adb_port, where="--adb-host/--adb-port"
     )

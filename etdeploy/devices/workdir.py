@@ -89,7 +89,6 @@ class JobDirs:
 
     def begin(self, job_id: str) -> str:
         """Note the job's directory, then return it (the caller makes it)."""
-
         if not job_id or "/" in job_id or job_id.startswith("."):
             raise ValueError(f"not a job id: {job_id!r}")
         path = job_dir(self.device, job_id)
@@ -107,7 +106,6 @@ class JobDirs:
     def end(self, job_id: str, *, keep: bool = False) -> None:
         """The job is over: remove its directory (unless keep), then the note. A removal
         that fails leaves the note for the next run; it never hides the job's error."""
-
         if not keep:
             try:
                 self.device.remove(job_dir(self.device, job_id), recursive=True)

@@ -61,7 +61,6 @@ def run_doctor(
 ) -> list[Check]:
     """Every check, in the order a reader fixes things: environment, runner, adb,
     devices, ssh, then the .pte and, with `device`, its preflight there."""
-
     runners = [*host_runner_checks(), *arm64_runner_checks()] if has_build_extra() else []
     checks = [*environment_checks(), *(runners or [bundled_runner_check()])]
     checks += adb_checks(config, adb_host=adb_host, adb_port=adb_port)

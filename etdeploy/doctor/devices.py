@@ -30,7 +30,6 @@ _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 def adb_checks(config: Config, *, adb_host: str | None, adb_port: int | None) -> list[Check]:
     """The adb binary, and every adb server a device sits behind (the default one
     and each configured device's). A server is asked for its version, never started."""
-
     checks = [_adb_binary()]
     wanted_by: dict[tuple[str, int], list[str]] = {}
     servers: dict[tuple[str, int], Any] = {}
@@ -105,7 +104,6 @@ def _adb_binary() -> Check:
 
 def device_checks(config: Config, *, adb_host: str | None, adb_port: int | None) -> list[Check]:
     """One row per device `--device` can name, then one per reachable device's runner."""
-
     checks: list[Check] = []
     runner_checks: list[Check] = []
     for row in describe_devices(config, adb_host=adb_host, adb_port=adb_port):

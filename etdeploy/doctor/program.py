@@ -115,7 +115,6 @@ def preflight_checks(
     """`--pte X --device NAME`: the comparison `run` makes before pushing, against
     the runner that device would get. Doctor never builds one: a runner not built
     yet is a warning saying how to build it."""
-
     try:
         device = open_device(device_name, config, adb_host=adb_host, adb_port=adb_port)
         runner = configured_runner(device_name, config)

@@ -27,7 +27,6 @@ from etdeploy.runner_build import x86_64 as runner_x86_64
 def host_runner_dir() -> Path | None:
     """Where ensure_runner("host") keeps the bundle this checkout would build, or
     None when etdeploy cannot even work out its key (no executorch, no sources)."""
-
     system = platform.system()
     abi = host_abi() if system == "Linux" else f"{system.lower()}-{host_abi()}"
     try:
@@ -39,7 +38,6 @@ def host_runner_dir() -> Path | None:
 
 def bundled_runner_check() -> Check:
     """The base install builds no runner: the job bundles it runs carry theirs."""
-
     return Check(
         "runner", "runners", OK,
         "taken prebuilt from the job bundles this install runs (etdeploy bundle --abi ABI "
@@ -160,7 +158,6 @@ def arm64_runner_check(info: Any, name: str) -> Check | None:
 def x86_64_runner_check(info: Any, name: str) -> Check | None:
     """A device that gets the x86_64 bundle (an Android emulator without an NDK
     build): whether this machine can make it. None for any other device."""
-
     try:
         if runner_choice(info).kind != runner_x86_64.KIND:
             return None

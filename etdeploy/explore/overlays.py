@@ -93,7 +93,6 @@ def plan_exploration(
 ) -> Exploration:
     """The graph of RESULT's program and etdeploy's overlays on it. `etrecord` and
     `etdump` override the files beside the .pte and the ETDump the result names."""
-
     result = _one_result(result_path)
     if result.artifact is None or result.artifact.pte is None:
         raise UsageError(

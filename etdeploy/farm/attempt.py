@@ -99,7 +99,6 @@ def run_attempt(
 ) -> Result | None:
     """One attempt in its own worker process, killed at job_timeout_s: its result,
     an error result for a timeout or a crash, or None when the farm was stopped."""
-
     job_id = new_job_id()
     folder = work_dir / job_id
     write_request(

@@ -56,7 +56,6 @@ def check_settings(settings: Mapping[str, Any], prefix: str, label: str) -> None
 
 def check_backend(name: str, key: str, label: str) -> None:
     """A backend the builder knows."""
-
     try:
         get_backend(name)
     except UsageError as exc:
@@ -66,7 +65,6 @@ def check_backend(name: str, key: str, label: str) -> None:
 def parse_quant(value: str, key: str, label: str) -> str | None:
     """A quantization mode etdeploy builds (a program's, or 8da4w for a language
     model); None for NO_QUANT, the float build."""
-
     if value == NO_QUANT:
         return None
     if value not in QUANTIZATIONS:
@@ -85,7 +83,6 @@ def cannot_run(backend: str, quant: str | None, device: str, config: Config) -> 
     per device. What depends on the device's runner (a kernel or delegate it
     lacks) is left to the job's preflight.
     """
-
     # The builder's own rule, so the farm skips exactly what a build would refuse.
     reason = unsupported(backend, quant)
     if reason is not None:

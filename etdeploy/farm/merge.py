@@ -156,7 +156,6 @@ def planned_key(planned: PlannedJob) -> str:
 def key_of(result: RunResult) -> str:
     """The farm key a result was recorded under, or the one its job block names
     (a result of `etdeploy run --json` has no farm block)."""
-
     recorded = result_key(result)
     if recorded is not None:
         return recorded
@@ -167,7 +166,6 @@ def key_of(result: RunResult) -> str:
 def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
     """A shard's OUT folder, its results.jsonl, or a farm.json; UsageError when it
     is none of them."""
-
     path = Path(path)
     notes = warnings if warnings is not None else []
     log: Path | None
@@ -199,7 +197,6 @@ def read_source(path: Path, warnings: list[str] | None = None) -> ShardSource:
 
 def _farm_document(path: Path) -> JsonObject | None:
     """A farm document (its matrix and shard); None for a file of bare results."""
-
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -343,7 +340,6 @@ def _plan(
 def merged_document(outcome: MergeOutcome) -> JsonObject:
     """The etdeploy.farm/1 document of the merge, with a "merge" block saying
     where the results came from."""
-
     doc = farm_document(
         outcome.results,
         started_at=outcome.started_at,
@@ -387,7 +383,6 @@ def write_merged(
     baseline), and a copy of farm.json at `json_path`; returns the regressions against
     the baseline (memory growing more than `memory_growth`, the spec's share,
     regresses). The JUnit and HTML reports are the command line's to write."""
-
     out_dir = Path(out_dir)
     for source in outcome.sources:
         if source.path.resolve() == out_dir.resolve():

@@ -98,7 +98,6 @@ def write_night(
     a copy at `json_path`) with every alarm in it. `baseline` otherwise names a results
     file. The JUnit and HTML reports are the command line's to write, from the
     NightReport returned."""
-
     judge = baseline == HISTORY_BASELINE
     old = load_results(Path(baseline)) if baseline is not None and not judge else None
     history = farm_history(outcome.results, out_dir=outcome.out_dir,

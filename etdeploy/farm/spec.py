@@ -186,7 +186,6 @@ class FarmJob(MatrixCell):
 
     def run_job(self) -> RunJob:
         """The pipeline's RunJob (its checks run here: bad values fail at parse time)."""
-
         bundle = self.settings.get(BUNDLE_KEY)
         if bundle is not None:
             return farm_bundle_job(Path(bundle), self.device, self.settings)
@@ -550,7 +549,6 @@ def _bundle_of(
 ) -> tuple[str, str, str | None]:
     """A job bundle a spec names (relative to its folder): its absolute path, and the
     backend and quantization it was built with (from its recorded settings)."""
-
     path = Path(given).expanduser()
     path = path if path.is_absolute() else base_dir / path
     try:
@@ -583,7 +581,6 @@ def _make_job(cell: MatrixCell, merged: Mapping[str, Any], where: str, matrix: _
 def _memory_limit(merged: Mapping[str, object], device: str, config: Config) -> dict[str, object]:
     """A job's max_memory ([farm], a model entry, [[farm.job]]: it carries where it was
     set), else its device's own, else [run]'s: the job's limit and where it was set."""
-
     if merged.get("max_memory_source") is not None:
         return {}
     label = config_label(config)

@@ -113,7 +113,6 @@ def worker_env() -> dict[str, str]:
 
 def read_result(folder: Path) -> RunResult | None:
     """The worker's result; None when it wrote none (it crashed or was killed)."""
-
     try:
         result = RunResult.from_json(json.loads((folder / RESULT_NAME).read_text()))
     except (OSError, ValueError, TypeError):

@@ -29,7 +29,6 @@ class MaxMemory:
 def parse_max_memory(value: Any, source: str) -> int:
     """Bytes from "300MB", "1.5GB", "512MiB" or an integer; a UsageError (exit 2)
     naming `source` otherwise."""
-
     try:
         limit = parse_size(value, what=source)
     except UsageError as exc:
@@ -55,7 +54,6 @@ def device_max_memory(
 def judge_limit(limit: MaxMemory, accounts: Sequence[tuple[str, Memory]]) -> MemoryLimit:
     """The limit against the highest peak among `accounts` (the run itself, "" ,
     and each shape point, "at shapes min"), naming where it was and what it was made of."""
-
     peaks = [
         (where, memory, phase)
         for where, memory in accounts

@@ -54,7 +54,6 @@ def _wheel_libraries() -> tuple[tuple[str, str, bool, Path], ...]:
     """(relative path, component, linkable, path) of every library in the
     installed executorch that can register kernels (read 2026-12-03 for 1.5.1:
     lib/libexecutorch*.so, and the export-time plugins *_aot_lib.so)."""
-
     try:
         package = executorch_package_dir()
     except EtdeployError:

@@ -130,7 +130,6 @@ def _calls_of(pte: Path, sha256: str | None) -> _Calls:
     """The program's file identifier, schema version, each operator it calls (with the
     methods calling it and their kernel keys) and each backend it delegates to (with
     the methods that do): from the cache by `sha256`, else read from the program."""
-
     cached = cache_dir("program-needs") / f"{sha256}.json" if sha256 else None
     doc = read_json_object(cached) if cached is not None else None
     if doc is not None and doc.get("schema") == NEEDS_SCHEMA:

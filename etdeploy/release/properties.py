@@ -72,7 +72,6 @@ def parse_features(text: str) -> frozenset[str]:
 def android_properties(getprop: str, meminfo: str, features: str) -> DeviceProperties:
     """The properties from what `getprop`, /proc/meminfo and `pm list features` printed
     (`features` ends with the line pm_exit=N)."""
-
     props = parse_getprop(getprop)
     pm_ok = re.search(r"^pm_exit=0$", features, re.MULTILINE) is not None
     ram = parse_memtotal(meminfo)

@@ -75,7 +75,6 @@ class BuiltVariant:
 
 def unavailable(variant: Variant) -> str | None:
     """Why this machine cannot build `variant`'s backend, or None."""
-
     try:
         get_backend(variant.backend)
     except UsageError as exc:  # the spec checked the name: only "cannot lower here" is left
@@ -102,7 +101,6 @@ def _build_lm_variant(
 ) -> BuiltVariant:
     """A language model's folder built as `etdeploy run FOLDER` builds it (static KV
     cache at the variant's max_seq_len, 8da4w or float: etdeploy.pipeline.llm)."""
-
     if variant.backend != "xnnpack":
         raise UsageError(
             f"{spec.path.name}: variant {variant.name}: a language model builds for xnnpack "
@@ -169,7 +167,6 @@ def size_apple_total(
     spec: ReleaseSpec, built: list[BuiltVariant], table: dict[str, Limit]
 ) -> SizeReport | None:
     """All the Apple packs together against the hosting total of their delivery."""
-
     if spec.apple is None:
         return None
     files = [f for b in built if b.built and b.variant.name in spec.apple.variants for f in b.files]

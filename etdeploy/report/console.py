@@ -222,7 +222,6 @@ class RunConsole:
 
     def _render_profile(self, result: RunResult) -> None:
         """The slowest events, the time per operator kind, and where the ETDump is kept."""
-
         profile = result.profile
         assert profile is not None
         table = Table(title=f"slowest events (median of {profile.executions_ms.count} executions: "

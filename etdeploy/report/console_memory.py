@@ -34,7 +34,6 @@ def _aligned(rows: list[list[str]], right_from: int = 1) -> list[str]:
 
 def account_lines(memory: Memory) -> list[str]:
     """The account as a table: a row per part, a column per phase, the peak last."""
-
     phases = memory.account
     header = ["  part", *(p.label for p in phases)]
     rows = [header]
@@ -88,7 +87,6 @@ def render_memory(result: RunResult, out: Console) -> None:
 def render_shapes(points: tuple[ShapePoint, ...], out: Console) -> None:
     """Each --shapes point: its shapes, parity, latency and peak memory; then what
     the smallest point costs against the largest."""
-
     rows = [["  point", "shapes", "samples", "parity", "worst max abs", "SQNR dB", "median",
              "peak memory"]]  # fmt: skip
     for p in points:

@@ -53,7 +53,6 @@ def size(value: int | None) -> str | None:
 
 def size_short(value: int) -> str:
     """Decimal units alone (a regression's cell, a plot's label)."""
-
     return format_bytes(value)
 
 

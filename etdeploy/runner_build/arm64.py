@@ -376,7 +376,6 @@ def make_self_contained(bundle: Path, sdk: Sdk, progress: Progress) -> dict[str,
     """Turn the installed bundle (the runner and the wheel's libraries) into one
     that runs on any arm64 Linux kernel (glibc_bundle.self_contain). Returns what
     the bundle's manifest adds."""
-
     readelf = cross_tool("readelf") or shutil.which("readelf")
     if readelf is None:
         raise UsageError("readelf is missing", f"apt-get install {CROSS_PACKAGE} (binutils)")

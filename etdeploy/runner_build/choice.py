@@ -45,7 +45,6 @@ def runner_choice(info: DeviceInfo) -> RunnerChoice:
     host (a Raspberry Pi, a Jetson, a Graviton machine): the arm64 bundle.
     Anything else is a UsageError saying how to bring a runner.
     """
-
     arch = split_abi(info.abi)[1]
     system = platform.system().lower()
     if info.os == "android":

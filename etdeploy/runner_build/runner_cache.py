@@ -65,7 +65,6 @@ def verified_bundle(directory: Path) -> RunnerBundle | None:
     bundle.json records (etdeploy.quarantine); None when there is none, and after
     moving a damaged one aside. A bundle from before digests were recorded gets
     them now."""
-
     if directory.is_symlink():
         quarantine(directory, "runner bundle", f"{directory.name} is a link, not a folder")
         return None
@@ -90,7 +89,6 @@ def verified_bundle(directory: Path) -> RunnerBundle | None:
 def _record_digests(bundle: RunnerBundle) -> None:
     """Add each file's sha256 to an older bundle's bundle.json (a bundle.json that
     cannot be written costs the check, not the run)."""
-
     manifest = {**bundle.info, "sha256": {p.name: file_sha256(p) for p in bundle.files}}
     with contextlib.suppress(OSError):
         path = bundle.directory / BUNDLE_MANIFEST

@@ -113,7 +113,6 @@ class Export:
 
 def export_aws_device_farm(spec_path: Path, out_dir: Path, device: str | None = None) -> Export:
     """Write OUT/testspec.yml, OUT/package/ and its zip for DEVICE's jobs of SPEC."""
-
     spec_path = Path(spec_path).resolve()
     spec = load_farm_spec(spec_path)
     name = _pick_device(spec, device)

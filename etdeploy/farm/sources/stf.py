@@ -204,7 +204,6 @@ class StfSource:
 
     def adb_client(self) -> Server:
         """The adb server that `adb connect`s the phones (the jobs' server too)."""
-
         settings = AdbSettings(host=self.adb_host or "", port=self.adb_port or 0)
         return connect_server(settings)
 
@@ -434,7 +433,6 @@ def _none_free(name: str, wanted: StfFilter, devices: list[JsonObject],
 
 def connect_adb(source: StfSource, remote: str, name: str) -> None:
     """`adb connect REMOTE` on the jobs' adb server, then wait until it is online."""
-
     command = f"adb connect {remote}"
     client = source.adb_client()
     try:
@@ -467,7 +465,6 @@ def connect_adb(source: StfSource, remote: str, name: str) -> None:
 def release_device(source: StfSource, client: StfClient | None, claim: StfClaim) -> list[str]:
     """Disconnect adb, end remote debugging, give the phone back. Every step is
     tried; what failed comes back as notes (the claim still ends at its timeout)."""
-
     notes: list[str] = []
     if claim.remote:
         try:
