@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import etdeploy
 from etdeploy.errors import UsageError
 from etdeploy.extras import installed_version
 
@@ -36,8 +37,6 @@ def harness_dir() -> Path:
     override = os.environ.get("ETDEPLOY_HARNESS_DIR")
     if override:
         candidates.append(Path(override))
-    import etdeploy
-
     candidates.append(Path(etdeploy.__file__).resolve().parent.parent / "android_harness")
     for candidate in candidates:
         if (candidate / "CMakeLists.txt").is_file():

@@ -63,6 +63,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import etdeploy
 from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.extras import BUILD_PACKAGES
 from etdeploy.farm.export import toml_text
@@ -262,8 +263,6 @@ def _copy(source: Path, target: Path) -> None:
 
 def _copy_source(target: Path) -> None:
     """The etdeploy package that is running, as source."""
-    import etdeploy
-
     _copy(Path(etdeploy.__file__).resolve().parent, target)
 
 
@@ -289,8 +288,6 @@ def requirements_text() -> str:
 def base_requirements() -> list[str]:
     """The running etdeploy's base dependencies: from pyproject.toml beside the package
     in a source checkout, else from its installed metadata."""
-    import etdeploy
-
     pyproject = Path(etdeploy.__file__).resolve().parent.parent / "pyproject.toml"
     if pyproject.is_file():
         project = tomllib.loads(pyproject.read_text()).get("project", {})
