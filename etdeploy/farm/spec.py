@@ -548,7 +548,7 @@ def _bundle_of(
 ) -> tuple[str, str, str | None]:
     """A job bundle a spec names (relative to its folder): its absolute path, and the
     backend and quantization it was built with (from its recorded settings)."""
-    from etdeploy.bundle.manifest import read_bundle_manifest
+    from etdeploy.bundle.bundle_manifest import read_bundle_manifest
 
     path = Path(given).expanduser()
     path = path if path.is_absolute() else base_dir / path

@@ -5,7 +5,7 @@ The bundle holds what `etdeploy run FOLDER` computes before the device runs: the
 program, the runners, the prompts' ids, and both references (float and quantized
 eager: every position's logits and the greedy continuation of each prompt), plus each
 token's text, so the report can say which tokens parted without the tokenizer. Its
-layout beside the ordinary bundle's (etdeploy.bundle.manifest):
+layout beside the ordinary bundle's (etdeploy.bundle.bundle_manifest):
 
     JOB/program/model.pte               the program (its .pte.json an empty record)
     JOB/runners/ABI-KIND/               a runner bundle per ABI
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from etdeploy.bundle.manifest import (
+from etdeploy.bundle.bundle_manifest import (
     BUNDLE_FILE,
     PROGRAM_DIR,
     BundleManifest,
@@ -148,7 +148,7 @@ def _runs(writer: object, relative: str, runs: Sequence[PromptRun]) -> str:
 
 def is_lm_bundle(path: Path) -> bool:
     """A job bundle of a language model (its bundle.json names a language_model case)."""
-    from etdeploy.bundle.manifest import read_bundle_manifest
+    from etdeploy.bundle.bundle_manifest import read_bundle_manifest
 
     return read_bundle_manifest(path).language_model is not None
 
