@@ -71,7 +71,7 @@ def make_bundle(
         from etdeploy.pipeline.llm.bundle import make_lm_bundle
         from etdeploy.pipeline.llm.factory import save_factory_lm
 
-        folder = save_factory_lm(str(job.model), returned.spec)
+        folder = save_factory_lm(returned.ref, returned.spec)
         return make_lm_bundle(job, out, runners or runners_for(("host",), say), folder, say)
     say("staging inputs and the references")
     staged = stage(plan.stage, program)
