@@ -12,6 +12,7 @@ files is read here once, into LmFolder; the model itself is loaded where it is e
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,23 +59,31 @@ class LmFolder:
     factory_inputs: tuple[str, ...] = ()
 
 
-def _sizes(config: dict[str, Any]) -> tuple[int, tuple[tuple[str, int], ...]]:
+def _sizes(config: Mapping[str, object]) -> tuple[int, tuple[tuple[str, int], ...]]:
     """config.json's KV cache bytes per position and its linears' input sizes."""
-    hidden = int(config.get("hidden_size") or 0)
-    heads = int(config.get("num_attention_heads") or 0)
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or (hidden // heads if heads else 0))
-    layers = int(config.get("num_hidden_layers") or 0)
+    hidden = _count(config, "hidden_size")
+    heads = _count(config, "num_attention_heads")
+    kv_heads = _count(config, "num_key_value_heads") or heads
+    head_dim = _count(config, "head_dim") or (hidden // heads if heads else 0)
+    layers = _count(config, "num_hidden_layers")
     dtype_bytes = 4
     sizes = {"q/k/v_proj, gate/up_proj, lm_head": hidden, "o_proj": heads * head_dim}
-    intermediate = int(config.get("intermediate_size") or 0)
+    intermediate = _count(config, "intermediate_size")
     if intermediate:
         sizes["down_proj"] = intermediate
     linears = tuple((name, size) for name, size in sizes.items() if size > 0)
     return 2 * layers * kv_heads * head_dim * dtype_bytes, linears
 
 
-def _end_of_sequence(path: Path, config: dict[str, Any]) -> tuple[tuple[int, ...], str | None]:
+def _count(config: Mapping[str, object], key: str) -> int:
+    """A size config.json gives (0 when it gives none)."""
+    value = config.get(key)
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+def _end_of_sequence(
+    path: Path, config: Mapping[str, object]
+) -> tuple[tuple[int, ...], str | None]:
     """The ids that end a sequence, as transformers' generate stops on them: the
     folder's generation_config.json `eos_token_id`, else config.json's; and the
     tokenizer's end token (tokenizer_config.json `eos_token`) for when neither says."""
@@ -154,7 +163,7 @@ def open_lm_folder(model: str | Path) -> LmFolder:
         weights=weights,
         tokenizer=tokenizer,
         prompts=prompts if prompts.is_file() else None,
-        vocab_size=int(raw.get("vocab_size") or 0),
+        vocab_size=_count(raw, "vocab_size"),
         kv_bytes_per_position=kv_bytes_per_position,
         linear_input_sizes=linears,
         eos_ids=ends,
