@@ -274,6 +274,75 @@ def gate_reason(task: Task, device: float, paired: Paired, gate: Gate) -> str | 
     return None
 
 
+# -- the whole comparison -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of the task (top-k, or mean abs error) three ways."""
+
+    name: str
+    eager: float
+    device: float
+    quantized: float | None
+
+
+@dataclass(frozen=True)
+class Compared:
+    """The task scored on the device, in float eager and (when there is one) in the
+    quantized eager program; the paired differences from eager and the gate's verdict."""
+
+    metrics: tuple[Metric, ...]  # top-1 (or the regression's metric) first
+    device_vs_eager: Paired
+    quantized_vs_eager: Paired | None
+    reason: str | None  # why the gate fails; None: it passes
+    # The stacked scores of the output that answers (samples x classes for a
+    # classifier): where the samples the device and eager disagree on are read.
+    eager_scores: np.ndarray
+    device_scores: np.ndarray
+
+
+def compare(
+    task: Task,
+    index: int,
+    eager: Sequence[Sequence[np.ndarray]],
+    device: Sequence[Sequence[np.ndarray]],
+    quantized: Sequence[Sequence[np.ndarray]] | None,
+    labels: np.ndarray,
+    gate: Gate,
+) -> Compared:
+    """Output `index` of every sample three ways against the labels, paired with eager,
+    and judged by the gate."""
+    eager_scores = stack_output(eager, index)
+    check_labels(task, eager_scores, labels)
+    device_scores = stack_output(device, index)
+    scored_eager = score(task, eager_scores, labels)
+    scored_device = score(task, device_scores, labels)
+    scored_quantized = (
+        score(task, stack_output(quantized, index), labels) if quantized is not None else None
+    )
+    ks = task.top_k if task.kind == "classification" else (1,)
+    metrics = tuple(
+        Metric(
+            f"top-{k}" if task.kind == "classification" else task.metric,
+            scored_eager.value(task, k), scored_device.value(task, k),
+            scored_quantized.value(task, k) if scored_quantized else None,
+        )
+        for k in ks
+    )  # fmt: skip
+    device_vs = _paired(task, scored_eager, scored_device)
+    quantized_vs = _paired(task, scored_eager, scored_quantized) if scored_quantized else None
+    reason = gate_reason(task, metrics[0].device, device_vs, gate)
+    return Compared(metrics, device_vs, quantized_vs, reason, eager_scores, device_scores)
+
+
+def _paired(task: Task, reference: Scored, other: Scored) -> Paired:
+    if task.kind == "classification":
+        return paired_classification(reference.correct[1], other.correct[1])
+    assert reference.errors is not None and other.errors is not None
+    return paired_regression(reference.errors, other.errors)
+
+
 def parse_drop(value: str | float, where: str) -> float:
     """ "0.5pp" or "0.5%" -> 0.005; a bare number is a fraction."""
     from etdeploy.errors import UsageError

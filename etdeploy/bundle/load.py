@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from etdeploy.builder.manifest import program_record_from_json
-from etdeploy.bundle.manifest import INPUTS_FILE, BundleManifest, read_bundle_manifest
+from etdeploy.bundle.bundle_manifest import INPUTS_FILE, BundleManifest, read_bundle_manifest
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.program import DataFile, Program, describe_program

@@ -283,6 +283,7 @@ class CausalLmReturned(ModelError):
             f"run it: etdeploy run {ref.text} (or save it with save_pretrained and give "
             "the folder)",
         )
+        self.ref = ref
         self.spec = spec
 
 

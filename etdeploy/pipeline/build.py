@@ -34,9 +34,10 @@ from etdeploy.pipeline.job import StatusCallback
 from etdeploy.program import DataFile, Program, ProgramValue, describe_program
 
 if TYPE_CHECKING:
-    from etdeploy.builder.manifest import BuildManifest, ModelNames, ProgramRecord
+    from etdeploy.builder.manifest import BuildManifest, ModelNames
     from etdeploy.builder.manifest_records import JsonObject
     from etdeploy.builder.options import InputsCheck
+    from etdeploy.model.loader import ModelRef
 
 
 @dataclass(frozen=True)
@@ -65,67 +66,69 @@ class BuildRequest:
 
 def build_program(request: BuildRequest, status: StatusCallback | None = None) -> Program:
     """Build MODEL (cached), or take --pte (and --data)."""
+    if request.pte is not None:
+        return _given_program(request, request.pte)
+    from etdeploy.builder import build
+
+    assert request.model is not None
+    built = build(
+        request.model,
+        request.options,
+        status=status,
+        check_inputs=_inputs_check(request.samples),
+    )
+    data: DataFile | None = None
+    if built.data is not None and built.manifest.data is not None:
+        recorded_data = built.manifest.data
+        data = DataFile(built.data, recorded_data.sha256, recorded_data.size_bytes)
+    manifest = built.manifest
+    return describe_program(built.pte, manifest.sha256, manifest, list(built.warnings), data)
+
+
+def _given_program(request: BuildRequest, pte: Path) -> Program:
+    """--pte (and --data, or the .ptd its manifest names), checked against MODEL when
+    one is named: MODEL parsed once, here."""
     from etdeploy.builder import data_file_of
     from etdeploy.builder.manifest import read_manifest
+    from etdeploy.model.loader import parse_model_ref
 
+    if pte.is_dir() or not pte.exists():
+        raise InputError(f"no such .pte: {pte}", "check the path given with --pte")
     warnings: list[str] = []
     data: DataFile | None = None
-    examples: Sequence[JsonObject] | None = None
-    manifest: ProgramRecord | None
-    if request.pte is not None:
-        pte = request.pte
-        if pte.is_dir() or not pte.exists():
-            raise InputError(f"no such .pte: {pte}", "check the path given with --pte")
-        built_manifest = read_manifest(pte)
-        digest = _local_sha256(pte, "--pte")
-        if built_manifest is not None and built_manifest.sha256 != digest:
-            warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
-            built_manifest = None
-        manifest = built_manifest
-        data_given = request.data or data_file_of(pte, built_manifest)
-        if data_given is not None:
-            if data_given.is_dir() or not data_given.exists():
-                raise InputError(
-                    f"no such .ptd: {data_given}",
-                    "check the path given with --data" if request.data else
-                    f"{pte.name}.json names external data; copy the .ptd beside the .pte",
-                )  # fmt: skip
-            data = DataFile(
-                data_given, _local_sha256(data_given, "--data"), data_given.stat().st_size
+    built_manifest = read_manifest(pte)
+    digest = _local_sha256(pte, "--pte")
+    if built_manifest is not None and built_manifest.sha256 != digest:
+        warnings.append(f"{pte.name}.json describes another file (sha256 differs); ignoring it")
+        built_manifest = None
+    data_given = request.data or data_file_of(pte, built_manifest)
+    if data_given is not None:
+        if data_given.is_dir() or not data_given.exists():
+            raise InputError(
+                f"no such .ptd: {data_given}",
+                "check the path given with --data" if request.data else
+                f"{pte.name}.json names external data; copy the .ptd beside the .pte",
+            )  # fmt: skip
+        data = DataFile(data_given, _local_sha256(data_given, "--data"), data_given.stat().st_size)
+        recorded = built_manifest.data if built_manifest is not None else None
+        if recorded is not None and recorded.sha256 != data.sha256:
+            warnings.append(
+                f"{data_given.name} is not the .ptd {pte.name} was built with (sha256 "
+                "differs); its weights are checked by name only"
             )
-            recorded = built_manifest.data if built_manifest is not None else None
-            if recorded is not None and recorded.sha256 != data.sha256:
-                warnings.append(
-                    f"{data_given.name} is not the .ptd {pte.name} was built with (sha256 "
-                    "differs); its weights are checked by name only"
-                )
-        if built_manifest is not None:
-            if request.model is not None:
-                _check_built_from(pte, built_manifest, request.model)
-            # What its build warned about (noise calibration, low delegation) still holds.
-            warnings.extend(built_manifest.warnings)
-        elif request.model is not None:
-            # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
-            names = _names_from_model(request.model, request.options.use_cache)
-            manifest, examples = names, names.examples
-    else:
-        from etdeploy.builder import build
-
-        assert request.model is not None
-        built = build(
-            request.model,
-            request.options,
-            status=status,
-            check_inputs=_inputs_check(request.samples),
-        )
-        pte, manifest, digest = built.pte, built.manifest, built.manifest.sha256
-        warnings.extend(built.warnings)
-        if built.data is not None and built.manifest.data is not None:
-            recorded_data = built.manifest.data
-            data = DataFile(built.data, recorded_data.sha256, recorded_data.size_bytes)
-    program = describe_program(pte, digest, manifest, warnings, data)
-    if examples is not None and request.model is not None:
-        _check_signature(program, request.model, examples)
+    ref = parse_model_ref(request.model) if request.model is not None else None
+    if built_manifest is not None:
+        if ref is not None:
+            _check_built_from(pte, built_manifest, ref)
+        # What its build warned about (noise calibration, low delegation) still holds.
+        warnings.extend(built_manifest.warnings)
+        return describe_program(pte, digest, built_manifest, warnings, data)
+    if ref is None:
+        return describe_program(pte, digest, None, warnings, data)
+    # A .pte built elsewhere: the model still knows its inputs' and outputs' names.
+    names = _names_from_model(ref, request.options.use_cache)
+    program = describe_program(pte, digest, names, warnings, data)
+    _check_signature(program, ref.text, names.examples)
     return program
 
 
@@ -159,17 +162,16 @@ def _local_sha256(path: Path, flag: str) -> str:
         raise InputError(exc.message, f"check the path given with {flag}") from None
 
 
-def _names_from_model(model: str, use_cache: bool = True) -> ModelNames:
+def _names_from_model(ref: ModelRef, use_cache: bool = True) -> ModelNames:
     """What the model's factory says of its program (names, samples, output kinds, and
     its example inputs' kinds, dtypes and shapes), kept per model fingerprint like its
     eager reference: a warm run of a --pte does not run the factory again (which imports
     torch and makes every weight)."""
     from etdeploy.atomic import read_json_object, write_json
     from etdeploy.builder.manifest import ManifestError, ModelNames
-    from etdeploy.model.loader import load_model, parse_model_ref
+    from etdeploy.model.loader import load_model
     from etdeploy.paths import cache_dir
 
-    ref = parse_model_ref(model)
     kept = cache_dir("references") / f"names-{ref.fingerprint()[:32]}.json"
     found = read_json_object(kept) if use_cache else None  # None: not there yet, or damaged
     if found is not None and "examples" in found:
@@ -192,14 +194,14 @@ def _names_from_model(model: str, use_cache: bool = True) -> ModelNames:
     return names
 
 
-def _check_built_from(pte: Path, manifest: BuildManifest, model: str) -> None:
+def _check_built_from(pte: Path, manifest: BuildManifest, ref: ModelRef) -> None:
     """A --pte whose build manifest names another model, or another version of
     MODEL, is refused: its outputs would be judged against the wrong eager model."""
-    from etdeploy.model.loader import changed_files, parse_model_ref
+    from etdeploy.model.loader import changed_files
 
+    model = ref.text
     built = manifest.model
     recorded = built.fingerprint
-    ref = parse_model_ref(model)
     if ref.fingerprint() == recorded:
         return
     source = built.ref or built.name or "another model"

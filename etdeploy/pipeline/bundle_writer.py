@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from etdeploy.bundle.manifest import RUNNERS_DIR, BundleManifest, FileEntry, RunnerEntry
+from etdeploy.bundle.bundle_manifest import RUNNERS_DIR, BundleManifest, FileEntry, RunnerEntry
 from etdeploy.jsonvalue import JsonObject
 from etdeploy.runner_build import RunnerBundle
 from etdeploy.settings import MACHINE, RunSettings, declared

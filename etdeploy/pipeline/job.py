@@ -233,7 +233,7 @@ def bundle_job(
                 "-o DIR",
             )
     # Here: a run without --bundle does not import its manifest's module (~0.01 s).
-    from etdeploy.bundle.manifest import read_bundle_manifest
+    from etdeploy.bundle.bundle_manifest import read_bundle_manifest
 
     manifest = read_bundle_manifest(Path(path))
     travelled = {}

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import etdeploy
-from etdeploy.bundle.manifest import (
+from etdeploy.bundle.bundle_manifest import (
     BUNDLE_FILE,
     INPUTS_FILE,
     LABELS_FILE,
@@ -71,7 +71,7 @@ def make_bundle(
         from etdeploy.pipeline.llm.bundle import make_lm_bundle
         from etdeploy.pipeline.llm.factory import save_factory_lm
 
-        folder = save_factory_lm(str(job.model), returned.spec)
+        folder = save_factory_lm(returned.ref, returned.spec)
         return make_lm_bundle(job, out, runners or runners_for(("host",), say), folder, say)
     say("staging inputs and the references")
     staged = stage(plan.stage, program)

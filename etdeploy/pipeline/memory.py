@@ -60,10 +60,3 @@ def judge_memory(
         (f"{limit.source} was not checked: {judged.message}",) if judged.peak_bytes is None else ()
     )
     return JudgedMemory(replace(memory, limit=judged), points, warnings)
-
-
-def max_memory(max_memory_bytes: int | None, source: str | None) -> MaxMemory | None:
-    """The limit a run's settings set, named by where it was set."""
-    if max_memory_bytes is None:
-        return None
-    return MaxMemory(max_memory_bytes, source or "--max-memory")

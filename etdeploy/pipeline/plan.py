@@ -5,7 +5,8 @@ StageRequest, execute its ExecuteSettings, verify its VerifySettings (memory's l
 beside them), --shapes a ShapesRequest, localize a LocalizeRequest (declared here:
 localize's modules import the tapped build, which a run without --localize does
 not). The job's settings are turned into those records here and nowhere else, so
-what each stage depends on is written in its signature.
+what each stage depends on is written in its signature. A language model's road
+(etdeploy.pipeline.llm) takes its own record of the job, an LmRequest.
 """
 
 from __future__ import annotations
@@ -16,13 +17,22 @@ from pathlib import Path
 from etdeploy.accuracy import Gate
 from etdeploy.builder.options import BuildOptions
 from etdeploy.memory.limit import MaxMemory
+from etdeploy.numerics import DEFAULT_THRESHOLDS
 from etdeploy.pipeline.build import BuildRequest, SampleSource
 from etdeploy.pipeline.execute import ExecuteSettings, Timing
+from etdeploy.pipeline.generate import GenerationSettings
 from etdeploy.pipeline.job import RunJob
-from etdeploy.pipeline.memory import max_memory
+from etdeploy.pipeline.llm.lm_export import LmBuildOptions
 from etdeploy.pipeline.shapes import ShapesRequest
 from etdeploy.pipeline.stage import StageRequest
-from etdeploy.pipeline.verify import VerifySettings, thresholds_over_defaults
+from etdeploy.pipeline.verify import VerifySettings
+from etdeploy.results.result import Thresholds
+from etdeploy.results.result_lm import LmGates
+from etdeploy.settings import (
+    DEFAULT_MAX_KLD,
+    DEFAULT_MAX_PPL_INCREASE,
+    DEFAULT_MIN_TOKEN_AGREEMENT,
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,7 @@ def plan_of(job: RunJob) -> RunPlan:
         ),
         execute=execute,
         verify=verify,
-        memory_limit=max_memory(job.max_memory_bytes, job.max_memory_source),
+        memory_limit=_max_memory(job),
         runner=job.runner,
         host_check=job.host_check,
         verify_remote=job.verify_remote,
@@ -120,16 +130,19 @@ def execute_settings(job: RunJob) -> ExecuteSettings:
 
 
 def verify_settings(job: RunJob) -> VerifySettings:
-    """The limits the outputs and the task are held to."""
+    """The limits the outputs and the task are held to: those given over
+    etdeploy.numerics's defaults."""
+    d = DEFAULT_THRESHOLDS
     return VerifySettings(
-        thresholds=thresholds_over_defaults(
-            atol=job.atol,
-            rtol=job.rtol,
-            min_sqnr_db=job.min_sqnr_db,
-            min_top1=job.min_top1,
-            min_cosine=job.min_cosine,
+        thresholds=Thresholds(
+            atol=_or(job.atol, d.atol),
+            rtol=_or(job.rtol, d.rtol),
+            min_sqnr_db=_or(job.min_sqnr_db, d.min_sqnr_db),
+            min_top1=_or(job.min_top1, d.min_top1),
+            min_cosine=_or(job.min_cosine, d.min_cosine),
             max_abs=job.max_abs_error,
-            quant_steps=job.quant_steps,
+            quant_steps=_or(job.quant_steps, d.quant_steps),
+            quant_rtol=d.quant_rtol,
         ),
         declared_kinds=job.declared_kinds(),
         quantize=job.quantize,
@@ -137,3 +150,72 @@ def verify_settings(job: RunJob) -> VerifySettings:
         gate=Gate(job.min_accuracy, job.max_accuracy_drop),
         labels=job.labels,
     )
+
+
+@dataclass(frozen=True)
+class LmRequest:
+    """What a language model's road takes of a run's settings: MODEL (its label; the
+    folder itself is found at the dispatch), a --pte built elsewhere, the build options,
+    the prompts (--inputs), the tokens to generate and the gates, where its runner
+    comes from (--runner), how each prompt's runner call runs, and the memory limit.
+    --reference, --data and --backend are kept to be refused with a hint (a language
+    model is its own reference, built for XNNPACK)."""
+
+    model: str | None
+    pte: Path | None
+    options: LmBuildOptions
+    inputs: tuple[str, ...]
+    max_new_tokens: int
+    gates: LmGates
+    use_cache: bool
+    runner: Path | None
+    generation: GenerationSettings
+    memory_limit: MaxMemory | None
+    backend: str = "xnnpack"
+    reference: Path | None = None
+    data: Path | None = None
+
+
+def lm_request_of(job: RunJob) -> LmRequest:
+    """The language-model road's record of the job (the gates' defaults filled in)."""
+    return LmRequest(
+        model=job.model,
+        pte=job.pte,
+        options=LmBuildOptions(
+            max_seq_len=job.max_seq_len,
+            quantize=job.quantize,
+            group_size=job.group_size,
+            quantize_embeddings=job.quantize_embeddings,
+        ),
+        inputs=tuple(job.inputs),
+        max_new_tokens=job.max_new_tokens,
+        gates=LmGates(
+            min_token_agreement=_or(job.min_token_agreement, DEFAULT_MIN_TOKEN_AGREEMENT),
+            max_kld=_or(job.max_kld, DEFAULT_MAX_KLD),
+            max_ppl_increase=_or(job.max_ppl_increase, DEFAULT_MAX_PPL_INCREASE),
+        ),
+        use_cache=job.use_cache,
+        runner=job.runner,
+        generation=GenerationSettings(
+            cpu_threads=job.cpu_threads,
+            deadline_s=job.deadline_s,
+            idle_timeout_s=job.idle_timeout_s,
+            verify_remote=job.verify_remote,
+            keep=job.keep,
+        ),
+        memory_limit=_max_memory(job),
+        backend=job.backend,
+        reference=job.reference,
+        data=job.data,
+    )
+
+
+def _max_memory(job: RunJob) -> MaxMemory | None:
+    """The limit a run's settings set, named by where it was set."""
+    if job.max_memory_bytes is None:
+        return None
+    return MaxMemory(job.max_memory_bytes, job.max_memory_source or "--max-memory")
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else float(value)

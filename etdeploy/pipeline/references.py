@@ -14,7 +14,7 @@ import json
 import os
 import zipfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from etdeploy.builder import BuildOptions
     from etdeploy.model.loader import ModelRef
+    from etdeploy.program import Program
 
 # Per sample, per tensor output.
 Table = list[list[np.ndarray]]
@@ -54,7 +55,12 @@ def eager_reference(
     """
     from etdeploy.model.loader import parse_model_ref
 
-    ref = parse_model_ref(model)
+    return _eager(parse_model_ref(model), samples, use_cache)
+
+
+def _eager(
+    ref: ModelRef, samples: Sequence[tuple[np.ndarray, ...]], use_cache: bool
+) -> tuple[Table, list[bool]]:
     # A reference can be read from the cache without torch; computing one needs it.
     return _cached(
         f"float-{reference_key(ref.fingerprint(), samples)[:32]}",
@@ -93,7 +99,57 @@ class QuantizedProgram:
     derived: bool = True
 
 
-def derived_quantized_program(model: str, options: BuildOptions) -> QuantizedProgram:
+@dataclass(frozen=True)
+class Expected:
+    """What the samples should give: the reference's table (a --reference file, or
+    MODEL's eager outputs), and for an int8 program the quantized eager program's."""
+
+    outputs: Table
+    kind: str  # "file" or "eager"
+    # Per sample, whether it is one of the model's example inputs (eager only).
+    example_hits: list[bool]
+    quantized: QuantizedProgram | None = None
+    quantized_outputs: Table | None = None
+
+
+def expected_outputs(
+    model: str | None,
+    reference: Path | None,
+    options: BuildOptions,
+    program: Program,
+    samples: Sequence[tuple[np.ndarray, ...]],
+) -> Expected:
+    """The references of stage: --reference's table, or MODEL's eager outputs (MODEL
+    parsed once, here); and the quantized eager program to hold an int8 program to
+    (the build's own beside the .pte, or for a .pte built elsewhere the one MODEL and
+    the run's `options` give) with its outputs; none for a float program or without
+    MODEL."""
+    from etdeploy.model.loader import parse_model_ref
+
+    mode = program.quantization or options.quantize
+    derive = program.quantized_program is None and mode is not None
+    needed = model is not None and (reference is None or derive)
+    ref = parse_model_ref(model) if needed and model is not None else None
+    if reference is not None:
+        outputs = load_reference_file(reference, len(samples), len(program.tensor_outputs))
+        kind, hits = "file", [False] * len(samples)
+    else:
+        assert ref is not None
+        (outputs, hits), kind = _eager(ref, samples, options.use_cache), "eager"
+    source: QuantizedProgram | None = None
+    if program.quantized_program is not None:
+        source = QuantizedProgram(
+            program.quantized_program, "the build's, beside the .pte", (), derived=False
+        )
+    elif mode is not None and ref is not None:
+        source = derived_quantized_program(ref, replace(options, quantize=mode))
+    if source is None:
+        return Expected(outputs, kind, hits)
+    quantized = quantized_reference(source.path, samples, use_cache=options.use_cache)
+    return Expected(outputs, kind, hits, source, quantized)
+
+
+def derived_quantized_program(ref: ModelRef, options: BuildOptions) -> QuantizedProgram:
     """For a quantized .pte built elsewhere (nothing beside it): the quantized eager
     program MODEL's build with `options` lowers. From the build cache when that
     build is there; else MODEL quantized again as the build does it (the same
@@ -102,10 +158,9 @@ def derived_quantized_program(model: str, options: BuildOptions) -> QuantizedPro
     from etdeploy.builder import cache_key, quantized_program_path
     from etdeploy.builder.calibration import calibration_unchanged, recorded_calibration_unchanged
     from etdeploy.builder.manifest import read_manifest
-    from etdeploy.model.loader import parse_model_ref
     from etdeploy.paths import cache_dir
 
-    ref = parse_model_ref(model)
+    model = ref.text
     key = cache_key(ref, options, ref.fingerprint())[:32]
     built = cache_dir("builds") / key / f"{ref.name}.pte"
     manifest = read_manifest(built) if built.is_file() else None

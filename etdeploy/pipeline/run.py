@@ -44,9 +44,8 @@ from etdeploy.pipeline.execute import (
     throughput_of,
 )
 from etdeploy.pipeline.job import RunContext, RunJob, StatusCallback, new_job_id
-from etdeploy.pipeline.llm.bundle import is_lm_bundle
 from etdeploy.pipeline.memory import JudgedMemory, judge_memory, memory_of
-from etdeploy.pipeline.plan import RunPlan, plan_of
+from etdeploy.pipeline.plan import RunPlan, lm_request_of, plan_of
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.stage import stage
 from etdeploy.pipeline.task import check_task
@@ -113,21 +112,34 @@ def run_job(
 def _run_job(
     job: RunJob, device: Device, context: RunContext | None = None, *, job_id: str | None = None
 ) -> RunResult:
+    """The road is decided here, once, and each road takes its own record of the job: a
+    job bundle of a language model (opened and checked whole) or of a program, a
+    language-model folder (MODEL, or a factory's causal LM saved by an earlier run), or
+    a program (built, or --pte; a program's bundle read while the device is asked what
+    it is)."""
     context = context or RunContext()
     job_id = job_id or new_job_id()
-    if job.bundle is not None and is_lm_bundle(job.bundle):
-        from etdeploy.pipeline.llm.bundle import run_lm_bundle  # no torch: the bundle's
+    if job.bundle is not None:  # no torch: the bundle's
+        from etdeploy.bundle.bundle_manifest import read_bundle_manifest
 
-        return run_lm_bundle(job, device, context, job_id)
-    lm_folder = _language_model_folder(job)
+        if read_bundle_manifest(job.bundle).language_model is not None:
+            from etdeploy.bundle.load import open_bundle
+            from etdeploy.pipeline.llm.bundle import run_lm_bundle
+
+            bundle = open_bundle(job.bundle)
+            return run_lm_bundle(bundle, lm_request_of(job), device, context, job_id)
+        return _run_program(job, device, context, job_id, job.bundle)
+    lm_folder = _language_model_folder(job.model, job.use_cache)
     if lm_folder is not None:
         from etdeploy.pipeline.llm.run import run_lm_job  # a causal LM: its own road
 
-        return run_lm_job(job, device, context, job_id, folder=lm_folder)
-    return _run_program(job, device, context, job_id)
+        return run_lm_job(lm_request_of(job), device, context, job_id, lm_folder)
+    return _run_program(job, device, context, job_id, None)
 
 
-def _run_program(job: RunJob, device: Device, context: RunContext, job_id: str) -> RunResult:
+def _run_program(
+    job: RunJob, device: Device, context: RunContext, job_id: str, bundle: Path | None
+) -> RunResult:
     """A program's road: built (or given, or read from a bundle), staged, run on the
     device, and judged once."""
     say = context.status or (lambda _text: None)
@@ -137,13 +149,13 @@ def _run_program(job: RunJob, device: Device, context: RunContext, job_id: str) 
     # while the program and samples are read here; target_for then has it.
     asked = Ahead(device.info)
     try:
-        program, staged, host_outputs, carried = _prepared(job.bundle, job.label, plan, say)
+        program, staged, host_outputs, carried = _prepared(bundle, job.label, plan, say)
     except CausalLmReturned as returned:  # the factory made a causal LM: saved, its road
         from etdeploy.pipeline.llm.factory import save_factory_lm
         from etdeploy.pipeline.llm.run import run_lm_job
 
-        folder = save_factory_lm(job.model, returned.spec)
-        return run_lm_job(job, device, context, job_id, folder=folder)
+        folder = save_factory_lm(returned.ref, returned.spec)
+        return run_lm_job(lm_request_of(job), device, context, job_id, folder)
     target = target_for(
         plan.runner, device, say, carried, context.device_runner, info=asked.result()
     )
@@ -193,14 +205,12 @@ def _run_program(job: RunJob, device: Device, context: RunContext, job_id: str) 
     )  # fmt: skip
 
 
-def _language_model_folder(job: RunJob) -> Path | None:
+def _language_model_folder(model: str | None, use_cache: bool) -> Path | None:
     """The causal-LM folder a run takes the language-model road with (MODEL, or where a
     factory's causal LM was saved), or None."""
-    if job.bundle is not None:
-        return None
     from etdeploy.pipeline.llm.factory import language_model_folder
 
-    return language_model_folder(job.model, use_cache=job.use_cache)
+    return language_model_folder(model, use_cache=use_cache)
 
 
 def _prepared(

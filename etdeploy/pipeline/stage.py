@@ -10,7 +10,7 @@ program's input metadata before anything runs, paired with its expected outputs
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +20,7 @@ from etdeploy.dataset import Labels
 from etdeploy.errors import InputError
 from etdeploy.inputs import Sample
 from etdeploy.pipeline.build import SampleSource
-from etdeploy.pipeline.references import (
-    QuantizedProgram,
-    derived_quantized_program,
-    eager_reference,
-    load_reference_file,
-    quantized_reference,
-)
+from etdeploy.pipeline.references import expected_outputs
 from etdeploy.program import Program
 from etdeploy.staged import Staged
 
@@ -62,34 +56,21 @@ def stage(request: StageRequest, program: Program) -> Staged:
     samples, labels = _samples(request.samples, program)
     arrays = [s.arrays for s in samples]
     sample_names = [s.name for s in samples]
+    expected = expected_outputs(request.model, request.reference, request.options, program, arrays)
     warnings: list[str] = []
-    if request.reference is not None:
-        references = load_reference_file(
-            request.reference, len(samples), len(program.tensor_outputs)
+    reused = [sample_names[i] for i, hit in enumerate(expected.example_hits) if hit]
+    if reused:
+        warnings.append(
+            f"sample(s) {', '.join(reused)} are the model's example inputs: those fix shapes "
+            "for export, they are not a test set; verify on held-out data"
         )
-        kind = "file"
-    else:
-        assert request.model is not None
-        references, example_hits = eager_reference(
-            request.model, arrays, use_cache=request.options.use_cache
-        )
-        kind = "eager"
-        reused = [sample_names[i] for i, hit in enumerate(example_hits) if hit]
-        if reused:
-            warnings.append(
-                f"sample(s) {', '.join(reused)} are the model's example inputs: those fix shapes "
-                "for export, they are not a test set; verify on held-out data"
-            )
     if request.samples.random_inputs:
         warnings.append(
             "verifying on random inputs (--random): noise exercises the middle of a network's "
             "range and can pass a lowering that breaks real data"
         )
-    quantized = None
-    source = quantized_program_for(request, program)
-    if source is not None:
-        quantized = quantized_reference(source.path, arrays, use_cache=request.options.use_cache)
-    elif program.quantization or request.options.quantize:
+    source, quantized = expected.quantized, expected.quantized_outputs
+    if source is None and (program.quantization or request.options.quantize):
         warnings.append(
             "no quantized program beside the .pte (a build from elsewhere) and no MODEL to "
             "derive it from: the device is judged against the float model by the accuracy "
@@ -100,8 +81,8 @@ def stage(request: StageRequest, program: Program) -> Staged:
     return Staged(
         tuple(sample_names),
         tuple(arrays),
-        _table(references),
-        kind,
+        _table(expected.outputs),
+        expected.kind,
         bool(request.samples.random_inputs),
         tuple(warnings),
         _table(quantized) if quantized is not None else None,
@@ -110,20 +91,6 @@ def stage(request: StageRequest, program: Program) -> Staged:
         source.source if source is not None else None,
         source.steps if source is not None and source.derived else None,
     )
-
-
-def quantized_program_for(request: StageRequest, program: Program) -> QuantizedProgram | None:
-    """The quantized eager program to hold an int8 program to: the build's own
-    (beside the .pte), or for a .pte built elsewhere the one MODEL and the run's
-    options give; None for a float program, or without MODEL."""
-    if program.quantized_program is not None:
-        return QuantizedProgram(
-            program.quantized_program, "the build's, beside the .pte", (), derived=False
-        )
-    mode = program.quantization or request.options.quantize
-    if mode is None or request.model is None:
-        return None
-    return derived_quantized_program(request.model, replace(request.options, quantize=mode))
 
 
 def _samples(source: SampleSource, program: Program) -> tuple[list[Sample], Labels | None]:

@@ -75,71 +75,37 @@ def task_accuracy(
         return None
     task = task_of(program, staged)
     index = program.output_names.index(task.output) if task.output else 0
-    name = program.output_names[index]
-    eager_scores = accuracy.stack_output(staged.references, index)
-    accuracy.check_labels(task, eager_scores, labels.values)
-    device_scores = accuracy.stack_output(outputs, index)
-    eager = accuracy.score(task, eager_scores, labels.values)
-    device = accuracy.score(task, device_scores, labels.values)
-    quantized = None
-    if staged.quantized is not None:
-        quantized = accuracy.score(
-            task, accuracy.stack_output(staged.quantized, index), labels.values
-        )
-    scores = _scores(task, eager, device, quantized)
-    device_vs = _paired(task, eager, device, "device")
-    quant_vs = _paired(task, eager, quantized, "quantized eager") if quantized else None
-    reason = accuracy.gate_reason(task, scores[0].device, _as_paired(device_vs), gate)
-    disagreeing = _disagreements(task, eager_scores, device_scores, labels, staged, job_id)
+    found = accuracy.compare(
+        task, index, staged.references, outputs, staged.quantized, labels.values, gate
+    )
+    scores = tuple(TaskScore(m.name, m.eager, m.device, m.quantized) for m in found.metrics)
+    device_vs = _paired(task, found.device_vs_eager, "device")
+    quant_vs = (
+        _paired(task, found.quantized_vs_eager, "quantized eager")
+        if found.quantized_vs_eager is not None
+        else None
+    )
+    disagreeing = _disagreements(
+        task, found.eager_scores, found.device_scores, labels, staged, job_id
+    )
     return TaskAccuracy(
-        task=task.kind, output=name, samples=len(labels.values), labels=labels.source,
-        scores=scores, device_vs_eager=device_vs, quantized_vs_eager=quant_vs,
+        task=task.kind, output=program.output_names[index], samples=len(labels.values),
+        labels=labels.source, scores=scores, device_vs_eager=device_vs,
+        quantized_vs_eager=quant_vs,
         disagreements=tuple(disagreeing[:DISAGREEMENTS_LISTED]), disagreeing=len(disagreeing),
-        min_accuracy=gate.min_accuracy, max_drop=gate.max_drop,
-        passed=reason is None, reason=reason or _summary(task, scores[0], device_vs),
+        min_accuracy=gate.min_accuracy, max_drop=gate.max_drop, passed=found.reason is None,
+        reason=found.reason or _summary(task, scores[0], device_vs),
     )  # fmt: skip
 
 
-def _scores(
-    task: accuracy.Task,
-    eager: accuracy.Scored,
-    device: accuracy.Scored,
-    quantized: accuracy.Scored | None,
-) -> tuple[TaskScore, ...]:
-    if task.kind != "classification":
-        return (
-            TaskScore(
-                task.metric, eager.value(task), device.value(task),
-                quantized.value(task) if quantized else None,
-            ),
-        )  # fmt: skip
-    return tuple(
-        TaskScore(
-            f"top-{k}", eager.value(task, k), device.value(task, k),
-            quantized.value(task, k) if quantized else None,
-        )
-        for k in task.top_k
-    )  # fmt: skip
-
-
-def _paired(
-    task: accuracy.Task, eager: accuracy.Scored, other: accuracy.Scored, program: str
-) -> PairedDifference:
-    if task.kind == "classification":
-        found = accuracy.paired_classification(eager.correct[1], other.correct[1])
-    else:
-        assert eager.errors is not None and other.errors is not None
-        found = accuracy.paired_regression(eager.errors, other.errors)
+def _paired(task: accuracy.Task, found: accuracy.Paired, program: str) -> PairedDifference:
+    """A paired difference as the result records it."""
     return PairedDifference(
         metric=task.metric, program=program, reference="float eager",
         difference=found.difference, ci_low=found.low, ci_high=found.high,
         p_value=found.p_value, reference_only=found.reference_only,
         program_only=found.other_only, method=found.method,
     )  # fmt: skip
-
-
-def _as_paired(found: PairedDifference) -> accuracy.Paired:
-    return accuracy.Paired(found.difference, found.ci_low, found.ci_high, found.p_value)
 
 
 def _summary(task: accuracy.Task, score: TaskScore, paired: PairedDifference) -> str:

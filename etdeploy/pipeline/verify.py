@@ -65,33 +65,6 @@ class Judged:
         return self.verdict.passed and self.size.passed and task_ok and memory_ok
 
 
-def thresholds_over_defaults(
-    atol: float | None = None,
-    rtol: float | None = None,
-    min_sqnr_db: float | None = None,
-    min_top1: float | None = None,
-    min_cosine: float | None = None,
-    max_abs: float | None = None,
-    quant_steps: float | None = None,
-) -> Thresholds:
-    """The limits given over etdeploy.numerics's defaults."""
-    d = metrics.DEFAULT_THRESHOLDS
-
-    def pick(value: float | None, default: float) -> float:
-        return default if value is None else float(value)
-
-    return Thresholds(
-        atol=pick(atol, d.atol),
-        rtol=pick(rtol, d.rtol),
-        min_sqnr_db=pick(min_sqnr_db, d.min_sqnr_db),
-        min_top1=pick(min_top1, d.min_top1),
-        min_cosine=pick(min_cosine, d.min_cosine),
-        max_abs=max_abs,
-        quant_steps=pick(quant_steps, d.quant_steps),
-        quant_rtol=d.quant_rtol,
-    )
-
-
 def tolerance_for(settings: VerifySettings, program: Program) -> metrics.Tolerance:
     t = settings.thresholds
     return metrics.Tolerance(

@@ -5,11 +5,11 @@ The bundle holds what `etdeploy run FOLDER` computes before the device runs: the
 program, the runners, the prompts' ids, and both references (float and quantized
 eager: every position's logits and the greedy continuation of each prompt), plus each
 token's text, so the report can say which tokens parted without the tokenizer. Its
-layout beside the ordinary bundle's (etdeploy.bundle.manifest):
+layout beside the ordinary bundle's (etdeploy.bundle.bundle_manifest):
 
     JOB/program/model.pte               the program (its .pte.json an empty record)
     JOB/runners/ABI-KIND/               a runner bundle per ABI
-    JOB/language_model/case.json        LM_SCHEMA: prompts and ids, options, gates...
+    JOB/language_model/case.json        LmCase, below: prompts and ids, options, gates...
     JOB/language_model/float.npz        l<P>: prompt P's logits (T x V), g<P>: its ids
     JOB/language_model/quantized.npz    the same from the quantized eager model
     JOB/language_model/tokens.json      each id's text, decoded alone
@@ -22,20 +22,31 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from etdeploy.bundle.manifest import (
+from etdeploy.bundle.bundle_manifest import (
     BUNDLE_FILE,
     PROGRAM_DIR,
     BundleManifest,
     References,
 )
 from etdeploy.errors import UsageError
+from etdeploy.jsonvalue import (
+    JsonObject,
+    as_object,
+    read_array,
+    read_float,
+    read_int,
+    read_object,
+    read_str,
+)
 from etdeploy.pipeline.llm.lm_export import LmBuildOptions, LmProgram
+from etdeploy.pipeline.llm.lm_job import LmJob
 from etdeploy.pipeline.llm.prompts import Prompt
 from etdeploy.pipeline.llm.verify_tokens import PromptRun
 from etdeploy.results.result_lm import LmGates
@@ -43,16 +54,119 @@ from etdeploy.results.result_lm import LmGates
 if TYPE_CHECKING:
     from etdeploy.bundle.load import JobBundle
     from etdeploy.devices.base import Device
-    from etdeploy.pipeline.bundle_writer import MadeBundle
+    from etdeploy.pipeline.bundle_writer import MadeBundle, Writer
     from etdeploy.pipeline.job import RunContext, RunJob
-    from etdeploy.pipeline.llm.lm_job import LmJob
+    from etdeploy.pipeline.plan import LmRequest
     from etdeploy.results.result import RunResult
     from etdeploy.runner_build import RunnerBundle
 
-T = TypeVar("T")
 LM_DIR = "language_model"
 LM_SCHEMA = "etdeploy.lm_bundle/1"
 _HINT = "make it again with `etdeploy bundle FOLDER -o DIR`"
+
+
+@dataclass(frozen=True)
+class LmCase:
+    """A language model's job bundle case (case.json, LM_SCHEMA): the checked job and
+    what its program is, beside the program file the bundle carries."""
+
+    job: LmJob
+    vocab_size: int
+    kv_cache_bytes: int
+    # The library versions the program was built with (etdeploy.pipeline.llm.lm_result).
+    built_with: tuple[tuple[str, str | None], ...]
+
+    def to_json(self) -> JsonObject:
+        job = self.job
+        return {
+            "schema": LM_SCHEMA,
+            "architecture": job.architecture,
+            "options": {
+                "max_seq_len": job.options.max_seq_len,
+                "quantize": job.options.quantize,
+                "group_size": job.options.group_size,
+                "quantize_embeddings": job.options.quantize_embeddings,
+            },
+            "prompts": [
+                {"name": p.name, "text": p.text, "token_ids": list(p.token_ids)}
+                for p in job.prompts
+            ],
+            "prompt_source": job.prompt_source,
+            "gates": {
+                "min_token_agreement": job.gates.min_token_agreement,
+                "max_kld": job.gates.max_kld,
+                "max_ppl_increase": job.gates.max_ppl_increase,
+            },
+            "max_new_tokens": job.max_new_tokens,
+            "eos_ids": list(job.eos_ids),
+            "vocab_size": self.vocab_size,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "built_with": dict(self.built_with),
+        }
+
+    @classmethod
+    def from_json(cls, raw: JsonObject | None, where: str) -> LmCase:
+        """case.json read whole: a missing key, or one of the wrong kind, is a UsageError
+        naming it (exit 2)."""
+        if raw is None or raw.get("schema") != LM_SCHEMA:
+            raise UsageError(f"{where} is not a language model's case ({LM_SCHEMA})", _HINT)
+        said = read_object(raw, "options", where)
+        gates = read_object(raw, "gates", where)
+        prompts = [as_object(item, f"{where}: prompts") for item in read_array(raw, "prompts")]
+        versions = read_object(raw, "built_with", where)
+        required = (
+            [(raw, k) for k in _CASE_KEYS]
+            + [(said, k) for k in ("max_seq_len", "group_size")]
+            + [(gates, k) for k in ("min_token_agreement", "max_kld", "max_ppl_increase")]
+            + [(p, k) for p in prompts for k in ("name", "text")]
+        )
+        # Every key present: the readers' defaults below are then never taken.
+        missing = next((key for data, key in required if data.get(key) is None), None)
+        if missing is not None:
+            raise UsageError(f"{where}: {missing} is missing", _HINT)
+        options = LmBuildOptions(
+            max_seq_len=read_int(said, "max_seq_len", 0, where),
+            quantize=read_str(said, "quantize", None, where),
+            group_size=read_int(said, "group_size", 0, where),
+            quantize_embeddings=bool(said.get("quantize_embeddings")),
+        )
+        job = LmJob(
+            folder=None,
+            options=options,
+            prompts=tuple(
+                Prompt(
+                    read_str(p, "name", "", where),
+                    read_str(p, "text", "", where),
+                    tuple(t for t in read_array(p, "token_ids", where) if type(t) is int),
+                )
+                for p in prompts
+            ),
+            prompt_source=read_str(raw, "prompt_source", "", where),
+            gates=LmGates(
+                min_token_agreement=read_float(gates, "min_token_agreement", 0.0, where),
+                max_kld=read_float(gates, "max_kld", 0.0, where),
+                max_ppl_increase=read_float(gates, "max_ppl_increase", 0.0, where),
+            ),
+            max_new_tokens=read_int(raw, "max_new_tokens", 0, where),
+            eos_ids=tuple(t for t in read_array(raw, "eos_ids", where) if type(t) is int),
+            architecture=read_str(raw, "architecture", "", where),
+        )
+        return cls(
+            job,
+            vocab_size=read_int(raw, "vocab_size", 0, where),
+            kv_cache_bytes=read_int(raw, "kv_cache_bytes", 0, where),
+            built_with=tuple((k, v if isinstance(v, str) else None) for k, v in versions.items()),
+        )
+
+
+# What case.json must say at its top level (the rest is read where it is nested).
+_CASE_KEYS = (
+    "prompt_source",
+    "max_new_tokens",
+    "architecture",
+    "kv_cache_bytes",
+    "vocab_size",
+)
 
 
 def make_lm_bundle(
@@ -67,21 +181,26 @@ def make_lm_bundle(
     import etdeploy
     from etdeploy.pipeline.bundle_writer import MadeBundle, bundle_folder, settings_json
     from etdeploy.pipeline.llm.lm_export import build_lm
-    from etdeploy.pipeline.llm.run import check_lm_job, eager_references, tokenizer_text
+    from etdeploy.pipeline.llm.lm_references import eager_references
+    from etdeploy.pipeline.llm.lm_result import built_with
+    from etdeploy.pipeline.llm.prompts import tokenizer_text
+    from etdeploy.pipeline.llm.run import check_lm_job
+    from etdeploy.pipeline.plan import lm_request_of
 
-    checked = check_lm_job(job, folder)
+    checked = check_lm_job(lm_request_of(job), folder)
     assert checked.folder is not None
     say(f"building {checked.folder.path.name} ({checked.options.label})")
     program = build_lm(checked.folder, checked.options, use_cache=job.use_cache)
     say("computing float and quantized eager")
     floats, quantized = eager_references(checked)
     text = tokenizer_text(checked.folder)
+    case = LmCase(checked, program.vocab_size, program.kv_cache_bytes, tuple(built_with().items()))
     out = Path(out)
     with bundle_folder(out) as writer:
         pte = writer.copy(program.pte, f"{PROGRAM_DIR}/model.pte")
         program_manifest = writer.text(f"{PROGRAM_DIR}/model.pte.json", "{}")
         entries = tuple(writer.runner(bundle) for bundle in runners)
-        case = writer.text(f"{LM_DIR}/case.json", json.dumps(_case_json(checked, program)))
+        case_file = writer.text(f"{LM_DIR}/case.json", json.dumps(case.to_json()))
         tokens = [text([i]) for i in range(program.vocab_size)]
         writer.text(f"{LM_DIR}/tokens.json", json.dumps(tokens))
         references = References(
@@ -94,47 +213,14 @@ def make_lm_bundle(
             model=job.model or str(folder), pte=pte, program_manifest=program_manifest,
             data=None, runners=entries, samples=tuple(p.name for p in checked.prompts),
             on_noise=False, references=references, settings=settings_json(job),
-            language_model=case, files=writer.files, etdeploy=etdeploy.__version__,
+            language_model=case_file, files=writer.files, etdeploy=etdeploy.__version__,
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         )  # fmt: skip
         writer.text(BUNDLE_FILE, json.dumps(manifest.to_json(), indent=2), listed=False)
     return MadeBundle(out, manifest, tuple(runners))
 
 
-def _case_json(checked: LmJob, program: LmProgram) -> dict[str, object]:
-    from etdeploy.pipeline.llm.lm_result import built_with
-
-    return {
-        "schema": LM_SCHEMA,
-        "architecture": checked.architecture,
-        "options": {
-            "max_seq_len": checked.options.max_seq_len,
-            "quantize": checked.options.quantize,
-            "group_size": checked.options.group_size,
-            "quantize_embeddings": checked.options.quantize_embeddings,
-        },
-        "prompts": [
-            {"name": p.name, "text": p.text, "token_ids": list(p.token_ids)}
-            for p in checked.prompts
-        ],
-        "prompt_source": checked.prompt_source,
-        "gates": {
-            "min_token_agreement": checked.gates.min_token_agreement,
-            "max_kld": checked.gates.max_kld,
-            "max_ppl_increase": checked.gates.max_ppl_increase,
-        },
-        "max_new_tokens": checked.max_new_tokens,
-        "eos_ids": list(checked.eos_ids),
-        "vocab_size": program.vocab_size,
-        "kv_cache_bytes": program.kv_cache_bytes,
-        "built_with": built_with(),
-    }
-
-
-def _runs(writer: object, relative: str, runs: Sequence[PromptRun]) -> str:
-    from etdeploy.pipeline.bundle_writer import Writer
-
-    assert isinstance(writer, Writer)
+def _runs(writer: Writer, relative: str, runs: Sequence[PromptRun]) -> str:
     arrays: dict[str, np.ndarray] = {}
     for index, run in enumerate(runs):
         arrays[f"l{index}"] = np.asarray(run.logits, dtype=np.float32)
@@ -146,112 +232,47 @@ def _runs(writer: object, relative: str, runs: Sequence[PromptRun]) -> str:
     return writer.listed(relative)
 
 
-def is_lm_bundle(path: Path) -> bool:
-    """A job bundle of a language model (its bundle.json names a language_model case)."""
-    from etdeploy.bundle.manifest import read_bundle_manifest
-
-    return read_bundle_manifest(path).language_model is not None
-
-
-def run_lm_bundle(job: RunJob, device: Device, context: RunContext, job_id: str) -> RunResult:
-    """`etdeploy run --bundle DIR` of a language model: no torch, no tokenizer library;
-    the references and the tokens' texts are the bundle's."""
-    from etdeploy.bundle.load import bundle_runners, open_bundle
+def run_lm_bundle(
+    bundle: JobBundle, request: LmRequest, device: Device, context: RunContext, job_id: str
+) -> RunResult:
+    """`etdeploy run --bundle DIR` of a language model (the bundle opened and checked
+    at the dispatch): no torch, no tokenizer library; the references and the tokens'
+    texts are the bundle's."""
+    from etdeploy.atomic import read_json_object
+    from etdeploy.bundle.load import bundle_runners
     from etdeploy.pipeline.llm.run import generate_and_compare
 
-    assert job.bundle is not None
-    bundle = open_bundle(job.bundle)
-    checked, program, tokens = _read_case(bundle)
-    refs = bundle.manifest.references
-    floats = _read_runs(bundle, refs.float, checked.prompts)
-    quantized = _read_runs(bundle, refs.quantized or refs.float, checked.prompts)
+    m = bundle.manifest
+    assert m.language_model is not None
+    where = f"{bundle.path.name}/{m.language_model}"
+    case = LmCase.from_json(read_json_object(bundle.file(m.language_model)), where)
+    checked = case.job
+    program = LmProgram(
+        bundle.file(m.pte), m.files[m.pte].sha256, m.files[m.pte].size, checked.options,
+        True, case.kv_cache_bytes, case.vocab_size, case.built_with,
+    )  # fmt: skip
+    tokens = _read_tokens(bundle)
+    floats = _read_runs(bundle, m.references.float, checked.prompts)
+    quantized = _read_runs(bundle, m.references.quantized or m.references.float, checked.prompts)
 
     def text(ids: Sequence[int]) -> str:
         return "".join(tokens[i] if 0 <= i < len(tokens) else "" for i in ids)
 
     return generate_and_compare(
-        job, device, context, job_id, checked, program, bundle_runners(bundle),
+        request, device, context, job_id, checked, program, bundle_runners(bundle),
         lambda: (floats, quantized), text,
     )  # fmt: skip
 
 
-def _read_case(bundle: JobBundle) -> tuple[LmJob, LmProgram, list[str]]:
-    from etdeploy.atomic import read_json_object
-    from etdeploy.jsonvalue import read_array, read_object
-    from etdeploy.pipeline.llm.lm_job import LmJob
-
-    m = bundle.manifest
-    assert m.language_model is not None
-    where = f"{bundle.path.name}/{m.language_model}"
-    raw = read_json_object(bundle.file(m.language_model))
-    if raw is None or raw.get("schema") != LM_SCHEMA:
-        raise UsageError(f"{where} is not a language model's case ({LM_SCHEMA})", _HINT)
-    said = read_object(raw, "options", where)
-    quantize = said.get("quantize")
-    options = LmBuildOptions(
-        max_seq_len=_int(said, "max_seq_len", where),
-        quantize=quantize if isinstance(quantize, str) else None,
-        group_size=_int(said, "group_size", where),
-        quantize_embeddings=bool(said.get("quantize_embeddings")),
-    )
-    prompts = []
-    for item in read_array(raw, "prompts", where):
-        entry = item if isinstance(item, dict) else {}
-        ids = tuple(int(t) for t in read_array(entry, "token_ids", where) if isinstance(t, int))
-        prompts.append(Prompt(_str(entry, "name", where), _str(entry, "text", where), ids))
-    gates_raw = read_object(raw, "gates", where)
-    gates = LmGates(
-        min_token_agreement=_float(gates_raw, "min_token_agreement", where),
-        max_kld=_float(gates_raw, "max_kld", where),
-        max_ppl_increase=_float(gates_raw, "max_ppl_increase", where),
-    )
-    eos = tuple(int(t) for t in read_array(raw, "eos_ids", where) if isinstance(t, int))
-    checked = LmJob(
-        None, options, tuple(prompts), _str(raw, "prompt_source", where), gates,
-        _int(raw, "max_new_tokens", where), eos, _str(raw, "architecture", where),
-    )  # fmt: skip
-    pte = bundle.file(m.pte)
-    versions = read_object(raw, "built_with", where)
-    program = LmProgram(
-        pte, m.files[m.pte].sha256, m.files[m.pte].size, options, True,
-        _int(raw, "kv_cache_bytes", where), _int(raw, "vocab_size", where),
-        tuple((k, v if isinstance(v, str) else None) for k, v in versions.items()),
-    )  # fmt: skip
+def _read_tokens(bundle: JobBundle) -> list[str]:
+    """Each id's text, as the bundle was made with them."""
     try:
         tokens = json.loads(bundle.file(f"{LM_DIR}/tokens.json").read_text("utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(
             f"{bundle.path.name}: cannot read its tokens' texts: {exc}", _HINT
         ) from None
-    return checked, program, [str(t) for t in tokens]
-
-
-def _ids(array: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(t) for t in array)
-
-
-def _int(data: Mapping[str, object], key: str, where: str) -> int:
-    from etdeploy.jsonvalue import read_int
-
-    return _present(read_int(data, key, None, where), key, where)
-
-
-def _str(data: Mapping[str, object], key: str, where: str) -> str:
-    from etdeploy.jsonvalue import read_str
-
-    return _present(read_str(data, key, None, where), key, where)
-
-
-def _float(data: Mapping[str, object], key: str, where: str) -> float:
-    from etdeploy.jsonvalue import read_float
-
-    return _present(read_float(data, key, None, where), key, where)
-
-
-def _present(value: T | None, key: str, where: str) -> T:
-    if value is None:
-        raise UsageError(f"{where}: {key} is missing", _HINT)
-    return value
+    return [str(t) for t in tokens]
 
 
 def _read_runs(
@@ -260,7 +281,9 @@ def _read_runs(
     try:
         with np.load(bundle.file(relative), allow_pickle=False) as archive:
             return tuple(
-                PromptRun(p.name, p.token_ids, archive[f"l{i}"], _ids(archive[f"g{i}"]))
+                PromptRun(
+                    p.name, p.token_ids, archive[f"l{i}"], tuple(int(t) for t in archive[f"g{i}"])
+                )
                 for i, p in enumerate(prompts)
             )
     except (OSError, ValueError, KeyError) as exc:

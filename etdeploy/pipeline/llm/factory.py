@@ -22,16 +22,13 @@ from pathlib import Path
 from etdeploy.errors import EtdeployError, ModelError
 from etdeploy.model.loader import ModelRef, parse_model_ref
 from etdeploy.model.spec import ModelSpec
-from etdeploy.pipeline.llm.folder import CONFIG, PROMPTS_FILE, TOKENIZER_FILES
+from etdeploy.pipeline.llm.folder import CONFIG, FACTORY_INPUTS, PROMPTS_FILE, TOKENIZER_FILES
 
 # What goes beside a tokenizer file and is copied with it: its settings (the end
 # token, the special tokens) as transformers' save_pretrained writes them.
 _TOKENIZER_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
 # Bump when what a saved folder holds changes.
 _SAVED_AS = "etdeploy.pipeline.llm.factory/1"
-# Beside the saved model: the prompts the factory named (ModelSpec.samples), for the
-# runs that find the folder saved and do not run the factory.
-_FACTORY_INPUTS = "etdeploy-factory.json"
 
 
 def _entry(ref: ModelRef) -> Path:
@@ -70,11 +67,10 @@ def saved_factory_folder(model: str | None, *, use_cache: bool = True) -> Path |
     return folder if (folder / CONFIG).is_file() else None
 
 
-def save_factory_lm(model: str, spec: ModelSpec) -> Path:
+def save_factory_lm(ref: ModelRef, spec: ModelSpec) -> Path:
     """The factory's causal LM saved as a Hugging Face folder with its tokenizer and
     prompts (ModelError, exit 2, when no tokenizer can be found), written whole under
     a temporary name, then renamed."""
-    ref = parse_model_ref(model)
     tokenizer_files = _tokenizer_files(ref, spec)
     folder = _entry(ref)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -87,20 +83,10 @@ def save_factory_lm(model: str, spec: ModelSpec) -> Path:
         if prompts is not None:
             shutil.copy2(prompts, staging / PROMPTS_FILE)
         samples = [str(Path(p).resolve()) for p in spec.samples]
-        (staging / _FACTORY_INPUTS).write_text(json.dumps({"inputs": samples}) + "\n")
+        (staging / FACTORY_INPUTS).write_text(json.dumps({"inputs": samples}) + "\n")
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)
     return folder
-
-
-def factory_inputs(folder: Path) -> tuple[str, ...]:
-    """The prompts the factory named (ModelSpec.samples) as --inputs takes them, read
-    from the folder it was saved as; () when it named none."""
-    from etdeploy.atomic import read_json_object
-    from etdeploy.jsonvalue import read_str_list
-
-    recorded = read_json_object(folder / _FACTORY_INPUTS)
-    return tuple(read_str_list(recorded, "inputs")) if recorded is not None else ()
 
 
 def _tokenizer_files(ref: ModelRef, spec: ModelSpec) -> list[Path]:

@@ -88,7 +88,7 @@ def check_options(folder: LmFolder, options: LmBuildOptions) -> None:
             f"{XNNPACK_GROUP_MULTIPLE}, which XNNPACK requires of 4-bit groups",
             "use 32 (most accurate), 64 or 128 (smallest)",
         )
-    for layer, size in folder.linear_input_sizes().items():
+    for layer, size in folder.linear_input_sizes:
         if size % options.group_size:
             fits = [g for g in COMMON_GROUP_SIZES if size % g == 0]
             raise UsageError(
@@ -99,11 +99,18 @@ def check_options(folder: LmFolder, options: LmBuildOptions) -> None:
             )
 
 
+def load_causal_lm(folder: LmFolder) -> Any:
+    """The float eager model (torch, transformers), in eval mode and float32."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(folder.path, dtype=torch.float32)
+    return model.eval()
+
+
 def quantized_model(folder: LmFolder, options: LmBuildOptions) -> Any:
     """The eager model quantized as the program will be (float when no quantization):
     the reference the device is held to."""
-    from etdeploy.pipeline.llm.folder import load_causal_lm
-
     model = load_causal_lm(folder)
     apply_quantization(model, options)
     return model
@@ -196,6 +203,15 @@ def build_lm(folder: LmFolder, options: LmBuildOptions, *, use_cache: bool = Tru
     return LmProgram(pte, sha, len(buffer), options, False, kv_bytes, folder.vocab_size)
 
 
+def lm_program(
+    folder: LmFolder, options: LmBuildOptions, pte: Path | None, use_cache: bool
+) -> LmProgram:
+    """The program a run holds to the folder: --pte's, or the folder built (cached)."""
+    if pte is not None:
+        return given_program(pte, folder, options)
+    return build_lm(folder, options, use_cache=use_cache)
+
+
 def given_program(pte: Path, folder: LmFolder, options: LmBuildOptions) -> LmProgram:
     """A .pte built elsewhere (--pte), run against the folder's references; its KV cache
     as the folder's config gives it at --max-seq-len."""
@@ -203,7 +219,7 @@ def given_program(pte: Path, folder: LmFolder, options: LmBuildOptions) -> LmPro
 
     return LmProgram(
         pte, file_sha256(pte), pte.stat().st_size, options, True,
-        folder.kv_cache_bytes(options.max_seq_len), folder.vocab_size,
+        folder.kv_bytes_per_position * options.max_seq_len, folder.vocab_size,
     )  # fmt: skip
 
 

@@ -4,7 +4,7 @@ Both see the same ids the device sees. Every position's logits come from one for
 pass over the whole prompt; greedy generation then feeds one token a step through
 transformers' ordinary dynamic cache (not the static cache the program was exported
 with, so the reference does not share the logic it checks). Generation stops after
-an end-of-sequence id (the folder's: etdeploy.pipeline.llm.folder.eos_ids) or at N
+an end-of-sequence id (the folder's: etdeploy.pipeline.llm.prompts.eos_ids) or at N
 tokens, as the runner's does.
 The quantized eager model is the torchao-quantized module the program was exported
 from (etdeploy.pipeline.llm.lm_export.quantized_model): with 8da4w its activations are quantized
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from etdeploy.pipeline.llm.lm_job import LmJob
 from etdeploy.pipeline.llm.prompts import Prompt
 from etdeploy.pipeline.llm.verify_tokens import PromptRun
 
@@ -41,3 +42,19 @@ def eager_runs(
                 generated.append(int(out.logits[0, -1].argmax()))
             runs.append(PromptRun(prompt.name, prompt.token_ids, logits.numpy(), tuple(generated)))
     return tuple(runs)
+
+
+def eager_references(checked: LmJob) -> tuple[tuple[PromptRun, ...], tuple[PromptRun, ...]]:
+    """Every prompt through float eager and quantized eager (torch, transformers), one
+    model loaded at a time."""
+    from etdeploy.pipeline.llm.lm_export import load_causal_lm, quantized_model
+
+    assert checked.folder is not None
+    new_tokens, ends = checked.max_new_tokens, checked.eos_ids
+    floats = eager_runs(load_causal_lm(checked.folder), checked.prompts, new_tokens, ends)
+    quantized = floats
+    if checked.options.quantize or checked.options.quantize_embeddings:
+        quantized = eager_runs(
+            quantized_model(checked.folder, checked.options), checked.prompts, new_tokens, ends
+        )
+    return floats, quantized

@@ -25,7 +25,6 @@ from etdeploy.results.result_verdict import Verdict
 if TYPE_CHECKING:
     from etdeploy.pipeline.deploy import Target
     from etdeploy.pipeline.generate import DeviceGeneration
-    from etdeploy.pipeline.job import RunJob
     from etdeploy.pipeline.llm.lm_export import LmProgram
     from etdeploy.pipeline.llm.lm_job import LmJob
     from etdeploy.pipeline.memory import JudgedMemory
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def lm_run_result(
-    job: RunJob,
+    model: str | None,
     job_id: str,
     started: float,
     checked: LmJob,
@@ -62,7 +61,7 @@ def lm_run_result(
         exit_code=EXIT_OK if passed else EXIT_CHECK_FAILED,
         job=JobInfo(
             id=job_id,
-            model=job.model,
+            model=model,
             backend="xnnpack",
             quantization=block.quantization,
             method="forward",

@@ -9,7 +9,7 @@ input, refused before the build.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,8 +90,11 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return list(encoded.ids if hasattr(encoded, "ids") else encoded)
 
 
-def read_prompts(inputs: Sequence[str], folder: LmFolder) -> tuple[Prompt, ...]:
-    tokenizer = load_tokenizer(folder)
+def read_prompts(
+    inputs: Sequence[str], folder: LmFolder, tokenizer: Any = None
+) -> tuple[Prompt, ...]:
+    """The prompts tokenized with `tokenizer` (the folder's, loaded when not given)."""
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(folder)
     prompts = []
     for name, text in prompt_texts(inputs, folder):
         ids = encode(tokenizer, text)
@@ -114,3 +117,28 @@ def check_context(prompts: Sequence[Prompt], max_seq_len: int, new_tokens: int) 
                 f"{new_tokens} to generate needs {needed} positions; the context is {max_seq_len}",
                 "shorten the prompt, lower --max-new-tokens, or raise --max-seq-len",
             )
+
+
+def eos_ids(folder: LmFolder, tokenizer: Any = None) -> tuple[int, ...]:
+    """The ids that end a sequence, as transformers' generate stops on them: the
+    folder's (generation_config.json, else config.json: LmFolder.eos_ids), else its
+    tokenizer's end token (tokenizer_config.json `eos_token`) looked up in `tokenizer`.
+    () when none is said: generation then runs to --max-new-tokens."""
+    if folder.eos_ids or folder.eos_token is None or tokenizer is None:
+        return folder.eos_ids
+    token = folder.eos_token
+    found_id = tokenizer.token_to_id(token) if hasattr(tokenizer, "token_to_id") else None
+    if found_id is None and hasattr(tokenizer, "convert_tokens_to_ids"):
+        found_id = tokenizer.convert_tokens_to_ids(token)
+    return (found_id,) if isinstance(found_id, int) and found_id >= 0 else ()
+
+
+def tokenizer_text(folder: LmFolder) -> Callable[[Sequence[int]], str]:
+    """Ids to text with the folder's tokenizer, special tokens included: a generation
+    that ended shows its end token (`</s>`)."""
+    tokenizer = load_tokenizer(folder)
+
+    def text(ids: Sequence[int]) -> str:
+        return str(tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    return text

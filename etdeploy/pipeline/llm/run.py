@@ -21,22 +21,20 @@ from typing import TYPE_CHECKING
 
 from etdeploy.devices.base import Device
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
-from etdeploy.pipeline.job import RunJob, StatusCallback
-from etdeploy.pipeline.llm.factory import factory_inputs
-from etdeploy.pipeline.llm.folder import LmFolder, eos_ids, open_lm_folder
-from etdeploy.pipeline.llm.lm_export import (
-    LmBuildOptions,
-    LmProgram,
-    build_lm,
-    check_options,
-    given_program,
-)
+from etdeploy.pipeline.job import StatusCallback
+from etdeploy.pipeline.llm.folder import open_lm_folder
+from etdeploy.pipeline.llm.lm_export import LmProgram, check_options, lm_program
 from etdeploy.pipeline.llm.lm_job import LmJob
-from etdeploy.pipeline.llm.prompts import Prompt, check_context, load_tokenizer, read_prompts
+from etdeploy.pipeline.llm.lm_references import eager_references
+from etdeploy.pipeline.llm.prompts import (
+    Prompt,
+    check_context,
+    eos_ids,
+    load_tokenizer,
+    read_prompts,
+    tokenizer_text,
+)
 from etdeploy.pipeline.llm.verify_tokens import (
-    DEFAULT_MAX_KLD,
-    DEFAULT_MAX_PPL_INCREASE,
-    DEFAULT_MIN_TOKEN_AGREEMENT,
     PromptRun,
     compare_perplexity,
     compare_tokens,
@@ -44,20 +42,14 @@ from etdeploy.pipeline.llm.verify_tokens import (
     matched_length,
 )
 from etdeploy.results.result import Memory, SizeSummary
-from etdeploy.results.result_lm import (
-    GenerationSpeed,
-    LanguageModelResult,
-    LmGates,
-    PromptSample,
-)
+from etdeploy.results.result_lm import GenerationSpeed, LanguageModelResult, PromptSample
 from etdeploy.runner.generation import GenerationRequest, GenerationResult
 from etdeploy.runner_build import RunnerBundle
 from etdeploy.scratch import scratch_dir
 
 if TYPE_CHECKING:
-    from etdeploy.pipeline.deploy import Target
-    from etdeploy.pipeline.generate import DeviceGeneration
     from etdeploy.pipeline.job import RunContext
+    from etdeploy.pipeline.plan import LmRequest
     from etdeploy.results.result import RunResult
 
 TOKENIZATION = (
@@ -66,96 +58,81 @@ TOKENIZATION = (
 )
 
 
-def check_lm_job(job: RunJob, folder_path: Path | None = None) -> LmJob:
+def check_lm_job(request: LmRequest, folder_path: Path | None = None) -> LmJob:
     """The folder (MODEL, or `folder_path`: where a factory's causal LM was saved),
     build options and prompts checked (bad input: exit 2), no torch."""
-    if job.reference is not None or job.data is not None:
+    if request.reference is not None or request.data is not None:
         raise UsageError(
             "--reference and --data are not taken with a language-model folder",
             "the folder's model is the reference: drop --reference/--data",
         )
-    if job.backend != "xnnpack":
+    if request.backend != "xnnpack":
         raise UsageError(
-            f"--backend {job.backend}: a language model is built for XNNPACK only",
+            f"--backend {request.backend}: a language model is built for XNNPACK only",
             "drop --backend (xnnpack is the default)",
         )
-    if job.pte is not None and not job.pte.is_file():
-        raise UsageError(f"--pte {job.pte}: no such file", "give the .pte to run")
-    folder = open_lm_folder(folder_path or str(job.model))
-    options = LmBuildOptions(
-        max_seq_len=job.max_seq_len,
-        quantize=job.quantize,
-        group_size=job.group_size,
-        quantize_embeddings=job.quantize_embeddings,
-    )
-    check_options(folder, options)
+    if request.pte is not None and not request.pte.is_file():
+        raise UsageError(f"--pte {request.pte}: no such file", "give the .pte to run")
+    folder = open_lm_folder(folder_path or str(request.model))
+    check_options(folder, request.options)
     # A factory's prompts (its ModelSpec.samples) when --inputs names none.
-    inputs = tuple(job.inputs) or (factory_inputs(folder.path) if folder_path else ())
-    prompts = read_prompts(inputs, folder)
-    check_context(prompts, options.max_seq_len, job.max_new_tokens)
-    gates = LmGates(
-        min_token_agreement=_or(job.min_token_agreement, DEFAULT_MIN_TOKEN_AGREEMENT),
-        max_kld=_or(job.max_kld, DEFAULT_MAX_KLD),
-        max_ppl_increase=_or(job.max_ppl_increase, DEFAULT_MAX_PPL_INCREASE),
-    )
+    inputs = request.inputs or (folder.factory_inputs if folder_path else ())
+    tokenizer = load_tokenizer(folder)
+    prompts = read_prompts(inputs, folder, tokenizer)
+    check_context(prompts, request.options.max_seq_len, request.max_new_tokens)
     source = ", ".join(inputs) if inputs else str(folder.prompts)
-    ends = eos_ids(folder, load_tokenizer(folder))
     return LmJob(
-        folder, options, prompts, source, gates, job.max_new_tokens, ends, folder.architecture
-    )
-
-
-def _or(value: float | None, default: float) -> float:
-    return default if value is None else value
+        folder, request.options, prompts, source, request.gates, request.max_new_tokens,
+        eos_ids(folder, tokenizer), folder.architecture,
+    )  # fmt: skip
 
 
 def run_lm_job(
-    job: RunJob, device: Device, context: RunContext, job_id: str, *, folder: Path | None = None
-) -> RunResult:  # pragma: no branch
+    request: LmRequest, device: Device, context: RunContext, job_id: str, folder: Path | None
+) -> RunResult:
+    """A language-model folder's road (`folder`: where a factory's causal LM was
+    saved; None: MODEL is the folder): checked, built (or --pte), generated on the
+    device and judged."""
     say: StatusCallback = context.status or (lambda _text: None)
-    checked = check_lm_job(job, folder)
+    checked = check_lm_job(request, folder)
     assert checked.folder is not None
-    if job.pte is not None:
-        program = given_program(job.pte, checked.folder, checked.options)
-    else:
+    if request.pte is None:
         say(f"building {checked.folder.path.name} ({checked.options.label})")
-        program = build_lm(checked.folder, checked.options, use_cache=job.use_cache)
+    program = lm_program(checked.folder, checked.options, request.pte, request.use_cache)
     return generate_and_compare(
-        job, device, context, job_id, checked, program, (),
+        request, device, context, job_id, checked, program, (),
         lambda: eager_references(checked), tokenizer_text(checked.folder),
     )  # fmt: skip
 
 
-References = tuple[tuple[PromptRun, ...], tuple[PromptRun, ...]]
-
-
 def generate_and_compare(
-    job: RunJob,
+    request: LmRequest,
     device: Device,
     context: RunContext,
     job_id: str,
     checked: LmJob,
     program: LmProgram,
     carried: Sequence[RunnerBundle],
-    references: Callable[[], References],
+    references: Callable[[], tuple[tuple[PromptRun, ...], tuple[PromptRun, ...]]],
     text: Callable[[Sequence[int]], str],
 ) -> RunResult:
     """The program on the device, one runner call a prompt, then held to the float and
     quantized eager references (computed by `references` after the device ran, or read
     from a job bundle) and judged: the RunResult with its language_model block."""
     from etdeploy.pipeline.deploy import target_for
-    from etdeploy.pipeline.generate import check_generation
+    from etdeploy.pipeline.generate import check_generation, generate_on_device
     from etdeploy.pipeline.llm.lm_result import lm_memory, lm_run_result
-    from etdeploy.pipeline.memory import judge_memory, max_memory
+    from etdeploy.pipeline.memory import judge_memory
     from etdeploy.sizecheck import summary_for_result
 
     say: StatusCallback = context.status or (lambda _text: None)
     started = time.time()
-    target = target_for(job.runner, device, say, carried, context.device_runner)
+    settings = request.generation
+    target = target_for(request.runner, device, say, carried, context.device_runner)
     say(f"checking that the runner for {target.info.name} can run the program")
     # Refuses a runner without --generate too, before anything is pushed.
     report = check_generation(
-        device, target.bundle, program.pte, status=say, verify=job.verify_remote,
+        device, target.bundle, program.pte, status=say, verify=settings.verify_remote,
         sha256=program.sha256,
     )  # fmt: skip
     requests = [
@@ -164,7 +141,12 @@ def generate_and_compare(
         )
         for p in checked.prompts
     ]
-    generated = generate_prompts(target, program.pte, requests, job, job_id, say)
+    # Every prompt through the runner on the device (the device held, the job's
+    # directory swept and journaled), with the deploy's figures.
+    with scratch_dir("lm") as local:
+        generated = generate_on_device(
+            target, program.pte, requests, settings, job_id, Path(local), status=say
+        )
     say("computing float and quantized eager")
     floats, quantized = references()
     peaks = [r.peak_rss_bytes for r in generated.results if r.peak_rss_bytes is not None]
@@ -182,59 +164,12 @@ def generate_and_compare(
             peak_rss_bytes=max(peaks) if peaks else None,
         ),
         (),
-        max_memory(job.max_memory_bytes, job.max_memory_source),
+        request.memory_limit,
     )
     return lm_run_result(
-        job, job_id, started, checked, program, target, report, generated, block, size, memory
-    )
-
-
-def eager_references(checked: LmJob) -> References:
-    """Every prompt through float eager and quantized eager (torch, transformers)."""
-    from etdeploy.pipeline.llm.folder import load_causal_lm
-    from etdeploy.pipeline.llm.lm_export import quantized_model
-    from etdeploy.pipeline.llm.lm_references import eager_runs
-
-    assert checked.folder is not None
-    new_tokens, ends = checked.max_new_tokens, checked.eos_ids
-    floats = eager_runs(load_causal_lm(checked.folder), checked.prompts, new_tokens, ends)
-    quantized = floats
-    if checked.options.quantize or checked.options.quantize_embeddings:
-        quantized = eager_runs(
-            quantized_model(checked.folder, checked.options), checked.prompts, new_tokens, ends
-        )
-    return floats, quantized
-
-
-def tokenizer_text(folder: LmFolder) -> Callable[[Sequence[int]], str]:
-    """Ids to text with the folder's tokenizer, special tokens included: a generation
-    that ended shows its end token (`</s>`)."""
-    tokenizer = load_tokenizer(folder)
-
-    def text(ids: Sequence[int]) -> str:
-        return str(tokenizer.decode(list(ids), skip_special_tokens=False))
-
-    return text
-
-
-def generate_prompts(
-    target: Target,
-    pte: Path,
-    requests: Sequence[GenerationRequest],
-    job: RunJob,
-    job_id: str,
-    say: StatusCallback,
-) -> DeviceGeneration:
-    """Every prompt through the runner on the device (etdeploy.pipeline.generate: the
-    device held, the job's directory swept and journaled), with the deploy's figures."""
-    from etdeploy.pipeline.generate import GenerationSettings, generate_on_device
-
-    settings = GenerationSettings(
-        cpu_threads=job.cpu_threads, deadline_s=job.deadline_s,
-        idle_timeout_s=job.idle_timeout_s, verify_remote=job.verify_remote, keep=job.keep,
+        request.model, job_id, started, checked, program, target, report, generated, block,
+        size, memory,
     )  # fmt: skip
-    with scratch_dir("lm") as local:
-        return generate_on_device(target, pte, requests, settings, job_id, Path(local), status=say)
 
 
 def language_model_block(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from etdeploy.pipeline.llm.folder import eos_ids, open_lm_folder
+from etdeploy.pipeline.llm.folder import open_lm_folder
+from etdeploy.pipeline.llm.prompts import eos_ids
 from tests.pipeline.llm.conftest import LmRun
 from tests.support.tiny_lm import EOS_ID, TinyLm
 

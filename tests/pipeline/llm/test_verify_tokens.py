@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from etdeploy.pipeline.llm.folder import load_causal_lm, open_lm_folder
+from etdeploy.pipeline.llm.folder import open_lm_folder
+from etdeploy.pipeline.llm.lm_export import load_causal_lm
 from etdeploy.pipeline.llm.lm_references import eager_runs
 from etdeploy.pipeline.llm.prompts import read_prompts
 from etdeploy.pipeline.llm.verify_tokens import compare_perplexity, compare_tokens
