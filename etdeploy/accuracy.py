@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etdeploy.errors import InputError
+from etdeploy.errors import InputError, UsageError
 
 # The two-sided 95% normal quantile.
 Z95 = 1.959963984540054
@@ -345,8 +345,6 @@ def _paired(task: Task, reference: Scored, other: Scored) -> Paired:
 
 def parse_drop(value: str | float, where: str) -> float:
     """ "0.5pp" or "0.5%" -> 0.005; a bare number is a fraction."""
-    from etdeploy.errors import UsageError
-
     if isinstance(value, bool):
         raise UsageError(f"{where}: expected a drop, got {value!r}", "e.g. 0.5pp")
     if isinstance(value, (int, float)):

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from etdeploy.errors import EtdeployError, InputError
+from etdeploy.extras import require_build_extra
+from etdeploy.npz import read_npy
 
 ARRAY_SUFFIXES = (".npy", ".npz", ".pt")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -178,8 +180,6 @@ def load_array_sample(path: Path, input_names: Sequence[str]) -> Sample:
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
-            from etdeploy.npz import read_npy
-
             arrays: tuple[np.ndarray, ...] = (read_npy(path),)
         elif suffix == ".npz":
             with np.load(path, allow_pickle=False) as archive:
@@ -189,8 +189,6 @@ def load_array_sample(path: Path, input_names: Sequence[str]) -> Sample:
                 else:
                     arrays = tuple(archive[k] for k in keys)
         elif suffix == ".pt":
-            from etdeploy.extras import require_build_extra
-
             require_build_extra(f"reading {path.name} (a torch.save file)")
             import torch
 

@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from etdeploy.atomic import keep_json, read_json_object
+from etdeploy.builder import quantized_program_path
+from etdeploy.builder.manifest import BuildManifest
 from etdeploy.errors import EtdeployError, InputError
+from etdeploy.paths import cache_dir
 from etdeploy.results.result import DataFileInfo, Delegation
 
 if TYPE_CHECKING:
@@ -158,8 +162,6 @@ class Program:
     @property
     def quantized_program(self) -> Path | None:
         """The converted program a quantized build lowered, kept beside the .pte."""
-        from etdeploy.builder import quantized_program_path
-
         path = quantized_program_path(self.pte)
         return path if self.quantization and path.is_file() else None
 
@@ -236,9 +238,6 @@ def method_signatures(pte: Path, digest: str) -> list[dict[str, Any]]:
     reads a small JSON file instead of importing the .pte reader and its generated
     flatbuffer code (~0.01 s of every run). A cache entry that cannot be read is read
     from the program again."""
-    from etdeploy.atomic import keep_json, read_json_object
-    from etdeploy.paths import cache_dir
-
     cached = cache_dir("signatures") / f"{digest}.json"
     document = read_json_object(cached) or {}
     if document.get("schema") == SIGNATURES_SCHEMA and isinstance(document.get("methods"), list):
@@ -318,7 +317,6 @@ def build_manifest_of(record: ProgramRecord | None) -> BuildManifest | None:
     if record is None:
         return None
     # Loaded already: `record` is one of its records.
-    from etdeploy.builder.manifest import BuildManifest
 
     return record if isinstance(record, BuildManifest) else None
 

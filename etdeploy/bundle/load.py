@@ -21,10 +21,14 @@ import numpy as np
 
 from etdeploy.builder.manifest import program_record_from_json
 from etdeploy.bundle.bundle_manifest import INPUTS_FILE, BundleManifest, read_bundle_manifest
+from etdeploy.dataset import Labels
 from etdeploy.devices.base import DeviceInfo
+from etdeploy.devices.registry import check_runner_abi
+from etdeploy.digests import file_sha256
 from etdeploy.errors import EtdeployError, UsageError
+from etdeploy.npz import read_npz, table_rows
 from etdeploy.program import DataFile, Program, describe_program
-from etdeploy.runner_build import KIND_HOST, RunnerBundle
+from etdeploy.runner_build import KIND_HOST, RunnerBundle, runner_choice, runner_from_path
 from etdeploy.staged import Staged
 
 _HINT = "copy the bundle again whole, or make it again with `etdeploy bundle MODEL -o DIR`"
@@ -55,8 +59,6 @@ class Prepared:
 
 def open_bundle(path: Path) -> JobBundle:
     """The bundle in folder `path`, every file it lists present and unchanged."""
-    from etdeploy.digests import file_sha256
-
     path = Path(path).expanduser().resolve()
     manifest = read_bundle_manifest(path)
     for relative, entry in manifest.files.items():
@@ -126,7 +128,6 @@ def _labels(bundle: JobBundle) -> dict[str, Any]:
     relative = bundle.manifest.labels
     if relative is None:
         return {}
-    from etdeploy.dataset import Labels
 
     try:
         with np.load(bundle.file(relative), allow_pickle=False) as archive:
@@ -149,8 +150,6 @@ def _table(
 ) -> tuple[tuple[np.ndarray, ...], ...]:
     """A table's rows (etdeploy.npz.table_rows); `width` arrays a row (None: as many
     as the file holds). Read in one pass."""
-    from etdeploy.npz import read_npz, table_rows
-
     try:
         return table_rows(read_npz(bundle.file(relative)), letter, samples, width)
     except (OSError, ValueError, KeyError) as exc:
@@ -158,7 +157,6 @@ def _table(
 
 
 def bundle_runners(bundle: JobBundle) -> tuple[RunnerBundle, ...]:
-    from etdeploy.runner_build import runner_from_path
 
     runners = []
     for entry in bundle.manifest.runners:
@@ -177,9 +175,6 @@ def carried_runner(runners: Sequence[RunnerBundle], info: DeviceInfo) -> RunnerB
     runs, a self-contained bundle before a host build. A host build is what runs on
     this machine's own devices and on the loopback phone of the tests (an Android
     device that runs host programs); a real Android phone needs its own (--abi)."""
-    from etdeploy.devices.registry import check_runner_abi
-    from etdeploy.runner_build import runner_choice
-
     fitting = []
     for bundle in runners:
         try:

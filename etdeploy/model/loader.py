@@ -21,7 +21,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from etdeploy.digests import file_sha256
 from etdeploy.errors import ModelError, UsageError
+from etdeploy.extras import require_build_extra
 from etdeploy.model.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -79,8 +81,6 @@ class ModelRef:
             digest.update(data)
             files[path.name] = hashlib.sha256(data).hexdigest()
         if self.kind == "file" and self.source_files:
-            from etdeploy.digests import file_sha256
-
             for data_file in _data_files_beside(self.source_files[0]):
                 content = file_sha256(data_file)
                 digest.update(f"{data_file.name}\0{content}\n".encode())
@@ -195,8 +195,6 @@ def _python_files_beside(path: Path) -> tuple[Path, ...]:
 
 def load_model(ref: ModelRef) -> ModelSpec:
     """Run the factory (or load the .pt2) and check what it returned."""
-    from etdeploy.extras import require_build_extra
-
     require_build_extra(f"loading the model {ref.name}")
     if ref.kind == "pt2":
         return _load_pt2(Path(ref.location))

@@ -28,8 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from etdeploy.atomic import read_json_object, write_json
+from etdeploy.builder import build, data_file_of
+from etdeploy.builder.manifest import ManifestError, ModelNames, read_manifest
 from etdeploy.builder.options import BuildOptions
+from etdeploy.digests import file_sha256
 from etdeploy.errors import EtdeployError, InputError
+from etdeploy.model.loader import changed_files, load_model, parse_model_ref
+from etdeploy.paths import cache_dir
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.program import DataFile, Program, ProgramValue, describe_program
 
@@ -68,7 +74,6 @@ def build_program(request: BuildRequest, status: StatusCallback | None = None) -
     """Build MODEL (cached), or take --pte (and --data)."""
     if request.pte is not None:
         return _given_program(request, request.pte)
-    from etdeploy.builder import build
 
     assert request.model is not None
     built = build(
@@ -88,10 +93,6 @@ def build_program(request: BuildRequest, status: StatusCallback | None = None) -
 def _given_program(request: BuildRequest, pte: Path) -> Program:
     """--pte (and --data, or the .ptd its manifest names), checked against MODEL when
     one is named: MODEL parsed once, here."""
-    from etdeploy.builder import data_file_of
-    from etdeploy.builder.manifest import read_manifest
-    from etdeploy.model.loader import parse_model_ref
-
     if pte.is_dir() or not pte.exists():
         raise InputError(f"no such .pte: {pte}", "check the path given with --pte")
     warnings: list[str] = []
@@ -154,8 +155,6 @@ def _inputs_check(samples: SampleSource) -> InputsCheck | None:
 
 def _local_sha256(path: Path, flag: str) -> str:
     """The sha256 of a local file, read only when its stat changed since it was hashed."""
-    from etdeploy.digests import file_sha256
-
     try:
         return file_sha256(path)
     except EtdeployError as exc:
@@ -167,11 +166,6 @@ def _names_from_model(ref: ModelRef, use_cache: bool = True) -> ModelNames:
     its example inputs' kinds, dtypes and shapes), kept per model fingerprint like its
     eager reference: a warm run of a --pte does not run the factory again (which imports
     torch and makes every weight)."""
-    from etdeploy.atomic import read_json_object, write_json
-    from etdeploy.builder.manifest import ManifestError, ModelNames
-    from etdeploy.model.loader import load_model
-    from etdeploy.paths import cache_dir
-
     kept = cache_dir("references") / f"names-{ref.fingerprint()[:32]}.json"
     found = read_json_object(kept) if use_cache else None  # None: not there yet, or damaged
     if found is not None and "examples" in found:
@@ -197,8 +191,6 @@ def _names_from_model(ref: ModelRef, use_cache: bool = True) -> ModelNames:
 def _check_built_from(pte: Path, manifest: BuildManifest, ref: ModelRef) -> None:
     """A --pte whose build manifest names another model, or another version of
     MODEL, is refused: its outputs would be judged against the wrong eager model."""
-    from etdeploy.model.loader import changed_files
-
     model = ref.text
     built = manifest.model
     recorded = built.fingerprint

@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from etdeploy.bundle.bundle_manifest import RUNNERS_DIR, BundleManifest, FileEntry, RunnerEntry
+from etdeploy.digests import sha256_file
 from etdeploy.jsonvalue import JsonObject
-from etdeploy.runner_build import RunnerBundle
+from etdeploy.npz import table_arrays
+from etdeploy.runner_build import BUNDLE_MANIFEST, RunnerBundle
 from etdeploy.settings import MACHINE, RunSettings, declared
 from etdeploy.staged import Staged
 
@@ -85,7 +87,6 @@ class Writer:
         self.files: dict[str, FileEntry] = {}
 
     def listed(self, relative: str) -> str:
-        from etdeploy.digests import sha256_file
 
         path = self.root / relative
         self.files[relative] = FileEntry(path.stat().st_size, sha256_file(path))
@@ -105,8 +106,6 @@ class Writer:
 
     def arrays(self, relative: str, table: Table, letter: str) -> str:
         """A table as .npz (etdeploy.npz.table_arrays: stacked when its rows are alike)."""
-        from etdeploy.npz import table_arrays
-
         target = self.root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "wb") as handle:
@@ -129,8 +128,6 @@ class Writer:
 
     def runner(self, bundle: RunnerBundle) -> RunnerEntry:
         """The runner bundle's folder as runner_build wrote it (bundle.json included)."""
-        from etdeploy.runner_build import BUNDLE_MANIFEST
-
         directory = f"{RUNNERS_DIR}/{bundle.abi}-{bundle.kind}"
         for path in (*bundle.files, bundle.directory / BUNDLE_MANIFEST):
             self.copy(path, f"{directory}/{path.name}")

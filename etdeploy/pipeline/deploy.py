@@ -31,11 +31,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from etdeploy import runner as contract
+from etdeploy.bundle.load import carried_runner
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, Push, job_dir
+from etdeploy.devices.registry import check_runner_abi
 from etdeploy.errors import EtdeployError
+from etdeploy.inputs import raw_bytes
+from etdeploy.paths import cache_dir
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.preflight.describe_runner import remote_runner_dir
 from etdeploy.program import Program
+from etdeploy.quarantine import file_damage, quarantine
+from etdeploy.runner_build import runner_for_device, runner_from_path
 from etdeploy.staged import Staged
 
 if TYPE_CHECKING:
@@ -71,22 +77,14 @@ def target_for(
     etdeploy builds for it (runner_build.runner_choice: the host build, the NDK build,
     or the self-contained arm64 bundle). A runner built for another ABI is refused
     here, before anything is pushed. `info`: device.info(), when the caller has it."""
-    from etdeploy.devices.registry import check_runner_abi
-
     info = info or device.info()
     say(f"preparing the runner for {info.name} ({info.os} {info.abi})")
     explicit = runner or configured
     if explicit is not None:
-        from etdeploy.runner_build import runner_from_path
-
         bundle = runner_from_path(Path(explicit))
     elif carried:
-        from etdeploy.bundle.load import carried_runner
-
         bundle = carried_runner(carried, info)
     else:
-        from etdeploy.runner_build import runner_for_device  # imports the runner build
-
         bundle = runner_for_device(info, say)
     check_runner_abi(info, bundle.abi)
     return Target(device, info, bundle)
@@ -231,8 +229,6 @@ def packed_inputs(
     """Every sample's inputs as raw bytes back to back in one file named by its content
     (cached locally, so a transport's digest record sees the same file each run), and
     where each input starts in it."""
-    from etdeploy.inputs import raw_bytes
-
     digest = hashlib.sha256()
     offsets: list[list[int]] = []
     chunks: list[bytes] = []
@@ -251,8 +247,6 @@ def packed_inputs(
 
 def staged_input_file(array: np.ndarray) -> Path:
     """The raw runner file for `array`, named by its content."""
-    from etdeploy.inputs import raw_bytes
-
     data = raw_bytes(array)
     return _cached_input(hashlib.sha256(data).hexdigest(), [data])
 
@@ -261,9 +255,6 @@ def _cached_input(digest: str, chunks: Sequence[bytes], suffix: str = ".bin") ->
     """The staged file of these bytes (sha256 `digest`), named by its first 32 digits.
     One already there is used only when it holds exactly these bytes
     (etdeploy.quarantine): a damaged or linked one is moved aside and written again."""
-    from etdeploy.paths import cache_dir
-    from etdeploy.quarantine import file_damage, quarantine
-
     name = digest[:32]
     path = cache_dir("staged-inputs") / f"{name}{suffix}"
     if os.path.lexists(path):

@@ -24,9 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from etdeploy import runner as contract
+from etdeploy.builder import etrecord_path
 from etdeploy.devices.base import RunOutput
 from etdeploy.errors import InputError, RunnerError
+from etdeploy.inputs import read_raw
+from etdeploy.paths import cache_dir
 from etdeploy.pipeline.deploy import Deployed, Target, shapes_if_dynamic
+from etdeploy.preflight.describe_runner import remote_runner_dir
+from etdeploy.profile import summarize_etdump
 from etdeploy.program import Program
 from etdeploy.results.result import Latency, Profile
 from etdeploy.results.result_accuracy import Throughput
@@ -277,8 +282,6 @@ def check_runner_output(out: RunOutput, device: str, idle_timeout_s: float | Non
 
 def invocation_runner(target: Target, invocation: contract.RunnerInvocation) -> str:
     """The runner executable on the device, beside the other bundle files."""
-    from etdeploy.preflight.describe_runner import remote_runner_dir
-
     return f"{remote_runner_dir(target.device, target.bundle)}/{target.bundle.executable}"
 
 
@@ -291,7 +294,6 @@ def _read_output(
     target: Target, out: RunOutput, log: str, sample: str, index: int, path: Path,
     dtype: str, shape: list[int],
 ) -> np.ndarray:  # fmt: skip
-    from etdeploy.inputs import read_raw
 
     try:
         return read_raw(path, dtype, shape)
@@ -380,8 +382,6 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 def keep_etdump(path: Path, job_id: str) -> Path:
     """The run's ETDump moved to the cache, where a report can point at it."""
-    from etdeploy.paths import cache_dir
-
     kept = cache_dir("etdumps") / f"{job_id}.etdump"
     # The temporary dir may be on another filesystem (a tmpfs /tmp): copy, not rename.
     shutil.move(path, kept)
@@ -389,8 +389,6 @@ def keep_etdump(path: Path, job_id: str) -> Path:
 
 
 def profile_of(etdump: Path, program: Program) -> Profile:
-    from etdeploy.builder import etrecord_path
-    from etdeploy.profile import summarize_etdump
 
     record = etrecord_path(program.pte)
     return Profile.from_json(summarize_etdump(etdump, record if record.is_file() else None))

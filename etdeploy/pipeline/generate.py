@@ -32,11 +32,13 @@ import numpy as np
 from etdeploy.devices.base import Device, ProgressCallback, Push, job_dir
 from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs
+from etdeploy.digests import file_sha256
 from etdeploy.errors import RunnerError
 from etdeploy.pipeline.deploy import Target, staged_input_file
 from etdeploy.pipeline.execute import check_runner_output, clip_log
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.preflight import PreflightReport, describe_runner, preflight, remote_runner_dir
+from etdeploy.preflight.compare import PreflightError
 from etdeploy.runner.generation import (
     GENERATE_CAPABILITY,
     TOKEN_DTYPE,
@@ -121,8 +123,6 @@ def check_generation(
     using ExecuTorch's LLM custom ops is refused here, with how to get them), and a
     runner that can generate at all (one that predates --generate, or upstream's
     executor_runner, is refused with a hint). PreflightError (exit 2) either way."""
-    from etdeploy.preflight.compare import PreflightError
-
     report = preflight(device, bundle, pte, status=status, verify=verify, sha256=sha256)
     description = describe_runner(device, bundle, status=status, verify=verify).description
     if description is None or not description.can(GENERATE_CAPABILITY):
@@ -148,8 +148,6 @@ def deploy_generator(
 ) -> GeneratorOnDevice:
     """The runner bundle, the program (and its .ptd) and each request's ids file,
     pushed in one exchange unless the device holds the same bytes already."""
-    from etdeploy.digests import file_sha256
-
     started = time.perf_counter()
     device, bundle = target.device, target.bundle
     base = device.workdir.rstrip("/")

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.build_options import CacheChoice
+from etdeploy.bundle.bundle_manifest import read_bundle_manifest
 from etdeploy.config import Config, config_settings
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import JsonObject
+from etdeploy.memory.limit import device_max_memory
+from etdeploy.pipeline.shape_points import parse_points
 from etdeploy.settings import (
     BUILD,
     INPUTS_PANEL,
@@ -102,8 +105,6 @@ class RunJob(CacheChoice, RunSettings):
                 "name the model the .pte was built from: etdeploy run MODEL --pte FILE --localize",
             )
         if self.shapes:
-            from etdeploy.pipeline.shape_points import parse_points
-
             parse_points(self.shapes)  # a malformed point fails here; ranges once built
             if self.model is None:
                 raise UsageError(
@@ -170,8 +171,6 @@ def memory_limit(
 ) -> tuple[int | None, str | None]:
     """The job's max memory (bytes) and where it was set: the flag, else the device's
     own [devices.NAME] max_memory, else [run]'s (in `values`); (None, None) if none is."""
-    from etdeploy.memory.limit import device_max_memory
-
     label = config.path.name if config.path else "etdeploy.toml"
     layered_bytes = values.get("max_memory_bytes")
     chosen = layered_bytes if isinstance(layered_bytes, int) else None
@@ -233,7 +232,6 @@ def bundle_job(
                 "-o DIR",
             )
     # Here: a run without --bundle does not import its manifest's module (~0.01 s).
-    from etdeploy.bundle.bundle_manifest import read_bundle_manifest
 
     manifest = read_bundle_manifest(Path(path))
     travelled = {}

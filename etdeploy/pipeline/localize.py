@@ -27,14 +27,22 @@ import numpy as np
 
 from etdeploy import numerics as metrics
 from etdeploy.builder import BuildOptions
-from etdeploy.builder.tap_plan import DEFAULT_BUDGET_BYTES, FULL, GRANULARITIES, TapPlan
-from etdeploy.builder.tapped import TappedBuild
+from etdeploy.builder.tap_plan import (
+    DEFAULT_BUDGET_BYTES,
+    FULL,
+    GRANULARITIES,
+    TapPlan,
+    path_matches,
+)
+from etdeploy.builder.tapped import TappedBuild, build_tapped
 from etdeploy.builder.tapped_manifest import TapInfo
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.errors import EtdeployError, InputError, UsageError
+from etdeploy.model.loader import load_model, parse_model_ref
 from etdeploy.pipeline.deploy import Target
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.pipeline.localize_runs import LocalizeContext, Values, eager_values
+from etdeploy.pipeline.operator_error import operator_errors
 from etdeploy.pipeline.origin import blame, hint_for
 from etdeploy.pipeline.origin import verdict as origin_verdict
 from etdeploy.pipeline.plan import LocalizeRequest
@@ -51,6 +59,8 @@ from etdeploy.results.result_localization import (
     TappedProgram,
     TapResult,
     TapTolerance,
+    describe_error,
+    where,
 )
 from etdeploy.staged import Staged
 
@@ -83,9 +93,6 @@ def check_localizable(request: LocalizeRequest, program: Program) -> None:
 
 def _check_module(model: str, pattern: str) -> None:
     """A module path the model has (its named submodules), before the run."""
-    from etdeploy.builder.tap_plan import path_matches
-    from etdeploy.model.loader import load_model, parse_model_ref
-
     module = load_model(parse_model_ref(model)).module
     named = getattr(module, "named_modules", None)
     if named is None:  # a saved ExportedProgram: checked against its graph when tapped
@@ -359,8 +366,6 @@ def _own_errors(
     request: LocalizeRequest,
 ) -> dict[str, dict[str, OperatorError]]:
     """Each whole tapped operator's own error on the device, per sample name."""
-    from etdeploy.pipeline.operator_error import operator_errors
-
     per_sample = operator_errors(
         tapped.reference_program, tapped.manifest.sha256, tapped.taps, samples, got,
         quant_steps=tolerance.quant_steps, use_cache=request.options.use_cache,
@@ -369,7 +374,6 @@ def _own_errors(
 
 
 def _build(request: LocalizeRequest, options: BuildOptions, plan: TapPlan) -> TappedBuild:
-    from etdeploy.builder.tapped import build_tapped
 
     assert request.model is not None
     return build_tapped(request.model, options, plan)
@@ -460,8 +464,6 @@ def _verdict(
     module: str | None,
 ) -> tuple[str, str]:
     """The localisation's status and its one-line reason."""
-    from etdeploy.results.result_localization import describe_error, where
-
     over = [r for r in rows if r.status != "ok"]
     if first is not None:
         came = (

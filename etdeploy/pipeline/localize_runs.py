@@ -11,12 +11,15 @@ from pathlib import Path
 import numpy as np
 
 from etdeploy import numerics as metrics
-from etdeploy.builder.tapped import TappedBuild
+from etdeploy.builder.tapped import TappedBuild, load_reference
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.devices.lock import device_lock
-from etdeploy.pipeline.deploy import Target
+from etdeploy.digests import sha256_file
+from etdeploy.pipeline.deploy import Target, deploy, remove_quietly
+from etdeploy.pipeline.execute import Timing, execute
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.pipeline.plan import LocalizeRequest
+from etdeploy.pipeline.references import _cached, reference_key
 from etdeploy.pipeline.verify import Judged
 from etdeploy.program import Program, describe_program
 from etdeploy.results.result_localization import TapTolerance
@@ -32,9 +35,6 @@ def eager_values(
 ) -> Values:
     """Each sample through the tapped ExportedProgram: every output by index,
     cached per (the program's bytes, the inputs) like the other references."""
-    from etdeploy.digests import sha256_file
-    from etdeploy.pipeline.references import _cached, reference_key
-
     path = tapped.reference_program
     key = reference_key(sha256_file(path), samples)[:32]
     table, _ = _cached(
@@ -47,8 +47,6 @@ def _run_tapped_eagerly(
     path: Path, samples: Sequence[tuple[np.ndarray, ...]]
 ) -> list[list[np.ndarray]]:
     import torch
-
-    from etdeploy.builder.tapped import load_reference
 
     module = load_reference(path)
     rows = []
@@ -103,9 +101,6 @@ class LocalizeContext:
         """The tapped program on the device, each chosen sample once: every output
         by index. Deployed like the program itself: content-addressed, so the
         runner and the inputs already there are not sent again."""
-        from etdeploy.pipeline.deploy import deploy, remove_quietly
-        from etdeploy.pipeline.execute import Timing, execute
-
         manifest = tapped.manifest
         program = describe_program(tapped.pte, manifest.sha256, manifest.as_build_manifest(), ())
         indices = program.tensor_outputs

@@ -28,10 +28,17 @@ from etdeploy.bundle.bundle_manifest import (
     is_bundle,
 )
 from etdeploy.errors import UsageError
+from etdeploy.extras import require_build_extra
 from etdeploy.model.loader import CausalLmReturned
+from etdeploy.pipeline.build import build_program
 from etdeploy.pipeline.bundle_writer import MadeBundle, bundle_folder, settings_json
 from etdeploy.pipeline.job import RunJob
-from etdeploy.runner_build import RunnerBundle
+from etdeploy.pipeline.llm.bundle import make_lm_bundle
+from etdeploy.pipeline.llm.factory import language_model_folder, save_factory_lm
+from etdeploy.pipeline.plan import plan_of
+from etdeploy.pipeline.references import host_runtime_outputs
+from etdeploy.pipeline.stage import stage
+from etdeploy.runner_build import RunnerBundle, ensure_runner
 
 Say = Callable[[str], None]
 
@@ -44,19 +51,11 @@ def make_bundle(
 ) -> MadeBundle:
     """Build and stage `job` and write it to `out` with `runners` (default: the host
     build; `runners_for(abis)` gives runner_build's bundle for each ABI)."""
-    from etdeploy.extras import require_build_extra
-    from etdeploy.pipeline.build import build_program
-    from etdeploy.pipeline.plan import plan_of
-    from etdeploy.pipeline.references import host_runtime_outputs
-    from etdeploy.pipeline.stage import stage
-
     say = status or (lambda _text: None)
     _check_target(out)
     require_build_extra("etdeploy bundle (it builds the program and computes its references)")
     lm_folder = _language_model_folder(job)
     if lm_folder is not None:  # a causal LM: its program, prompts and references
-        from etdeploy.pipeline.llm.bundle import make_lm_bundle
-
         return make_lm_bundle(job, out, runners or runners_for(("host",), say), lm_folder, say)
     if job.localize:
         raise UsageError(
@@ -68,9 +67,6 @@ def make_bundle(
     try:
         program = build_program(plan.build, say)
     except CausalLmReturned as returned:  # the factory made a causal LM: saved, its road
-        from etdeploy.pipeline.llm.bundle import make_lm_bundle
-        from etdeploy.pipeline.llm.factory import save_factory_lm
-
         folder = save_factory_lm(returned.ref, returned.spec)
         return make_lm_bundle(job, out, runners or runners_for(("host",), say), folder, say)
     say("staging inputs and the references")
@@ -118,7 +114,6 @@ def make_bundle(
 
 
 def _language_model_folder(job: RunJob) -> Path | None:
-    from etdeploy.pipeline.llm.factory import language_model_folder
 
     return language_model_folder(job.model, use_cache=job.use_cache)
 
@@ -138,8 +133,6 @@ def _check_target(out: Path) -> None:
 def runners_for(abis: Sequence[str], say: Say | None = None) -> list[RunnerBundle]:
     """runner_build's bundle for each ABI (built if its cache lacks it), each distinct
     bundle once."""
-    from etdeploy.runner_build import ensure_runner
-
     say = say or (lambda _text: None)
     found: dict[str, RunnerBundle] = {}
     for abi in dict.fromkeys(abis or ("host",)):

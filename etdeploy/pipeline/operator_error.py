@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from etdeploy.builder.tap_plan import FULL
+from etdeploy.builder.tap_plan import FULL, graph_outputs, input_node, value_key
+from etdeploy.builder.tapped import load_reference
 from etdeploy.builder.tapped_manifest import TapInfo
+from etdeploy.paths import cache_dir
 from etdeploy.results.result import OperatorError
 
 if TYPE_CHECKING:  # imported where torch is
@@ -61,8 +63,6 @@ def operator_errors(
     """Per sample, each whole tapped value's own error (by node), cached by the
     tapped program's digest (`program_sha256`: its eager twin is built with it),
     the inputs and the device's values."""
-    from etdeploy.paths import cache_dir
-
     measured = [t for t in taps if t.reducer == FULL and not t.context]
     digest = hashlib.sha256(f"{REVISION}:{program_sha256}:{quant_steps!r}".encode())
     for tap in measured:
@@ -94,9 +94,6 @@ def _measure(
 ) -> list[dict[str, OperatorError]]:
     import torch
 
-    from etdeploy.builder.tap_plan import graph_outputs
-    from etdeploy.builder.tapped import load_reference
-
     module = load_reference(reference_program)
     outputs = graph_outputs(module.graph)
     # Each tap's value node in the twin: the tap's argument.
@@ -121,8 +118,6 @@ def _measure(
 def _tapped_value(output: object) -> Node:
     """The value a tap output hands out: the tap's argument (its node in the graph)."""
     from torch.fx import Node as GraphNode
-
-    from etdeploy.builder.tap_plan import input_node
 
     value = input_node(output, 0) if isinstance(output, GraphNode) else None
     assert value is not None, f"{output} is not a tap of a value"
@@ -194,8 +189,6 @@ class _DeviceFed:
 
     def __init__(self, module: GraphModule, device: Mapping[Node, np.ndarray]) -> None:
         import torch
-
-        from etdeploy.builder.tap_plan import input_node, value_key
 
         self.module = module
         self.computed: dict[str, torch.Tensor] = {}

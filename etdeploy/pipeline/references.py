@@ -20,7 +20,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from etdeploy.atomic import atomic_write
+from etdeploy.builder import cache_key, parse_dynamic, quantized_program_path
+from etdeploy.builder.calibration import (
+    calibration_batches,
+    calibration_unchanged,
+    recorded_calibration_unchanged,
+)
+from etdeploy.builder.export import export_model
+from etdeploy.builder.manifest import read_manifest
+from etdeploy.builder.quantize import load_quantized, output_quantization, quantize, saved
+from etdeploy.devices.lock import held_lock
+from etdeploy.digests import file_sha256
 from etdeploy.errors import InfraError, InputError
+from etdeploy.extras import require_build_extra
+from etdeploy.inputs import dtype_name
+from etdeploy.model.loader import load_model, parse_model_ref
+from etdeploy.npz import read_npz, table_arrays, table_rows
+from etdeploy.paths import cache_dir
+from etdeploy.quarantine import file_damage, quarantine
 
 if TYPE_CHECKING:
     import torch
@@ -34,7 +52,6 @@ Table = list[list[np.ndarray]]
 
 
 def reference_key(model_fingerprint: str, samples: Sequence[tuple[np.ndarray, ...]]) -> str:
-    from etdeploy.inputs import dtype_name
 
     digest = hashlib.sha256(model_fingerprint.encode())
     for sample in samples:
@@ -53,8 +70,6 @@ def eager_reference(
     it approximates. Also says, per sample, whether it is one of the model's
     example inputs (which the caller warns about).
     """
-    from etdeploy.model.loader import parse_model_ref
-
     return _eager(parse_model_ref(model), samples, use_cache)
 
 
@@ -75,8 +90,6 @@ def quantized_reference(
     """The samples through the converted (quantize/dequantize) program a quantized
     build lowered (builder.quantized_program_path), cached per (its bytes, inputs).
     This is what the device must reproduce to the quantization step."""
-    from etdeploy.digests import file_sha256
-
     # Recognised by its stat on a warm run: the converted program of a large model is
     # as big as its weights, and hashing it each run would cost what the file does.
     key = reference_key(file_sha256(program), samples)[:32]
@@ -124,8 +137,6 @@ def expected_outputs(
     (the build's own beside the .pte, or for a .pte built elsewhere the one MODEL and
     the run's `options` give) with its outputs; none for a float program or without
     MODEL."""
-    from etdeploy.model.loader import parse_model_ref
-
     mode = program.quantization or options.quantize
     derive = program.quantized_program is None and mode is not None
     needed = model is not None and (reference is None or derive)
@@ -155,11 +166,6 @@ def derived_quantized_program(ref: ModelRef, options: BuildOptions) -> Quantized
     build is there; else MODEL quantized again as the build does it (the same
     export, XNNPACK quantizer and calibration set: builder.calibration), kept in
     the reference cache by the same key as the build, so a warm run reads it."""
-    from etdeploy.builder import cache_key, quantized_program_path
-    from etdeploy.builder.calibration import calibration_unchanged, recorded_calibration_unchanged
-    from etdeploy.builder.manifest import read_manifest
-    from etdeploy.paths import cache_dir
-
     model = ref.text
     key = cache_key(ref, options, ref.fingerprint())[:32]
     built = cache_dir("builds") / key / f"{ref.name}.pte"
@@ -201,12 +207,6 @@ def derived_quantized_program(ref: ModelRef, options: BuildOptions) -> Quantized
 def _quantize_again(ref: ModelRef, options: BuildOptions, path: Path) -> dict[str, Any]:
     """MODEL exported, calibrated and quantized as builder.build does it; the
     converted program written to `path`; its calibration record and output steps."""
-    from etdeploy.builder import parse_dynamic
-    from etdeploy.builder.calibration import calibration_batches
-    from etdeploy.builder.export import export_model
-    from etdeploy.builder.quantize import output_quantization, quantize, saved
-    from etdeploy.model.loader import load_model
-
     assert options.quantize is not None
     spec = load_model(ref)
     if options.dynamic:
@@ -226,9 +226,6 @@ def _cached(
     """A reference table from the cache, or computed and written there (atomically),
     with its sha256 beside it (NAME.sha256): a table whose bytes are not the ones
     recorded is quarantined (etdeploy.quarantine) and computed again."""
-    from etdeploy.devices.lock import held_lock
-    from etdeploy.paths import cache_dir
-
     path = cache_dir("references") / f"{name}.npz"
     record = path.with_suffix(".sha256")
     # flock(2), as filelock takes it on POSIX: the same lock as runs that used filelock.
@@ -243,7 +240,6 @@ def _cached(
 
 
 def _read_verified(path: Path, record: Path) -> tuple[Table, list[bool]] | None:
-    from etdeploy.quarantine import file_damage, quarantine
 
     if not os.path.lexists(path):
         return None
@@ -268,8 +264,6 @@ def _read_verified(path: Path, record: Path) -> tuple[Table, list[bool]] | None:
 def _write_table(path: Path, record: Path, outputs: Table, hits: list[bool]) -> None:
     """The table, then its digest: a run cut between them leaves a table without a
     record, which the next run computes again."""
-    from etdeploy.atomic import atomic_write
-
     buffer = io.BytesIO()
     # Keys are count, example_hits, o<k> and s<i>_o<k>, never savez's own
     # allow_pickle, which is why numpy's stubs reject a ** of str keys here.
@@ -282,8 +276,6 @@ def _write_table(path: Path, record: Path, outputs: Table, hits: list[bool]) -> 
 def _table_arrays(outputs: Table, hits: list[bool]) -> dict[str, np.ndarray]:
     """A cached table's arrays: its rows as etdeploy.npz keeps a table (o<k> stacked when
     every sample's outputs are alike, else s<i>_o<k>), their count and example hits."""
-    from etdeploy.npz import table_arrays
-
     return {
         "count": np.array(len(outputs)),
         "example_hits": np.array(hits, dtype=bool),
@@ -292,7 +284,6 @@ def _table_arrays(outputs: Table, hits: list[bool]) -> dict[str, np.ndarray]:
 
 
 def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
-    from etdeploy.npz import read_npz, table_rows  # one pass over a thousand samples
 
     archive = read_npz(path)
     count = int(archive["count"])
@@ -301,12 +292,9 @@ def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
 
 
 def _run_quantized(program: Path, samples: Sequence[tuple[np.ndarray, ...]]) -> Table:
-    from etdeploy.extras import require_build_extra
 
     require_build_extra("the quantized program's reference")
     import torch
-
-    from etdeploy.builder.quantize import load_quantized
 
     module = load_quantized(program)
     with torch.no_grad():
@@ -325,8 +313,6 @@ def _run_eager(
     ref: ModelRef, samples: Sequence[tuple[np.ndarray, ...]]
 ) -> tuple[Table, list[bool]]:
     import torch
-
-    from etdeploy.model.loader import load_model
 
     spec = load_model(ref)
     module = spec.module
@@ -406,8 +392,6 @@ def host_runtime_outputs(
     """The .pte (with its external data, `data`) through executorch's Python runtime on
     this machine: the second reference that separates "the lowering changed the
     numbers" from "the device differs from this host"."""
-    from etdeploy.extras import require_build_extra
-
     require_build_extra("--host-check (executorch's Python runtime)")
     import torch
     from executorch.runtime import Runtime

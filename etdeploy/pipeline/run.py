@@ -19,7 +19,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import etdeploy
 from etdeploy.ahead import Ahead
+from etdeploy.atomic import write_json
+from etdeploy.bundle.bundle_manifest import read_bundle_manifest
+from etdeploy.bundle.load import open_bundle, prepare
 from etdeploy.devices.base import Device
 from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs
@@ -31,6 +35,7 @@ from etdeploy.errors import (
     Interruption,
     UsageError,
 )
+from etdeploy.interrupts import signal_name
 from etdeploy.model.loader import CausalLmReturned
 from etdeploy.pipeline.build import build_program
 from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
@@ -44,9 +49,14 @@ from etdeploy.pipeline.execute import (
     throughput_of,
 )
 from etdeploy.pipeline.job import RunContext, RunJob, StatusCallback, new_job_id
+from etdeploy.pipeline.llm.bundle import run_lm_bundle
+from etdeploy.pipeline.llm.factory import language_model_folder, save_factory_lm
+from etdeploy.pipeline.llm.run import run_lm_job
+from etdeploy.pipeline.localize import check_localizable, localize_or_warning
 from etdeploy.pipeline.memory import JudgedMemory, judge_memory, memory_of
 from etdeploy.pipeline.plan import RunPlan, lm_request_of, plan_of
 from etdeploy.pipeline.references import host_runtime_outputs
+from etdeploy.pipeline.shapes import check_points, run_points
 from etdeploy.pipeline.stage import stage
 from etdeploy.pipeline.task import check_task
 from etdeploy.pipeline.verify import Judged, judge, size_verdict
@@ -120,19 +130,12 @@ def _run_job(
     context = context or RunContext()
     job_id = job_id or new_job_id()
     if job.bundle is not None:  # no torch: the bundle's
-        from etdeploy.bundle.bundle_manifest import read_bundle_manifest
-
         if read_bundle_manifest(job.bundle).language_model is not None:
-            from etdeploy.bundle.load import open_bundle
-            from etdeploy.pipeline.llm.bundle import run_lm_bundle
-
             bundle = open_bundle(job.bundle)
             return run_lm_bundle(bundle, lm_request_of(job), device, context, job_id)
         return _run_program(job, device, context, job_id, job.bundle)
     lm_folder = _language_model_folder(job.model, job.use_cache)
     if lm_folder is not None:
-        from etdeploy.pipeline.llm.run import run_lm_job  # a causal LM: its own road
-
         return run_lm_job(lm_request_of(job), device, context, job_id, lm_folder)
     return _run_program(job, device, context, job_id, None)
 
@@ -151,9 +154,6 @@ def _run_program(
     try:
         program, staged, host_outputs, carried = _prepared(bundle, job.label, plan, say)
     except CausalLmReturned as returned:  # the factory made a causal LM: saved, its road
-        from etdeploy.pipeline.llm.factory import save_factory_lm
-        from etdeploy.pipeline.llm.run import run_lm_job
-
         folder = save_factory_lm(returned.ref, returned.spec)
         return run_lm_job(lm_request_of(job), device, context, job_id, folder)
     target = target_for(
@@ -186,8 +186,6 @@ def _run_program(
     )  # fmt: skip
     localization, localize_warnings = None, ()
     if plan.localize is not None:
-        from etdeploy.pipeline.localize import localize_or_warning
-
         say("localizing: where the device departs from eager")
         localization, localize_warnings = localize_or_warning(
             plan.localize, target, program, staged, judged, executed.outputs,
@@ -208,8 +206,6 @@ def _run_program(
 def _language_model_folder(model: str | None, use_cache: bool) -> Path | None:
     """The causal-LM folder a run takes the language-model road with (MODEL, or where a
     factory's causal LM was saved), or None."""
-    from etdeploy.pipeline.llm.factory import language_model_folder
-
     return language_model_folder(model, use_cache=use_cache)
 
 
@@ -220,23 +216,17 @@ def _prepared(
     runtime's outputs with --host-check), built and computed here, or read from a job
     bundle with the runners it carries (etdeploy.bundle: no torch)."""
     if bundle is not None:
-        from etdeploy.bundle.load import open_bundle, prepare
-
         say(f"reading the job bundle {bundle}")
         ready = prepare(open_bundle(bundle))
         return ready.program, ready.staged, ready.host_outputs, ready.runners
     say(f"building {label}")
     program = build_program(plan.build, say)
     if plan.localize is not None:
-        from etdeploy.pipeline.localize import check_localizable
-
         check_localizable(plan.localize, program)  # bad input fails before anything runs
     say("staging inputs and the reference")
     staged = stage(plan.stage, program)
     check_task(plan.verify.gate, plan.verify.labels, program, staged)
     if plan.shapes is not None:
-        from etdeploy.pipeline.shapes import check_points
-
         # Points outside the dynamic range: before anything runs.
         check_points(plan.shapes.points, program)
     host_outputs = (
@@ -277,8 +267,6 @@ def _on_device(
             executed = execute(target, deployed, program, staged, plan.execute, Path(tmp))
             points: tuple[ShapePoint, ...] = ()
             if plan.shapes is not None:  # --shapes: the program at points of its range
-                from etdeploy.pipeline.shapes import run_points
-
                 points = run_points(
                     plan.shapes, target, program, staged, job_id=job_id, local_dir=Path(tmp),
                     say=say, progress=context.progress,
@@ -292,8 +280,6 @@ def _on_device(
 
 def result_of(stages: Stages) -> RunResult:
     """The RunResult of a run that reached a verdict."""
-    import etdeploy
-
     job, program, judged, executed, info = (
         stages.job, stages.program, stages.judged, stages.executed, stages.target.info,
     )  # fmt: skip
@@ -357,8 +343,6 @@ def error_result(
     """The result of a run that raised: status "error", the error kept whole
     (kind, device, command, log) so a report can tell a broken phone from a
     broken model."""
-    import etdeploy
-
     return RunResult(
         etdeploy=etdeploy.__version__,
         status="error",
@@ -392,8 +376,6 @@ def as_error(exc: BaseException) -> EtdeployError:
     if isinstance(exc, EtdeployError):
         return exc
     if isinstance(exc, KeyboardInterrupt):
-        from etdeploy.interrupts import signal_name
-
         return Interruption(
             f"interrupted by {signal_name(exc)} before the run finished",
             "run it again to completion",
@@ -406,8 +388,6 @@ def as_error(exc: BaseException) -> EtdeployError:
 
 def write_result_json(result: RunResult, path: Path) -> None:
     """Temporary name, fsync, then rename: a killed run never leaves half a result."""
-    from etdeploy.atomic import write_json
-
     try:
         write_json(result.to_json(), path)
     except OSError as exc:

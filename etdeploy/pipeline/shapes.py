@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from etdeploy.errors import UsageError
 from etdeploy.pipeline.shape_points import Point, parse_points, resolve_points
+from etdeploy.results.result_shapes import ShapePoint
 
 if TYPE_CHECKING:
     import numpy as np
@@ -126,7 +127,6 @@ def run_points(
     from etdeploy.pipeline.execute import execute, latency_of
     from etdeploy.pipeline.memory import memory_of
     from etdeploy.pipeline.verify import judge
-    from etdeploy.results.result_shapes import ShapePoint
 
     found = []
     for index, point in enumerate(check_points(request.points, program)):

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from etdeploy.builder.options import BuildOptions
-from etdeploy.dataset import Labels
+from etdeploy.dataset import Labels, load_labelled
 from etdeploy.errors import InputError
-from etdeploy.inputs import Sample
+from etdeploy.inputs import Sample, check_against, parse_preprocess
+from etdeploy.numerics import check_kinds
 from etdeploy.pipeline.build import SampleSource
 from etdeploy.pipeline.references import expected_outputs
 from etdeploy.program import Program
@@ -42,8 +43,6 @@ class StageRequest:
 
 def stage(request: StageRequest, program: Program) -> Staged:
     """Real inputs -> arrays checked against the method, then the reference."""
-    from etdeploy.numerics import check_kinds
-
     if any(not value.is_tensor for value in program.inputs):
         raise InputError(
             f"{program.method} takes non-tensor inputs, which the runner cannot be given",
@@ -96,9 +95,6 @@ def stage(request: StageRequest, program: Program) -> Staged:
 def _samples(source: SampleSource, program: Program) -> tuple[list[Sample], Labels | None]:
     """The samples to verify on (--inputs, the model's own, or noise on request), each
     checked against the method, with their labels when they have them."""
-    from etdeploy.dataset import load_labelled
-    from etdeploy.inputs import check_against, parse_preprocess
-
     metas = program.input_metas
     labels: Labels | None = None
     if source.random_inputs:

@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from etdeploy import accuracy
+from etdeploy.atomic import atomic_write
 from etdeploy.dataset import Labels
 from etdeploy.errors import InputError
+from etdeploy.paths import cache_dir
 from etdeploy.program import Program
 from etdeploy.results.result_accuracy import (
     Disagreement,
@@ -163,7 +165,6 @@ def _class(index: int | np.integer, names: Sequence[str]) -> str:
 
 
 def _folder(job_id: str) -> Path:
-    from etdeploy.paths import cache_dir
 
     folder = cache_dir("disagreements") / job_id
     folder.mkdir(parents=True, exist_ok=True)
@@ -173,8 +174,6 @@ def _folder(job_id: str) -> Path:
 def _save_sample(folder: Path, name: str, arrays: tuple[np.ndarray, ...]) -> str:
     """A sample as --inputs reads it (.npy for one input, .npz by input order for
     several), written whole or not at all."""
-    from etdeploy.atomic import atomic_write
-
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
     buffer = io.BytesIO()
     if len(arrays) == 1:

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+import etdeploy
 from etdeploy import numerics as metrics
 from etdeploy.accuracy import Gate
+from etdeploy.atomic import keep_json, read_json_object
 from etdeploy.config import Config
+from etdeploy.paths import cache_dir
 from etdeploy.pipeline.memory import JudgedMemory
 from etdeploy.pipeline.task import task_accuracy
 from etdeploy.program import Program
@@ -218,9 +221,6 @@ def size_verdict(program: Program, config: Config | None) -> SizeSummary:
     (known since build). The verdict itself is kept too, by everything it depends on
     (size_verdict_key): a warm run reads it without importing sizecheck or the .pte
     reader (~0.015 s of every run)."""
-    from etdeploy.atomic import keep_json, read_json_object
-    from etdeploy.paths import cache_dir
-
     cached = cache_dir("size-verdicts") / f"{size_verdict_key(program, config)}.json"
     kept = read_json_object(cached)
     if kept is not None:
@@ -244,8 +244,6 @@ def size_verdict_key(program: Program, config: Config | None) -> str:
     edited source tree judges again)."""
     import hashlib
     import json
-
-    import etdeploy
 
     data = program.data
     parts = [

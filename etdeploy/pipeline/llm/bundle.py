@@ -29,12 +29,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+import etdeploy
+from etdeploy.atomic import read_json_object
 from etdeploy.bundle.bundle_manifest import (
     BUNDLE_FILE,
     PROGRAM_DIR,
     BundleManifest,
     References,
 )
+from etdeploy.bundle.load import bundle_runners
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import (
     JsonObject,
@@ -45,10 +48,15 @@ from etdeploy.jsonvalue import (
     read_object,
     read_str,
 )
-from etdeploy.pipeline.llm.lm_export import LmBuildOptions, LmProgram
+from etdeploy.pipeline.bundle_writer import MadeBundle, bundle_folder, settings_json
+from etdeploy.pipeline.llm.lm_export import LmBuildOptions, LmProgram, build_lm
 from etdeploy.pipeline.llm.lm_job import LmJob
-from etdeploy.pipeline.llm.prompts import Prompt
+from etdeploy.pipeline.llm.lm_references import eager_references
+from etdeploy.pipeline.llm.lm_result import built_with
+from etdeploy.pipeline.llm.prompts import Prompt, tokenizer_text
+from etdeploy.pipeline.llm.run import check_lm_job, generate_and_compare
 from etdeploy.pipeline.llm.verify_tokens import PromptRun
+from etdeploy.pipeline.plan import lm_request_of
 from etdeploy.results.result_lm import LmGates
 
 if TYPE_CHECKING:
@@ -178,15 +186,6 @@ def make_lm_bundle(
 ) -> MadeBundle:
     """The folder's program built, its references computed, written to `out` whole
     (a temporary folder renamed into place)."""
-    import etdeploy
-    from etdeploy.pipeline.bundle_writer import MadeBundle, bundle_folder, settings_json
-    from etdeploy.pipeline.llm.lm_export import build_lm
-    from etdeploy.pipeline.llm.lm_references import eager_references
-    from etdeploy.pipeline.llm.lm_result import built_with
-    from etdeploy.pipeline.llm.prompts import tokenizer_text
-    from etdeploy.pipeline.llm.run import check_lm_job
-    from etdeploy.pipeline.plan import lm_request_of
-
     checked = check_lm_job(lm_request_of(job), folder)
     assert checked.folder is not None
     say(f"building {checked.folder.path.name} ({checked.options.label})")
@@ -238,10 +237,6 @@ def run_lm_bundle(
     """`etdeploy run --bundle DIR` of a language model (the bundle opened and checked
     at the dispatch): no torch, no tokenizer library; the references and the tokens'
     texts are the bundle's."""
-    from etdeploy.atomic import read_json_object
-    from etdeploy.bundle.load import bundle_runners
-    from etdeploy.pipeline.llm.run import generate_and_compare
-
     m = bundle.manifest
     assert m.language_model is not None
     where = f"{bundle.path.name}/{m.language_model}"

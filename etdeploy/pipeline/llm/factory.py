@@ -22,7 +22,14 @@ from pathlib import Path
 from etdeploy.errors import EtdeployError, ModelError
 from etdeploy.model.loader import ModelRef, parse_model_ref
 from etdeploy.model.spec import ModelSpec
-from etdeploy.pipeline.llm.folder import CONFIG, FACTORY_INPUTS, PROMPTS_FILE, TOKENIZER_FILES
+from etdeploy.paths import cache_dir
+from etdeploy.pipeline.llm.folder import (
+    CONFIG,
+    FACTORY_INPUTS,
+    PROMPTS_FILE,
+    TOKENIZER_FILES,
+    looks_like_lm_folder,
+)
 
 # What goes beside a tokenizer file and is copied with it: its settings (the end
 # token, the special tokens) as transformers' save_pretrained writes them.
@@ -34,8 +41,6 @@ _SAVED_AS = "etdeploy.pipeline.llm.factory/1"
 def _entry(ref: ModelRef) -> Path:
     import hashlib
 
-    from etdeploy.paths import cache_dir
-
     key = hashlib.sha256(f"{_SAVED_AS}\n{ref.fingerprint()}".encode()).hexdigest()[:24]
     return cache_dir("llm-factories") / key
 
@@ -45,8 +50,6 @@ def language_model_folder(model: str | None, *, use_cache: bool = True) -> Path 
     it is a Hugging Face folder, or the folder an earlier run saved its factory's causal
     LM as (no torch either way). None: the ordinary road (which may still find that a
     factory returns a causal LM: CausalLmReturned)."""
-    from etdeploy.pipeline.llm.folder import looks_like_lm_folder
-
     if looks_like_lm_folder(model):
         return Path(str(model))
     return saved_factory_folder(model, use_cache=use_cache)

@@ -28,8 +28,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from etdeploy.atomic import atomic_write, read_json_object, write_json
 from etdeploy.build_options import LM_QUANTIZATIONS
+from etdeploy.digests import file_sha256, sha256_file
 from etdeploy.errors import UsageError
+from etdeploy.paths import cache_dir
 from etdeploy.pipeline.llm.folder import LmFolder
 
 # --quantize for a language model: None (float), and LM_QUANTIZATIONS. int8 weight-only
@@ -169,8 +172,6 @@ def build_key(folder: LmFolder, options: LmBuildOptions) -> str:
     """The build's content key: what goes in and what makes it."""
     from importlib.metadata import version
 
-    from etdeploy.digests import file_sha256
-
     digest = hashlib.sha256(_BUILD_RECIPE.encode())
     for path in sorted((folder.path / "config.json", *folder.weights)):
         # Recorded digests: an unchanged multi-GB checkpoint is not read again.
@@ -182,10 +183,6 @@ def build_key(folder: LmFolder, options: LmBuildOptions) -> str:
 
 def build_lm(folder: LmFolder, options: LmBuildOptions, *, use_cache: bool = True) -> LmProgram:
     """The folder built into a .pte (or the cached one of the same content)."""
-    from etdeploy.atomic import atomic_write, read_json_object, write_json
-    from etdeploy.digests import sha256_file
-    from etdeploy.paths import cache_dir
-
     entry = cache_dir("llm-builds") / build_key(folder, options)
     pte, about = entry / "model.pte", entry / "build.json"
     known = read_json_object(about) if use_cache and pte.is_file() else None
@@ -215,8 +212,6 @@ def lm_program(
 def given_program(pte: Path, folder: LmFolder, options: LmBuildOptions) -> LmProgram:
     """A .pte built elsewhere (--pte), run against the folder's references; its KV cache
     as the folder's config gives it at --max-seq-len."""
-    from etdeploy.digests import file_sha256
-
     return LmProgram(
         pte, file_sha256(pte), pte.stat().st_size, options, True,
         folder.kv_bytes_per_position * options.max_seq_len, folder.vocab_size,

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from etdeploy.pipeline.llm.lm_export import load_causal_lm, quantized_model
 from etdeploy.pipeline.llm.lm_job import LmJob
 from etdeploy.pipeline.llm.prompts import Prompt
 from etdeploy.pipeline.llm.verify_tokens import PromptRun
@@ -47,8 +48,6 @@ def eager_runs(
 def eager_references(checked: LmJob) -> tuple[tuple[PromptRun, ...], tuple[PromptRun, ...]]:
     """Every prompt through float eager and quantized eager (torch, transformers), one
     model loaded at a time."""
-    from etdeploy.pipeline.llm.lm_export import load_causal_lm, quantized_model
-
     assert checked.folder is not None
     new_tokens, ends = checked.max_new_tokens, checked.eos_ids
     floats = eager_runs(load_causal_lm(checked.folder), checked.prompts, new_tokens, ends)

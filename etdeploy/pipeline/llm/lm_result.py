@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import etdeploy
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK
 from etdeploy.results.result import (
     Artifact,
@@ -47,7 +48,6 @@ def lm_run_result(
 ) -> RunResult:
     """The run's one verdict: the token-level gates, the store size and the memory
     (its limit judged on the runner's peak) together, as a program's run decides it."""
-    import etdeploy
     from etdeploy.pipeline.execute import latency_of
 
     info, bundle = target.info, target.bundle
@@ -142,8 +142,6 @@ def lm_memory(program: LmProgram, peak_rss_bytes: int | None) -> LmMemory:
 def built_with() -> dict[str, str | None]:
     """The versions of what makes an LM program, here (None: not installed)."""
     from importlib.metadata import PackageNotFoundError, version
-
-    import etdeploy
 
     def installed(name: str) -> str | None:
         try:

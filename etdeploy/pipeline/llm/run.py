@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING
 
 from etdeploy.devices.base import Device
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from etdeploy.pipeline.deploy import target_for
+from etdeploy.pipeline.generate import check_generation, generate_on_device
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.pipeline.llm.folder import open_lm_folder
 from etdeploy.pipeline.llm.lm_export import LmProgram, check_options, lm_program
 from etdeploy.pipeline.llm.lm_job import LmJob
 from etdeploy.pipeline.llm.lm_references import eager_references
+from etdeploy.pipeline.llm.lm_result import lm_memory, lm_run_result
 from etdeploy.pipeline.llm.prompts import (
     Prompt,
     check_context,
@@ -41,6 +44,7 @@ from etdeploy.pipeline.llm.verify_tokens import (
     judge_tokens,
     matched_length,
 )
+from etdeploy.pipeline.memory import judge_memory
 from etdeploy.results.result import Memory, SizeSummary
 from etdeploy.results.result_lm import GenerationSpeed, LanguageModelResult, PromptSample
 from etdeploy.runner.generation import GenerationRequest, GenerationResult
@@ -119,10 +123,6 @@ def generate_and_compare(
     """The program on the device, one runner call a prompt, then held to the float and
     quantized eager references (computed by `references` after the device ran, or read
     from a job bundle) and judged: the RunResult with its language_model block."""
-    from etdeploy.pipeline.deploy import target_for
-    from etdeploy.pipeline.generate import check_generation, generate_on_device
-    from etdeploy.pipeline.llm.lm_result import lm_memory, lm_run_result
-    from etdeploy.pipeline.memory import judge_memory
     from etdeploy.sizecheck import summary_for_result
 
     say: StatusCallback = context.status or (lambda _text: None)
