@@ -162,7 +162,7 @@ class HistoryStore:
         """Add the records the store does not hold yet (by job id), in one transaction."""
         from sqlalchemy.exc import SQLAlchemyError
 
-        from etdeploy.history import schema
+        from etdeploy.history import tables
 
         insert = _insert_for(self.engine.dialect.name)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -178,10 +178,10 @@ class HistoryStore:
                         "source": source, "recorded_at": now,
                     }  # fmt: skip
                     statement = (
-                        insert(schema.jobs)
+                        insert(tables.jobs)
                         .values(row)
                         .on_conflict_do_nothing(index_elements=["job_uid"])
-                        .returning(schema.jobs.c.id)
+                        .returning(tables.jobs.c.id)
                     )
                     job_id = connection.execute(statement).scalar()
                     if job_id is None:
@@ -189,7 +189,7 @@ class HistoryStore:
                     added += 1
                     if record.metrics:
                         connection.execute(
-                            schema.metrics.insert(),
+                            tables.metrics.insert(),
                             [{"job_id": job_id, "name": n, "value": v} for n, v in record.metrics],
                         )
         except SQLAlchemyError as exc:
@@ -203,9 +203,9 @@ class HistoryStore:
         from sqlalchemy import select
         from sqlalchemy.exc import SQLAlchemyError
 
-        from etdeploy.history import schema
+        from etdeploy.history import tables
 
-        j, m = schema.jobs, schema.metrics
+        j, m = tables.jobs, tables.metrics
         query = select(j.c.id, j.c.job_uid, j.c.model, j.c.backend, j.c.quantization,
                        j.c.device, j.c.status, j.c.started_at, j.c.inputs)  # fmt: skip
         values = select(m.c.job_id, m.c.name, m.c.value)
