@@ -23,7 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from etdeploy.history.changes import series_of
 from etdeploy.history.night import analyse
 from etdeploy.history.records import JobKey, JobRecord, record_of
 from etdeploy.history.store import open_store
@@ -92,10 +91,10 @@ def main() -> None:
             store.record(year[-1], source="bench")
             record_s = time.perf_counter() - started
             started = time.perf_counter()
-            records = store.jobs()
-            trends = analyse(records)
+            history = store.read()
+            trends = analyse(history)
             analyse_s = time.perf_counter() - started
-    series = len(series_of(records))
+    series = len(history.series)
     shifted = sum(1 for t in trends if t.changes)
     farm_night = per_job * jobs
     print(f"   a farm night: {per_job:.2f} s per job (measured), {jobs} jobs: {farm_night:.0f} s")

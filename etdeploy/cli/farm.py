@@ -348,7 +348,9 @@ def _summary_parts(results: list[RunResult], unrun: list[NotRun]) -> list[str]:
 
 def _render_regressions(regressions: list[Regression], out: Console = console) -> None:
     for regression in regressions:
-        said = "[red]regression:[/]" if regression.is_regression else f"[yellow]{regression.alarm}:[/]"
+        said = (
+            "[red]regression:[/]" if regression.is_regression else f"[yellow]{regression.alarm}:[/]"
+        )
         out.print(f"{said} {escape(regression.line)}", highlight=False, soft_wrap=True)
 
 

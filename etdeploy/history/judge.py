@@ -21,13 +21,13 @@ from etdeploy.history.changes import (
     WINDOW,
     ChangePoint,
     Flaky,
-    Point,
+    History,
     Series,
     change_points,
     flaky_jobs,
     tracked,
 )
-from etdeploy.history.records import PASSED, JobKey, JobRecord, record_of, unit_of
+from etdeploy.history.records import PASSED, JobRecord, record_of, unit_of
 from etdeploy.results.baseline import CHANGE_POINT, OUTLIER, Regression
 from etdeploy.results.result import RunResult
 from etdeploy.units import format_bytes, format_ms
@@ -76,18 +76,13 @@ def shown(metric: str, value: float) -> str:
     return f"{value:.4g}"
 
 
-def judge_tonight(results: Sequence[RunResult], history: Sequence[JobRecord]) -> HistoryJudgement:
+def judge_tonight(results: Sequence[RunResult], history: History) -> HistoryJudgement:
     """Tonight's results against the nights before them."""
     from etdeploy.results.jobs import job_key
 
     tonight = [(result, record_of(result)) for result in results]
     uids = {record.job_uid for _, record in tonight}
-    earlier: dict[tuple[JobKey, str], list[Point]] = {}
-    for old in history:
-        if old.job_uid in uids:
-            continue  # tonight, recorded already (a rerun of the judgement)
-        for name, value in old.metrics:
-            earlier.setdefault((old.key, name), []).append(Point(old.started_at, value, old))
+    earlier = {(s.key, s.metric): s for s in history.series}
     regressions: list[Regression] = []
     outliers: list[Regression] = []
     judged = short = 0
@@ -97,12 +92,11 @@ def judge_tonight(results: Sequence[RunResult], history: Sequence[JobRecord]) ->
         for metric, value in record.metrics:
             if not tracked(metric):
                 continue
-            before = sorted(earlier.get((record.key, metric), ()), key=lambda p: p.started_at)
-            if len(before) < 2 * MIN_RUN:
+            series = _with_tonight(earlier.get((record.key, metric)), record, metric, value, uids)
+            if len(series.values) - 1 < 2 * MIN_RUN:
                 short += 1
                 continue
             judged += 1
-            series = Series(record.key, metric, (*before, Point(record.started_at, value, record)))
             key = job_key(result)
             shift = _recent_shift(series)
             if shift is not None:
@@ -111,15 +105,29 @@ def judge_tonight(results: Sequence[RunResult], history: Sequence[JobRecord]) ->
                 outliers.append(_outlier_regression(key, metric, *outlier))
     return HistoryJudgement(
         tuple(regressions), tuple(outliers),
-        tuple(flaky_jobs([*history, *(r for _, r in tonight)])), judged, short,
+        tuple(flaky_jobs([*(j for j in history.jobs if j.job_uid not in uids),
+                          *(r for _, r in tonight)])), judged, short,
     )  # fmt: skip
+
+
+def _with_tonight(
+    before: Series | None, record: JobRecord, metric: str, value: float, uids: set[str]
+) -> Series:
+    """The series of the nights before tonight (without tonight's own jobs, when they
+    were recorded already: a rerun of the judgement), then tonight."""
+    if before is None:
+        return Series(record.key, metric, (record,), (value,))
+    pairs = [(r, v) for r, v in zip(before.records, before.values, strict=True)
+             if r.job_uid not in uids]  # fmt: skip
+    return Series(record.key, metric, (*(r for r, _ in pairs), record),
+                  (*(v for _, v in pairs), value))  # fmt: skip
 
 
 def _recent_shift(series: Series) -> ChangePoint | None:
     found = [
         c
         for c in change_points(series)
-        if c.index >= len(series.points) - RECENT_NIGHTS and worse(c.metric, c.before, c.after)
+        if c.index >= len(series.values) - RECENT_NIGHTS and worse(c.metric, c.before, c.after)
     ]
     return found[-1] if found else None
 

@@ -31,8 +31,8 @@ pytestmark = pytest.mark.slow
 
 WIDTH, BATCH = 256, 1024
 LIGHT, HEAVY = 6, 18  # layers: the planted regression is three times the work
-# Burning processes per core: the runner gets about a third of a core's time.
-BURNERS_PER_CORE = 2
+# Burning processes per core: the runner gets about a quarter of a core's time.
+BURNERS_PER_CORE = 3
 
 MODEL = """\
 import torch
@@ -106,15 +106,15 @@ def test_the_same_program_on_a_busy_host_does_not_regress_and_says_why(
     wall_busy, cpu_busy = medians(runs["busy"])
     print(f"quiet: wall {wall_quiet:.3f} ms, CPU {cpu_quiet:.3f} ms; "
           f"busy: wall {wall_busy:.3f} ms, CPU {cpu_busy:.3f} ms")  # fmt: skip
+    assert wall_busy > 1.3 * wall_quiet, "the load did not take: nothing was tested"
     found = compare_to_baseline([runs["busy"]], [runs["quiet"]])
     assert not [r for r in found if r.is_regression], [r.line for r in found]
-    if wall_busy > 1.5 * wall_quiet:
-        # The load took: the latency grew past every threshold, and the report says why
-        # it does not fail.
-        (note,) = found
+    # Where the wall time grew past the threshold, the floor and both runs' spread, the
+    # report says why it does not fail (when the busy run's own spread covers it, it
+    # is noise and nothing is said).
+    for note in found:
         assert note.kind == "latency" and note.alarm == BUSY_HOST, note
-        assert "the host was busy" in note.message
-        assert note.to_json()["alarm"] == BUSY_HOST
+        assert "the host was busy" in note.message and note.to_json()["alarm"] == BUSY_HOST
     assert cpu_busy <= cpu_quiet * (1 + CPU_GROWTH)
 
 
