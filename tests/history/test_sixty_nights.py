@@ -77,7 +77,7 @@ def test_both_planted_shifts_are_found_at_their_night_naming_what_changed(
         # faster, in 3 of 80; one of the two in 1 of 80 (the report of issue 38).
         placed = [
             change
-            for metric in ("latency.median_ms", "latency.min_ms")
+            for metric in ("latency.median_ms", "latency.min_ms", "latency.cpu_median_ms")
             for change in shifted.get(f"{LATENCY_MODEL}|portable|none|{device}|{metric}", {}).get(
                 "change_points", []
             )
@@ -181,7 +181,7 @@ def test_change_points_against_the_single_baseline_threshold(
         records += [record_of(r) for r in night]
     shifts = sum(len(days) for days in events.values())
     found = {s.split("|")[0] + ("|memory" if "planned" in s else "|latency") for s in events
-             if "latency.m" in s or "memory.planned_bytes" in s}  # fmt: skip
+             if "latency.m" in s or "latency.cpu" in s or "memory.planned_bytes" in s}  # fmt: skip
     with capsys.disabled():
         print(
             f"\n{len(nights)} nights x {len(nights[0])} jobs, planted: {LATENCY_MODEL} latency "
