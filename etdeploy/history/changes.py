@@ -303,17 +303,13 @@ def _confirmed(values: Any, candidates: list[int]) -> list[tuple[int, float, flo
     kept = [int(at) for at in candidates]
     while True:
         bounds = [0, *kept, len(values)]
-        # Each candidate tested at its night, not where Pelt split the ranks: a busy
-        # night beside a change pulls the split a night off, and the test of the
-        # wrong night can miss a shift the right night shows (issue 38's flaky test).
-        tested = [
-            _tested(values, left, _placed(values, left, at, right), right)
-            for left, at, right in zip(bounds, bounds[1:], bounds[2:], strict=False)
-        ]
-        weakest = max(range(len(tested)), key=lambda i: tested[i][3], default=None)
-        if weakest is None or tested[weakest][3] < P_VALUE:
-            return tested
-        del kept[weakest]
+        tested = [_tested(values, left, at, right)
+                  for left, at, right in zip(bounds, bounds[1:], bounds[2:], strict=False)]  # fmt: skip
+        weakest = max(tested, key=lambda t: t[3], default=None)
+        if weakest is None or weakest[3] < P_VALUE:
+            placed = [_placed(values, bounds[i], t[0], bounds[i + 2]) for i, t in enumerate(tested)]
+            return [_tested(values, bounds[i], at, bounds[i + 2]) for i, at in enumerate(placed)]
+        kept.remove(weakest[0])
 
 
 def _tested(values: Any, left: int, at: int, right: int) -> tuple[int, float, float, float]:
