@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from etdeploy.cli import app
+from etdeploy.history.changes import history_of
 from etdeploy.history.judge import judge_tonight
-from etdeploy.history.records import record_of
+from etdeploy.history.records import JobRecord, record_of
 from etdeploy.results import compare_to_baseline
 from etdeploy.results.baseline import BUSY_HOST
 from etdeploy.results.baseline_memory import memory_growth
@@ -166,9 +167,9 @@ def test_change_points_against_the_single_baseline_threshold(
     events: dict[str, list[int]] = {}  # series -> nights of its shifts: one alarm per shift
     history_false: list[str] = []
     outliers = 0
-    records: list[Any] = []
+    records: list[JobRecord] = []
     for n, night in enumerate(nights):
-        judged = judge_tonight(night, records)
+        judged = judge_tonight(night, history_of(records))
         outliers += len(judged.outliers)
         for regression in judged.regressions:
             series = f"{regression.key.label}|{regression.part}"
