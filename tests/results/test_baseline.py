@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 
@@ -16,6 +15,7 @@ from tests.results.docs import (
     numeric_failure,
     on_device,
     scale_error,
+    with_cpu,
     with_latency,
 )
 
@@ -198,15 +198,6 @@ def test_an_unchanged_program_on_a_busy_machine_does_not_regress(passed: Doc) ->
     scattered = with_latency(passed, [1.9, 2.0, 2.1, 3.9, 4.1, 4.3])
     assert scattered["latency_ms"]["median"] > 2.0 * 1.10 + 0.25
     assert compare([scattered], [with_latency(passed, [2.0, 2.0, 2.1])]) == []
-
-
-def with_cpu(doc: Doc, wall_ms: list[float], cpu_ms: list[float]) -> Doc:
-    """`doc` with these iterations' wall and CPU times, as the pipeline summarises them."""
-    from etdeploy.pipeline.execute import latency_of
-
-    doc = copy.deepcopy(doc)
-    doc["latency_ms"] = latency_of(doc["latency_ms"]["load"], wall_ms, cpu_ms).to_json()
-    return doc
 
 
 def test_a_whole_run_slowed_evenly_with_the_same_cpu_time_is_a_busy_host(passed: Doc) -> None:
