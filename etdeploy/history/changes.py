@@ -142,7 +142,9 @@ def history_of(records: Sequence[JobRecord]) -> History:
 
 
 def series_from_columns(
-    jobs: Sequence[JobRecord], job_ids: Sequence[int], columns: dict[str, tuple[Any, Any]]
+    jobs: Sequence[JobRecord],
+    job_ids: Sequence[int],
+    columns: dict[str, tuple[Sequence[int], Sequence[float]]],
 ) -> list[Series]:
     """Every series of a store's columns: `jobs` in night order with their row ids
     `job_ids`, and per tracked metric the (job ids, values) arrays of its rows.
@@ -156,14 +158,13 @@ def series_from_columns(
     position = np.full(int(ids.max()) + 1 if len(ids) else 1, -1, dtype=np.int64)
     position[ids] = np.arange(len(ids))
     found: list[Series] = []
-    for metric, (row_jobs, row_values) in columns.items():
-        row_jobs = np.asarray(row_jobs, dtype=np.int64)
-        row_values = np.asarray(row_values, dtype=float)
+    for metric, (job_column, value_column) in columns.items():
+        row_jobs = np.asarray(job_column, dtype=np.int64)
         inside = row_jobs < len(position)
         at = np.full(len(row_jobs), -1, dtype=np.int64)
         at[inside] = position[row_jobs[inside]]
         kept = at >= 0  # rows of jobs before `since` are not read
-        at, row_values = at[kept], row_values[kept]
+        at, row_values = at[kept], np.asarray(value_column, dtype=float)[kept]
         order = np.lexsort((at, key_code[at]))
         at, row_values = at[order], row_values[order]
         series_code = key_code[at]

@@ -258,7 +258,7 @@ class HistoryStore:
             with self.engine.connect() as connection:
                 rows = connection.execute(query.order_by(j.c.started_at, j.c.id)).all()
                 names = connection.execute(select(m.c.name).distinct()).scalars().all()
-                columns = {}
+                columns: dict[str, tuple[Sequence[int], Sequence[float]]] = {}
                 for name in sorted(n for n in names if tracked(n)):
                     pairs = connection.execute(
                         select(m.c.job_id, m.c.value).where(m.c.name == name)
