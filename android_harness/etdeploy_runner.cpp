@@ -23,6 +23,7 @@
 // an execution that fails.
 
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -115,6 +116,20 @@ using Clock = std::chrono::steady_clock;
 
 double elapsed_ms(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+// The CPU time of every thread of this process so far, in ms (POSIX
+// CLOCK_PROCESS_CPUTIME_ID: Linux, bionic and Darwin have it; clock_gettime(3),
+// read 2026-12-05). An iteration's CPU time does not grow while another process
+// holds the core, where its wall time does: what tells a busy host from a slower
+// program (etdeploy.results.baseline). It includes the thread pool's workers,
+// their spinning while they wait for work included. -1 where the clock fails.
+double process_cpu_ms() {
+  timespec now{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now) != 0) {
+    return -1.0;
+  }
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
 }
 
 // One line on stderr that etdeploy.runner.runner_failure() parses.
@@ -472,20 +487,26 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
   }
 
   std::vector<double> iterations_ms;
+  std::vector<double> iterations_cpu_ms;
+  bool cpu_clock_ok = true;
   double total_ms = 0.0;
   for (int64_t i = 0; i < executions; ++i) {
     if (const Error status = set_inputs(method, inputs); status != Error::Ok) {
       return fail_et("setting inputs", status);
     }
     before_execution();
+    const double cpu_start = process_cpu_ms();
     const Clock::time_point start = Clock::now();
     const Error status = method.execute();
     const double ms = elapsed_ms(start, Clock::now());
+    const double cpu_end = process_cpu_ms();
     if (status != Error::Ok) {
       return fail_et("execution " + std::to_string(i + 1), status);
     }
     after_execution();
     iterations_ms.push_back(ms);
+    cpu_clock_ok = cpu_clock_ok && cpu_start >= 0 && cpu_end >= 0;
+    iterations_cpu_ms.push_back(cpu_end - cpu_start);
     total_ms += ms;
     if (!plan.quiet) {
       std::printf("Iteration %" PRId64 " of %" PRId64 ": %f ms\n", i + 1, executions, ms);
@@ -617,6 +638,14 @@ int run_sample(Method& method, const MethodMeta& meta, const CallFacts& call,
       json.value(ms);
     }
     json.end_array();
+    if (cpu_clock_ok) {
+      json.key("iterations_cpu_ms");
+      json.begin_array();
+      for (const double ms : iterations_cpu_ms) {
+        json.value(ms);
+      }
+      json.end_array();
+    }
     json.key("total_ms");
     json.value(total_ms);
     json.key("peak_rss_bytes");

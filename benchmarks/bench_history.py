@@ -23,7 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from etdeploy.history.changes import series_of
 from etdeploy.history.night import analyse
 from etdeploy.history.records import JobKey, JobRecord, record_of
 from etdeploy.history.store import open_store
@@ -31,7 +30,7 @@ from etdeploy.results.result import RunResult
 from tests.results.docs import load_sample
 
 NIGHTS = int(os.environ.get("ETDEPLOY_BENCH_NIGHTS", "365"))
-MODELS, DEVICES = 28, 4  # 112 jobs x 9 tracked metrics of the template: 1,008 series
+MODELS, DEVICES = 32, 4  # 128 jobs x 8 tracked metrics of the template: 1,024 series
 
 
 def _year(template: JobRecord) -> list[list[JobRecord]]:
@@ -92,10 +91,10 @@ def main() -> None:
             store.record(year[-1], source="bench")
             record_s = time.perf_counter() - started
             started = time.perf_counter()
-            records = store.jobs()
-            trends = analyse(records)
+            history = store.read()
+            trends = analyse(history)
             analyse_s = time.perf_counter() - started
-    series = len(series_of(records))
+    series = len(history.series)
     shifted = sum(1 for t in trends if t.changes)
     farm_night = per_job * jobs
     print(f"   a farm night: {per_job:.2f} s per job (measured), {jobs} jobs: {farm_night:.0f} s")

@@ -180,9 +180,9 @@ def write_reports(
 def _render_history(night: NightReport) -> None:
     """The history's part of the night: outliers (told, not failed), flaky jobs, and
     where the night went (or why it did not)."""
-    for outlier in night.outliers:
+    for outlier in night.outliers:  # an outlier, or a busy host
         err_console.print(
-            f"[yellow]outlier:[/] {escape(outlier.line)}", highlight=False, soft_wrap=True
+            f"[yellow]{outlier.alarm}:[/] {escape(outlier.line)}", highlight=False, soft_wrap=True
         )
     history = night.history
     if history is None or history.store is None:
@@ -348,7 +348,10 @@ def _summary_parts(results: list[RunResult], unrun: list[NotRun]) -> list[str]:
 
 def _render_regressions(regressions: list[Regression], out: Console = console) -> None:
     for regression in regressions:
-        out.print(f"[red]regression:[/] {escape(regression.line)}", highlight=False, soft_wrap=True)
+        said = (
+            "[red]regression:[/]" if regression.is_regression else f"[yellow]{regression.alarm}:[/]"
+        )
+        out.print(f"{said} {escape(regression.line)}", highlight=False, soft_wrap=True)
 
 
 def render_outcome(
@@ -438,7 +441,7 @@ def farm_merge_command(
         emit_json(json.loads((out / FARM_DOC_NAME).read_text()), json_path)
     render_merge(outcome, out, regressions, err_console if json_to_stdout(json_path) else console)
     code = outcome.exit_code
-    if regressions and code in (EXIT_OK, 3):
+    if any(r.is_regression for r in regressions) and code in (EXIT_OK, 3):
         code = 1
     if code != EXIT_OK:
         raise typer.Exit(code)
@@ -478,7 +481,7 @@ def render_merge(
     if outcome.duplicates:
         parts.append(f"{len(outcome.duplicates)} duplicate(s) dropped")
     if regressions:
-        parts.append(f"{len(regressions)} regression(s)")
+        parts.append(f"{sum(1 for r in regressions if r.is_regression)} regression(s)")
     out.print(
         f"{', '.join(parts)}; merged into {escape(str(folder))}", highlight=False, soft_wrap=True
     )

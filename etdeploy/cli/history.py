@@ -27,8 +27,7 @@ from etdeploy.cli._app import app, command, console, emit_json, err_console
 from etdeploy.errors import UsageError
 
 if TYPE_CHECKING:
-    from etdeploy.history.changes import Series
-    from etdeploy.history.records import JobRecord
+    from etdeploy.history.changes import History, Series
     from etdeploy.history.trend import TrendSeries
 
 history_app = typer.Typer(
@@ -45,13 +44,13 @@ STORE_HELP = (
 SINCE_HELP = "Only nights started on or after this date (YYYY-MM-DD, or a full UTC time)."
 
 
-def _records(store_where: str | None, since: str | None) -> tuple[str, list[JobRecord]]:
+def _history(store_where: str | None, since: str | None) -> tuple[str, History]:
     from etdeploy.history.night import store_location
     from etdeploy.history.store import open_store
 
     _check_since(since)
     with open_store(store_location(store_where)) as store:
-        return store.shown, store.jobs(since)
+        return store.shown, store.read(since)
 
 
 def _check_since(since: str | None) -> None:
@@ -65,13 +64,12 @@ def _check_since(since: str | None) -> None:
         raise UsageError(f"--since {since!r} is not a date", "write it as 2026-12-01") from None
 
 
-def _analysed(store: str, records: list[JobRecord], pattern: str | None) -> list[TrendSeries]:
-    from etdeploy.history.changes import series_of
+def _analysed(store: str, history: History, pattern: str | None) -> list[TrendSeries]:
     from etdeploy.history.night import analyse
     from etdeploy.history.select import require_match
 
-    require_match(series_of(records), pattern, store)
-    return analyse(records, pattern)
+    require_match(history.series, pattern, store)
+    return analyse(history, pattern)
 
 
 @command("list", group=history_app, examples=("etdeploy history list --since 2026-11-01",))
@@ -85,18 +83,18 @@ def history_list_command(
     A series is model|backend|quantization|device|metric."""
     from etdeploy.history.judge import shown
 
-    where, records = _records(store, since)
-    trends = _analysed(where, records, pattern)
+    where, history = _history(store, since)
+    trends = _analysed(where, history, pattern)
     table = Table(title=f"history {where}")
     for column in ("series", "nights", "last", "change points"):
         table.add_column(column, overflow="fold", justify="right" if column == "nights" else "left")
     for trend in trends:
         s = trend.series
         changes = "; ".join(f"{c.night[:10]} {c.shift:+.0%}" for c in trend.changes)
-        table.add_row(escape(s.name), str(len(s.points)), shown(s.metric, s.values[-1]), changes)
+        table.add_row(escape(s.name), str(len(s.values)), shown(s.metric, s.values[-1]), changes)
     console.print(table)
     console.print(
-        f"{len(trends)} series, {len(records)} job night(s), "
+        f"{len(trends)} series, {len(history.jobs)} job night(s), "
         f"{sum(1 for t in trends if t.changes)} with a change point",
         highlight=False,
     )
@@ -118,8 +116,8 @@ def history_show_command(
     from etdeploy.history.changes import flaky_jobs
     from etdeploy.history.judge import shown
 
-    where, records = _records(store, since)
-    for trend in _analysed(where, records, pattern):
+    where, history = _history(store, since)
+    for trend in _analysed(where, history, pattern):
         s = trend.series
         starts = {c.index for c in trend.changes}
         console.print(f"[bold]{escape(s.name)}[/] ({len(s.points)} nights)", highlight=False)
@@ -134,7 +132,7 @@ def history_show_command(
                 f"{escape(c.cause)}",
                 highlight=False, soft_wrap=True,
             )  # fmt: skip
-    for flaky in flaky_jobs(records):
+    for flaky in flaky_jobs(history.jobs):
         if pattern in flaky.key.text or not pattern:
             console.print(f"[yellow]flaky:[/] {escape(flaky.key.text)} flipped pass/fail "
                           f"{flaky.flips} times with no input changed", highlight=False)  # fmt: skip
@@ -190,8 +188,8 @@ def history_export_command(
     points and change points."""
     if fmt not in ("csv", "json"):
         raise UsageError(f"--format {fmt!r}: not csv or json", "give --format csv or --format json")
-    where, records = _records(store, since)
-    trends = _analysed(where, records, pattern)
+    where, history = _history(store, since)
+    trends = _analysed(where, history, pattern)
     if fmt == "json":
         emit_json({"schema": "etdeploy.history-export/1", "store": where,
                    "series": [_series_json(t) for t in trends]}, out)  # fmt: skip
@@ -227,9 +225,9 @@ def history_trend_command(
     from etdeploy.history.changes import flaky_jobs
     from etdeploy.history.trend import write_trend_page
 
-    where, records = _records(store, since)
-    trends = _analysed(where, records, pattern)
-    write_trend_page(out, trends, flaky_jobs(records), title=f"etdeploy trends ({where})")
+    where, history = _history(store, since)
+    trends = _analysed(where, history, pattern)
+    write_trend_page(out, trends, flaky_jobs(history.jobs), title=f"etdeploy trends ({where})")
     console.print(f"{len(trends)} series drawn in {escape(str(out))}", highlight=False)
 
 

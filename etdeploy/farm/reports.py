@@ -37,9 +37,9 @@ HISTORY_BASELINE = "history"
 
 @dataclass(frozen=True)
 class NightReport:
-    """What a night's reports said: the regressions (they fail the farm), the
-    single-night outliers against the history (reported only), and the history's
-    part (None when the farm keeps none)."""
+    """What a night's reports said: the regressions (they fail the farm), what is
+    told and not failed (the single-night outliers against the history, a one-file
+    baseline's busy host), and the history's part (None when the farm keeps none)."""
 
     regressions: list[Regression]
     outliers: list[Regression]
@@ -106,9 +106,10 @@ def write_night(
     regressions: list[Regression] = []
     outliers: list[Regression] = []
     if old is not None:
-        regressions = compare_to_baseline(
-            outcome.results, old, memory_growth=outcome.spec.memory_growth
-        )
+        found = compare_to_baseline(outcome.results, old, memory_growth=outcome.spec.memory_growth)
+        # A busy host's latency is told beside the regressions, not failed.
+        regressions = [r for r in found if r.is_regression]
+        outliers = [r for r in found if not r.is_regression]
     if history.judgement is not None:
         regressions, outliers = (
             list(history.judgement.regressions),

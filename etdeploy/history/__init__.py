@@ -1,7 +1,7 @@
 """Every farm night's job records, kept, analysed and drawn (`etdeploy history`).
 
 - records: one job of one night: what ran (inputs) and what it measured (metrics).
-- schema, migrations: the store's tables and their Alembic revisions.
+- tables, migrations: the store's tables and their Alembic revisions.
 - store: SQLite by default, PostgreSQL by URL; upgraded on open, idempotent writes.
 - changes: change points per series (ruptures + a rank test), the input that
   changed with each, flaky jobs.

@@ -36,6 +36,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from etdeploy.history.records import PASSED, SEP, JobKey, JobRecord, unit_of
@@ -58,20 +59,21 @@ SHIFT_FLOORS: dict[str, tuple[float, float]] = {
     "share": (0.0, 0.005),
     "": (1.0, 1e-5),  # max abs error: doubled, and past float rounding
 }
-# Metrics that are not tracked: a night's spread and slowest iteration (a busy
-# night's noise), and the memory parts that vary with what the machine did before
+# Metrics that are not tracked: a night's spread, its slowest iteration and its p90
+# (of a farm's 15 iterations, the second slowest: a busy night's noise; tracked, it
+# raised a false change point in 1 of 40 draws of the sixty nights' test), and the
+# memory parts that vary with what the machine did before
 # (etdeploy.results.baseline_memory compares them only through the peak). The
 # fastest iteration is tracked: a busy machine cannot make it faster, so it moves
 # with the program where the median moves with the machine too.
 UNTRACKED_SUFFIXES = (
-    ".stdev_ms", ".max_ms", ".trimmed_mean_ms", ".runner_bytes",
+    ".stdev_ms", ".max_ms", ".p90_ms", ".trimmed_mean_ms", ".runner_bytes",
     ".libraries_bytes", ".allocator_free_bytes", ".unexplained_bytes", ".eager_share",
 )  # fmt: skip
 
 
 class Point(NamedTuple):
-    """One night of a series. A named tuple, not a dataclass: a year of a
-    thousand series is 365,000 of them, and a tuple is built three times faster."""
+    """One night of a series, as a listing shows it."""
 
     started_at: str
     value: float
@@ -80,17 +82,103 @@ class Point(NamedTuple):
 
 @dataclass(frozen=True)
 class Series:
+    """One metric of one job over the nights, oldest first, as two columns: each
+    night's job and the metric's value that night (a year of a thousand series is
+    365,000 values; no object per value)."""
+
     key: JobKey
     metric: str
-    points: tuple[Point, ...]
+    records: tuple[JobRecord, ...]
+    values: tuple[float, ...]
 
     @property
     def name(self) -> str:
         return f"{self.key.text}{SEP}{self.metric}"
 
     @property
-    def values(self) -> list[float]:
-        return [p.value for p in self.points]
+    def points(self) -> tuple[Point, ...]:
+        return tuple(
+            Point(r.started_at, v, r) for r, v in zip(self.records, self.values, strict=True)
+        )
+
+    def joined(self, later: Series) -> Series:
+        """This series with the nights of `later` (the same job and metric) after it,
+        in night order."""
+        pairs = [
+            *zip(self.records, self.values, strict=True),
+            *zip(later.records, later.values, strict=True),
+        ]
+        if (
+            self.records
+            and later.records
+            and later.records[0].started_at < self.records[-1].started_at
+        ):
+            pairs.sort(key=lambda pair: pair[0].started_at)
+        return Series(self.key, self.metric, tuple(r for r, _ in pairs), tuple(v for _, v in pairs))
+
+
+@dataclass(frozen=True)
+class History:
+    """The nights read from a store: every job (what ran, its status; its metrics
+    are in the series) and every tracked series, in name order."""
+
+    jobs: tuple[JobRecord, ...]
+    series: tuple[Series, ...]
+
+    def adding(self, records: Sequence[JobRecord]) -> History:
+        """This history with `records` (tonight's jobs, with their metrics) added."""
+        tonight = {(s.key, s.metric): s for s in series_of(records)}
+        merged = [
+            s if (later := tonight.pop((s.key, s.metric), None)) is None else s.joined(later)
+            for s in self.series
+        ]
+        merged += tonight.values()
+        return History((*self.jobs, *records), tuple(sorted(merged, key=lambda s: s.name)))
+
+
+def history_of(records: Sequence[JobRecord]) -> History:
+    """A history of records that carry their metrics (tonight's, or a results file's)."""
+    return History(tuple(records), tuple(series_of(records)))
+
+
+def series_from_columns(
+    jobs: Sequence[JobRecord],
+    job_ids: Sequence[int],
+    columns: dict[str, tuple[Sequence[int], Sequence[float]]],
+) -> list[Series]:
+    """Every series of a store's columns: `jobs` in night order with their row ids
+    `job_ids`, and per tracked metric the (job ids, values) arrays of its rows.
+    Grouped and ordered with numpy: one sort per metric, no object per value."""
+    import numpy as np
+
+    codes: dict[JobKey, int] = {}
+    key_code = np.fromiter((codes.setdefault(r.key, len(codes)) for r in jobs), np.int64, len(jobs))
+    keys = list(codes)
+    ids = np.asarray(job_ids, dtype=np.int64)
+    position = np.full(int(ids.max()) + 1 if len(ids) else 1, -1, dtype=np.int64)
+    position[ids] = np.arange(len(ids))
+    found: list[Series] = []
+    for metric, (job_column, value_column) in columns.items():
+        row_jobs = np.asarray(job_column, dtype=np.int64)
+        inside = row_jobs < len(position)
+        at = np.full(len(row_jobs), -1, dtype=np.int64)
+        at[inside] = position[row_jobs[inside]]
+        kept = at >= 0  # rows of jobs before `since` are not read
+        at, row_values = at[kept], np.asarray(value_column, dtype=float)[kept]
+        order = np.lexsort((at, key_code[at]))
+        at, row_values = at[order], row_values[order]
+        series_code = key_code[at]
+        bounds = (np.flatnonzero(np.diff(series_code)) + 1).tolist()
+        for start, end in zip([0, *bounds], [*bounds, len(at)], strict=True):
+            if end > start:
+                found.append(
+                    Series(
+                        keys[int(series_code[start])], metric,
+                        _picked(jobs, at[start:end].tolist()),
+                        tuple(row_values[start:end].tolist()),
+                    )
+                )  # fmt: skip
+    return sorted(found, key=lambda s: s.name)
 
 
 @dataclass(frozen=True)
@@ -145,21 +233,27 @@ def tracked(metric: str) -> bool:
     return metric != PASSED and not metric.endswith(UNTRACKED_SUFFIXES)
 
 
+def _picked(jobs: Sequence[JobRecord], indices: list[int]) -> tuple[JobRecord, ...]:
+    # itemgetter picks in C; with one index it returns the item, not a tuple.
+    picked = itemgetter(*indices)(jobs)
+    return picked if len(indices) > 1 else (picked,)
+
+
 def series_of(records: Iterable[JobRecord], *, all_metrics: bool = False) -> list[Series]:
-    """Every series of the records, in name order; each ordered by night."""
-    table: dict[JobKey, dict[str, list[Point]]] = {}
+    """Every series of the records (with their metrics), in name order; each ordered
+    by night."""
+    table: dict[JobKey, dict[str, tuple[list[JobRecord], list[float]]]] = {}
     for record in sorted(records, key=lambda r: r.started_at):
         job = table.setdefault(record.key, {})
         for name, value in record.metrics:
             if all_metrics or tracked(name):
-                points = job.get(name)
-                if points is None:
-                    points = job[name] = []
-                points.append(Point(record.started_at, value, record))
+                nights, values = job.setdefault(name, ([], []))
+                nights.append(record)
+                values.append(value)
     found = [
-        Series(key, metric, tuple(points))
+        Series(key, metric, tuple(nights), tuple(values))
         for key, job in table.items()
-        for metric, points in job.items()
+        for metric, (nights, values) in job.items()
     ]
     return sorted(found, key=lambda s: s.name)
 
@@ -182,8 +276,8 @@ def change_points(series: Series) -> list[ChangePoint]:
         found.append(
             ChangePoint(
                 series=series.name, metric=series.metric, index=at,
-                night=series.points[at].started_at, before=was, after=now, p_value=p_value,
-                changed=changed_inputs(series.points, at),
+                night=series.records[at].started_at, before=was, after=now, p_value=p_value,
+                changed=changed_inputs(series.records, at),
             )
         )  # fmt: skip
     return found
@@ -270,12 +364,12 @@ def _placed(values: Any, left: int, at: int, right: int) -> int:
     return int(kept[best])
 
 
-def changed_inputs(points: Sequence[Point], at: int) -> tuple[InputChange, ...]:
+def changed_inputs(records: Sequence[JobRecord], at: int) -> tuple[InputChange, ...]:
     """The inputs recorded differently between the night before `at` and `at`;
     if none, between the neighbouring pairs (the detector may be one night off)."""
     for index in (at, at + 1, at - 1):
-        if 1 <= index < len(points):
-            diff = diff_inputs(points[index - 1].record, points[index].record)
+        if 1 <= index < len(records):
+            diff = diff_inputs(records[index - 1], records[index])
             if diff:
                 return diff
     return ()

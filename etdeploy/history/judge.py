@@ -7,6 +7,9 @@ Two kinds of alarm, told apart in every report:
 - an outlier: tonight alone is worse than every one of the last WINDOW nights,
   past the metric's floor. Reported, not a regression: one noisy night on a busy
   machine is not news until the nights after it agree.
+- a busy host: a latency change point that the CPU time of the same nights does
+  not share (where the runner measured it): a run of busy nights, reported, not a
+  regression.
 A series with fewer than 2 x MIN_RUN nights of history is not judged.
 """
 
@@ -21,19 +24,22 @@ from etdeploy.history.changes import (
     WINDOW,
     ChangePoint,
     Flaky,
-    Point,
+    History,
     Series,
     change_points,
     flaky_jobs,
     tracked,
 )
-from etdeploy.history.records import PASSED, JobKey, JobRecord, record_of, unit_of
-from etdeploy.results.baseline import CHANGE_POINT, OUTLIER, Regression
+from etdeploy.history.records import PASSED, JobRecord, record_of, unit_of
+from etdeploy.results.baseline import BUSY_HOST, CHANGE_POINT, OUTLIER, Regression
 from etdeploy.results.result import RunResult
 from etdeploy.units import format_bytes, format_ms
 
 # A change point is tonight's news for this many nights after it.
 RECENT_NIGHTS = 7
+# The CPU time's series (etdeploy's runner measures it): a latency shift it does not
+# share is a busy period of the host, told and not failed.
+CPU_METRIC = "latency.cpu_median_ms"
 _UP_IS_WORSE = ("ms", "bytes", "")
 
 
@@ -76,18 +82,13 @@ def shown(metric: str, value: float) -> str:
     return f"{value:.4g}"
 
 
-def judge_tonight(results: Sequence[RunResult], history: Sequence[JobRecord]) -> HistoryJudgement:
+def judge_tonight(results: Sequence[RunResult], history: History) -> HistoryJudgement:
     """Tonight's results against the nights before them."""
     from etdeploy.results.jobs import job_key
 
     tonight = [(result, record_of(result)) for result in results]
     uids = {record.job_uid for _, record in tonight}
-    earlier: dict[tuple[JobKey, str], list[Point]] = {}
-    for old in history:
-        if old.job_uid in uids:
-            continue  # tonight, recorded already (a rerun of the judgement)
-        for name, value in old.metrics:
-            earlier.setdefault((old.key, name), []).append(Point(old.started_at, value, old))
+    earlier = {(s.key, s.metric): s for s in history.series}
     regressions: list[Regression] = []
     outliers: list[Regression] = []
     judged = short = 0
@@ -97,29 +98,88 @@ def judge_tonight(results: Sequence[RunResult], history: Sequence[JobRecord]) ->
         for metric, value in record.metrics:
             if not tracked(metric):
                 continue
-            before = sorted(earlier.get((record.key, metric), ()), key=lambda p: p.started_at)
-            if len(before) < 2 * MIN_RUN:
+            series = _with_tonight(earlier.get((record.key, metric)), record, metric, value, uids)
+            if len(series.values) - 1 < 2 * MIN_RUN:
                 short += 1
                 continue
             judged += 1
-            series = Series(record.key, metric, (*before, Point(record.started_at, value, record)))
             key = job_key(result)
             shift = _recent_shift(series)
+            cpu = record.metric(CPU_METRIC)
+            if shift is not None and cpu is not None and metric.startswith("latency."):
+                cpu_series = _with_tonight(
+                    earlier.get((record.key, CPU_METRIC)), record, CPU_METRIC, cpu, uids
+                )
+                if (busy := _busy_period(series, shift, cpu_series)) is not None:
+                    outliers.append(_busy_regression(key, shift, *busy))
+                    continue
             if shift is not None:
                 regressions.append(_change_regression(key, shift))
             elif (outlier := _outlier(series)) is not None:
                 outliers.append(_outlier_regression(key, metric, *outlier))
     return HistoryJudgement(
         tuple(regressions), tuple(outliers),
-        tuple(flaky_jobs([*history, *(r for _, r in tonight)])), judged, short,
+        tuple(flaky_jobs([*(j for j in history.jobs if j.job_uid not in uids),
+                          *(r for _, r in tonight)])), judged, short,
     )  # fmt: skip
+
+
+def _busy_period(series: Series, change: ChangePoint, cpu: Series) -> tuple[float, float] | None:
+    """(CPU time's median before, after) when a wall-time latency shift is not shared
+    by the CPU time of the same nights (it grew by less than half as much): a busy
+    period of the host, not a slower program. None when it is shared, or when the
+    CPU time was not measured on enough of those nights."""
+    import numpy as np
+
+    by_job = dict(zip((r.job_uid for r in cpu.records), cpu.values, strict=True))
+    at = change.index
+    sides = [
+        [by_job[r.job_uid] for r in records if r.job_uid in by_job]
+        for records in (series.records[max(0, at - WINDOW) : at], series.records[at : at + WINDOW])
+    ]
+    if min(len(side) for side in sides) < MIN_RUN or change.before <= 0:
+        return None
+    before, after = (float(np.median(side)) for side in sides)
+    if before > 0 and after / before - 1 >= change.shift / 2:
+        return None
+    return before, after
+
+
+def _busy_regression(
+    key: object, change: ChangePoint, cpu_before: float, cpu_after: float
+) -> Regression:
+    from etdeploy.results.jobs import JobKey as ReportKey
+
+    assert isinstance(key, ReportKey)
+    message = (
+        f"{change.metric} {shown(change.metric, change.before)} -> "
+        f"{shown(change.metric, change.after)} ({change.shift:+.0%}) since "
+        f"{change.night[:10]}, but the CPU time of the same nights "
+        f"{format_ms(cpu_before)} -> {format_ms(cpu_after)}: the host was busy, the "
+        "program no slower; not a regression"
+    )
+    return Regression(key, regression_kind(change.metric), change.before, change.after,
+                      message, part=change.metric, alarm=BUSY_HOST)  # fmt: skip
+
+
+def _with_tonight(
+    before: Series | None, record: JobRecord, metric: str, value: float, uids: set[str]
+) -> Series:
+    """The series of the nights before tonight (without tonight's own jobs, when they
+    were recorded already: a rerun of the judgement), then tonight."""
+    if before is None:
+        return Series(record.key, metric, (record,), (value,))
+    pairs = [(r, v) for r, v in zip(before.records, before.values, strict=True)
+             if r.job_uid not in uids]  # fmt: skip
+    return Series(record.key, metric, (*(r for r, _ in pairs), record),
+                  (*(v for _, v in pairs), value))  # fmt: skip
 
 
 def _recent_shift(series: Series) -> ChangePoint | None:
     found = [
         c
         for c in change_points(series)
-        if c.index >= len(series.points) - RECENT_NIGHTS and worse(c.metric, c.before, c.after)
+        if c.index >= len(series.values) - RECENT_NIGHTS and worse(c.metric, c.before, c.after)
     ]
     return found[-1] if found else None
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from etdeploy.errors import EtdeployError, UsageError
-from etdeploy.history.changes import change_points, flaky_jobs, series_of
+from etdeploy.history.changes import History, change_points, flaky_jobs
 from etdeploy.history.judge import HistoryJudgement, judge_tonight
-from etdeploy.history.records import JobRecord, record_of
+from etdeploy.history.records import record_of
 from etdeploy.history.store import RecordOutcome, default_store, open_store
 from etdeploy.history.trend import TrendSeries, write_trend_page
 from etdeploy.results.result import RunResult
@@ -76,14 +76,15 @@ def farm_history(
     judgement = None
     try:
         with open_store(where) as store:
-            history = store.jobs()
+            history = store.read()
             if judge:
                 judgement = judge_tonight(results, history)
             records = [record_of(r) for r in results]
             recorded = store.record(records, source=str(results_path))
             page = None
             if trend_page is not None:
-                page = draw_trends([*history, *records], trend_page, title="etdeploy trends")
+                tonight = [r for r in records if r.job_uid not in {j.job_uid for j in history.jobs}]
+                page = draw_trends(history.adding(tonight), trend_page, title="etdeploy trends")
             return NightHistory(store.shown, recorded, judgement, page, None)
     except EtdeployError as exc:
         if judge and judgement is None:
@@ -91,20 +92,20 @@ def farm_history(
         return NightHistory(where, None, judgement, None, f"not recorded: {exc.message}; {replay}")
 
 
-def draw_trends(records: Sequence[JobRecord], path: Path, *, title: str) -> Path:
-    trends = analyse(records)
-    write_trend_page(path, trends, flaky_jobs(records), title=title)
+def draw_trends(history: History, path: Path, *, title: str) -> Path:
+    trends = analyse(history)
+    write_trend_page(path, trends, flaky_jobs(history.jobs), title=title)
     return path
 
 
-def analyse(records: Sequence[JobRecord], match: str | None = None) -> list[TrendSeries]:
-    """Every tracked series of the records (those whose name matches `match`),
+def analyse(history: History, match: str | None = None) -> list[TrendSeries]:
+    """Every tracked series of the history (those whose name matches `match`),
     with its change points."""
     from etdeploy.history.select import matching
 
     return [
         TrendSeries(series, tuple(change_points(series)))
-        for series in matching(series_of(records), match)
+        for series in matching(history.series, match)
     ]
 
 

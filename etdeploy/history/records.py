@@ -13,8 +13,9 @@ not columns, so it needs no migration.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from etdeploy.results.result import RunResult
@@ -43,6 +44,48 @@ class JobKey:
         return SEP.join((self.model, self.backend, self.quantization, self.device))
 
 
+class Inputs:
+    """What ran: (name, value) pairs in name order. Read from a store it keeps the
+    row's JSON text and parses it when first asked: a year of nights is read for its
+    metrics, and only the nights around a change point are asked what ran."""
+
+    __slots__ = ("_items", "_text")
+
+    def __init__(self, items: Iterable[tuple[str, str]] = (), *, text: str | None = None) -> None:
+        self._items: tuple[tuple[str, str], ...] | None = (
+            None if text is not None else tuple(sorted(items))
+        )
+        self._text = text
+
+    @property
+    def items(self) -> tuple[tuple[str, str], ...]:
+        if self._items is None:
+            from etdeploy.jsonvalue import as_object
+
+            parsed = as_object(json.loads(self._text or "{}"), "a history job's inputs")
+            self._items = tuple(sorted((name, str(value)) for name, value in parsed.items()))
+        return self._items
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.items)
+
+    def json_text(self) -> str:
+        """As the store keeps them: a JSON object."""
+        return self._text if self._text is not None else json.dumps(dict(self.items))
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self.items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Inputs) and self.items == other.items
+
+    def __hash__(self) -> int:
+        return hash(self.items)
+
+    def __repr__(self) -> str:
+        return f"Inputs({self.items!r})"
+
+
 @dataclass(frozen=True)
 class JobRecord:
     """One job of one night: its identity, what ran, and what it measured."""
@@ -51,7 +94,7 @@ class JobRecord:
     key: JobKey
     started_at: str  # ISO 8601 UTC, to the second: the night's order
     status: str
-    inputs: tuple[tuple[str, str], ...]
+    inputs: Inputs
     metrics: tuple[tuple[str, float], ...]
 
     def metric(self, name: str) -> float | None:
@@ -59,7 +102,7 @@ class JobRecord:
 
     @property
     def input_map(self) -> dict[str, str]:
-        return dict(self.inputs)
+        return self.inputs.as_dict()
 
 
 def unit_of(metric: str) -> str:
@@ -85,7 +128,7 @@ def record_of(result: RunResult) -> JobRecord:
         key=job_key_of(result),
         started_at=result.started_at,
         status=result.status,
-        inputs=tuple(sorted(inputs_of(result).items())),
+        inputs=Inputs(inputs_of(result).items()),
         metrics=tuple((name, value) for name, value in metrics_of(result) if math.isfinite(value)),
     )
 
@@ -125,7 +168,8 @@ def metrics_of(result: RunResult) -> Iterable[tuple[str, float]]:
     yield PASSED, 1.0 if result.status == "passed" else 0.0
     latency = result.latency_ms
     if latency is not None and latency.n:
-        for name in ("median", "p90", "min", "max", "stdev", "trimmed_mean", "load"):
+        # cpu_median: the CPU time, which a busy host does not stretch (our runner).
+        for name in ("median", "p90", "min", "max", "stdev", "trimmed_mean", "load", "cpu_median"):
             value = getattr(latency, name)
             if value is not None:
                 yield f"latency.{name}_ms", float(value)

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from etdeploy.errors import UsageError
-from etdeploy.history.records import JobKey, JobRecord
+from etdeploy.history.records import Inputs, JobKey, JobRecord
+
+if TYPE_CHECKING:
+    from etdeploy.history.changes import History
 
 # Where a store is given: a path (SQLite) or a URL. Read 2026-12-05 from SQLAlchemy
 # 2.1's dialect docs: "postgresql+psycopg://" selects psycopg 3.
@@ -162,7 +164,7 @@ class HistoryStore:
         """Add the records the store does not hold yet (by job id), in one transaction."""
         from sqlalchemy.exc import SQLAlchemyError
 
-        from etdeploy.history import schema
+        from etdeploy.history import tables
 
         insert = _insert_for(self.engine.dialect.name)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -174,14 +176,14 @@ class HistoryStore:
                         "job_uid": record.job_uid, "model": record.key.model,
                         "backend": record.key.backend, "quantization": record.key.quantization,
                         "device": record.key.device, "status": record.status,
-                        "started_at": record.started_at, "inputs": json.dumps(dict(record.inputs)),
+                        "started_at": record.started_at, "inputs": record.inputs.json_text(),
                         "source": source, "recorded_at": now,
                     }  # fmt: skip
                     statement = (
-                        insert(schema.jobs)
+                        insert(tables.jobs)
                         .values(row)
                         .on_conflict_do_nothing(index_elements=["job_uid"])
-                        .returning(schema.jobs.c.id)
+                        .returning(tables.jobs.c.id)
                     )
                     job_id = connection.execute(statement).scalar()
                     if job_id is None:
@@ -189,7 +191,7 @@ class HistoryStore:
                     added += 1
                     if record.metrics:
                         connection.execute(
-                            schema.metrics.insert(),
+                            tables.metrics.insert(),
                             [{"job_id": job_id, "name": n, "value": v} for n, v in record.metrics],
                         )
         except SQLAlchemyError as exc:
@@ -203,9 +205,9 @@ class HistoryStore:
         from sqlalchemy import select
         from sqlalchemy.exc import SQLAlchemyError
 
-        from etdeploy.history import schema
+        from etdeploy.history import tables
 
-        j, m = schema.jobs, schema.metrics
+        j, m = tables.jobs, tables.metrics
         query = select(j.c.id, j.c.job_uid, j.c.model, j.c.backend, j.c.quantization,
                        j.c.device, j.c.status, j.c.started_at, j.c.inputs)  # fmt: skip
         values = select(m.c.job_id, m.c.name, m.c.value)
@@ -230,11 +232,49 @@ class HistoryStore:
                 key=JobKey(row.model, row.backend, row.quantization, row.device),
                 started_at=row.started_at,
                 status=row.status,
-                inputs=tuple(sorted(json.loads(row.inputs).items())),
+                inputs=Inputs(text=row.inputs),
                 metrics=by_job.get(row.id, ()),
             )
             for row in rows
         ]
+
+    def read(self, since: str | None = None) -> History:
+        """Every job recorded (started at or after `since`) and every tracked series,
+        read as columns: the jobs in one query, each tracked metric's (job, value)
+        rows in one query each; a job's inputs are parsed only if asked for (a change
+        point naming what changed). What a night and `etdeploy history` analyse."""
+        from sqlalchemy import select
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from etdeploy.history import tables
+        from etdeploy.history.changes import History, series_from_columns, tracked
+
+        j, m = tables.jobs, tables.metrics
+        query = select(j.c.id, j.c.job_uid, j.c.model, j.c.backend, j.c.quantization,
+                       j.c.device, j.c.status, j.c.started_at, j.c.inputs)  # fmt: skip
+        if since is not None:
+            query = query.where(j.c.started_at >= since)
+        try:
+            with self.engine.connect() as connection:
+                rows = connection.execute(query.order_by(j.c.started_at, j.c.id)).all()
+                names = connection.execute(select(m.c.name).distinct()).scalars().all()
+                columns: dict[str, tuple[Sequence[int], Sequence[float]]] = {}
+                for name in sorted(n for n in names if tracked(n)):
+                    pairs = connection.execute(
+                        select(m.c.job_id, m.c.value).where(m.c.name == name)
+                    ).all()
+                    columns[name] = ([job for job, _ in pairs], [value for _, value in pairs])
+        except SQLAlchemyError as exc:
+            raise _unreachable(self.shown, exc) from None
+        keys: dict[tuple[str, str, str, str], JobKey] = {}
+        jobs = []
+        for row in rows:
+            parts = (row.model, row.backend, row.quantization, row.device)
+            key = keys.get(parts) or keys.setdefault(parts, JobKey(*parts))
+            jobs.append(JobRecord(row.job_uid, key, row.started_at, row.status,
+                                  Inputs(text=row.inputs), ()))  # fmt: skip
+        series = series_from_columns(jobs, [row.id for row in rows], columns)
+        return History(tuple(jobs), tuple(series))
 
 
 def open_store(where: str | Path) -> HistoryStore:

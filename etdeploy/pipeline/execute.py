@@ -84,6 +84,8 @@ class Executed:
     sample_ms: tuple[float, ...] = ()
     # What our runner measured of its memory per phase (the timed sample's).
     memory: contract.RunnerMemory | None = None
+    # The timed iterations' CPU time (our runner; empty from upstream's).
+    iterations_cpu_ms: tuple[float, ...] = ()
 
 
 def execute(
@@ -114,6 +116,7 @@ def execute(
             statistics.median(run.report.iterations_ms) for run in runs if run.report.iterations_ms
         ),
         memory=first.memory,
+        iterations_cpu_ms=first.iterations_cpu_ms,
     )
 
 
@@ -334,8 +337,11 @@ def clip_log(text: str) -> str:
     )
 
 
-def latency_of(load_ms: float | None, times_ms: Sequence[float]) -> Latency:
-    """min, median, p90, max and a 10%-trimmed mean; the spread as stdev."""
+def latency_of(
+    load_ms: float | None, times_ms: Sequence[float], cpu_ms: Sequence[float] = ()
+) -> Latency:
+    """min, median, p90, max and a 10%-trimmed mean; the spread as stdev; the CPU
+    time's median where the runner measured it."""
     if not times_ms:
         return Latency(load=load_ms, n=0, iterations=())
     ordered = sorted(times_ms)
@@ -351,6 +357,8 @@ def latency_of(load_ms: float | None, times_ms: Sequence[float]) -> Latency:
         trimmed_mean=statistics.fmean(trimmed),
         stdev=statistics.pstdev(ordered),
         iterations=tuple(times_ms),
+        cpu_median=statistics.median(cpu_ms) if cpu_ms else None,
+        cpu_iterations=tuple(cpu_ms) if cpu_ms else None,
     )
 
 

@@ -319,7 +319,7 @@ def result_of(stages: Stages) -> RunResult:
             bytes_sent=deployed.bytes_sent, files_sent=deployed.files_sent,
             files_skipped=deployed.files_skipped, seconds=round(deployed.seconds, 3),
         ),
-        latency_ms=latency_of(executed.load_ms, executed.iterations_ms),
+        latency_ms=latency_of(executed.load_ms, executed.iterations_ms, executed.iterations_cpu_ms),
         throughput=throughput_of(executed.sample_ms),
         memory=memory.memory,
         shapes=memory.points or None,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from etdeploy.atomic import atomic_write
 from etdeploy.report.text import accuracy_lines, budget_lines, clip, joined_logs
-from etdeploy.results.baseline import Regression
+from etdeploy.results.baseline import OUTLIER, Regression
 from etdeploy.results.jobs import JobKey, NotRun, error_type, failure_kind, failure_message, job_key
 from etdeploy.results.result import RunResult
 
@@ -137,12 +137,14 @@ def _outcome(result: RunResult, regressions: list[Regression]) -> tuple[str, str
 
 
 def _alarm_name(regression: Regression) -> str:
-    """regression, regression (change point), or outlier (single night)."""
+    """regression, regression (change point), outlier (single night) or busy host."""
     if regression.alarm is None:
         return "regression"
     if regression.is_regression:
         return f"regression, {regression.alarm}"
-    return f"{regression.alarm}, single night, not a regression"
+    if regression.alarm == OUTLIER:
+        return f"{regression.alarm}, single night, not a regression"
+    return f"{regression.alarm}, not a regression"  # a one-file baseline's busy host
 
 
 def _failure_details(result: RunResult) -> list[str]:

@@ -43,10 +43,21 @@ KINDS = ("status", "latency", "sqnr", "max_abs", "memory", "accuracy")
 # smaller shift once it lasts; one pair of runs cannot tell it from a busy night.
 LATENCY_FLOOR_MS = 0.25
 
+# A latency growth is a regression only if the CPU time's median grew by more than
+# this share as well (where both runs measured it). Measured 2026-12-05 on this
+# 2-core machine: see docs/guides/farms.md (the busy-host experiment).
+CPU_GROWTH = 0.50
+
 # What raised an alarm, where a history judged (etdeploy.history.judge): a
 # sustained shift (a regression) or tonight alone (reported, not a regression).
 CHANGE_POINT = "change point"
 OUTLIER = "outlier"
+# A one-file baseline's latency growth that the CPU time does not share: the host
+# was busy (other processes held the cores), the program did not get slower. Told,
+# not failed.
+BUSY_HOST = "busy host"
+# What is told and not failed: a history's single-night outlier, a busy host.
+NOT_FAILED = (OUTLIER, BUSY_HOST)
 
 
 @dataclass(frozen=True)
@@ -68,7 +79,8 @@ class Regression:
     message: str
     output: str | None = None
     part: str | None = None
-    # None for a one-file baseline; CHANGE_POINT or OUTLIER against a history.
+    # None for a one-file baseline's regression, BUSY_HOST for its latency growth the
+    # CPU time did not share; CHANGE_POINT or OUTLIER against a history.
     alarm: str | None = None
 
     @property
@@ -79,8 +91,9 @@ class Regression:
 
     @property
     def is_regression(self) -> bool:
-        """Whether it fails the job: everything but a single-night outlier."""
-        return self.alarm != OUTLIER
+        """Whether it fails the job: everything but a single-night outlier or a
+        busy host."""
+        return self.alarm not in NOT_FAILED
 
     def to_json(self) -> JsonObject:
         def plain(value: float | str | None) -> float | str | None:
@@ -111,14 +124,19 @@ def compare_to_baseline(
     accuracy_drop: float = ACCURACY_DROP,
     memory_growth: float = DEFAULT_MEMORY_GROWTH,
     latency_floor_ms: float = LATENCY_FLOOR_MS,
+    cpu_threshold: float = CPU_GROWTH,
 ) -> list[Regression]:
     """Regressions of `results` against `baseline`, in the order of `results`.
 
     Latency is flagged when the median grew by more than `latency_threshold`
     (a fraction), by more than `latency_floor_ms`, and beyond both runs' spread:
     above the baseline's p90 and its median plus the two runs' combined stdev
-    (a busy night's own spread raises the bar). So an unchanged program run
-    twice on a busy machine does not regress.
+    (a busy night's own spread raises the bar). Where both runs carry their CPU
+    time (our runner measures it), a latency growth is a regression only when the
+    CPU time's median grew past `cpu_threshold` too; otherwise the host was busy
+    (a whole run slowed evenly has a tight spread, so spread alone cannot tell it),
+    and it comes back as alarm BUSY_HOST, told and not failed. So an unchanged
+    program run twice on a busy machine does not regress.
     Numerics are compared per output over the samples both runs share: the
     worst SQNR dropping by more than `sqnr_drop_db`, the worst max-abs error
     growing by more than `abs_error_factor` (and past `abs_error_floor`, with
@@ -138,7 +156,9 @@ def compare_to_baseline(
         found.extend(_status(key, old, current))
         if current.status == "error" or old.status == "error":
             continue  # an error has no latency or outputs to compare
-        found.extend(_latency(key, old, current, latency_threshold, latency_floor_ms))
+        found.extend(
+            _latency(key, old, current, latency_threshold, latency_floor_ms, cpu_threshold)
+        )
         found.extend(_numerics(key, old, current, sqnr_drop_db, abs_error_factor, abs_error_floor))
         found.extend(_memory(key, old, current, memory_growth))
         found.extend(_accuracy(key, old, current, accuracy_drop))
@@ -186,7 +206,12 @@ def _status(key: JobKey, old: RunResult, current: RunResult) -> list[Regression]
 
 
 def _latency(
-    key: JobKey, old: RunResult, current: RunResult, threshold: float, floor_ms: float
+    key: JobKey,
+    old: RunResult,
+    current: RunResult,
+    threshold: float,
+    floor_ms: float,
+    cpu_threshold: float,
 ) -> list[Regression]:
     a, b = old.latency_ms, current.latency_ms
     if a is None or b is None or not a.n or not b.n or a.median is None or b.median is None:
@@ -208,7 +233,19 @@ def _latency(
         f"spread (baseline p90 {format_ms(p90)}, stdev {format_ms(stdev)}; now stdev "
         f"{format_ms(stdev_now)})"
     )
-    return [Regression(key, "latency", base, now, message)]
+    cpu_base, cpu_now = a.cpu_median, b.cpu_median
+    if cpu_base is None or cpu_now is None or cpu_base <= 0:
+        return [Regression(key, "latency", base, now, message)]  # a run without CPU times
+    cpu_growth = f"{(cpu_now / cpu_base - 1) * 100:+.0f}%"
+    cpu = f"CPU time {format_ms(cpu_base)} -> {format_ms(cpu_now)} ({cpu_growth})"
+    if cpu_now <= cpu_base * (1 + cpu_threshold):
+        busy = (
+            f"median latency {format_ms(base)} -> {format_ms(now)} ({growth}) but {cpu}, "
+            f"within {cpu_threshold:.0%}: the host was busy, the program no slower; "
+            "not a regression"
+        )
+        return [Regression(key, "latency", base, now, busy, alarm=BUSY_HOST)]
+    return [Regression(key, "latency", base, now, f"{message}; {cpu}")]
 
 
 def _numerics(

@@ -210,6 +210,12 @@ class Latency(Record):
     trimmed_mean: float | None = omitted_if_none()
     stdev: float | None = omitted_if_none()
     iterations: tuple[float, ...]
+    # The process's CPU time of each timed iteration and their median (our runner's
+    # iterations_cpu_ms; absent from older results and from upstream's runner). A busy
+    # host stretches the wall time, not the CPU time: what the baseline reads
+    # to tell a busy night from a slower program (etdeploy.results.baseline).
+    cpu_median: float | None = omitted_if_none()
+    cpu_iterations: tuple[float, ...] | None = omitted_if_none()
 
 
 @dataclass(frozen=True)

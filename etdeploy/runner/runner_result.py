@@ -51,6 +51,9 @@ class RunnerResult:
     load_ms: float | None
     iterations_ms: tuple[float, ...]
     warmup: int = 0
+    # The process's CPU time of each timed iteration (our runner's iterations_cpu_ms;
+    # empty from upstream's runner and from ours before it wrote them).
+    iterations_cpu_ms: tuple[float, ...] = ()
     inputs: tuple[TensorRecord, ...] = ()
     # Empty for the upstream runner, which reports no shapes.
     outputs: tuple[TensorRecord, ...] = ()
@@ -105,6 +108,7 @@ def _record(raw: object, where: str) -> TensorRecord:
 _KNOWN_KEYS = {
     "schema", "runner_version", "executorch_version", "model_path", "method",
     "cpu_threads", "load_ms", "warmup", "num_executions", "iterations_ms", "total_ms",
+    "iterations_cpu_ms",
     "peak_rss_bytes", "inputs", "outputs", "etdump_path", "memory",
 }  # fmt: skip
 
@@ -146,6 +150,13 @@ def _result_of(raw: object) -> RunnerResult:
         raise _bad_document(
             f"num_executions is {raw['num_executions']} but {len(iterations)} times are listed"
         )
+    cpu = raw.get("iterations_cpu_ms", [])
+    if not isinstance(cpu, list) or not all(isinstance(ms, (int, float)) for ms in cpu):
+        raise _bad_document("iterations_cpu_ms is not a list of numbers")
+    if cpu and len(cpu) != len(iterations):
+        raise _bad_document(
+            f"iterations_cpu_ms lists {len(cpu)} times for {len(iterations)} iterations"
+        )
     inputs = raw.get("inputs", [])
     outputs = raw.get("outputs", [])
     if not isinstance(inputs, list) or not isinstance(outputs, list):
@@ -156,6 +167,7 @@ def _result_of(raw: object) -> RunnerResult:
         load_ms=float(raw["load_ms"]) if raw.get("load_ms") is not None else None,
         iterations_ms=tuple(float(ms) for ms in iterations),
         warmup=int(raw.get("warmup", 0)),
+        iterations_cpu_ms=tuple(float(ms) for ms in cpu),
         inputs=tuple(_record(r, f"inputs[{i}]") for i, r in enumerate(inputs)),
         outputs=tuple(_record(r, f"outputs[{i}]") for i, r in enumerate(outputs)),
         peak_rss_bytes=raw.get("peak_rss_bytes"),

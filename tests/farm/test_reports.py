@@ -13,7 +13,7 @@ import pytest
 
 from etdeploy.farm import FARM_DOC_NAME, RESULTS_NAME, exit_code
 from etdeploy.results import JobKey, Regression, validate_farm
-from etdeploy.results.baseline import OUTLIER
+from etdeploy.results.baseline import BUSY_HOST, OUTLIER
 from tests.support.farm_fixtures import QUICK, farm, lines_of, tiny_result, write_spec
 
 
@@ -41,6 +41,8 @@ def test_exit_codes_rank_a_failed_check_over_bad_input_over_infrastructure() -> 
     # A history's single-night outlier is told, not failed on.
     outlier = dataclasses.replace(slower, alarm=OUTLIER)
     assert exit_code([passed], regressions=[outlier]) == 0
+    # So is a one-file baseline's busy host.
+    assert exit_code([passed], regressions=[dataclasses.replace(slower, alarm=BUSY_HOST)]) == 0
     assert exit_code([]) == 0
 
 

@@ -1,12 +1,14 @@
 """Sixty farm nights: a few run for real, the rest drawn from what those measured.
 
 A generated night of a job starts from one of its real results (chosen at random)
-and draws as many iteration times as a real night timed from every iteration the
-real nights timed for it: the measured distribution, not a model of one. The real
-nights carry this shared machine's own busy iterations; on top of them some nights
-are slow as a whole: with probability BUSY_SHARE a job's night is slowed by a
-factor from BUSY_SLOWDOWN, the range issue 38 saw from unchanged programs (+56% to
-+675%).
+and draws as many iterations as a real night timed from every iteration the real
+nights timed for it, each iteration's wall and CPU time together: the measured
+distribution, not a model of one. The real nights carry this shared machine's own
+busy iterations; on top of them some nights are slow as a whole: with probability
+BUSY_SHARE a job's night has its wall times slowed by a factor from BUSY_SLOWDOWN,
+the range issue 38 saw from unchanged programs (+56% to +675%), and its CPU times
+not (a busy host stretches the one, not the other: tests/results/test_busy_host.py
+measures it). The planted latency shift (a heavier model) grows both.
 
 Two shifts are planted, each with the recorded input that caused it:
 - from LATENCY_NIGHT, digits (both devices) runs 20% slower: a new model (its
@@ -64,12 +66,23 @@ def _generated(
     rng: random.Random, key: str, docs: list[Doc], n: int, when: datetime.datetime
 ) -> Doc:
     doc = copy.deepcopy(rng.choice(docs))
-    pool = [t for d in docs for t in d["latency_ms"]["iterations"]]
-    times = [rng.choice(pool) for _ in range(ITERATIONS or len(doc["latency_ms"]["iterations"]))]
+    # (wall, CPU) of every iteration timed; CPU None from a runner that did not measure it.
+    pool = [
+        pair
+        for d in docs
+        for pair in zip(
+            d["latency_ms"]["iterations"],
+            d["latency_ms"].get("cpu_iterations") or [None] * d["latency_ms"]["n"],
+            strict=True,
+        )
+    ]
+    drawn = [rng.choice(pool) for _ in range(ITERATIONS or len(doc["latency_ms"]["iterations"]))]
+    times = [wall for wall, _ in drawn]
+    cpu = [c for _, c in drawn if c is not None]
     if rng.random() < BUSY_SHARE:
         slow = rng.uniform(*BUSY_SLOWDOWN)
         times = [t * slow for t in times]
-    set_latency(doc, times)
+    set_latency(doc, times, cpu if len(cpu) == len(times) else None)
     stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     doc["started_at"] = stamp
     doc["job"]["id"] = f"night{n:02d}-{key}"
@@ -82,7 +95,12 @@ def _planted(doc: Doc, n: int) -> Doc:
     model = doc["job"]["model"]
     if model == LATENCY_MODEL and n >= LATENCY_NIGHT:
         doc = copy.deepcopy(doc)
-        set_latency(doc, [t * LATENCY_FACTOR for t in doc["latency_ms"]["iterations"]])
+        cpu = doc["latency_ms"].get("cpu_iterations")
+        set_latency(
+            doc,
+            [t * LATENCY_FACTOR for t in doc["latency_ms"]["iterations"]],
+            [t * LATENCY_FACTOR for t in cpu] if cpu else None,
+        )
         doc["artifact"]["sha256"] = hashlib.sha256(b"digits, the new model").hexdigest()
     if model == MEMORY_MODEL and n >= MEMORY_NIGHT:
         doc = copy.deepcopy(doc)
@@ -91,8 +109,9 @@ def _planted(doc: Doc, n: int) -> Doc:
     return doc
 
 
-def set_latency(doc: Doc, times: list[float]) -> None:
-    """The latency block of these iteration times, as the runner's results have it."""
+def set_latency(doc: Doc, times: list[float], cpu: list[float] | None = None) -> None:
+    """The latency block of these iteration times (and their CPU times, where the
+    runner measured them), as the runner's results have it."""
     import numpy as np
 
     ordered = sorted(times)
@@ -104,6 +123,10 @@ def set_latency(doc: Doc, times: list[float]) -> None:
         trimmed_mean=float(np.mean(kept)), stdev=float(np.std(times, ddof=1)) if len(times) > 1 else 0.0,
         iterations=list(times),
     )  # fmt: skip
+    doc["latency_ms"].pop("cpu_median", None)
+    doc["latency_ms"].pop("cpu_iterations", None)
+    if cpu is not None:
+        doc["latency_ms"].update(cpu_median=float(np.median(cpu)), cpu_iterations=list(cpu))
 
 
 def grow_planned(doc: Doc, factor: float) -> None:

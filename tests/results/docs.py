@@ -77,6 +77,15 @@ def with_latency(doc: Doc, iterations_ms: list[float]) -> Doc:
     return doc
 
 
+def with_cpu(doc: Doc, wall_ms: list[float], cpu_ms: list[float]) -> Doc:
+    """`doc` with these iterations' wall and CPU times, as the pipeline summarises them."""
+    from etdeploy.pipeline.execute import latency_of
+
+    doc = copy.deepcopy(doc)
+    doc["latency_ms"] = latency_of(doc["latency_ms"]["load"], wall_ms, cpu_ms).to_json()
+    return doc
+
+
 def numeric_failure(doc: Doc, factor: float = 5e4) -> Doc:
     """`doc` with every output error scaled by `factor`: what a broken lowering gives."""
     doc = scale_error(doc, factor)

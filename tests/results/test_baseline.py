@@ -6,6 +6,7 @@ import json
 import random
 
 from etdeploy.results import Regression, compare_to_baseline, job_key
+from etdeploy.results.baseline import BUSY_HOST
 from tests.results.docs import (
     Doc,
     as_result,
@@ -14,6 +15,7 @@ from tests.results.docs import (
     numeric_failure,
     on_device,
     scale_error,
+    with_cpu,
     with_latency,
 )
 
@@ -196,3 +198,21 @@ def test_an_unchanged_program_on_a_busy_machine_does_not_regress(passed: Doc) ->
     scattered = with_latency(passed, [1.9, 2.0, 2.1, 3.9, 4.1, 4.3])
     assert scattered["latency_ms"]["median"] > 2.0 * 1.10 + 0.25
     assert compare([scattered], [with_latency(passed, [2.0, 2.0, 2.1])]) == []
+
+
+def test_a_whole_run_slowed_evenly_with_the_same_cpu_time_is_a_busy_host(passed: Doc) -> None:
+    """Every iteration 3x slower, the spread tight (spread cannot tell it), the CPU
+    time unchanged: told as a busy host, in the message and the JSON, not failed."""
+    quiet = with_cpu(passed, [2.0, 2.0, 2.1, 2.0], [1.9, 1.9, 2.0, 1.9])
+    busy = with_cpu(passed, [6.0, 6.1, 6.0, 6.2], [1.9, 2.0, 1.9, 1.9])
+    (note,) = compare([busy], [quiet])
+    assert note.kind == "latency" and note.alarm == BUSY_HOST and not note.is_regression
+    assert "the host was busy" in note.message and "CPU time" in note.message
+    assert note.to_json()["alarm"] == "busy host"
+    # The CPU time grew with it: a regression, saying so.
+    slower = with_cpu(passed, [6.0, 6.1, 6.0, 6.2], [5.7, 5.8, 5.7, 5.9])
+    (found,) = compare([slower], [quiet])
+    assert found.is_regression and found.alarm is None and "CPU time" in found.message
+    # A baseline written before CPU times were measured: judged on wall time as before.
+    (old_way,) = compare([busy], [with_latency(passed, [2.0, 2.0, 2.1, 2.0])])
+    assert old_way.is_regression and "CPU time" not in old_way.message

@@ -191,3 +191,31 @@ def test_jobs_without_a_result_are_listed_with_their_reason(passed: Doc) -> None
     doc["skipped"] = [{**cannot.key.to_json()}]
     with pytest.raises(UsageError, match=r"skipped\[0\].reason: is missing"):
         validate_farm(doc)
+
+
+def test_a_result_written_before_cpu_times_reads_and_writes_back_unchanged() -> None:
+    """tests/data/results were written by a runner that measured no CPU time: such a
+    result still validates, reads with no CPU median, and writes back the same bytes;
+    one with CPU times validates too (an addition to result/2, no new version)."""
+    from etdeploy.pipeline.execute import latency_of
+    from etdeploy.results.result import RunResult
+    from tests.results.docs import load_sample
+
+    old = load_sample("passed_xnnpack")
+    assert "cpu_median" not in old["latency_ms"]
+    validate_result(old)
+    result = RunResult.from_json(old)
+    assert result.latency_ms is not None and result.latency_ms.cpu_median is None
+    assert result.to_json()["latency_ms"] == old["latency_ms"]  # the same block back
+    newer = copy.deepcopy(old)
+    times = old["latency_ms"]["iterations"]
+    cpu = [t * 0.9 for t in times]
+    newer["latency_ms"] = latency_of(old["latency_ms"]["load"], times, cpu).to_json()
+    validate_result(newer)
+    assert RunResult.from_json(newer).latency_ms.cpu_median == pytest.approx(  # type: ignore[union-attr]
+        0.9 * RunResult.from_json(old).latency_ms.median  # type: ignore[union-attr]
+    )
+    broken = copy.deepcopy(newer)
+    broken["latency_ms"]["cpu_median"] = -1.0
+    with pytest.raises(UsageError, match="cpu_median"):
+        validate_result(broken)

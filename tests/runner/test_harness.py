@@ -296,6 +296,12 @@ def test_result_json_agrees_with_the_log_lines(
     assert len(result.iterations_ms) == 4 and result.warmup == 2
     assert log.iterations_ms == pytest.approx(result.iterations_ms, abs=1e-6)
     assert log.load_ms == pytest.approx(result.load_ms, abs=1e-6)
+    # Each iteration's CPU time beside its wall time: positive, and no more than the
+    # wall time times the threads that can run at once (the pool's workers count).
+    assert len(result.iterations_cpu_ms) == 4
+    threads = result.cpu_threads or 1
+    for wall, cpu in zip(result.iterations_ms, result.iterations_cpu_ms, strict=True):
+        assert 0 < cpu <= wall * threads * 1.05 + 0.05, (wall, cpu, threads)
     assert result.peak_rss_bytes is not None and result.peak_rss_bytes > 1 << 20
     assert result.runner_version and result.executorch_version
     assert result.cpu_threads is not None and result.cpu_threads >= 1

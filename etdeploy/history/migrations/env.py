@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from etdeploy.history.schema import METADATA
+from etdeploy.history.tables import METADATA
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, target_metadata=METADATA)
