@@ -213,6 +213,11 @@ def test_a_whole_run_slowed_evenly_with_the_same_cpu_time_is_a_busy_host(passed:
     slower = with_cpu(passed, [6.0, 6.1, 6.0, 6.2], [5.7, 5.8, 5.7, 5.9])
     (found,) = compare([slower], [quiet])
     assert found.is_regression and found.alarm is None and "CPU time" in found.message
+    # A modest real slowdown on a quiet host (+30% wall, +30% CPU, under the 50% that
+    # load can do to CPU time): the CPU time grew with the wall time, a regression.
+    modest = with_cpu(passed, [2.6, 2.6, 2.7, 2.6], [2.5, 2.5, 2.6, 2.5])
+    (found,) = compare([modest], [quiet])
+    assert found.is_regression and found.alarm is None
     # A baseline written before CPU times were measured: judged on wall time as before.
     (old_way,) = compare([busy], [with_latency(passed, [2.0, 2.0, 2.1, 2.0])])
     assert old_way.is_regression and "CPU time" not in old_way.message
