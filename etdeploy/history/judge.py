@@ -32,6 +32,8 @@ from etdeploy.history.changes import (
 )
 from etdeploy.history.records import PASSED, JobRecord, record_of, unit_of
 from etdeploy.results.baseline import BUSY_HOST, CHANGE_POINT, OUTLIER, Regression
+from etdeploy.results.jobs import JobKey as ReportKey
+from etdeploy.results.jobs import job_key
 from etdeploy.results.result import RunResult
 from etdeploy.units import format_bytes, format_ms
 
@@ -84,8 +86,6 @@ def shown(metric: str, value: float) -> str:
 
 def judge_tonight(results: Sequence[RunResult], history: History) -> HistoryJudgement:
     """Tonight's results against the nights before them."""
-    from etdeploy.results.jobs import job_key
-
     tonight = [(result, record_of(result)) for result in results]
     uids = {record.job_uid for _, record in tonight}
     earlier = {(s.key, s.metric): s for s in history.series}
@@ -148,7 +148,6 @@ def _busy_period(series: Series, change: ChangePoint, cpu: Series) -> tuple[floa
 def _busy_regression(
     key: object, change: ChangePoint, cpu_before: float, cpu_after: float
 ) -> Regression:
-    from etdeploy.results.jobs import JobKey as ReportKey
 
     assert isinstance(key, ReportKey)
     message = (
@@ -200,7 +199,6 @@ def _outlier(series: Series) -> tuple[float, float] | None:
 
 
 def _change_regression(key: object, change: ChangePoint) -> Regression:
-    from etdeploy.results.jobs import JobKey as ReportKey
 
     assert isinstance(key, ReportKey)
     nights = f"{change.night[:10]}"
@@ -214,7 +212,6 @@ def _change_regression(key: object, change: ChangePoint) -> Regression:
 
 
 def _outlier_regression(key: object, metric: str, median: float, now: float) -> Regression:
-    from etdeploy.results.jobs import JobKey as ReportKey
 
     assert isinstance(key, ReportKey)
     message = (

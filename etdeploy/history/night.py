@@ -17,6 +17,7 @@ from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.history.changes import History, change_points, flaky_jobs
 from etdeploy.history.judge import HistoryJudgement, judge_tonight
 from etdeploy.history.records import record_of
+from etdeploy.history.select import matching
 from etdeploy.history.store import RecordOutcome, default_store, open_store
 from etdeploy.history.trend import TrendSeries, write_trend_page
 from etdeploy.results.result import RunResult
@@ -101,8 +102,6 @@ def draw_trends(history: History, path: Path, *, title: str) -> Path:
 def analyse(history: History, match: str | None = None) -> list[TrendSeries]:
     """Every tracked series of the history (those whose name matches `match`),
     with its change points."""
-    from etdeploy.history.select import matching
-
     return [
         TrendSeries(series, tuple(change_points(series)))
         for series in matching(history.series, match)

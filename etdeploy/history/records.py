@@ -18,6 +18,8 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from etdeploy.jsonvalue import as_object
+from etdeploy.results.jobs import short_model
 from etdeploy.results.result import RunResult
 
 # The series name's separator: model|backend|quantization|device|metric.
@@ -60,8 +62,6 @@ class Inputs:
     @property
     def items(self) -> tuple[tuple[str, str], ...]:
         if self._items is None:
-            from etdeploy.jsonvalue import as_object
-
             parsed = as_object(json.loads(self._text or "{}"), "a history job's inputs")
             self._items = tuple(sorted((name, str(value)) for name, value in parsed.items()))
         return self._items
@@ -113,7 +113,6 @@ def unit_of(metric: str) -> str:
 
 
 def job_key_of(result: RunResult) -> JobKey:
-    from etdeploy.results.jobs import short_model
 
     artifact = result.artifact
     backend = result.job.backend or (artifact.backend if artifact else None) or "?"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from etdeploy.errors import UsageError
+from etdeploy.history.changes import History, series_from_columns, tracked
 from etdeploy.history.records import Inputs, JobKey, JobRecord
 
 if TYPE_CHECKING:
@@ -247,7 +248,6 @@ class HistoryStore:
         from sqlalchemy.exc import SQLAlchemyError
 
         from etdeploy.history import tables
-        from etdeploy.history.changes import History, series_from_columns, tracked
 
         j, m = tables.jobs, tables.metrics
         query = select(j.c.id, j.c.job_uid, j.c.model, j.c.backend, j.c.quantization,

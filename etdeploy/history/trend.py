@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from etdeploy.atomic import atomic_write
 from etdeploy.history.changes import ChangePoint, Flaky, Series
 from etdeploy.history.judge import shown, worse
 
@@ -38,7 +39,6 @@ class TrendSeries:
 def write_trend_page(
     path: Path, trends: Sequence[TrendSeries], flaky: Sequence[Flaky], *, title: str
 ) -> None:
-    from etdeploy.atomic import atomic_write
 
     shifted = sum(1 for t in trends if t.changes)
     nights = {p.started_at for t in trends for p in t.series.points}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from etdeploy.results.result import RunResult
 from etdeploy.results.result_memory import PART_LABELS, MemoryPhase
+from etdeploy.units import format_bytes
 
 DEFAULT_MEMORY_GROWTH = 0.10
 
@@ -49,7 +50,6 @@ class MemoryGrowth:
         return self.now - self.before
 
     def message(self, growth: float) -> str:
-        from etdeploy.units import format_bytes
 
         what = "peak" if self.part == "peak" else PART_LABELS.get(self.part, self.part)
         share = f"+{self.grown / self.before:.0%}" if self.before > 0 else "new"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import etdeploy
 from etdeploy.jsonvalue import JsonArray, JsonObject
 from etdeploy.results.jobs import JobKey, NotRun, job_key, summarize, unique
 from etdeploy.results.result import RunResult
@@ -25,8 +26,6 @@ def farm_document(
     quantization and device); by default the keys of `results`. `not_run`: the
     jobs without a result, listed under "skipped" (cannot run, not planned) or
     "not_run" (planned, never reported)."""
-    import etdeploy
-
     if matrix is None:
         matrix = unique(job_key(r) for r in results)
     planned: JsonArray = [m.to_json() if isinstance(m, JobKey) else {**m} for m in matrix]

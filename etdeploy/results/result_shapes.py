@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from etdeploy.results.record import Record, omitted_if_none
 from etdeploy.results.result_memory import Memory
+from etdeploy.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,6 @@ class ShapePoint(Record):
 def smallest_point_cost(points: Sequence[ShapePoint]) -> str | None:
     """What the smallest point costs against the largest: ExecuTorch plans memory for
     the upper bound, so a small input pays for the largest one's buffers."""
-    from etdeploy.units import format_bytes
-
     measured = [p for p in points if p.peak_bytes is not None]
     if len(measured) < 2:
         return None

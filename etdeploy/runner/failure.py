@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from etdeploy.errors import RunnerError
+from etdeploy.et_errors import ET_ERROR_INFO, ET_ERRORS
 from etdeploy.runner.log import parse_log
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ class EtError:
     @property
     def info(self) -> EtErrorInfo | None:
         # Here: the table is ~0.003 s to import, and only a failure explains itself.
-        from etdeploy.et_errors import ET_ERROR_INFO
 
         return ET_ERROR_INFO.get(self.code)
 
@@ -94,8 +94,6 @@ def find_et_error(text: str) -> EtError | None:
         if (match := _NAMED_CODE.search(line)) is not None:
             return EtError(match.group(1), int(match.group(2), 16))
     if (match := _upstream_code(text)) is not None:
-        from etdeploy.et_errors import ET_ERRORS
-
         code = int(match.group("code"), 16)
         return EtError(ET_ERRORS.get(code, "Unknown"), code)
     return None
