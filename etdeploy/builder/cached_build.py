@@ -361,7 +361,6 @@ def _quantize(
     calibration: tuple[list[tuple[torch.Tensor, ...]], JsonObject],
     say: StatusCallback,
 ) -> _Quantization:
-
     batches, record = calibration
     say(
         f"quantizing to {mode}"

@@ -157,7 +157,6 @@ def _table(
 
 
 def bundle_runners(bundle: JobBundle) -> tuple[RunnerBundle, ...]:
-
     runners = []
     for entry in bundle.manifest.runners:
         try:

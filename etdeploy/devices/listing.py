@@ -108,7 +108,6 @@ def _attached_row(info: DeviceInfo, name: str, *, configured: bool, via: str) ->
 
 
 def _list_server(settings: AdbSettings) -> list[DeviceInfo] | EtdeployError:
-
     try:
         return list_attached(settings)
     except EtdeployError as exc:

@@ -97,7 +97,6 @@ def check_keys(
 
 
 def _open_local(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
-
     check_keys(table, LOCAL_KEYS, options.where, "local")
     workdir = table.get("workdir")
     if workdir is not None and not isinstance(workdir, str):
@@ -128,7 +127,6 @@ def adb_settings(
 
 
 def _open_adb(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
-
     check_keys(table, ADB_KEYS, options.where, "adb")
     settings = adb_settings(
         table, adb_host=options.adb_host, adb_port=options.adb_port, where=options.where
@@ -141,13 +139,11 @@ def _open_adb(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -
 
 
 def _open_ssh(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
-
     settings = SshSettings.from_mapping(table, where=options.where)
     return SshDevice(settings, name=name, **options.lock_kwargs())
 
 
 def _open_simulator(name: str, table: Mapping[str, JsonValue], options: OpenOptions) -> Device:
-
     settings = SimulatorSettings.from_mapping(table, where=options.where)
     return SimulatorDevice(settings, name=name, **options.lock_kwargs())
 

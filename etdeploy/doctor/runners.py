@@ -47,7 +47,6 @@ def bundled_runner_check() -> Check:
 
 
 def host_runner_checks() -> list[Check]:
-
     try:
         directory = host_runner_dir()
     except OSError as exc:

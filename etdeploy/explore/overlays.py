@@ -132,7 +132,6 @@ def plan_exploration(
 
 
 def _one_result(path: Path) -> RunResult:
-
     results = load_results(path)
     if len(results) != 1:
         raise UsageError(
@@ -173,7 +172,6 @@ def _localization_overlays(
 def _profile_overlays(
     result: RunResult, graph: ProgramGraph, etdump: Path | None, notes: list[str]
 ) -> list[Overlay]:
-
     dump = etdump or (Path(result.etdump) if result.etdump else None)
     if dump is None:
         return []

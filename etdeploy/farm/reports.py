@@ -123,7 +123,6 @@ def write_night(
 
 
 def _write_documents(outcome: FarmOutcome, night: NightReport, json_path: Path | None) -> None:
-
     doc = farm_document(
         outcome.results,
         started_at=outcome.started_at,

@@ -148,7 +148,6 @@ def _busy_period(series: Series, change: ChangePoint, cpu: Series) -> tuple[floa
 def _busy_regression(
     key: object, change: ChangePoint, cpu_before: float, cpu_after: float
 ) -> Regression:
-
     assert isinstance(key, ReportKey)
     message = (
         f"{change.metric} {shown(change.metric, change.before)} -> "
@@ -199,7 +198,6 @@ def _outlier(series: Series) -> tuple[float, float] | None:
 
 
 def _change_regression(key: object, change: ChangePoint) -> Regression:
-
     assert isinstance(key, ReportKey)
     nights = f"{change.night[:10]}"
     message = (
@@ -212,7 +210,6 @@ def _change_regression(key: object, change: ChangePoint) -> Regression:
 
 
 def _outlier_regression(key: object, metric: str, median: float, now: float) -> Regression:
-
     assert isinstance(key, ReportKey)
     message = (
         f"{metric} {shown(metric, now)} tonight against {shown(metric, median)} "

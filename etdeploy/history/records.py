@@ -113,7 +113,6 @@ def unit_of(metric: str) -> str:
 
 
 def job_key_of(result: RunResult) -> JobKey:
-
     artifact = result.artifact
     backend = result.job.backend or (artifact.backend if artifact else None) or "?"
     quant = result.job.quantization or (artifact.quantization if artifact else None)

@@ -39,7 +39,6 @@ class TrendSeries:
 def write_trend_page(
     path: Path, trends: Sequence[TrendSeries], flaky: Sequence[Flaky], *, title: str
 ) -> None:
-
     shifted = sum(1 for t in trends if t.changes)
     nights = {p.started_at for t in trends for p in t.series.points}
     parts = [

@@ -87,7 +87,6 @@ class Writer:
         self.files: dict[str, FileEntry] = {}
 
     def listed(self, relative: str) -> str:
-
         path = self.root / relative
         self.files[relative] = FileEntry(path.stat().st_size, sha256_file(path))
         return relative

@@ -397,6 +397,5 @@ def keep_etdump(path: Path, job_id: str) -> Path:
 
 
 def profile_of(etdump: Path, program: Program) -> Profile:
-
     record = etrecord_path(program.pte)
     return Profile.from_json(summarize_etdump(etdump, record if record.is_file() else None))

@@ -374,7 +374,6 @@ def _own_errors(
 
 
 def _build(request: LocalizeRequest, options: BuildOptions, plan: TapPlan) -> TappedBuild:
-
     assert request.model is not None
     return build_tapped(request.model, options, plan)
 

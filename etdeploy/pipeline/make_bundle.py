@@ -114,7 +114,6 @@ def make_bundle(
 
 
 def _language_model_folder(job: RunJob) -> Path | None:
-
     return language_model_folder(job.model, use_cache=job.use_cache)
 
 

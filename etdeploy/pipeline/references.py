@@ -52,7 +52,6 @@ Table = list[list[np.ndarray]]
 
 
 def reference_key(model_fingerprint: str, samples: Sequence[tuple[np.ndarray, ...]]) -> str:
-
     digest = hashlib.sha256(model_fingerprint.encode())
     for sample in samples:
         for array in sample:
@@ -240,7 +239,6 @@ def _cached(
 
 
 def _read_verified(path: Path, record: Path) -> tuple[Table, list[bool]] | None:
-
     if not os.path.lexists(path):
         return None
     try:
@@ -284,7 +282,6 @@ def _table_arrays(outputs: Table, hits: list[bool]) -> dict[str, np.ndarray]:
 
 
 def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
-
     archive = read_npz(path)
     count = int(archive["count"])
     rows = table_rows(archive, "o", count, None)
@@ -292,7 +289,6 @@ def _read_reference_cache(path: Path) -> tuple[Table, list[bool]]:
 
 
 def _run_quantized(program: Path, samples: Sequence[tuple[np.ndarray, ...]]) -> Table:
-
     require_build_extra("the quantized program's reference")
     import torch
 

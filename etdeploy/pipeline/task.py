@@ -165,7 +165,6 @@ def _class(index: int | np.integer, names: Sequence[str]) -> str:
 
 
 def _folder(job_id: str) -> Path:
-
     folder = cache_dir("disagreements") / job_id
     folder.mkdir(parents=True, exist_ok=True)
     return folder

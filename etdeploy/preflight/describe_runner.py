@@ -90,7 +90,6 @@ def _elf_interpreter(path: Path) -> str | None:
 
 
 def _cache_path(bundle: RunnerBundle) -> Path:
-
     key = bundle.key or hashlib.sha256(bundle.executable_path.read_bytes()).hexdigest()
     return cache_dir(CACHE_KIND) / f"{key[:32]}.json"
 
@@ -108,7 +107,6 @@ def _read_cache(bundle: RunnerBundle) -> RunnerDescription | None:
 
 
 def _write_cache(bundle: RunnerBundle, description: RunnerDescription) -> None:
-
     entry = {
         "bundle_key": bundle.key,
         "build_id": bundle.info.get("build_id"),
@@ -210,7 +208,6 @@ def _ask_here(bundle: RunnerBundle, deadline_s: float) -> _Ran:
 def _ask_on_device(
     device: Device, bundle: RunnerBundle, deadline_s: float, *, verify: bool
 ) -> _Ran:
-
     directory = remote_runner_dir(device, bundle)
     # Under the device's lock: a job timing its runner there is not disturbed.
     with device_lock(device):

@@ -251,7 +251,6 @@ class _Reader:
         return tuple(str(v) for v in items)
 
     def size(self, table: Mapping[str, object], key: str, where: str) -> int | None:
-
         if key not in table:
             return None
         value = table[key]
@@ -313,7 +312,6 @@ class _Reader:
                             f"{', '.join(sorted(names)) or 'none defined'}")  # fmt: skip
 
     def variants(self, table: object, *, language_model: bool = False) -> tuple[Variant, ...]:
-
         if not isinstance(table, dict) or not table:
             raise self.fail("release.variants", "no variants",
                             '[release.variants.fp32] with backend = "xnnpack"')  # fmt: skip

@@ -124,7 +124,6 @@ def _build_lm_variant(
 
 
 def limits_table(spec: ReleaseSpec) -> dict[str, Limit]:
-
     try:
         return apply_overrides(default_limits(), spec.limits)
     except UsageError as exc:

@@ -291,7 +291,6 @@ class RunConsole:
             )
 
     def render_localization(self, found: Localization) -> None:
-
         render_localization(found, self.out)
 
 

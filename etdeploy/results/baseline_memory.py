@@ -50,7 +50,6 @@ class MemoryGrowth:
         return self.now - self.before
 
     def message(self, growth: float) -> str:
-
         what = "peak" if self.part == "peak" else PART_LABELS.get(self.part, self.part)
         share = f"+{self.grown / self.before:.0%}" if self.before > 0 else "new"
         peak = (
