@@ -15,6 +15,10 @@ lowered to XNNPACK, with `etdeploy run FOLDER`'s default context (MAX_CACHE_LEN)
   chunks), which etdeploy's build does not make: exported here;
 - `other_s1`: float32, S = 1, of the differently trained twin (the wrong program).
 
+The two this module exports are kept in the etdeploy cache (tests/support/kept.py) under
+the digest of the folder, the options, this code and the versions of what exports them,
+as etdeploy keeps its own builds: a warm run reads all four back (about 30 s saved).
+
 The requests are the held-out prompts, tokenized on the host as etdeploy does: each
 line's ids, the first half of them the prompt, the rest its real continuation,
 which teacher forcing scores.
@@ -75,6 +79,22 @@ def export_program(folder: Path, pte: Path, *, chunk: int = 1) -> Path:
     return pte
 
 
+def kept_export(folder: Path, name: str, *, chunk: int = 1) -> Path:
+    """export_program's .pte of `folder`, exported once per etdeploy cache."""
+    from importlib.metadata import version
+
+    from tests.support.kept import digest_of, files_of, kept
+
+    key = digest_of([
+        *files_of(folder), f"chunk={chunk} max_cache_len={MAX_CACHE_LEN}",
+        Path(__file__).read_bytes(), *(version(p) for p in ("torch", "transformers", "executorch")),
+    ])  # fmt: skip
+    folder_made = kept(
+        "lm-programs", key, lambda to: export_program(folder, to / name, chunk=chunk)
+    )
+    return folder_made / name
+
+
 def etdeploy_build(folder: Path, *, int4: bool = False) -> Path:
     """etdeploy's build of `folder` at MAX_CACHE_LEN positions (cached by content)."""
     from etdeploy.pipeline.llm.folder import open_lm_folder
@@ -120,14 +140,13 @@ def runtime_generation(pte: Path, request: GenerationRequest) -> tuple[tuple[int
 
 
 @pytest.fixture(scope="session")
-def lm_programs(tiny_lm: TinyLm, tmp_path_factory: pytest.TempPathFactory) -> LmPrograms:
-    root = tmp_path_factory.mktemp("lm-programs")
+def lm_programs(tiny_lm: TinyLm) -> LmPrograms:
     requests = prompt_requests(tiny_lm.folder, tiny_lm.prompts)
     return LmPrograms(
         float_s1=etdeploy_build(tiny_lm.folder),
-        float_chunked=export_program(tiny_lm.folder, root / "float-chunked.pte", chunk=CHUNK),
+        float_chunked=kept_export(tiny_lm.folder, "float-chunked.pte", chunk=CHUNK),
         int4=etdeploy_build(tiny_lm.folder, int4=True),
-        other_s1=export_program(tiny_lm.other_folder, root / "other-s1.pte"),
+        other_s1=kept_export(tiny_lm.other_folder, "other-s1.pte"),
         requests=requests,
         vocab_size=512,
     )

@@ -16,7 +16,9 @@ every Debian/Ubuntu machine.
   texts; a program built from it is the planted "wrong weights" regression against MODEL.
 
 Everything is seeded; torch runs single-threaded while training so the weights do not
-depend on how many cores the machine has.
+depend on how many cores the machine has. Trained once per etdeploy cache
+(tests/support/kept.py), under the digest of this file, the texts and the versions of
+what trains and saves the folders: a warm run reads them back (about 20 s saved).
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def _save(model: Any, tokenizer: Any, folder: Path, prompts: list[str]) -> None:
 
 
 def build_tiny_lms(root: Path) -> TinyLm:
-    """Train the tokenizer and both models under `root` (about a minute on 2 cores)."""
+    """Train the tokenizer and both models under `root` (20 s to a minute on 2 cores)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -156,13 +158,32 @@ def build_tiny_lms(root: Path) -> TinyLm:
         _save(other, tokenizer, root / "tiny-llama-other", prompts)
     finally:
         torch.set_num_threads(threads)
-    held_out = root / "held-out.txt"
-    held_out.write_text(_normalise(_read((HELD_OUT_TEXT,))), encoding="utf-8")
-    prompts_file = root / "prompts.txt"
-    prompts_file.write_text("\n".join(prompts) + "\n", encoding="utf-8")
-    return TinyLm(root / "tiny-llama", root / "tiny-llama-other", prompts_file, held_out)
+    lms = tiny_lms_in(root)
+    lms.held_out.write_text(_normalise(_read((HELD_OUT_TEXT,))), encoding="utf-8")
+    lms.prompts.write_text("\n".join(prompts) + "\n", encoding="utf-8")
+    return lms
+
+
+def tiny_lms_in(root: Path) -> TinyLm:
+    return TinyLm(root / "tiny-llama", root / "tiny-llama-other", root / "prompts.txt",
+                  root / "held-out.txt")  # fmt: skip
+
+
+def _recipe() -> str:
+    """What the folders are made from: this code, the texts, and what trains and saves them."""
+    from importlib.metadata import version
+
+    from tests.support.kept import digest_of
+
+    names = sorted({*TRAINING_TEXTS, *OTHER_TEXTS, HELD_OUT_TEXT})
+    return digest_of([
+        Path(__file__).read_bytes(), *((LICENSES / name).read_bytes() for name in names),
+        *(version(p) for p in ("torch", "transformers", "tokenizers")),
+    ])  # fmt: skip
 
 
 @pytest.fixture(scope="session")
-def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> TinyLm:
-    return build_tiny_lms(tmp_path_factory.mktemp("tiny-lm"))
+def tiny_lm() -> TinyLm:
+    from tests.support.kept import kept
+
+    return tiny_lms_in(kept("tiny-lm", _recipe(), build_tiny_lms))
