@@ -186,15 +186,20 @@ def target(request: pytest.FixtureRequest, host_runner: Path, tmp_path: Path) ->
         yield from ssh_target(request.getfixturevalue("ssh_bed"), tmp_path)
 
 
-def host_temporary(tmp_path: Path) -> dict[str, str]:
-    """The runs' environment, with a temporary folder of their own on this host."""
-    folder = tmp_path / "host-tmp"
-    folder.mkdir(exist_ok=True)
-    return {**os.environ, "TMPDIR": str(folder)}
+@pytest.fixture(scope="module")
+def host_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runs' temporary folder on this host, one for the module: where a killed
+    run's scratch directory would stay (the SSH keepers live there too, when the
+    cache's path is too long for a socket, and are kept warm across the tests)."""
+    return tmp_path_factory.mktemp("host-tmp")
+
+
+def scratch_left(host_tmp: Path) -> list[str]:
+    return sorted(p.name for p in host_tmp.glob("etdeploy-run-*"))
 
 
 def start_run(
-    target: Target, tmp_path: Path, iterations: int
+    target: Target, tmp_path: Path, iterations: int, host_tmp: Path
 ) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp_path / "run.log"
     with open(log, "wb") as stderr:
@@ -202,7 +207,8 @@ def start_run(
             [sys.executable, "-m", "etdeploy", "run", "digits", "-d", "dut", "--config",
              str(target.config), "-n", str(iterations), "--warmup", "0", "--deadline", "300",
              "--json", str(tmp_path / "result.json")],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, env=host_temporary(tmp_path),
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr,
+            env={**os.environ, "TMPDIR": str(host_tmp)},
             # SIGINT at its default, as in a terminal, even under a background `make test &`.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
@@ -252,7 +258,7 @@ def digits_build_lock() -> filelock.FileLock:
 @pytest.mark.parametrize("stop", STOPS)
 @pytest.mark.parametrize("stage", STAGES)
 def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
-    target: Target, stage: str, stop: str, tmp_path: Path
+    target: Target, stage: str, stop: str, tmp_path: Path, host_tmp: Path
 ) -> None:
     if stage == "push" or (stage == "pull" and target.transport == "ssh"):
         # Something to push (and, over SSH, an sftp-server that pushed it, to stop).
@@ -267,7 +273,7 @@ def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
     iterations = ITERATIONS[stage]
     if stage == "pull" and target.transport == "ssh":
         iterations = SSH_PULL_ITERATIONS
-    process, log = start_run(target, tmp_path, iterations)
+    process, log = start_run(target, tmp_path, iterations, host_tmp)
     try:
         if stage == "build":
             # Said as the build starts; the lock the test holds keeps it there.
@@ -315,9 +321,10 @@ def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
     again = subprocess.run(
         [sys.executable, "-m", "etdeploy", "run", "digits", "-d", "dut", "--config",
          str(target.config), "-n", "1", "--warmup", "0", "-q"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=host_temporary(tmp_path),
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TMPDIR": str(host_tmp)},
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert debris(target.workdir) == []
-    assert list((tmp_path / "host-tmp").glob("etdeploy-*")) == []  # the next run swept SIGKILL's
+    assert scratch_left(host_tmp) == []  # a SIGKILLed run's too: the next run swept it
     assert runner_of(target) == []

@@ -55,8 +55,12 @@ def build():
 @contextmanager
 def busy_host() -> Iterator[None]:
     """Every core kept busy by processes that do nothing but spin."""
+    # Each in a session of its own, as other users' work is: with autogroup scheduling
+    # (Linux's sched_autogroup, on here) CPU time is shared between sessions first, and
+    # the runner, which etdeploy starts in its own session, would otherwise get a whole
+    # core against any number of burners in the test's session.
     burners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
         for _ in range(BURNERS_PER_CORE * (os.cpu_count() or 1))
     ]
     try:
