@@ -58,13 +58,22 @@ def scratch_dir(kind: str) -> Iterator[Path]:
 def sweep_abandoned(root: Path) -> list[Path]:
     """Remove the scratch directories under `root` whose lock nobody holds; returns
     them. A directory without a lock file (being made, or not ours) is left alone."""
+    return _abandoned(root, remove=True)
+
+
+def abandoned_scratch(root: Path) -> list[Path]:
+    """The scratch directories under `root` whose lock nobody holds, left as they are."""
+    return _abandoned(root, remove=False)
+
+
+def _abandoned(root: Path, *, remove: bool) -> list[Path]:
     import fcntl
 
-    removed: list[Path] = []
+    found: list[Path] = []
     try:
         entries = list(os.scandir(root))
     except OSError:
-        return removed
+        return found
     for entry in entries:
         if not entry.name.startswith(PREFIX):
             continue
@@ -79,8 +88,9 @@ def sweep_abandoned(root: Path) -> list[Path]:
             os.close(descriptor)
             continue
         try:
-            shutil.rmtree(directory, ignore_errors=True)
-            removed.append(directory)
+            if remove:
+                shutil.rmtree(directory, ignore_errors=True)
+            found.append(directory)
         finally:
             os.close(descriptor)
-    return removed
+    return found

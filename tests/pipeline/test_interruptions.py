@@ -9,8 +9,8 @@ the loopback phone stops reading, or the proxy in front of sshd stops relaying),
 running (the runner is up, with millions of iterations to go), pulling (the
 phone's next RECV stalls; sshd's sftp-server is stopped while the runner runs).
 After each, the device comes back, the next run passes, and the work dir holds
-no job directory, partial file or pid file, no process of the run is left, and
-this host's temporary folder keeps no scratch directory of either run.
+no job directory, partial file or pid file, no process of the run is left, and no
+scratch directory of a run that nobody holds stays on this host.
 
 The device is the real adb server with tests/support/loopback_adb.py as the
 phone, or OpenSSH's sshd on loopback behind tests/support/sshd.CuttingProxy;
@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import filelock
 import pytest
 
 from etdeploy.devices.transfer import PARTIAL_MARKER
+from etdeploy.scratch import abandoned_scratch
 from tests.support.adb_server import AdbTestbed, adb_testbed
 from tests.support.device_config import ssh_table, through_proxy, write_config
 from tests.support.processes import processes_naming
@@ -186,20 +188,8 @@ def target(request: pytest.FixtureRequest, host_runner: Path, tmp_path: Path) ->
         yield from ssh_target(request.getfixturevalue("ssh_bed"), tmp_path)
 
 
-@pytest.fixture(scope="module")
-def host_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The runs' temporary folder on this host, one for the module: where a killed
-    run's scratch directory would stay (the SSH keepers live there too, when the
-    cache's path is too long for a socket, and are kept warm across the tests)."""
-    return tmp_path_factory.mktemp("host-tmp")
-
-
-def scratch_left(host_tmp: Path) -> list[str]:
-    return sorted(p.name for p in host_tmp.glob("etdeploy-run-*"))
-
-
 def start_run(
-    target: Target, tmp_path: Path, iterations: int, host_tmp: Path
+    target: Target, tmp_path: Path, iterations: int
 ) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp_path / "run.log"
     with open(log, "wb") as stderr:
@@ -208,7 +198,6 @@ def start_run(
              str(target.config), "-n", str(iterations), "--warmup", "0", "--deadline", "300",
              "--json", str(tmp_path / "result.json")],
             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr,
-            env={**os.environ, "TMPDIR": str(host_tmp)},
             # SIGINT at its default, as in a terminal, even under a background `make test &`.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
@@ -258,7 +247,7 @@ def digits_build_lock() -> filelock.FileLock:
 @pytest.mark.parametrize("stop", STOPS)
 @pytest.mark.parametrize("stage", STAGES)
 def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
-    target: Target, stage: str, stop: str, tmp_path: Path, host_tmp: Path
+    target: Target, stage: str, stop: str, tmp_path: Path
 ) -> None:
     if stage == "push" or (stage == "pull" and target.transport == "ssh"):
         # Something to push (and, over SSH, an sftp-server that pushed it, to stop).
@@ -273,7 +262,7 @@ def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
     iterations = ITERATIONS[stage]
     if stage == "pull" and target.transport == "ssh":
         iterations = SSH_PULL_ITERATIONS
-    process, log = start_run(target, tmp_path, iterations, host_tmp)
+    process, log = start_run(target, tmp_path, iterations)
     try:
         if stage == "build":
             # Said as the build starts; the lock the test holds keeps it there.
@@ -322,9 +311,9 @@ def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
         [sys.executable, "-m", "etdeploy", "run", "digits", "-d", "dut", "--config",
          str(target.config), "-n", "1", "--warmup", "0", "-q"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TMPDIR": str(host_tmp)},
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert debris(target.workdir) == []
-    assert scratch_left(host_tmp) == []  # a SIGKILLed run's too: the next run swept it
     assert runner_of(target) == []
+    # A SIGKILLed run's scratch directory too: nobody held it, the next run removed it.
+    assert abandoned_scratch(Path(tempfile.gettempdir())) == []
