@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING
 import etdeploy
 from etdeploy.ahead import Ahead
 from etdeploy.atomic import write_json
-from etdeploy.bundle.bundle_manifest import read_bundle_manifest
-from etdeploy.bundle.load import open_bundle, prepare
+from etdeploy.bundle.load import JobBundle, open_bundle, prepare
 from etdeploy.devices.base import Device
 from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs
@@ -129,11 +128,11 @@ def _run_job(
     it is)."""
     context = context or RunContext()
     job_id = job_id or new_job_id()
-    if job.bundle is not None:  # no torch: the bundle's
-        if read_bundle_manifest(job.bundle).language_model is not None:
-            bundle = open_bundle(job.bundle)
+    if job.bundle is not None:  # no torch: the bundle's, opened and checked once
+        bundle = open_bundle(job.bundle)
+        if bundle.manifest.language_model is not None:
             return run_lm_bundle(bundle, lm_request_of(job), device, context, job_id)
-        return _run_program(job, device, context, job_id, job.bundle)
+        return _run_program(job, device, context, job_id, bundle)
     lm_folder = _language_model_folder(job.model, job.use_cache)
     if lm_folder is not None:
         return run_lm_job(lm_request_of(job), device, context, job_id, lm_folder)
@@ -141,7 +140,7 @@ def _run_job(
 
 
 def _run_program(
-    job: RunJob, device: Device, context: RunContext, job_id: str, bundle: Path | None
+    job: RunJob, device: Device, context: RunContext, job_id: str, bundle: JobBundle | None
 ) -> RunResult:
     """A program's road: built (or given, or read from a bundle), staged, run on the
     device, and judged once."""
@@ -210,14 +209,14 @@ def _language_model_folder(model: str | None, use_cache: bool) -> Path | None:
 
 
 def _prepared(
-    bundle: Path | None, label: str, plan: RunPlan, say: StatusCallback
+    bundle: JobBundle | None, label: str, plan: RunPlan, say: StatusCallback
 ) -> tuple[Program, Staged, Sequence[Sequence[np.ndarray]] | None, tuple[RunnerBundle, ...]]:
     """build and stage: the program, the samples and their references (and the host
     runtime's outputs with --host-check), built and computed here, or read from a job
     bundle with the runners it carries (etdeploy.bundle: no torch)."""
     if bundle is not None:
-        say(f"reading the job bundle {bundle}")
-        ready = prepare(open_bundle(bundle))
+        say(f"reading the job bundle {bundle.path}")
+        ready = prepare(bundle)
         return ready.program, ready.staged, ready.host_outputs, ready.runners
     say(f"building {label}")
     program = build_program(plan.build, say)
