@@ -1,18 +1,20 @@
 """The memory limit a run is held to: `--max-memory 300MB`, `[run] max_memory`, a
 device's own `[devices.NAME] max_memory`, a farm job's `max_memory`. A run whose
 peak (the highest phase peak, at every shape point it ran) passes it fails
-(exit 1), naming the phase and its largest part.
+(exit 1), naming the phase and its largest part. The judged account (JudgedMemory)
+is one input of the run's one verdict (etdeploy.pipeline.verify).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from etdeploy.config import DeviceConfig
 from etdeploy.errors import UsageError
 from etdeploy.results.result_memory import Memory, MemoryLimit
+from etdeploy.results.result_shapes import ShapePoint
 from etdeploy.units import format_bytes, parse_size
 
 _HINT = "write a size: bytes, or a number with kB/MB/GB (decimal) or KiB/MiB/GiB, e.g. 300MB"
@@ -102,3 +104,34 @@ def resolve_max_memory(
         source = f"{label}: run.max_memory"
         return MaxMemory(parse_max_memory(run["max_memory"], source), source)
     return None
+
+
+@dataclass(frozen=True)
+class JudgedMemory:
+    """The memory account with the limit judged on it and on every shape point,
+    and the points' own verdicts: one input of the run's verdict (pipeline.verify)."""
+
+    memory: Memory
+    points: tuple[ShapePoint, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        limit = self.memory.limit
+        return (limit is None or limit.passed) and all(p.passed for p in self.points)
+
+
+def judge_memory(
+    memory: Memory, points: tuple[ShapePoint, ...], limit: MaxMemory | None
+) -> JudgedMemory:
+    """The limit (if one is set) against the run's peak and every shape point's."""
+    if limit is None:
+        return JudgedMemory(memory, points)
+    accounts = [("", memory)] + [
+        (f"at shapes {p.point}", p.memory) for p in points if p.memory is not None
+    ]
+    judged = judge_limit(limit, accounts)
+    warnings = (
+        (f"{limit.source} was not checked: {judged.message}",) if judged.peak_bytes is None else ()
+    )
+    return JudgedMemory(replace(memory, limit=judged), points, warnings)

@@ -28,6 +28,7 @@ from etdeploy.builder import etrecord_path
 from etdeploy.devices.base import RunOutput
 from etdeploy.errors import InputError, RunnerError
 from etdeploy.inputs import read_raw
+from etdeploy.memory.account import account
 from etdeploy.paths import cache_dir
 from etdeploy.pipeline.deploy import Deployed, Target, shapes_if_dynamic
 from etdeploy.preflight.describe_runner import remote_runner_dir
@@ -35,6 +36,7 @@ from etdeploy.profile import summarize_etdump
 from etdeploy.program import Program
 from etdeploy.results.result import Latency, Profile
 from etdeploy.results.result_accuracy import Throughput
+from etdeploy.results.result_memory import Memory
 from etdeploy.staged import Staged
 
 LOG_HEAD_LINES = 40
@@ -399,3 +401,19 @@ def keep_etdump(path: Path, job_id: str) -> Path:
 def profile_of(etdump: Path, program: Program) -> Profile:
     record = etrecord_path(program.pte)
     return Profile.from_json(summarize_etdump(etdump, record if record.is_file() else None))
+
+
+def memory_of(program: Program, executed: Executed) -> Memory:
+    """The memory block of one runner call: the manifest's planned arena, the
+    runner's peak RSS and, from our runner, the account per phase."""
+    reading = executed.memory
+    phases = account(reading) if reading is not None else ()
+    return Memory(
+        planned_bytes=program.planned_bytes,
+        peak_rss_bytes=executed.peak_rss_bytes,
+        peak_bytes=max((p.peak_bytes for p in phases), default=None),
+        phases=phases if reading is not None else None,
+        planned_buffers=reading.planned_buffers if reading is not None else None,
+        measured_by=reading.source if reading is not None else None,
+        heap_source=reading.heap_source if reading is not None else None,
+    )

@@ -35,6 +35,7 @@ from etdeploy.errors import (
     UsageError,
 )
 from etdeploy.interrupts import signal_name
+from etdeploy.memory.limit import JudgedMemory, judge_memory
 from etdeploy.model.loader import CausalLmReturned
 from etdeploy.pipeline.build import build_program
 from etdeploy.pipeline.deploy import Deployed, Target, deploy, target_for
@@ -44,6 +45,7 @@ from etdeploy.pipeline.execute import (
     execute,
     keep_etdump,
     latency_of,
+    memory_of,
     profile_of,
     throughput_of,
 )
@@ -52,7 +54,6 @@ from etdeploy.pipeline.llm.bundle import run_lm_bundle
 from etdeploy.pipeline.llm.factory import language_model_folder, save_factory_lm
 from etdeploy.pipeline.llm.run import run_lm_job
 from etdeploy.pipeline.localize import check_localizable, localize_or_warning
-from etdeploy.pipeline.memory import JudgedMemory, judge_memory, memory_of
 from etdeploy.pipeline.plan import RunPlan, lm_request_of, plan_of
 from etdeploy.pipeline.references import host_runtime_outputs
 from etdeploy.pipeline.shapes import check_points, run_points

@@ -124,8 +124,7 @@ def run_points(
     """Each point as a run of its own on the device (inputs pushed, runner and program
     already there), judged and measured. Called with the device locked."""
     from etdeploy.pipeline.deploy import deploy
-    from etdeploy.pipeline.execute import execute, latency_of
-    from etdeploy.pipeline.memory import memory_of
+    from etdeploy.pipeline.execute import execute, latency_of, memory_of
     from etdeploy.pipeline.verify import judge
 
     found = []

@@ -24,8 +24,8 @@ from etdeploy import numerics as metrics
 from etdeploy.accuracy import Gate
 from etdeploy.atomic import keep_json, read_json_object
 from etdeploy.config import Config
+from etdeploy.memory.limit import JudgedMemory
 from etdeploy.paths import cache_dir
-from etdeploy.pipeline.memory import JudgedMemory
 from etdeploy.pipeline.task import task_accuracy
 from etdeploy.program import Program
 from etdeploy.results.result import HostCheck, SizeSummary, Thresholds, Verdict
@@ -100,7 +100,7 @@ def judge(
     """The verdicts of one run, memory's among them. `size`: the store-size verdict
     when the caller has it already (size_verdict, which needs nothing the device
     returns), else computed here; `memory`: the memory account judged against the
-    limit, and the shape points (etdeploy.pipeline.memory.judge_memory)."""
+    limit, and the shape points (etdeploy.memory.limit.judge_memory)."""
     # What is judged, and by which limits, before anything is measured.
     thresholds, tolerance = settings.thresholds, tolerance_for(settings, program)
     reference = "float eager" if staged.reference_kind == "eager" else "reference file"

@@ -11,9 +11,15 @@ import pytest
 from etdeploy.config import Config, parse_config
 from etdeploy.errors import EXIT_BAD_INPUT, UsageError
 from etdeploy.memory.account import account
-from etdeploy.memory.limit import MaxMemory, judge_limit, parse_max_memory, resolve_max_memory
+from etdeploy.memory.limit import (
+    JudgedMemory,
+    MaxMemory,
+    judge_limit,
+    judge_memory,
+    parse_max_memory,
+    resolve_max_memory,
+)
 from etdeploy.memory.probe import parse_runner_memory
-from etdeploy.pipeline.memory import JudgedMemory, judge_memory
 from etdeploy.pipeline.verify import Judged
 from etdeploy.results.result import SizeSummary, Verdict
 from etdeploy.results.result_memory import Memory
@@ -111,7 +117,7 @@ def test_nothing_measured_is_said_not_passed_silently() -> None:
     assert "no memory measured" in verdict.message
 
 
-# -- the run's one verdict: memory is one of its inputs (pipeline.memory, pipeline.verify) --
+# -- the run's one verdict: memory is one of its inputs (memory.limit, pipeline.verify) --
 
 
 def judged(memory: JudgedMemory) -> Judged:

@@ -24,11 +24,11 @@ from etdeploy.results.result_lm import LmMemory
 from etdeploy.results.result_verdict import Verdict
 
 if TYPE_CHECKING:
+    from etdeploy.memory.limit import JudgedMemory
     from etdeploy.pipeline.deploy import Target
     from etdeploy.pipeline.generate import DeviceGeneration
     from etdeploy.pipeline.llm.lm_export import LmProgram
     from etdeploy.pipeline.llm.lm_job import LmJob
-    from etdeploy.pipeline.memory import JudgedMemory
     from etdeploy.preflight import PreflightReport
     from etdeploy.results.result_lm import LanguageModelResult
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from etdeploy.devices.base import Device
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from etdeploy.memory.limit import judge_memory
 from etdeploy.pipeline.deploy import target_for
 from etdeploy.pipeline.generate import check_generation, generate_on_device
 from etdeploy.pipeline.job import StatusCallback
@@ -44,7 +45,6 @@ from etdeploy.pipeline.llm.verify_tokens import (
     judge_tokens,
     matched_length,
 )
-from etdeploy.pipeline.memory import judge_memory
 from etdeploy.results.result import Memory, SizeSummary
 from etdeploy.results.result_lm import GenerationSpeed, LanguageModelResult, PromptSample
 from etdeploy.runner.generation import GenerationRequest, GenerationResult
