@@ -49,10 +49,9 @@ from etdeploy.jsonvalue import (
     read_str,
 )
 from etdeploy.pipeline.bundle_writer import MadeBundle, bundle_folder, settings_json
-from etdeploy.pipeline.llm.lm_export import LmBuildOptions, LmProgram, build_lm
+from etdeploy.pipeline.llm.lm_export import LmBuildOptions, LmProgram, build_lm, built_with
 from etdeploy.pipeline.llm.lm_job import LmJob
 from etdeploy.pipeline.llm.lm_references import eager_references
-from etdeploy.pipeline.llm.lm_result import built_with
 from etdeploy.pipeline.llm.prompts import Prompt, tokenizer_text
 from etdeploy.pipeline.llm.run import check_lm_job, generate_and_compare
 from etdeploy.pipeline.llm.verify_tokens import PromptRun
@@ -81,7 +80,7 @@ class LmCase:
     job: LmJob
     vocab_size: int
     kv_cache_bytes: int
-    # The library versions the program was built with (etdeploy.pipeline.llm.lm_result).
+    # The library versions the program was built with (etdeploy.pipeline.llm.lm_export.built_with).
     built_with: tuple[tuple[str, str | None], ...]
 
     def to_json(self) -> JsonObject:

@@ -25,9 +25,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import etdeploy
 from etdeploy.atomic import atomic_write, read_json_object, write_json
 from etdeploy.build_options import LM_QUANTIZATIONS
 from etdeploy.digests import file_sha256, sha256_file
@@ -54,6 +56,8 @@ COMMON_GROUP_SIZES = (32, 64, 128, 256)
 # Bump when what a build writes changes for the same inputs.
 # 2: 8da4w's group scales made bfloat16 in the eager module (programs of 1 differ).
 _BUILD_RECIPE = "etdeploy.pipeline.llm.lm_export/2"
+# What makes an LM program: in its build key, and in the versions a result records.
+LM_LIBRARIES = ("torch", "executorch", "transformers", "torchao")
 
 
 @dataclass(frozen=True)
@@ -168,15 +172,25 @@ class LmProgram:
     built_with: tuple[tuple[str, str | None], ...] | None = None
 
 
+def built_with() -> dict[str, str | None]:
+    """The versions of what makes an LM program, here (None: not installed)."""
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {"etdeploy": etdeploy.__version__, **{n: installed(n) for n in LM_LIBRARIES}}
+
+
 def build_key(folder: LmFolder, options: LmBuildOptions) -> str:
     """The build's content key: what goes in and what makes it."""
-    from importlib.metadata import version
-
     digest = hashlib.sha256(_BUILD_RECIPE.encode())
     for path in sorted((folder.path / "config.json", *folder.weights)):
         # Recorded digests: an unchanged multi-GB checkpoint is not read again.
         digest.update(path.name.encode() + file_sha256(path).encode())
-    libraries = {name: version(name) for name in ("torch", "executorch", "transformers", "torchao")}
+    libraries = {name: version(name) for name in LM_LIBRARIES}
     digest.update(json.dumps([asdict(options), libraries], sort_keys=True).encode())
     return digest.hexdigest()[:24]
 

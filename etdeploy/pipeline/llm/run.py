@@ -7,7 +7,10 @@ held token by token to float eager and to quantized eager.
 Everything that can be bad input is checked first, from config.json, the tokenizer and
 the prompts: a folder that is not a causal LM, a missing tokenizer, a group size that
 does not divide a layer, a prompt that does not fit the context. The result is an
-ordinary RunResult with the `language_model` block (etdeploy.results.result_lm).
+ordinary RunResult, its blocks (job, device, artifact, runner, preflight, deploy,
+latency, memory, verdict) filled from what the LM stages returned, beside the
+`language_model` block that carries the token-level comparison
+(etdeploy.results.result_lm).
 """
 
 from __future__ import annotations
@@ -19,17 +22,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import etdeploy
 from etdeploy.devices.base import Device
 from etdeploy.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
-from etdeploy.memory.limit import judge_memory
-from etdeploy.pipeline.deploy import target_for
-from etdeploy.pipeline.generate import check_generation, generate_on_device
+from etdeploy.memory.limit import JudgedMemory, judge_memory
+from etdeploy.pipeline.deploy import Target, target_for
+from etdeploy.pipeline.execute import latency_of
+from etdeploy.pipeline.generate import DeviceGeneration, check_generation, generate_on_device
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.pipeline.llm.folder import open_lm_folder
-from etdeploy.pipeline.llm.lm_export import LmProgram, check_options, lm_program
+from etdeploy.pipeline.llm.lm_export import LmProgram, built_with, check_options, lm_program
 from etdeploy.pipeline.llm.lm_job import LmJob
 from etdeploy.pipeline.llm.lm_references import eager_references
-from etdeploy.pipeline.llm.lm_result import lm_memory, lm_run_result
 from etdeploy.pipeline.llm.prompts import (
     Prompt,
     check_context,
@@ -45,16 +49,30 @@ from etdeploy.pipeline.llm.verify_tokens import (
     judge_tokens,
     matched_length,
 )
-from etdeploy.results.result import Memory, SizeSummary
-from etdeploy.results.result_lm import GenerationSpeed, LanguageModelResult, PromptSample
+from etdeploy.preflight import PreflightReport
+from etdeploy.pte import read_pte
+from etdeploy.results.result import (
+    Artifact,
+    DeployStats,
+    DeviceSummary,
+    InputsInfo,
+    JobInfo,
+    Memory,
+    Preflight,
+    RunnerInfo,
+    RunResult,
+    SizeSummary,
+)
+from etdeploy.results.result_lm import GenerationSpeed, LanguageModelResult, LmMemory, PromptSample
+from etdeploy.results.result_verdict import Verdict
 from etdeploy.runner.generation import GenerationRequest, GenerationResult
 from etdeploy.runner_build import RunnerBundle
 from etdeploy.scratch import scratch_dir
+from etdeploy.sizecheck import summary_for_result
 
 if TYPE_CHECKING:
     from etdeploy.pipeline.job import RunContext
     from etdeploy.pipeline.plan import LmRequest
-    from etdeploy.results.result import RunResult
 
 TOKENIZATION = (
     "on the host: the folder's tokenizer turns each prompt into ids and only ids cross "
@@ -123,8 +141,6 @@ def generate_and_compare(
     """The program on the device, one runner call a prompt, then held to the float and
     quantized eager references (computed by `references` after the device ran, or read
     from a job bundle) and judged: the RunResult with its language_model block."""
-    from etdeploy.sizecheck import summary_for_result
-
     say: StatusCallback = context.status or (lambda _text: None)
     started = time.time()
     settings = request.generation
@@ -253,3 +269,105 @@ def _samples(
 
 def lm_exit_code(block: LanguageModelResult) -> int:
     return EXIT_OK if block.passed else EXIT_CHECK_FAILED
+
+
+def lm_run_result(
+    model: str | None,
+    job_id: str,
+    started: float,
+    checked: LmJob,
+    program: LmProgram,
+    target: Target,
+    report: PreflightReport,
+    generated: DeviceGeneration,
+    block: LanguageModelResult,
+    size: SizeSummary | None,
+    memory: JudgedMemory,
+) -> RunResult:
+    """The run's one verdict: the token-level gates, the store size and the memory
+    (its limit judged on the runner's peak) together, as a program's run decides it."""
+    info, bundle = target.info, target.bundle
+    results = generated.results
+    decode_ms = [ms for r in results for ms in r.timings.decode_ms]
+    comparison = block.comparison("quantized eager")
+    passed = block.passed and (size is None or size.passed) and memory.passed
+    return RunResult(
+        etdeploy=etdeploy.__version__,
+        status="passed" if passed else "failed",
+        exit_code=EXIT_OK if passed else EXIT_CHECK_FAILED,
+        job=JobInfo(
+            id=job_id,
+            model=model,
+            backend="xnnpack",
+            quantization=block.quantization,
+            method="forward",
+            iterations=len(results),
+            warmup=0,
+        ),
+        device=DeviceSummary(
+            name=info.name,
+            transport=info.transport,
+            serial=info.serial,
+            os=info.os,
+            os_version=info.os_version,
+            abi=info.abi,
+            model=info.model,
+            soc=info.soc,
+        ),
+        artifact=Artifact(
+            pte=str(program.pte),
+            sha256=program.sha256,
+            size_bytes=program.size_bytes,
+            backend="xnnpack",
+            quantization=block.quantization,
+            built_with=dict(program.built_with) if program.built_with else built_with(),
+        ),
+        runner=RunnerInfo(
+            flavor=bundle.flavor,
+            abi=bundle.abi,
+            kind=bundle.kind,
+            version=results[0].runner_version if results else None,
+            path=str(bundle.executable_path),
+        ),
+        inputs=InputsInfo(
+            names=("input_ids", "cache_position"),
+            samples=tuple(p.name for p in checked.prompts),
+            reference="eager",
+        ),
+        preflight=Preflight.from_json(report.to_json()),
+        deploy=DeployStats(
+            bytes_sent=generated.deployed.bytes_sent,
+            files_sent=generated.deployed.files_sent,
+            files_skipped=generated.deployed.files_skipped,
+            seconds=round(generated.deployed.seconds, 3),
+        ),
+        # One decode call a token: the latency of a step of generation.
+        latency_ms=latency_of(block.speed.load_ms, decode_ms),
+        memory=memory.memory,
+        size=size,
+        verdict=Verdict(
+            passed=block.passed,
+            reason=block.reason,
+            top1_agreement=comparison.top1_agreement if comparison else None,
+            reference="quantized eager",
+        ),
+        language_model=block,
+        warnings=memory.warnings,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        seconds=round(time.time() - started, 3),
+    )
+
+
+def lm_memory(program: LmProgram, peak_rss_bytes: int | None) -> LmMemory:
+    """The memory account of an LM program, read from the .pte (no torch): the KV cache
+    is the export's mutable key/value buffers, planned with the arena."""
+    layout = read_pte(program.pte)
+    planned = layout.method("forward").planned_arena_bytes
+    return LmMemory(
+        max_seq_len=program.options.max_seq_len,
+        kv_cache_bytes=program.kv_cache_bytes,
+        activations_bytes=max(planned - program.kv_cache_bytes, 0),
+        planned_bytes=planned,
+        weights_bytes=sum(segment.size for segment in layout.segments),
+        peak_rss_bytes=peak_rss_bytes,
+    )
