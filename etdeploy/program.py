@@ -242,7 +242,7 @@ def method_signatures(pte: Path, digest: str) -> list[dict[str, Any]]:
     document = read_json_object(cached) or {}
     if document.get("schema") == SIGNATURES_SCHEMA and isinstance(document.get("methods"), list):
         return list(document["methods"])
-    from etdeploy.pte.signatures import read_signatures
+    from etdeploy.pte.reader import read_signatures
 
     try:
         # The methods' signatures only: the program flatbuffer, no segment or delegate blob.

@@ -4,7 +4,7 @@
                              a --bundle's over its settings)
     plan.py                  the RunJob read once into each stage's narrow record
     build.py       build     the .pte (cached build, or --pte) as a Program (etdeploy.program);
-                             a job bundle's Program and Staged come from etdeploy.bundle.load
+                             a job bundle's Program and Staged come from etdeploy.bundle.job_bundle
     stage.py       stage     real inputs checked against the method, encoded for the runner
     references.py            what each sample should give (eager model, file, host runtime)
     deploy.py      deploy    the runner that fits the device (runner_for); then runner, .pte
@@ -13,7 +13,8 @@
                              before anything of the program is pushed)
     execute.py     execute   the runner per sample under a deadline; outputs, timings, logs
     verify.py      verify    metrics and verdict per output, host check, the size verdict;
-                             the run's one verdict, memory's limit among its inputs (memory.py)
+                             the run's one verdict, memory's limit among its inputs
+                             (etdeploy.memory.limit.judge_memory)
     localize.py    localize  (--localize) the tapped twin on the device; the first operator
     taps.py                  whose error outgrows its inputs' (localize_runs.py: the
                              tapped twin run on the device and eagerly)

@@ -66,6 +66,15 @@ class MethodValue:
 
 
 @dataclass(frozen=True)
+class MethodSignature:
+    """A method's inputs and outputs (reader.read_signatures): what a warm run needs."""
+
+    name: str
+    inputs: tuple[MethodValue, ...]
+    outputs: tuple[MethodValue, ...]
+
+
+@dataclass(frozen=True)
 class MethodInfo:
     name: str
     inputs: tuple[MethodValue, ...]

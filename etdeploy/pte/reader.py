@@ -44,6 +44,7 @@ from etdeploy.pte.layout import (
     DelegateInfo,
     ExtendedHeader,
     MethodInfo,
+    MethodSignature,
     MethodValue,
     NamedDataEntry,
     PteLayout,
@@ -171,6 +172,25 @@ def read_pte(path: str | os.PathLike[str]) -> PteLayout:
 
 
 # --- parsing --------------------------------------------------------------------------------
+
+
+def read_signatures(path: str | os.PathLike[str]) -> tuple[MethodSignature, ...]:
+    """Each method's inputs and outputs, from the program flatbuffer alone: no segment,
+    constant or delegate blob is read or parsed (what a warm run needs of a program it
+    built; read_pte's full layout is for sizing and inspecting it). UsageError if the
+    file is not a program."""
+    with program_root(path) as (_ident, program):
+        signatures = []
+        for pi in range(program.ExecutionPlanLength()):
+            plan = program.ExecutionPlan(pi)
+            signatures.append(
+                MethodSignature(
+                    fb_str(plan.Name()),
+                    tuple(method_value(plan, plan.Inputs(j)) for j in range(plan.InputsLength())),
+                    tuple(method_value(plan, plan.Outputs(j)) for j in range(plan.OutputsLength())),
+                )
+            )  # fmt: skip
+        return tuple(signatures)
 
 
 def _vector_span(table: Any, vtable_offset: int) -> tuple[int, int] | None:

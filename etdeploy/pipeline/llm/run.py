@@ -50,7 +50,6 @@ from etdeploy.pipeline.llm.verify_tokens import (
     matched_length,
 )
 from etdeploy.preflight import PreflightReport
-from etdeploy.pte import read_pte
 from etdeploy.results.result import (
     Artifact,
     DeployStats,
@@ -68,7 +67,6 @@ from etdeploy.results.result_verdict import Verdict
 from etdeploy.runner.generation import GenerationRequest, GenerationResult
 from etdeploy.runner_build import RunnerBundle
 from etdeploy.scratch import scratch_dir
-from etdeploy.sizecheck import summary_for_result
 
 if TYPE_CHECKING:
     from etdeploy.pipeline.job import RunContext
@@ -141,6 +139,8 @@ def generate_and_compare(
     """The program on the device, one runner call a prompt, then held to the float and
     quantized eager references (computed by `references` after the device ran, or read
     from a job bundle) and judged: the RunResult with its language_model block."""
+    from etdeploy.sizecheck import summary_for_result
+
     say: StatusCallback = context.status or (lambda _text: None)
     started = time.time()
     settings = request.generation
@@ -361,6 +361,9 @@ def lm_run_result(
 def lm_memory(program: LmProgram, peak_rss_bytes: int | None) -> LmMemory:
     """The memory account of an LM program, read from the .pte (no torch): the KV cache
     is the export's mutable key/value buffers, planned with the arena."""
+    # Lazily: the reader's flatbuffer code is not every run's start-up (program.py).
+    from etdeploy.pte import read_pte
+
     layout = read_pte(program.pte)
     planned = layout.method("forward").planned_arena_bytes
     return LmMemory(
