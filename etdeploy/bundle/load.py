@@ -12,7 +12,6 @@ before anything reaches a device.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,11 @@ import numpy as np
 from etdeploy.builder.manifest import program_record_from_json
 from etdeploy.bundle.bundle_manifest import INPUTS_FILE, BundleManifest, read_bundle_manifest
 from etdeploy.dataset import Labels
-from etdeploy.devices.base import DeviceInfo
-from etdeploy.devices.registry import check_runner_abi
 from etdeploy.digests import file_sha256
 from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.npz import read_npz, table_rows
 from etdeploy.program import DataFile, Program, describe_program
-from etdeploy.runner_build import KIND_HOST, RunnerBundle, runner_choice, runner_from_path
+from etdeploy.runner_build import RunnerBundle, runner_from_path
 from etdeploy.staged import Staged
 
 _HINT = "copy the bundle again whole, or make it again with `etdeploy bundle MODEL -o DIR`"
@@ -166,32 +163,3 @@ def bundle_runners(bundle: JobBundle) -> tuple[RunnerBundle, ...]:
                 f"{bundle.path.name}: runner {entry.directory}: {exc}", _HINT
             ) from None
     return tuple(runners)
-
-
-def carried_runner(runners: Sequence[RunnerBundle], info: DeviceInfo) -> RunnerBundle:
-    """The bundle's runner for the device: the kind etdeploy would build for it
-    (runner_build.runner_choice) when the bundle has it, else one whose ABI the device
-    runs, a self-contained bundle before a host build. A host build is what runs on
-    this machine's own devices and on the loopback phone of the tests (an Android
-    device that runs host programs); a real Android phone needs its own (--abi)."""
-    fitting = []
-    for bundle in runners:
-        try:
-            check_runner_abi(info, bundle.abi)
-        except UsageError:
-            continue
-        fitting.append(bundle)
-    if not fitting:
-        carried = ", ".join(f"{b.abi} ({b.kind})" for b in runners) or "none"
-        raise UsageError(
-            f"the job bundle has no runner for {info.name} ({info.os} {info.abi}); it carries: "
-            f"{carried}",
-            "make the bundle with a runner for it, e.g. etdeploy bundle MODEL --abi arm64-v8a "
-            "-o DIR, or give --runner PATH",
-        )
-    try:
-        wanted = runner_choice(info).kind
-    except UsageError:
-        wanted = None
-    fitting.sort(key=lambda b: (b.kind != wanted, b.kind == KIND_HOST))
-    return fitting[0]

@@ -31,17 +31,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from etdeploy import runner as contract
-from etdeploy.bundle.load import carried_runner
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, Push, job_dir
 from etdeploy.devices.registry import check_runner_abi
-from etdeploy.errors import EtdeployError
+from etdeploy.errors import EtdeployError, UsageError
 from etdeploy.inputs import raw_bytes
 from etdeploy.paths import cache_dir
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.preflight.describe_runner import remote_runner_dir
 from etdeploy.program import Program
 from etdeploy.quarantine import file_damage, quarantine
-from etdeploy.runner_build import runner_for_device, runner_from_path
+from etdeploy.runner_build import KIND_HOST, runner_choice, runner_for_device, runner_from_path
 from etdeploy.staged import Staged
 
 if TYPE_CHECKING:
@@ -73,7 +72,7 @@ def target_for(
     info: DeviceInfo | None = None,
 ) -> Target:
     """`runner` (--runner), else the device's configured runner, else the one a job bundle
-    carries for it (`carried`; etdeploy.bundle.load.carried_runner), else the one
+    carries for it (`carried`: carried_runner), else the one
     etdeploy builds for it (runner_build.runner_choice: the host build, the NDK build,
     or the self-contained arm64 bundle). A runner built for another ABI is refused
     here, before anything is pushed. `info`: device.info(), when the caller has it."""
@@ -88,6 +87,35 @@ def target_for(
         bundle = runner_for_device(info, say)
     check_runner_abi(info, bundle.abi)
     return Target(device, info, bundle)
+
+
+def carried_runner(runners: Sequence[RunnerBundle], info: DeviceInfo) -> RunnerBundle:
+    """A job bundle's runner for the device: the kind etdeploy would build for it
+    (runner_build.runner_choice) when the bundle has it, else one whose ABI the device
+    runs, a self-contained bundle before a host build. A host build is what runs on
+    this machine's own devices and on the loopback phone of the tests (an Android
+    device that runs host programs); a real Android phone needs its own (--abi)."""
+    fitting = []
+    for bundle in runners:
+        try:
+            check_runner_abi(info, bundle.abi)
+        except UsageError:
+            continue
+        fitting.append(bundle)
+    if not fitting:
+        carried = ", ".join(f"{b.abi} ({b.kind})" for b in runners) or "none"
+        raise UsageError(
+            f"the job bundle has no runner for {info.name} ({info.os} {info.abi}); it carries: "
+            f"{carried}",
+            "make the bundle with a runner for it, e.g. etdeploy bundle MODEL --abi arm64-v8a "
+            "-o DIR, or give --runner PATH",
+        )
+    try:
+        wanted = runner_choice(info).kind
+    except UsageError:
+        wanted = None
+    fitting.sort(key=lambda b: (b.kind != wanted, b.kind == KIND_HOST))
+    return fitting[0]
 
 
 @dataclass(frozen=True)

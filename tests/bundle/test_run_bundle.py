@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from etdeploy.bundle.load import carried_runner, open_bundle, prepare
+from etdeploy.bundle.load import open_bundle, prepare
 from etdeploy.cli import app
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import UsageError
+from etdeploy.pipeline.deploy import carried_runner
 from tests.cli.conftest import assert_one_line_error, etdeploy
 from tests.support.bundles import copy_bundle, rewrite_table
 
