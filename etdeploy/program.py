@@ -7,7 +7,7 @@ when there is one. A program whose weights live in an external data file (.ptd)
 travels as a pair, checked before anything runs.
 
 Every source of a run's program describes it here: a build or a --pte
-(etdeploy.pipeline.build), a job bundle (etdeploy.bundle.load), the tapped twin
+(etdeploy.pipeline.build), a job bundle (etdeploy.bundle.job_bundle), the tapped twin
 (etdeploy.pipeline.localize_runs).
 """
 

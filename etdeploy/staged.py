@@ -3,7 +3,7 @@ each should give (the references; for a quantized build also the quantized eager
 program's outputs), with the samples' labels when they came with them.
 
 Made by the stage stage (etdeploy.pipeline.stage) or read from a job bundle
-(etdeploy.bundle.load).
+(etdeploy.bundle.job_bundle).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from etdeploy import settings
 from etdeploy.build_options import ProgramOptions
-from etdeploy.bundle.bundle_manifest import read_bundle_manifest
+from etdeploy.bundle.job_bundle import read_bundle_manifest
 from etdeploy.config import Config, DeviceConfig, config_settings, parse_config
 from etdeploy.declaration import declared, expect_type
 from etdeploy.devices.registry import config_label

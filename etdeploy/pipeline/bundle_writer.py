@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from etdeploy.bundle.bundle_manifest import RUNNERS_DIR, BundleManifest, FileEntry, RunnerEntry
+from etdeploy.bundle.job_bundle import RUNNERS_DIR, BundleManifest, FileEntry, RunnerEntry
 from etdeploy.digests import sha256_file
 from etdeploy.jsonvalue import JsonObject
 from etdeploy.npz import table_arrays

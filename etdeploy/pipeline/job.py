@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from etdeploy.build_options import CacheChoice
-from etdeploy.bundle.bundle_manifest import read_bundle_manifest
+from etdeploy.bundle.job_bundle import read_bundle_manifest
 from etdeploy.config import Config, config_settings
 from etdeploy.devices.base import ProgressCallback
 from etdeploy.errors import UsageError

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import etdeploy
-from etdeploy.bundle.bundle_manifest import (
+from etdeploy.bundle.job_bundle import (
     BUNDLE_FILE,
     INPUTS_FILE,
     LABELS_FILE,

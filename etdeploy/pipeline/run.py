@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import etdeploy
 from etdeploy.ahead import Ahead
 from etdeploy.atomic import write_json
-from etdeploy.bundle.load import JobBundle, open_bundle, prepare
+from etdeploy.bundle.job_bundle import JobBundle, open_bundle, prepare
 from etdeploy.devices.base import Device
 from etdeploy.devices.lock import device_lock
 from etdeploy.devices.workdir import JobDirs

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from etdeploy.bundle.bundle_manifest import BUNDLE_FILE, read_bundle_manifest
+from etdeploy.bundle.job_bundle import BUNDLE_FILE, read_bundle_manifest
 from etdeploy.digests import sha256_file
 from etdeploy.settings import MACHINE, declared
 from tests.cli.conftest import assert_one_line_error, etdeploy

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from etdeploy.bundle.load import open_bundle, prepare
+from etdeploy.bundle.job_bundle import open_bundle, prepare
 from etdeploy.cli import app
 from etdeploy.devices.base import DeviceInfo
 from etdeploy.errors import UsageError

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from etdeploy.bundle.bundle_manifest import BUNDLE_FILE
+from etdeploy.bundle.job_bundle import BUNDLE_FILE
 
 
 @pytest.fixture(scope="session")

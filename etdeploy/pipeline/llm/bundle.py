@@ -5,7 +5,7 @@ The bundle holds what `etdeploy run FOLDER` computes before the device runs: the
 program, the runners, the prompts' ids, and both references (float and quantized
 eager: every position's logits and the greedy continuation of each prompt), plus each
 token's text, so the report can say which tokens parted without the tokenizer. Its
-layout beside the ordinary bundle's (etdeploy.bundle.bundle_manifest):
+layout beside the ordinary bundle's (etdeploy.bundle.job_bundle):
 
     JOB/program/model.pte               the program (its .pte.json an empty record)
     JOB/runners/ABI-KIND/               a runner bundle per ABI
@@ -31,13 +31,13 @@ import numpy as np
 
 import etdeploy
 from etdeploy.atomic import read_json_object
-from etdeploy.bundle.bundle_manifest import (
+from etdeploy.bundle.job_bundle import (
     BUNDLE_FILE,
     PROGRAM_DIR,
     BundleManifest,
     References,
+    bundle_runners,
 )
-from etdeploy.bundle.load import bundle_runners
 from etdeploy.errors import UsageError
 from etdeploy.jsonvalue import (
     JsonObject,
@@ -59,7 +59,7 @@ from etdeploy.pipeline.plan import lm_request_of
 from etdeploy.results.result_lm import LmGates
 
 if TYPE_CHECKING:
-    from etdeploy.bundle.load import JobBundle
+    from etdeploy.bundle.job_bundle import JobBundle
     from etdeploy.devices.base import Device
     from etdeploy.pipeline.bundle_writer import MadeBundle, Writer
     from etdeploy.pipeline.job import RunContext, RunJob
