@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from etdeploy.devices.base import ProgressCallback
 from etdeploy.devices.lock import device_lock
 from etdeploy.devices.ssh import SshDevice, SshSettings, resolve_target
 from etdeploy.devices.transfer import temporary_name
@@ -662,6 +665,69 @@ def test_a_connection_cut_during_pull_is_retryable_and_writes_nothing_locally(
                 dev.pull("job/out.bin", target)
             assert caught.value.retryable
             assert list(target.parent.iterdir()) == []
+            assert dev.pull("job/out.bin", target).read_bytes() == source.read_bytes()
+
+
+# -- an interruption on a link that then hangs and drops ----------------------------
+
+
+@contextlib.contextmanager
+def ctrl_c_after_first_chunk(proxy: CuttingProxy) -> Iterator[ProgressCallback]:
+    """A progress callback that, at a transfer's first report, hangs the link (the
+    proxy relays nothing more, either way), then delivers SIGINT as a terminal's
+    Ctrl-C does; the link is cut 0.5 s later, as a hung link finally drops.
+
+    Interrupted there, the SFTP file's close can still send its request (the SSH
+    window has room), and it waits for an answer the hung link never brings: the
+    race the pipeline's interruption tests lose now and then, made certain."""
+
+    def interrupt(_path: str, done: int, _total: int) -> None:
+        if done and not proxy.stalled.is_set():
+            proxy.stall(0)
+            threading.Timer(0.5, proxy.down).start()
+            signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield interrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_push_stays_an_interruption_when_the_link_then_drops(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    local = random_file(tmp_path / "lib.so", 3 * 1024 * 1024)
+    with CuttingProxy(sshd.port) as proxy:
+        settings = settings_for(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
+        with SshDevice(settings) as dev:
+            dev.makedirs("runners")
+            with ctrl_c_after_first_chunk(proxy) as progress, pytest.raises(KeyboardInterrupt):
+                dev.push(local, "runners/lib.so", progress=progress)
+            remote_dir = Path(dev.workdir) / "runners"
+            assert not (remote_dir / "lib.so").exists()  # nothing under the real name
+
+            proxy.up()
+            assert dev.push(local, "runners/lib.so").bytes_sent == local.stat().st_size
+            # The interrupted upload's partial file went with the next push.
+            assert sorted(p.name for p in remote_dir.iterdir()) == ["lib.so"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_an_interrupted_pull_stays_an_interruption_when_the_link_then_drops(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    source = random_file(tmp_path / "source.bin", 16 * 1024 * 1024)
+    with CuttingProxy(sshd.port) as proxy:
+        settings = settings_for(sshd, tmp_path, **through_proxy(sshd, proxy.port, tmp_path))
+        with SshDevice(settings) as dev:
+            dev.push(source, "job/out.bin")
+            target = tmp_path / "pulled" / "out.bin"
+            with ctrl_c_after_first_chunk(proxy) as progress, pytest.raises(KeyboardInterrupt):
+                dev.pull("job/out.bin", target, progress=progress)
+            assert list(target.parent.iterdir()) == []  # no half-written file here
+
+            proxy.up()
             assert dev.pull("job/out.bin", target).read_bytes() == source.read_bytes()
 
 

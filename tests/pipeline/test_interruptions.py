@@ -10,7 +10,12 @@ running (the runner is up, with millions of iterations to go), pulling (the
 phone's next RECV stalls; sshd's sftp-server is stopped while the runner runs).
 After each, the device comes back, the next run passes, and the work dir holds
 no job directory, partial file or pid file, no process of the run is left, and no
-scratch directory of a run that nobody holds stays on this host.
+scratch directory of a run that nobody holds stays on this host. Over SSH, a
+stalled push is interrupted where the run waits, for the SSH window or for the
+socket, which varies from run to run; tests/devices/test_ssh.py interrupts a
+transfer where the window has room, every time. A push through a keeper the run
+started (persist_s) is interrupted as a terminal's Ctrl-C does, to the run's whole
+process group, of which the keeper is not part.
 
 The device is the real adb server with tests/support/loopback_adb.py as the
 phone, or OpenSSH's sshd on loopback behind tests/support/sshd.CuttingProxy;
@@ -137,12 +142,13 @@ def adb_target(bed: AdbTestbed, runner: Path, tmp_path: Path) -> Iterator[Target
     restore()
 
 
-def ssh_target(bed: SshBed, tmp_path: Path) -> Iterator[Target]:
+def ssh_target(bed: SshBed, tmp_path: Path, **table_keys: object) -> Iterator[Target]:
     server, proxy = bed.server, bed.proxy
     workdir = bed.root / "remote-work"
     table = ssh_table(
-        server, tmp_path, **through_proxy(server, proxy.port, tmp_path), workdir=str(workdir)
-    )
+        server, tmp_path, **through_proxy(server, proxy.port, tmp_path), workdir=str(workdir),
+        **table_keys,
+    )  # fmt: skip
     stopped: list[int] = []
 
     def sftp_servers() -> list[int]:
@@ -189,15 +195,17 @@ def target(request: pytest.FixtureRequest, host_runner: Path, tmp_path: Path) ->
 
 
 def start_run(
-    target: Target, tmp_path: Path, iterations: int
+    target: Target, tmp_path: Path, iterations: int, *, own_group: bool = False
 ) -> tuple[subprocess.Popen[bytes], Path]:
+    """`etdeploy run` of digits on the target; own_group: in a process group of its
+    own, as a terminal's foreground job is, to be signalled as a whole."""
     log = tmp_path / "run.log"
     with open(log, "wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "etdeploy", "run", "digits", "-d", "dut", "--config",
              str(target.config), "-n", str(iterations), "--warmup", "0", "--deadline", "300",
              "--json", str(tmp_path / "result.json")],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr,
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=own_group,
             # SIGINT at its default, as in a terminal, even under a background `make test &`.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
@@ -298,15 +306,28 @@ def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
             held.release()
         target.restore()
     said = log.read_text()
+    if stop in ("SIGINT", "SIGTERM"):
+        assert_interrupted(stop, exited, tmp_path, said)
+    else:
+        assert exited == EXPECTED_EXIT[stop], said
+        assert "Traceback" not in said
+    if stop == "lost":
+        assert json.loads((tmp_path / "result.json").read_text())["error"]["infrastructure"]
+    assert_the_next_run_passes_and_nothing_is_left(target, tmp_path)
+
+
+def assert_interrupted(stop: str, exited: int, tmp_path: Path, said: str) -> None:
+    """The run ended as that signal's interruption: its exit code, its last line, and
+    its result document's error."""
     assert exited == EXPECTED_EXIT[stop], said
     assert "Traceback" not in said
-    if stop != "SIGKILL":
-        error = json.loads((tmp_path / "result.json").read_text())["error"]
-        assert error["infrastructure"], error
-        if stop != "lost":
-            assert error["kind"] == "Interruption" and stop in error["message"]
-            assert said.rstrip().splitlines()[-1] == f"interrupted by {stop}"
+    error = json.loads((tmp_path / "result.json").read_text())["error"]
+    assert error["infrastructure"], error
+    assert error["kind"] == "Interruption" and stop in error["message"]
+    assert said.rstrip().splitlines()[-1] == f"interrupted by {stop}"
 
+
+def assert_the_next_run_passes_and_nothing_is_left(target: Target, tmp_path: Path) -> None:
     again = subprocess.run(
         [sys.executable, "-m", "etdeploy", "run", "digits", "-d", "dut", "--config",
          str(target.config), "-n", "1", "--warmup", "0", "-q"],
@@ -317,3 +338,56 @@ def test_an_interrupted_run_leaves_nothing_the_next_run_does_not_remove(
     assert runner_of(target) == []
     # A SIGKILLed run's scratch directory too: nobody held it, the next run removed it.
     assert abandoned_scratch(Path(tempfile.gettempdir())) == []
+
+
+KEEPER = "etdeploy.devices.ssh.keeper"
+# The keeper's time after the last command (devices.md: it leaves persist_s seconds
+# after it), short: the test waits for it to go.
+PERSIST_S = 3.0
+
+
+def keepers_of(tmp_path: Path) -> list[int]:
+    """The live keepers started for this test's table (its settings name tmp_path)."""
+    return processes_naming(KEEPER, str(tmp_path))
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_push_through_a_keeper_the_run_started_is_interrupted_as_a_whole_job(
+    ssh_bed: SshBed, host_runner: Path, tmp_path: Path, stop: str
+) -> None:
+    """With persist_s the run starts its host's keeper, which pushes for it. The
+    signal goes to the run's whole process group, as a terminal's Ctrl-C goes to its
+    foreground job: the keeper, in a session of its own, is not part of the job.
+    The run ends as interrupted, the next run passes, nothing is left on the device,
+    and the keepers leave persist_s after the last command, as documented."""
+    assert keepers_of(tmp_path) == []
+    generator = ssh_target(ssh_bed, tmp_path, persist_s=PERSIST_S)
+    target = next(generator)
+    try:
+        shutil.rmtree(target.workdir, ignore_errors=True)  # something to push
+        target.stall_push()
+        process, log = start_run(target, tmp_path, 1, own_group=True)
+        try:
+            wait_for("a stalled push", target.push_stalled, process, log)
+            started = keepers_of(tmp_path)
+            assert started, "the push did not go through a keeper"
+            assert all(os.getpgid(pid) != process.pid for pid in started), started
+            os.killpg(process.pid, getattr(signal, stop))
+            time.sleep(0.5)
+            target.lose()  # a hung link does not come back
+            exited = process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            target.restore()
+        assert_interrupted(stop, exited, tmp_path, log.read_text())
+        assert_the_next_run_passes_and_nothing_is_left(target, tmp_path)
+        deadline = time.monotonic() + PERSIST_S + 15
+        while keepers_of(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert keepers_of(tmp_path) == []
+    finally:
+        generator.close()
+        for pid in keepers_of(tmp_path):  # none should be; none outlives the test
+            os.kill(pid, signal.SIGKILL)

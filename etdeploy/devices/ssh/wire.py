@@ -26,6 +26,7 @@ import shlex
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import paramiko
@@ -75,6 +76,27 @@ def server_refused(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+@contextlib.contextmanager
+def _remote_file(sftp: paramiko.SFTPClient, path: str, mode: str) -> Iterator[paramiko.SFTPFile]:
+    """An SFTP file, closed on the way out; when something already ends the transfer
+    (Ctrl-C, SIGTERM, a lost connection), a failure of the close itself does not
+    replace it.
+
+    Closing asks the server and waits for its answer (SFTPFile.close sends CLOSE and
+    reads the reply; paramiko 5.1, sftp_file.py, read 2026-12-05). An interruption
+    that unwinds through a link that hangs waits there, and when the link then drops
+    the close raises "Server connection dropped": a run stopped by SIGINT would end
+    as a lost connection (exit 3), not as an interruption (130)."""
+    remote = sftp.open(path, mode)
+    try:
+        yield remote
+    except BaseException:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            remote.close()
+        raise
+    remote.close()
 
 
 @dataclass
@@ -415,7 +437,7 @@ class HostLink:
         local, target, partial, size = upload.local, upload.target, upload.partial, upload.size
         sftp = self.connection.sftp()
         try:
-            with open(local, "rb") as src, sftp.open(partial, "wb") as dst:
+            with open(local, "rb") as src, _remote_file(sftp, partial, "wb") as dst:
                 dst.set_pipelined(True)
                 # paramiko writes 32 KiB per request, which with its header overflows
                 # the server's 32 KiB packet into two; size requests to fit one.
@@ -513,7 +535,7 @@ class HostLink:
                     device=self.name,
                 ) from exc
             progress = download.progress(size)
-            with sftp.open(source, "rb") as src, open(download.partial, "wb") as dst:
+            with _remote_file(sftp, source, "rb") as src, open(download.partial, "wb") as dst:
                 # OpenSSH's own sftp keeps at most 64 reads in flight; so do we.
                 src.prefetch(size, max_concurrent_requests=64)
                 received = copy_stream(src, dst, progress, HASH_CHUNK)
