@@ -10,7 +10,7 @@ running (the runner is up, with millions of iterations to go), pulling (the
 phone's next RECV stalls; sshd's sftp-server is stopped while the runner runs).
 After each, the device comes back, the next run passes, and the work dir holds
 no job directory, partial file or pid file, no process of the run is left, and no
-scratch directory of a run that nobody holds stays on this host. Over SSH, a
+scratch directory of a run that nobody holds stays in the runs' temporary folder. Over SSH, a
 stalled push is interrupted where the run waits, for the SSH window or for the
 socket, which varies from run to run; tests/devices/test_ssh.py interrupts a
 transfer where the window has room, every time. A push through a keeper the run
@@ -82,6 +82,17 @@ def host_runner() -> Path:
 
     build("digits", BuildOptions())  # the prebuilt program every run here uses
     return ensure_runner("host").directory
+
+
+@pytest.fixture(autouse=True)
+def runs_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The runs' temporary folder (TMPDIR), this test's own: the scratch directories its
+    runs leave are told apart from those of the tests `make test` runs beside it. Short,
+    under the host's: an SSH keeper may put its socket there."""
+    root = Path(tempfile.mkdtemp(prefix="etd-"))
+    monkeypatch.setenv("TMPDIR", str(root))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +348,7 @@ def assert_the_next_run_passes_and_nothing_is_left(target: Target, tmp_path: Pat
     assert debris(target.workdir) == []
     assert runner_of(target) == []
     # A SIGKILLed run's scratch directory too: nobody held it, the next run removed it.
-    assert abandoned_scratch(Path(tempfile.gettempdir())) == []
+    assert abandoned_scratch(Path(os.environ["TMPDIR"])) == []
 
 
 KEEPER = "etdeploy.devices.ssh.keeper"
