@@ -57,12 +57,15 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# The suite in two processes, a file's tests in one of them (its module's servers and
+# programs made once); then the tests that take every core, alone (marked serial).
 test: setup
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 	$(MAKE) --no-print-directory docs
-	$(BIN)/python -m pytest -q -ra --durations=25
+	$(BIN)/python -m pytest -q -ra --durations=25 -n 2 --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -q -ra -m serial
 
 bench: setup
 	$(BIN)/python -m benchmarks

@@ -176,6 +176,7 @@ def debris(workdir: Path) -> list[str]:
     return found
 
 
+@pytest.mark.serial  # its spinners take every core, which would slow the tests beside it
 def test_a_stopped_runner_ends_at_the_deadline_on_a_busy_host(kind: Kind, tmp_path: Path) -> None:
     process, log = start_run(kind, tmp_path, "-n", "100000000", "--deadline", str(DEADLINE_S))
     try:

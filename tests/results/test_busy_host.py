@@ -30,7 +30,8 @@ from etdeploy.results import Regression, compare_to_baseline
 from etdeploy.results.baseline import BUSY_HOST, CPU_GROWTH
 from etdeploy.results.result import RunResult
 
-pytestmark = pytest.mark.slow
+# serial: its burners take every core, which would slow the tests beside it.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 WIDTH, BATCH = 256, 1024
 LIGHT, HEAVY = 6, 18  # layers: the planted regression is three times the work
