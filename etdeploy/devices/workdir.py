@@ -9,7 +9,7 @@ after the job unless --keep. `etdeploy clean --device` reads the listing here
 A job's directory can outlive its job: the connection drops before the removal
 (the phone left Wi-Fi), or the process is killed. So a run writes a note on this
 machine, before the directory exists on the device, naming the directory it is
-about to make (cache_dir("device-jobs"), one folder per device); the note goes
+about to make (cache_dir("device-jobs"), a folder per work dir of a device); the note goes
 once the directory is gone, or at once for --keep. The next run on that device,
 holding the device's lock, removes the directories the notes name. A directory
 another machine left is not known here; `etdeploy clean --device` removes it.
@@ -77,12 +77,15 @@ def remove_command(workdir: str, paths: Sequence[str], *, recursive: bool) -> st
 
 
 class JobDirs:
-    """The job directories this machine made on one device and has not seen removed."""
+    """The job directories this machine made in one work dir of one device and has not
+    seen removed. A device with two work dirs (two tables of etdeploy.toml for one
+    phone, `local` beside a local device of its own work dir) keeps a journal for each:
+    a run in one neither removes nor forgets the other's directories."""
 
     def __init__(self, device: Device) -> None:
         self.device = device
-        key = hashlib.sha256(device.lock_key().encode()).hexdigest()[:24]
-        self._notes = cache_dir("device-jobs") / key
+        place = f"{device.lock_key()}\n{device.workdir.rstrip('/')}"
+        self._notes = cache_dir("device-jobs") / hashlib.sha256(place.encode()).hexdigest()[:24]
 
     def _note(self, job_id: str) -> Path:
         return self._notes / job_id

@@ -136,6 +136,22 @@ def test_the_next_run_sweeps_job_dirs_and_leftovers_but_its_own(
     assert Path(mine).is_dir()
 
 
+def test_a_run_in_another_work_dir_of_the_device_leaves_this_ones_journal_alone(
+    tmp_path: Path,
+) -> None:
+    """Two work dirs on one device (here two local devices: one lock, one machine): a
+    run in the second neither removes the first's leftover nor forgets it, and the
+    first's next run still finds it."""
+    first, second = LocalDevice(workdir=tmp_path / "a"), LocalDevice(workdir=tmp_path / "b")
+    assert first.lock_key() == second.lock_key()
+    left = Path(JobDirs(first).begin("20261205-000000-dead02"))  # killed mid-run
+    left.mkdir(parents=True)
+    assert JobDirs(second).sweep() == []
+    assert left.is_dir()
+    assert JobDirs(first).sweep() == [str(left)]
+    assert not left.exists()
+
+
 def test_what_is_left_of_a_dead_wrappers_group_is_killed_if_it_runs_from_the_work_dir(
     tmp_path: Path, dead_pid: int, orphans: list[subprocess.Popen[bytes]]
 ) -> None:
