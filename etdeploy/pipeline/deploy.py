@@ -40,6 +40,7 @@ from etdeploy.pipeline.job import StatusCallback
 from etdeploy.preflight.describe_runner import remote_runner_dir
 from etdeploy.program import Program
 from etdeploy.quarantine import file_damage, quarantine
+from etdeploy.results.result import DeviceSummary, RunnerInfo
 from etdeploy.runner_build import KIND_HOST, runner_choice, runner_for_device, runner_from_path
 from etdeploy.staged import Staged
 
@@ -60,6 +61,22 @@ class Target:
         """Our runner takes every sample of a call from files on the device (a samples
         file, packed inputs, batch outputs); upstream's one sample per call."""
         return self.bundle.flavor == "etdeploy"
+
+    def device_summary(self) -> DeviceSummary:
+        """The result's device block: what the device said it is."""
+        info = self.info
+        return DeviceSummary(
+            name=info.name, transport=info.transport, serial=info.serial, os=info.os,
+            os_version=info.os_version, abi=info.abi, model=info.model, soc=info.soc,
+        )  # fmt: skip
+
+    def runner_info(self, version: str | None) -> RunnerInfo:
+        """The result's runner block: the bundle that ran, and the version it reported."""
+        bundle = self.bundle
+        return RunnerInfo(
+            flavor=bundle.flavor, abi=bundle.abi, kind=bundle.kind, version=version,
+            path=str(bundle.executable_path),
+        )  # fmt: skip
 
 
 def target_for(

@@ -73,7 +73,6 @@ from etdeploy.results.result import (
     JobInfo,
     Preflight,
     Profile,
-    RunnerInfo,
     RunResult,
     ShapePoint,
 )
@@ -280,10 +279,8 @@ def _on_device(
 
 def result_of(stages: Stages) -> RunResult:
     """The RunResult of a run that reached a verdict."""
-    job, program, judged, executed, info = (
-        stages.job, stages.program, stages.judged, stages.executed, stages.target.info,
-    )  # fmt: skip
-    bundle, deployed = stages.target.bundle, stages.deployed
+    job, program, judged, executed = stages.job, stages.program, stages.judged, stages.executed
+    deployed = stages.deployed
     memory = judged.memory or JudgedMemory(memory_of(program, executed))
     return RunResult(
         etdeploy=etdeploy.__version__,
@@ -294,20 +291,14 @@ def result_of(stages: Stages) -> RunResult:
             quantization=program.quantization, method=program.method,
             iterations=job.iterations, warmup=job.warmup,
         ),
-        device=DeviceSummary(
-            name=info.name, transport=info.transport, serial=info.serial, os=info.os,
-            os_version=info.os_version, abi=info.abi, model=info.model, soc=info.soc,
-        ),
+        device=stages.target.device_summary(),
         artifact=Artifact(
             pte=str(program.pte), sha256=program.sha256, size_bytes=program.size_bytes,
             backend=program.backend, quantization=program.quantization,
             delegation=program.delegation, built_with=program.built_with,
             data=program.data_record,
         ),
-        runner=RunnerInfo(
-            flavor=bundle.flavor, abi=bundle.abi, kind=bundle.kind,
-            version=executed.runner_version, path=str(bundle.executable_path),
-        ),
+        runner=stages.target.runner_info(executed.runner_version),
         inputs=InputsInfo(
             names=tuple(value.name for value in program.inputs),
             samples=stages.staged.sample_names, on_noise=stages.staged.on_noise,

@@ -53,12 +53,10 @@ from etdeploy.preflight import PreflightReport
 from etdeploy.results.result import (
     Artifact,
     DeployStats,
-    DeviceSummary,
     InputsInfo,
     JobInfo,
     Memory,
     Preflight,
-    RunnerInfo,
     RunResult,
     SizeSummary,
 )
@@ -286,7 +284,6 @@ def lm_run_result(
 ) -> RunResult:
     """The run's one verdict: the token-level gates, the store size and the memory
     (its limit judged on the runner's peak) together, as a program's run decides it."""
-    info, bundle = target.info, target.bundle
     results = generated.results
     decode_ms = [ms for r in results for ms in r.timings.decode_ms]
     comparison = block.comparison("quantized eager")
@@ -304,16 +301,7 @@ def lm_run_result(
             iterations=len(results),
             warmup=0,
         ),
-        device=DeviceSummary(
-            name=info.name,
-            transport=info.transport,
-            serial=info.serial,
-            os=info.os,
-            os_version=info.os_version,
-            abi=info.abi,
-            model=info.model,
-            soc=info.soc,
-        ),
+        device=target.device_summary(),
         artifact=Artifact(
             pte=str(program.pte),
             sha256=program.sha256,
@@ -322,13 +310,7 @@ def lm_run_result(
             quantization=block.quantization,
             built_with=dict(program.built_with) if program.built_with else built_with(),
         ),
-        runner=RunnerInfo(
-            flavor=bundle.flavor,
-            abi=bundle.abi,
-            kind=bundle.kind,
-            version=results[0].runner_version if results else None,
-            path=str(bundle.executable_path),
-        ),
+        runner=target.runner_info(results[0].runner_version if results else None),
         inputs=InputsInfo(
             names=("input_ids", "cache_position"),
             samples=tuple(p.name for p in checked.prompts),
