@@ -32,12 +32,13 @@ import hashlib
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from etdeploy.devices.base import job_dir
 from etdeploy.devices.digest_records import RECORD_DIR, record_path
+from etdeploy.devices.lock import device_lock
 from etdeploy.devices.transfer import MACHINE_TAG, PARTIAL_MARKER, parse_owner
 from etdeploy.errors import EtdeployError
 from etdeploy.paths import cache_dir
@@ -141,6 +142,22 @@ class JobDirs:
         with contextlib.suppress(EtdeployError):  # the next run tries again
             removed += sweep_leftovers(self.device)
         return removed
+
+
+@contextlib.contextmanager
+def held_for_job(device: Device, job_id: str, *, keep: bool = False) -> Iterator[float]:
+    """The device held for one job (its lock, across processes on this host): what runs
+    that could not clean up left goes first, the job's directory is journaled before it
+    exists and removed after the block, however the block ends (unless keep). Yields
+    how long the wait for another job was (seconds)."""
+    with device_lock(device) as waited:
+        jobs = JobDirs(device)
+        jobs.sweep(but=job_id)
+        jobs.begin(job_id)
+        try:
+            yield waited
+        finally:
+            jobs.end(job_id, keep=keep)
 
 
 # -- what dead runs left ---------------------------------------------------------------

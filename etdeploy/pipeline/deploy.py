@@ -18,7 +18,6 @@ reads whole files.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import posixpath
@@ -33,7 +32,7 @@ import numpy as np
 from etdeploy import runner as contract
 from etdeploy.devices.base import Device, DeviceInfo, ProgressCallback, Push, job_dir
 from etdeploy.devices.registry import check_runner_abi
-from etdeploy.errors import EtdeployError, UsageError
+from etdeploy.errors import UsageError
 from etdeploy.inputs import raw_bytes
 from etdeploy.paths import cache_dir
 from etdeploy.pipeline.job import StatusCallback
@@ -313,10 +312,3 @@ def _cached_input(digest: str, chunks: Sequence[bytes], suffix: str = ".bin") ->
             out.write(chunk)
     os.replace(tmp, path)
     return path
-
-
-def remove_quietly(device: Device, path: str) -> None:
-    # Cleanup must not hide the error that got us here; a failed removal is
-    # visible on the next run as a stale dir, which the next job does not read.
-    with contextlib.suppress(EtdeployError):
-        device.remove(path, recursive=True)

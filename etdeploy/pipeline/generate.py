@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from etdeploy.devices.base import Device, ProgressCallback, Push, job_dir
-from etdeploy.devices.lock import device_lock
-from etdeploy.devices.workdir import JobDirs
+from etdeploy.devices.workdir import held_for_job
 from etdeploy.digests import file_sha256
 from etdeploy.errors import RunnerError
 from etdeploy.pipeline.deploy import Target, staged_input_file
@@ -267,19 +266,11 @@ def generate_on_device(
     say = status or (lambda _text: None)
     device = target.device
     say(f"waiting for {target.info.name}")
-    with device_lock(device):
-        jobs = JobDirs(device)
-        jobs.sweep(but=job_id)
-        jobs.begin(job_id)
-        try:
-            say(f"deploying to {target.info.name}")
-            deployed = deploy_generator(
-                target, pte, requests, job_id, data=data, progress=progress,
-                verify=settings.verify_remote,
-            )  # fmt: skip
-            say(f"generating on {target.info.name}")
-            return DeviceGeneration(
-                generate(target, deployed, requests, settings, local_dir), deployed
-            )
-        finally:
-            jobs.end(job_id, keep=settings.keep)
+    with held_for_job(device, job_id, keep=settings.keep):
+        say(f"deploying to {target.info.name}")
+        deployed = deploy_generator(
+            target, pte, requests, job_id, data=data, progress=progress,
+            verify=settings.verify_remote,
+        )  # fmt: skip
+        say(f"generating on {target.info.name}")
+        return DeviceGeneration(generate(target, deployed, requests, settings, local_dir), deployed)

@@ -13,9 +13,9 @@ import numpy as np
 from etdeploy import numerics as metrics
 from etdeploy.builder.tapped import TappedBuild, load_reference
 from etdeploy.devices.base import ProgressCallback
-from etdeploy.devices.lock import device_lock
+from etdeploy.devices.workdir import held_for_job
 from etdeploy.digests import sha256_file
-from etdeploy.pipeline.deploy import Target, deploy, remove_quietly
+from etdeploy.pipeline.deploy import Target, deploy
 from etdeploy.pipeline.execute import Timing, execute
 from etdeploy.pipeline.job import StatusCallback
 from etdeploy.pipeline.plan import LocalizeRequest
@@ -113,33 +113,24 @@ class LocalizeContext:
         )
         job_id = f"{self.job_id}-localize"
         device = self.target.device
-        with device_lock(device), scratch_dir("localize") as tmp:
+        # Journaled as a run's own directory: one a killed localization left goes
+        # with the next run on the device.
+        with (
+            held_for_job(device, job_id, keep=self.request.keep),
+            scratch_dir("localize") as tmp,
+        ):
             deployed = deploy(
-                self.target,
-                program,
-                staged,
-                job_id,
-                self.progress,
+                self.target, program, staged, job_id, self.progress,
                 verify=self.request.verify_remote,
-            )
-            try:
-                executed = execute(
-                    self.target,
-                    deployed,
-                    program,
-                    staged,
-                    self.request.execute,
-                    Path(tmp),
-                    Timing(),
-                )
-                values: Values = [
-                    {i: np.array(a) for i, a in zip(indices, row, strict=True)}
-                    for row in executed.outputs
-                ]
-            finally:
-                if not self.request.keep:
-                    remove_quietly(device, deployed.job_dir)
-        return values
+            )  # fmt: skip
+            executed = execute(
+                self.target, deployed, program, staged, self.request.execute, Path(tmp),
+                Timing(),
+            )  # fmt: skip
+            return [
+                {i: np.array(a) for i, a in zip(indices, row, strict=True)}
+                for row in executed.outputs
+            ]
 
     def reproduces(self, tapped: TappedBuild, got: Values, eager: Values) -> bool:
         """Do the tapped program's own outputs fail the check the untapped ones

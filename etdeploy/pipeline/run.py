@@ -24,8 +24,7 @@ from etdeploy.ahead import Ahead
 from etdeploy.atomic import write_json
 from etdeploy.bundle.job_bundle import JobBundle, open_bundle, prepare
 from etdeploy.devices.base import Device
-from etdeploy.devices.lock import device_lock
-from etdeploy.devices.workdir import JobDirs
+from etdeploy.devices.workdir import held_for_job
 from etdeploy.errors import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -250,30 +249,24 @@ def _on_device(
     info, device, say = target.info, target.device, context.status or (lambda _text: None)
     say(f"waiting for {info.name}")
     waited_from = time.time()
-    with device_lock(device), scratch_dir("run") as tmp:
+    with held_for_job(device, job_id, keep=plan.keep), scratch_dir("run") as tmp:
         held_from = time.time()
-        jobs = JobDirs(device)
-        jobs.sweep(but=job_id)
-        jobs.begin(job_id)
-        try:
-            say(f"deploying to {info.name}")
-            deployed = deploy(
-                target, program, staged, job_id, context.progress, verify=plan.verify_remote
-            )
-            say(f"running on {info.name}")
-            # Outputs may be views of a mapped file in `tmp`: a mapping outlives the
-            # file's removal (POSIX), so they are read as compared, never copied.
-            executed = execute(target, deployed, program, staged, plan.execute, Path(tmp))
-            points: tuple[ShapePoint, ...] = ()
-            if plan.shapes is not None:  # --shapes: the program at points of its range
-                points = run_points(
-                    plan.shapes, target, program, staged, job_id=job_id, local_dir=Path(tmp),
-                    say=say, progress=context.progress,
-                )  # fmt: skip
-        finally:
-            jobs.end(job_id, keep=plan.keep)
+        say(f"deploying to {info.name}")
+        deployed = deploy(
+            target, program, staged, job_id, context.progress, verify=plan.verify_remote
+        )
+        say(f"running on {info.name}")
+        # Outputs may be views of a mapped file in `tmp`: a mapping outlives the
+        # file's removal (POSIX), so they are read as compared, never copied.
+        executed = execute(target, deployed, program, staged, plan.execute, Path(tmp))
+        points: tuple[ShapePoint, ...] = ()
+        if plan.shapes is not None:  # --shapes: the program at points of its range
+            points = run_points(
+                plan.shapes, target, program, staged, job_id=job_id, local_dir=Path(tmp),
+                say=say, progress=context.progress,
+            )  # fmt: skip
         etdump = keep_etdump(executed.etdump, job_id) if executed.etdump else None
-        lock = DeviceLock(round(held_from - waited_from, 3), held_from, time.time())
+    lock = DeviceLock(round(held_from - waited_from, 3), held_from, time.time())
     return deployed, executed, points, lock, etdump
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from etdeploy.devices.local import LocalDevice
 from etdeploy.devices.transfer import MACHINE_TAG, PARTIAL_MARKER, owner_tag
-from etdeploy.devices.workdir import JobDirs, sweep_leftovers
+from etdeploy.devices.workdir import JobDirs, held_for_job, sweep_leftovers
 from tests.support.processes import processes_naming
 
 
@@ -150,6 +150,25 @@ def test_a_run_in_another_work_dir_of_the_device_leaves_this_ones_journal_alone(
     assert left.is_dir()
     assert JobDirs(first).sweep() == [str(left)]
     assert not left.exists()
+
+
+def test_a_job_held_on_the_device_leaves_nothing_however_its_block_ends(tmp_path: Path) -> None:
+    """held_for_job, as run, generate and localize hold a device: the job's directory
+    goes when the block raises (an error, Ctrl-C), with its note; a directory whose
+    job never got to remove it (a killed run) goes when the next job takes the device;
+    --keep leaves the job's own."""
+    work = tmp_path / "work"
+    device = LocalDevice(workdir=work)
+    with pytest.raises(KeyboardInterrupt), held_for_job(device, "20261205-000000-ctrlc1"):
+        (work / "20261205-000000-ctrlc1").mkdir(parents=True)
+        raise KeyboardInterrupt
+    assert list(work.iterdir()) == []
+    killed = Path(JobDirs(device).begin("20261205-000001-kill01"))  # its holder died
+    killed.mkdir()
+    with held_for_job(device, "20261205-000002-next01", keep=True):
+        assert not killed.exists()
+        (work / "20261205-000002-next01").mkdir()
+    assert [p.name for p in work.iterdir()] == ["20261205-000002-next01"]
 
 
 def test_what_is_left_of_a_dead_wrappers_group_is_killed_if_it_runs_from_the_work_dir(
