@@ -9,9 +9,9 @@ after the job unless --keep. `etdeploy clean --device` reads the listing here
 A job's directory can outlive its job: the connection drops before the removal
 (the phone left Wi-Fi), or the process is killed. So a run writes a note on this
 machine, before the directory exists on the device, naming the directory it is
-about to make (cache_dir("device-jobs"), a folder per work dir of a device); the note goes
-once the directory is gone, or at once for --keep. The next run on that device,
-holding the device's lock, removes the directories the notes name. A directory
+about to make (cache_dir("device-jobs"), a folder per work dir of a device); the
+note goes once the directory is gone, or at once for --keep. The next run in that
+work dir, holding the device's lock, removes the directories the notes name. A directory
 another machine left is not known here; `etdeploy clean --device` removes it.
 
 A run cut short can leave more than its directory: the partial of a push it was
